@@ -1,0 +1,213 @@
+"""Projects, memberships, API tokens, task sets with immutable versions, task items and tiers."""
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from runs.roles import Role, role_allows
+
+
+class Project(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "user"], name="one_membership_per_user")
+        ]
+
+    def allows(self, permission: str) -> bool:
+        return role_allows(self.role, permission)
+
+
+class ApiToken(models.Model):
+    """A bearer token. Only its SHA-256 is stored; the token itself is shown once."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="First characters, to recognise it")
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class TaskSet(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="task_sets")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="task_set_name_per_project")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TaskSetVersion(models.Model):
+    """An immutable snapshot of a task set's items and their train / held-out split."""
+
+    task_set = models.ForeignKey(TaskSet, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    content_hash = models.CharField(max_length=64)
+    item_count = models.PositiveIntegerField()
+    kind_counts = models.JSONField(default=dict)
+    split_counts = models.JSONField(default=dict)
+    split_seed = models.BigIntegerField(default=0)
+    heldout_fraction = models.FloatField(default=0.2)
+    source_name = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["task_set", "number"], name="version_number_per_set")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_set.name} v{self.number}"
+
+
+class TaskItem(models.Model):
+    class Kind(models.TextChoices):
+        ANSWER = "answer", "Answer"
+        CODE = "code", "Code"
+        AGENT = "agent", "Agent"
+
+    class Split(models.TextChoices):
+        TRAIN = "train", "Train"
+        HELDOUT = "heldout", "Held-out"
+
+    version = models.ForeignKey(TaskSetVersion, on_delete=models.CASCADE, related_name="items")
+    position = models.PositiveIntegerField()
+    external_id = models.CharField(max_length=200)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    split = models.CharField(max_length=8, choices=Split.choices)
+    # The prompt or instructions, kept in its own column so items can be searched.
+    text = models.TextField()
+    data = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [
+            models.UniqueConstraint(fields=["version", "position"], name="item_position"),
+            models.UniqueConstraint(fields=["version", "external_id"], name="item_id_per_version"),
+        ]
+        indexes = [models.Index(fields=["version", "split", "position"])]
+
+
+class Tier(models.Model):
+    """A named inference configuration of a checkpoint: how fast, how capable."""
+
+    class Precision(models.TextChoices):
+        FP32 = "fp32", "fp32"
+        BF16 = "bf16", "bf16"
+        FP16 = "fp16", "fp16"
+        INT8 = "int8", "int8 (dynamic quantisation)"
+
+    class Device(models.TextChoices):
+        AUTO = "auto", "auto"
+        CPU = "cpu", "CPU"
+        CUDA = "cuda", "CUDA GPU"
+
+    class Speculation(models.TextChoices):
+        NONE = "none", "none"
+        DRAFT_MODEL = "draft_model", "draft model"
+        PROMPT_LOOKUP = "prompt_lookup", "prompt lookup (n-gram)"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tiers")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    base_model = models.CharField(max_length=500, help_text="A local path or a hub id")
+    device = models.CharField(max_length=8, choices=Device.choices, default=Device.AUTO)
+    precision = models.CharField(max_length=8, choices=Precision.choices, default=Precision.FP32)
+    speculation = models.CharField(
+        max_length=16, choices=Speculation.choices, default=Speculation.NONE
+    )
+    draft_model = models.CharField(max_length=500, blank=True)
+    speculative_tokens = models.PositiveSmallIntegerField(default=0)
+    temperature = models.FloatField(default=1.0)
+    top_p = models.FloatField(default=1.0)
+    top_k = models.PositiveIntegerField(default=0, help_text="0 turns top-k off")
+    stop = models.JSONField(default=list, blank=True)
+    max_new_tokens = models.PositiveIntegerField(default=256)
+    batch_size = models.PositiveIntegerField(default=8)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="tier_name_per_project")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class IdempotencyKey(models.Model):
+    """A creating POST's key and its first response, replayed when the same request repeats."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    request_fingerprint = models.CharField(max_length=64)
+    response_status = models.PositiveSmallIntegerField(null=True)
+    response_body = models.JSONField(null=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "key"], name="idempotency_key_per_user")
+        ]
+
+    @property
+    def in_flight(self) -> bool:
+        return self.response_status is None
+
+
+class StagedImport(models.Model):
+    """An uploaded file waiting for the user to confirm its import after the preview."""
+
+    task_set = models.ForeignKey(TaskSet, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    file = models.FileField(upload_to="staged-imports/")
+    original_name = models.CharField(max_length=255)
+    file_format = models.CharField(max_length=8)
+    created_at = models.DateTimeField(default=timezone.now)

@@ -1,0 +1,126 @@
+"""Reads, always through the caller's role: what a user may see and do in which project.
+
+Pages, REST and websockets all go through `project_for` and `role_of`, so a role means the same
+everywhere. An object of a project the user is not in is reported as absent (404), not forbidden.
+"""
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q, QuerySet
+from django.http import Http404
+
+from runs.models import ApiToken, Membership, Project, TaskItem, TaskSet, TaskSetVersion, Tier
+from runs.roles import Permission, role_allows  # noqa: F401  (re-exported)
+
+
+class NotAMember(Http404):
+    pass
+
+
+def role_of(*, user: AbstractBaseUser | AnonymousUser, project_id: int) -> str | None:
+    if not user.is_authenticated:
+        return None
+    return (
+        Membership.objects.filter(project_id=project_id, user=user)
+        .values_list("role", flat=True)
+        .first()
+    )
+
+
+def require(*, user: AbstractBaseUser | AnonymousUser, project_id: int, permission: str) -> str:
+    """The user's role in the project, if it allows `permission`; 404 for non-members, else 403."""
+    role = role_of(user=user, project_id=project_id)
+    if role is None:
+        raise NotAMember("no such object")
+    if not role_allows(role, permission):
+        raise PermissionDenied(f"your role in this project ({role}) does not allow this: {Permission(permission).label}")
+    return role
+
+
+def project_for(*, user: AbstractBaseUser, project_id: int, permission: str = Permission.VIEW) -> Project:
+    require(user=user, project_id=project_id, permission=permission)
+    return Project.objects.get(pk=project_id)
+
+
+def projects_of(*, user: AbstractBaseUser) -> QuerySet[Project]:
+    return Project.objects.filter(memberships__user=user).annotate(
+        task_set_count=Count("task_sets", distinct=True), tier_count=Count("tiers", distinct=True)
+    )
+
+
+def memberships_of(*, project: Project) -> QuerySet[Membership]:
+    return project.memberships.select_related("user").order_by("user__username")
+
+
+def membership_for(*, user: AbstractBaseUser, project_id: int, user_id: int, permission: str) -> Membership:
+    require(user=user, project_id=project_id, permission=permission)
+    membership = Membership.objects.select_related("user", "project").filter(
+        project_id=project_id, user_id=user_id
+    ).first()
+    if membership is None:
+        raise Http404("no such member")
+    return membership
+
+
+def visible_project_ids(*, user: AbstractBaseUser) -> QuerySet:
+    return Membership.objects.filter(user=user).values("project_id")
+
+
+def task_sets_for(*, user: AbstractBaseUser) -> QuerySet[TaskSet]:
+    return TaskSet.objects.filter(project_id__in=visible_project_ids(user=user)).select_related("project")
+
+
+def task_set_for(*, user: AbstractBaseUser, task_set_id: int, permission: str = Permission.VIEW) -> TaskSet:
+    task_set = TaskSet.objects.select_related("project").filter(pk=task_set_id).first()
+    if task_set is None:
+        raise Http404("no such task set")
+    require(user=user, project_id=task_set.project_id, permission=permission)
+    return task_set
+
+
+def version_for(*, user: AbstractBaseUser, task_set_id: int, number: int) -> TaskSetVersion:
+    task_set = task_set_for(user=user, task_set_id=task_set_id)
+    version = task_set.versions.filter(number=number).select_related("task_set").first()
+    if version is None:
+        raise Http404("no such version")
+    return version
+
+
+def items_of(
+    *, version: TaskSetVersion, split: str | None = None, kind: str | None = None, query: str | None = None
+) -> QuerySet[TaskItem]:
+    items = version.items.all()
+    if split:
+        items = items.filter(split=split)
+    if kind:
+        items = items.filter(kind=kind)
+    if query:
+        items = items.filter(Q(text__icontains=query) | Q(external_id__icontains=query))
+    return items.order_by("position")
+
+
+def items_for(*, user: AbstractBaseUser) -> QuerySet[TaskItem]:
+    return TaskItem.objects.filter(version__task_set__project_id__in=visible_project_ids(user=user))
+
+
+def tiers_for(*, user: AbstractBaseUser) -> QuerySet[Tier]:
+    return Tier.objects.filter(project_id__in=visible_project_ids(user=user)).select_related("project")
+
+
+def tier_for(*, user: AbstractBaseUser, tier_id: int, permission: str = Permission.VIEW) -> Tier:
+    tier = Tier.objects.select_related("project").filter(pk=tier_id).first()
+    if tier is None:
+        raise Http404("no such tier")
+    require(user=user, project_id=tier.project_id, permission=permission)
+    return tier
+
+
+def tokens_of(*, user: AbstractBaseUser) -> QuerySet[ApiToken]:
+    return user.api_tokens.order_by("-created_at")
+
+
+def user_for_token(*, digest: str) -> AbstractBaseUser | None:
+    token = ApiToken.objects.select_related("user").filter(digest=digest, revoked_at__isnull=True).first()
+    if token is None or not token.user.is_active:
+        return None
+    return token.user

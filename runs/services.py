@@ -1,0 +1,404 @@
+"""Writes for projects, members, tokens, task sets and tiers. Views, API and commands call these."""
+
+import hashlib
+import json
+import secrets
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from runs import events
+from runs.models import ApiToken, Membership, Project, TaskItem, TaskSet, TaskSetVersion, Tier
+from runs.roles import Role
+from runs.task_format import (
+    FileFormatError,
+    ItemError,
+    ParsedItem,
+    item_line,
+    read_items,
+    stable_split,
+)
+from runs.tier_rules import tier_problems
+
+User = get_user_model()
+IMPORT_BATCH_SIZE = 2000
+PREVIEW_ITEMS = 5
+DEFAULT_SPLIT_SEED = 0
+DEFAULT_HELDOUT_FRACTION = 0.2
+
+
+class StateError(Exception):
+    """The object's current state does not allow this change (answers 409)."""
+
+
+# --- projects and members ------------------------------------------------------------------
+
+
+@transaction.atomic
+def project_create(*, name: str, by: AbstractBaseUser, description: str = "") -> Project:
+    if Project.objects.filter(name=name).exists():
+        raise ValidationError({"name": f"a project named {name!r} already exists"})
+    project = Project.objects.create(name=name, description=description, created_by=by)
+    Membership.objects.create(project=project, user=by, role=Role.OWNER)
+    return project
+
+
+def project_update(*, project: Project, name: str | None = None, description: str | None = None) -> Project:
+    if name is not None and Project.objects.filter(name=name).exclude(pk=project.pk).exists():
+        raise ValidationError({"name": f"a project named {name!r} already exists"})
+    project.name = project.name if name is None else name
+    project.description = project.description if description is None else description
+    project.save(update_fields=["name", "description"])
+    return project
+
+
+@transaction.atomic
+def member_add(*, project: Project, username: str, role: str) -> Membership:
+    user = User.objects.filter(username=username).first()
+    if user is None:
+        raise ValidationError({"username": f"no user named {username!r}"})
+    if role not in Role.values:
+        raise ValidationError({"role": f"must be one of {', '.join(Role.values)}"})
+    if Membership.objects.filter(project=project, user=user).exists():
+        raise ValidationError({"username": f"{username} is already a member; change their role instead"})
+    membership = Membership.objects.create(project=project, user=user, role=role)
+    events.project_event(project.pk, "member.added", {"username": username, "role": role})
+    return membership
+
+
+@transaction.atomic
+def member_set_role(*, membership: Membership, role: str) -> Membership:
+    if role not in Role.values:
+        raise ValidationError({"role": f"must be one of {', '.join(Role.values)}"})
+    if membership.role == Role.OWNER and role != Role.OWNER:
+        _ensure_another_owner(membership)
+    membership.role = role
+    membership.save(update_fields=["role"])
+    return membership
+
+
+@transaction.atomic
+def member_remove(*, membership: Membership) -> None:
+    if membership.role == Role.OWNER:
+        _ensure_another_owner(membership)
+    membership.delete()
+
+
+def _ensure_another_owner(membership: Membership) -> None:
+    owners = Membership.objects.select_for_update().filter(
+        project_id=membership.project_id, role=Role.OWNER
+    )
+    if not owners.exclude(pk=membership.pk).exists():
+        raise StateError("a project needs at least one owner; make someone else owner first")
+
+
+# --- API tokens ----------------------------------------------------------------------------
+
+TOKEN_PREFIX = "fw_"
+
+
+def token_digest(raw_token: str) -> str:
+    # Tokens carry 256 random bits, so a plain SHA-256 is enough; no slow password hash needed.
+    return hashlib.sha256(raw_token.encode()).hexdigest()
+
+
+def api_token_create(*, user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
+    """Create a token and return it with its secret, which is never stored or shown again."""
+    name = name.strip()
+    if not name:
+        raise ValidationError({"name": "give the token a name, such as the script that uses it"})
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(user=user, name=name, prefix=raw[:10], digest=token_digest(raw))
+    return token, raw
+
+
+def api_token_revoke(*, token: ApiToken) -> ApiToken:
+    ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    token.refresh_from_db()
+    return token
+
+
+# --- task sets -----------------------------------------------------------------------------
+
+
+def task_set_create(*, project: Project, name: str, by: AbstractBaseUser, description: str = "") -> TaskSet:
+    name = name.strip()
+    if not name:
+        raise ValidationError({"name": "is required"})
+    try:
+        with transaction.atomic():
+            return TaskSet.objects.create(project=project, name=name, description=description, created_by=by)
+    except IntegrityError:
+        raise ValidationError({"name": f"this project already has a task set named {name!r}"}) from None
+
+
+@dataclass
+class ImportReport:
+    """What an import found: counts, the first errors with their lines, a preview, the version."""
+
+    item_count: int = 0
+    kind_counts: dict[str, int] = field(default_factory=dict)
+    split_counts: dict[str, int] = field(default_factory=dict)
+    errors: list[ItemError] = field(default_factory=list)
+    error_count: int = 0
+    preview: list[ParsedItem] = field(default_factory=list)
+    version: TaskSetVersion | None = None
+    created: bool = False
+    content_hash: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error_count == 0
+
+    def add_error(self, error: ItemError) -> None:
+        self.error_count += 1
+        if len(self.errors) < settings.FLYWHEEL_IMPORT_MAX_ERRORS:
+            self.errors.append(error)
+
+
+def _split_defaults(task_set: TaskSet) -> tuple[int, float]:
+    latest = task_set.versions.first()
+    if latest is None:
+        return DEFAULT_SPLIT_SEED, DEFAULT_HELDOUT_FRACTION
+    return latest.split_seed, latest.heldout_fraction
+
+
+def _check_split_settings(seed: int, heldout_fraction: float) -> None:
+    if not 0 <= heldout_fraction <= 1:
+        raise ValidationError({"heldout_fraction": "must be between 0 and 1"})
+    if not -(2**63) <= seed < 2**63:
+        raise ValidationError({"split_seed": "must fit in 64 bits"})
+
+
+def task_set_import(
+    *,
+    task_set: TaskSet,
+    stream: Iterable[bytes],
+    file_format: str,
+    by: AbstractBaseUser,
+    source_name: str = "",
+    split_seed: int | None = None,
+    heldout_fraction: float | None = None,
+    dry_run: bool = False,
+) -> ImportReport:
+    """Stream a JSONL or CSV file into a new version; all of it or, on any error, none of it.
+
+    Identical content (same items, same splits) as the latest version creates no new version.
+    """
+    if file_format not in ("jsonl", "csv"):
+        raise ValidationError({"format": "must be jsonl or csv"})
+    default_seed, default_fraction = _split_defaults(task_set)
+    seed = default_seed if split_seed is None else split_seed
+    fraction = default_fraction if heldout_fraction is None else heldout_fraction
+    _check_split_settings(seed, fraction)
+    with transaction.atomic():
+        locked = TaskSet.objects.select_for_update().get(pk=task_set.pk)
+        latest = locked.versions.first()
+        report = ImportReport()
+        version = None
+        if not dry_run:
+            version = TaskSetVersion.objects.create(
+                task_set=locked,
+                number=(latest.number + 1) if latest else 1,
+                content_hash="",
+                item_count=0,
+                split_seed=seed,
+                heldout_fraction=fraction,
+                source_name=source_name[:255],
+                created_by=by,
+            )
+        try:
+            items = read_items(stream, file_format)
+            _store_items(report, version, items, seed=seed, fraction=fraction)
+        except FileFormatError as exc:
+            report.add_error(exc.error)
+        if report.ok and report.item_count == 0:
+            report.add_error(ItemError(0, None, "the file holds no items"))
+        if dry_run or not report.ok:
+            transaction.set_rollback(True)
+            return report
+        if latest is not None and latest.content_hash == report.content_hash:
+            transaction.set_rollback(True)
+            report.version = latest
+            return report
+        version.content_hash = report.content_hash
+        version.item_count = report.item_count
+        version.kind_counts = report.kind_counts
+        version.split_counts = report.split_counts
+        version.save(update_fields=["content_hash", "item_count", "kind_counts", "split_counts"])
+        report.version, report.created = version, True
+        events.project_event(
+            task_set.project_id,
+            "task_set.version_created",
+            {"task_set": task_set.pk, "version": version.number, "items": version.item_count},
+        )
+    return report
+
+
+def _store_items(
+    report: ImportReport,
+    version: TaskSetVersion | None,
+    items: Iterable[tuple[ParsedItem | None, list[ItemError]]],
+    *,
+    seed: int,
+    fraction: float,
+) -> None:
+    hasher = hashlib.sha256()
+    first_line_of: dict[str, int] = {}
+    kinds: Counter[str] = Counter()
+    splits: Counter[str] = Counter()
+    batch: list[TaskItem] = []
+    now = timezone.now()
+    for item, errors in items:
+        for error in errors:
+            report.add_error(error)
+        if item is None:
+            continue
+        if item.external_id in first_line_of:
+            report.add_error(
+                ItemError(item.line, "id", f"duplicate id {item.external_id!r}; first used on line {first_line_of[item.external_id]}")
+            )
+            continue
+        first_line_of[item.external_id] = item.line
+        split = item.split or stable_split(item.external_id, seed=seed, heldout_fraction=fraction)
+        hasher.update(item_line(item.external_id, item.kind, split, item.data).encode())
+        kinds[item.kind] += 1
+        splits[split] += 1
+        if len(report.preview) < PREVIEW_ITEMS:
+            item.split = split
+            report.preview.append(item)
+        if version is not None and report.ok:
+            batch.append(
+                TaskItem(
+                    version=version,
+                    position=report.item_count,
+                    external_id=item.external_id,
+                    kind=item.kind,
+                    split=split,
+                    text=item.text,
+                    data=item.data,
+                    created_at=now,
+                )
+            )
+            if len(batch) >= IMPORT_BATCH_SIZE:
+                TaskItem.objects.bulk_create(batch)
+                batch.clear()
+        report.item_count += 1
+    if version is not None and report.ok and batch:
+        TaskItem.objects.bulk_create(batch)
+    report.kind_counts = dict(sorted(kinds.items()))
+    report.split_counts = dict(sorted(splits.items()))
+    report.content_hash = hasher.hexdigest()
+
+
+def task_set_export_lines(*, version: TaskSetVersion) -> Iterable[str]:
+    """The version as JSONL, streamed; importing it reproduces the version exactly."""
+    items = version.items.order_by("position").values_list("external_id", "kind", "split", "data")
+    for external_id, kind, split, data in items.iterator(chunk_size=2000):
+        yield item_line(external_id, kind, split, data)
+
+
+def task_set_resplit(
+    *, version: TaskSetVersion, by: AbstractBaseUser, split_seed: int, heldout_fraction: float
+) -> ImportReport:
+    """A new version with the same items split by (seed, fraction); explicit per-item splits
+    in the source are not kept, since the stored split is what the rule is asked to replace."""
+    _check_split_settings(split_seed, heldout_fraction)
+    lines = (
+        _without_split(line).encode() for line in task_set_export_lines(version=version)
+    )
+    return task_set_import(
+        task_set=version.task_set,
+        stream=lines,
+        file_format="jsonl",
+        by=by,
+        source_name=f"v{version.number} re-split (seed {split_seed}, held-out {heldout_fraction:g})",
+        split_seed=split_seed,
+        heldout_fraction=heldout_fraction,
+    )
+
+
+def _without_split(line: str) -> str:
+    item = json.loads(line)
+    item.pop("split", None)
+    return json.dumps(item, ensure_ascii=False) + "\n"
+
+
+# --- tiers ---------------------------------------------------------------------------------
+
+TIER_FIELDS = (
+    "name",
+    "description",
+    "base_model",
+    "device",
+    "precision",
+    "speculation",
+    "draft_model",
+    "speculative_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop",
+    "max_new_tokens",
+    "batch_size",
+)
+
+
+def _tier_values(tier: Tier) -> dict[str, Any]:
+    return {name: getattr(tier, name) for name in TIER_FIELDS}
+
+
+def _check_tier(project: Project, values: dict[str, Any], exclude_pk: int | None = None) -> None:
+    problems = tier_problems(values)
+    name = (values.get("name") or "").strip()
+    if not name:
+        problems["name"] = "is required"
+    elif Tier.objects.filter(project=project, name=name).exclude(pk=exclude_pk).exists():
+        problems["name"] = f"this project already has a tier named {name!r}"
+    if problems:
+        raise ValidationError(problems)
+
+
+def tier_create(*, project: Project, by: AbstractBaseUser, **values: Any) -> Tier:
+    unknown = set(values) - set(TIER_FIELDS)
+    if unknown:
+        raise ValidationError({name: "unknown tier setting" for name in sorted(unknown)})
+    tier = Tier(project=project, created_by=by, **values)
+    _check_tier(project, _tier_values(tier))
+    tier.save()
+    return tier
+
+
+def tier_update(*, tier: Tier, **values: Any) -> Tier:
+    unknown = set(values) - set(TIER_FIELDS)
+    if unknown:
+        raise ValidationError({name: "unknown tier setting" for name in sorted(unknown)})
+    merged = _tier_values(tier) | values
+    _check_tier(tier.project, merged, exclude_pk=tier.pk)
+    for name, value in values.items():
+        setattr(tier, name, value)
+    tier.save()
+    return tier
+
+
+def tier_delete(*, tier: Tier) -> None:
+    tier.delete()
+
+
+# --- demo ----------------------------------------------------------------------------------
+
+
+def demo_user_ensure(*, username: str, password: str) -> AbstractBaseUser:
+    user, _ = User.objects.get_or_create(username=username)
+    if not user.check_password(password):
+        user.set_password(password)
+        user.save(update_fields=["password"])
+    return user

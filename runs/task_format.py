@@ -1,0 +1,254 @@
+"""The task item file format: parse JSONL and CSV lines into validated, normalised items.
+
+Pure functions, no database: the import service streams a file through `read_items` and decides
+what to store. Every problem is reported with its line and field so a user can fix the file.
+
+A line of JSONL is one object. Common fields: `kind` (answer, code or agent; default answer),
+`id` (a stable identifier; default: derived from the content), `split` (train or heldout; default:
+the seeded rule), `metadata` (any object). Then, by kind:
+
+- answer: `prompt`, `reference`
+- code: `prompt`, `tests`, `entry_point`, optional `reference_solution`, `setup_files`
+- agent: `instructions`, `check_command`, `max_steps`, optional `files`
+"""
+
+import csv
+import hashlib
+import io
+import json
+import posixpath
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS = ("answer", "code", "agent")
+SPLITS = ("train", "heldout")
+COMMON_FIELDS = {"kind", "id", "split", "metadata"}
+MAX_ID_LENGTH = 200
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    required: bool
+    kind: type | tuple[type, ...]
+
+
+KIND_FIELDS: dict[str, dict[str, FieldSpec]] = {
+    "answer": {"prompt": FieldSpec(True, str), "reference": FieldSpec(True, str)},
+    "code": {
+        "prompt": FieldSpec(True, str),
+        "tests": FieldSpec(True, str),
+        "entry_point": FieldSpec(True, str),
+        "reference_solution": FieldSpec(False, str),
+        "setup_files": FieldSpec(False, dict),
+    },
+    "agent": {
+        "instructions": FieldSpec(True, str),
+        "check_command": FieldSpec(True, str),
+        "max_steps": FieldSpec(True, int),
+        "files": FieldSpec(False, dict),
+    },
+}
+TEXT_FIELD = {"answer": "prompt", "code": "prompt", "agent": "instructions"}
+
+
+@dataclass
+class ItemError:
+    line: int
+    field: str | None
+    message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "param": self.field, "message": self.message}
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" + (f", field '{self.field}'" if self.field else "")
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class ParsedItem:
+    line: int
+    external_id: str
+    kind: str
+    split: str | None  # None: to be assigned by the seeded rule
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def _type_name(kind: type | tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", dict: "an object", list: "a list"}
+    return names.get(kind, str(kind)) if isinstance(kind, type) else "a value"
+
+
+def _check_files(line: int, name: str, files: dict[str, Any]) -> list[ItemError]:
+    errors = []
+    for path, content in files.items():
+        normal = posixpath.normpath(path)
+        if path.startswith("/") or normal.startswith("..") or normal in ("", "."):
+            errors.append(ItemError(line, f"{name}.{path}", "must be a relative path inside the workspace"))
+        if not isinstance(content, str):
+            errors.append(ItemError(line, f"{name}.{path}", "file content must be a string"))
+    return errors
+
+
+def validate_item(line: int, raw: Any) -> tuple[ParsedItem | None, list[ItemError]]:
+    """Validate one decoded item; return the normalised item, or the list of what is wrong."""
+    if not isinstance(raw, dict):
+        return None, [ItemError(line, None, "each line must be a JSON object")]
+    kind = raw.get("kind", "answer")
+    if kind not in KINDS:
+        return None, [ItemError(line, "kind", f"must be one of {', '.join(KINDS)}; got {kind!r}")]
+    specs = KIND_FIELDS[kind]
+    errors: list[ItemError] = []
+    for name in sorted(set(raw) - COMMON_FIELDS - set(specs)):
+        errors.append(ItemError(line, name, f"unknown field for a {kind} item"))
+    for name, spec in specs.items():
+        value = raw.get(name)
+        if value is None:
+            if spec.required:
+                errors.append(ItemError(line, name, f"is required for a {kind} item"))
+            continue
+        if not isinstance(value, spec.kind) or isinstance(value, bool):
+            errors.append(ItemError(line, name, f"must be {_type_name(spec.kind)}"))
+        elif spec.required and isinstance(value, str) and not value.strip():
+            errors.append(ItemError(line, name, "must not be empty"))
+    errors += _check_common(line, raw)
+    if not errors:
+        errors += _check_kind_rules(line, kind, raw)
+    if errors:
+        return None, errors
+    data = {name: raw[name] for name in specs if raw.get(name) is not None}
+    if "metadata" in raw:
+        data["metadata"] = raw["metadata"]
+    external_id = raw.get("id") or derived_id(kind, data)
+    return ParsedItem(line, str(external_id), kind, raw.get("split"), data[TEXT_FIELD[kind]], data), []
+
+
+def _check_common(line: int, raw: dict[str, Any]) -> list[ItemError]:
+    errors = []
+    item_id = raw.get("id")
+    if item_id is not None and (
+        not isinstance(item_id, (str, int)) or isinstance(item_id, bool) or str(item_id) == ""
+    ):
+        errors.append(ItemError(line, "id", "must be a non-empty string or integer"))
+    elif item_id is not None and len(str(item_id)) > MAX_ID_LENGTH:
+        errors.append(ItemError(line, "id", f"must be at most {MAX_ID_LENGTH} characters"))
+    split = raw.get("split")
+    if split is not None and split not in SPLITS:
+        errors.append(ItemError(line, "split", f"must be train or heldout; got {split!r}"))
+    if "metadata" in raw and not isinstance(raw["metadata"], dict):
+        errors.append(ItemError(line, "metadata", "must be an object"))
+    return errors
+
+
+def _check_kind_rules(line: int, kind: str, raw: dict[str, Any]) -> list[ItemError]:
+    if kind == "code":
+        errors = []
+        if not IDENTIFIER.match(raw["entry_point"]):
+            errors.append(ItemError(line, "entry_point", "must be a Python identifier"))
+        return errors + _check_files(line, "setup_files", raw.get("setup_files") or {})
+    if kind == "agent":
+        errors = []
+        if raw["max_steps"] < 1:
+            errors.append(ItemError(line, "max_steps", "must be at least 1"))
+        return errors + _check_files(line, "files", raw.get("files") or {})
+    return []
+
+
+def derived_id(kind: str, data: dict[str, Any]) -> str:
+    """A stable id from the content, so re-imports and splits agree without an explicit id."""
+    digest = hashlib.sha256(canonical_json({"kind": kind, **data}).encode()).hexdigest()
+    return f"{kind}-{digest[:16]}"
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def read_jsonl(lines: Iterable[str]) -> Iterator[tuple[ParsedItem | None, list[ItemError]]]:
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield None, [ItemError(number, None, f"not valid JSON: {exc.msg} at column {exc.colno}")]
+            continue
+        yield validate_item(number, raw)
+
+
+CSV_COLUMNS = {"prompt", "reference", "id", "split"}
+
+
+def read_csv(lines: Iterable[str]) -> Iterator[tuple[ParsedItem | None, list[ItemError]]]:
+    """CSV holds `answer` items only: columns prompt, reference, and optional id and split."""
+    reader = csv.DictReader(lines)
+    header = reader.fieldnames or []
+    missing = {"prompt", "reference"} - set(header)
+    unknown = set(header) - CSV_COLUMNS
+    if missing or unknown:
+        problems = [ItemError(1, name, "required column is missing") for name in sorted(missing)]
+        problems += [ItemError(1, name, "unknown column") for name in sorted(unknown)]
+        yield None, problems
+        return
+    line_number = 1
+    for row in reader:
+        line_number = reader.line_num
+        raw = {key: value for key, value in row.items() if value not in (None, "")}
+        if None in row:
+            yield None, [ItemError(line_number, None, "more values than columns")]
+            continue
+        yield validate_item(line_number, {"kind": "answer", **raw})
+
+
+def read_items(
+    stream: io.BufferedIOBase | Iterable[bytes], file_format: str
+) -> Iterator[tuple[ParsedItem | None, list[ItemError]]]:
+    """Decode a byte stream line by line; never holds the whole file in memory."""
+    text = _decode_lines(stream)
+    if file_format == "csv":
+        return read_csv(text)
+    return read_jsonl(text)
+
+
+def _decode_lines(stream: Iterable[bytes]) -> Iterator[str]:
+    for number, raw_line in enumerate(stream, start=1):
+        try:
+            yield raw_line.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
+            raise FileFormatError(ItemError(number, None, f"not UTF-8 text ({exc.reason})")) from None
+
+
+class FileFormatError(Exception):
+    def __init__(self, error: ItemError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def guess_format(filename: str) -> str:
+    return "csv" if filename.lower().endswith(".csv") else "jsonl"
+
+
+def stable_split(external_id: str, *, seed: int, heldout_fraction: float) -> str:
+    """The seeded, stable rule: an item's split depends only on its id and the seed.
+
+    >>> stable_split("item-1", seed=0, heldout_fraction=0.0)
+    'train'
+    >>> stable_split("item-1", seed=0, heldout_fraction=1.0)
+    'heldout'
+    """
+    digest = hashlib.sha256(f"{seed}:{external_id}".encode()).digest()
+    position = int.from_bytes(digest[:8], "big") / 2**64
+    return "heldout" if position < heldout_fraction else "train"
+
+
+def item_line(item_id: str, kind: str, split: str, data: dict[str, Any]) -> str:
+    """One exported JSONL line; importing it gives back the same item."""
+    ordered = {"id": item_id, "kind": kind, "split": split}
+    ordered.update({key: data[key] for key in KIND_FIELDS[kind] if key in data})
+    if "metadata" in data:
+        ordered["metadata"] = data["metadata"]
+    return json.dumps(ordered, ensure_ascii=False) + "\n"

@@ -1,0 +1,48 @@
+"""Shared fixtures: users, projects with a member of each role, and REST clients."""
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from runs import services
+from runs.models import Project
+from runs.roles import Role
+from webapp.embedded_redis import redis_start
+
+
+@pytest.fixture(scope="session", autouse=True)
+def redis_server():
+    """On the embedded default the tests use the same private Redis that `make up` starts."""
+    if settings.EMBEDDED_REDIS:
+        redis_start(home=settings.FLYWHEEL_HOME, port=settings.FLYWHEEL_REDIS_PORT)
+
+
+def make_user(username: str, password: str = "pw-123456"):
+    return services.User.objects.create_user(username=username, password=password)
+
+
+def make_project(owner, name: str = "alpha") -> Project:
+    return services.project_create(name=name, by=owner)
+
+
+@pytest.fixture
+def team(db):
+    """A project with one user per role, and an outsider who belongs to another project."""
+    owner = make_user("owner")
+    project = make_project(owner)
+    members = {Role.OWNER: owner}
+    for role in (Role.LAUNCHER, Role.REVIEWER, Role.VIEWER):
+        user = make_user(str(role))
+        services.member_add(project=project, username=user.username, role=role)
+        members[role] = user
+    outsider = make_user("outsider")
+    other = make_project(outsider, name="beta")
+    return {"project": project, "other_project": other, "outsider": outsider, **members}
+
+
+def api_client_for(user) -> APIClient:
+    """A client that authenticates the way REST clients do: with a bearer token."""
+    _, raw = services.api_token_create(user=user, name="tests")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return client

@@ -1,0 +1,111 @@
+"""The task set import service: streaming, all-or-nothing, versioned, round-tripping."""
+
+import json
+
+import pytest
+
+from runs import services
+from runs.models import TaskItem, TaskSetVersion
+from tests.conftest import make_project, make_user
+
+
+def jsonl(*items) -> list[bytes]:
+    return [(json.dumps(item) + "\n").encode() for item in items]
+
+
+ANSWERS = [{"id": f"q{i}", "prompt": f"What is {i} + {i}?", "reference": str(2 * i)} for i in range(10)]
+CODE = {
+    "id": "add",
+    "kind": "code",
+    "prompt": "Write add(a, b).",
+    "tests": "from solution import add\nassert add(1, 2) == 3\n",
+    "entry_point": "add",
+    "reference_solution": "def add(a, b):\n    return a + b\n",
+    "setup_files": {"README.md": "hi"},
+}
+AGENT = {
+    "id": "fix",
+    "kind": "agent",
+    "instructions": "Make the tests pass.",
+    "files": {"app.py": "x = 1\n"},
+    "check_command": "python -m pytest -q",
+    "max_steps": 8,
+}
+
+
+@pytest.fixture
+def task_set(db):
+    user = make_user("importer")
+    project = make_project(user)
+    return services.task_set_create(project=project, name="arith", by=user)
+
+
+def do_import(task_set, lines, **kwargs):
+    return services.task_set_import(
+        task_set=task_set, stream=lines, file_format=kwargs.pop("file_format", "jsonl"),
+        by=task_set.created_by, **kwargs,
+    )
+
+
+def test_an_import_creates_version_1_with_every_kind_of_item(task_set):
+    report = do_import(task_set, jsonl(*ANSWERS, CODE, AGENT))
+    assert report.ok and report.created
+    assert report.version.number == 1
+    assert report.version.item_count == 12
+    assert report.version.kind_counts == {"agent": 1, "answer": 10, "code": 1}
+    item = TaskItem.objects.get(version=report.version, external_id="add")
+    assert item.data["entry_point"] == "add" and item.text == "Write add(a, b)."
+
+
+def test_a_bad_line_names_its_line_and_field_and_imports_nothing(task_set):
+    bad = dict(ANSWERS[1])
+    del bad["reference"]
+    report = do_import(task_set, jsonl(ANSWERS[0], bad, {"kind": "code", "prompt": "x"}) + [b"{oops\n"])
+    assert not report.ok
+    assert [(e.line, e.field) for e in report.errors] == [
+        (2, "reference"), (3, "tests"), (3, "entry_point"), (4, None),
+    ]
+    assert TaskSetVersion.objects.count() == 0 and TaskItem.objects.count() == 0
+
+
+def test_reimporting_identical_content_creates_no_new_version(task_set):
+    first = do_import(task_set, jsonl(*ANSWERS))
+    again = do_import(task_set, jsonl(*ANSWERS))
+    assert not again.created and again.version.pk == first.version.pk
+    changed = do_import(task_set, jsonl(*ANSWERS[:-1]))
+    assert changed.created and changed.version.number == 2
+    assert TaskSetVersion.objects.filter(task_set=task_set).count() == 2
+
+
+def test_export_round_trips_exactly(task_set):
+    first = do_import(task_set, jsonl(*ANSWERS, CODE, AGENT))
+    exported = "".join(services.task_set_export_lines(version=first.version))
+    again = do_import(task_set, [line.encode() + b"\n" for line in exported.splitlines()])
+    assert not again.created and again.version.pk == first.version.pk
+    assert "".join(services.task_set_export_lines(version=again.version)) == exported
+
+
+def test_the_split_is_seeded_and_stable_per_item(task_set):
+    items = [{"id": f"i{n}", "prompt": "p", "reference": "r"} for n in range(200)]
+    report = do_import(task_set, jsonl(*items), heldout_fraction=0.25, split_seed=7)
+    splits = dict(TaskItem.objects.filter(version=report.version).values_list("external_id", "split"))
+    subset = do_import(task_set, jsonl(*items[:50]))  # same seed and fraction carry over
+    sub_splits = dict(TaskItem.objects.filter(version=subset.version).values_list("external_id", "split"))
+    assert all(sub_splits[key] == splits[key] for key in sub_splits)
+    assert 30 <= report.split_counts["heldout"] <= 70
+    resplit = services.task_set_resplit(version=report.version, by=task_set.created_by, split_seed=8, heldout_fraction=0.25)
+    assert resplit.created and resplit.version.split_seed == 8
+    assert resplit.version.split_counts != report.version.split_counts or resplit.content_hash != report.content_hash
+
+
+def test_csv_answers_import_with_line_numbers(task_set):
+    rows = [b"prompt,reference,id\n", b"What is 2+2?,4,a\n", b"What is 3+3?,,b\n"]
+    report = do_import(task_set, rows, file_format="csv")
+    assert [(e.line, e.field) for e in report.errors] == [(3, "reference")]
+    good = do_import(task_set, rows[:2], file_format="csv")
+    assert good.created and good.version.item_count == 1
+
+
+def test_duplicate_ids_are_refused_with_the_first_line(task_set):
+    report = do_import(task_set, jsonl(ANSWERS[0], ANSWERS[0]))
+    assert [str(e) for e in report.errors] == ["line 2, field 'id': duplicate id 'q0'; first used on line 1"]

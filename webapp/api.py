@@ -1,0 +1,178 @@
+"""REST conventions shared by every resource (see shared API.md): bearer tokens, newest-first
+cursor pagination capped by ?limit=, one error shape, and idempotency keys on creating POSTs."""
+
+import hashlib
+import json
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError, transaction
+from django.http import Http404
+from django.utils import timezone
+from rest_framework import exceptions, status
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+from runs.models import IdempotencyKey
+from runs.services import StateError
+
+
+class NewestFirstCursorPagination(CursorPagination):
+    ordering = ("-created_at", "-id")
+    page_size_query_param = "limit"
+
+    @property
+    def max_page_size(self) -> int:  # read at request time so tests can change the setting
+        return settings.FLYWHEEL_API_MAX_LIMIT
+
+
+# --- errors --------------------------------------------------------------------------------
+
+CODES = {
+    400: "invalid_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    415: "unsupported_media_type",
+    422: "unprocessable",
+    429: "rate_limited",
+}
+
+
+def error_body(status_code: int, message: str, param: str | None = None, details: list | None = None, code: str | None = None) -> dict:
+    return {
+        "error": {
+            "code": code or CODES.get(status_code, "error"),
+            "message": message,
+            "param": param,
+            "details": details or [],
+        }
+    }
+
+
+def _flatten(detail: Any, prefix: str = "") -> list[dict[str, Any]]:
+    """DRF's nested error detail as a flat list of {param, message}."""
+    if isinstance(detail, dict):
+        out = []
+        for key, value in detail.items():
+            name = prefix if key in ("non_field_errors", "__all__") else (f"{prefix}.{key}" if prefix else str(key))
+            out += _flatten(value, name)
+        return out
+    if isinstance(detail, list):
+        if all(not isinstance(v, (dict, list)) for v in detail):
+            return [{"param": prefix or None, "message": str(v)} for v in detail]
+        out = []
+        for index, value in enumerate(detail):
+            out += _flatten(value, f"{prefix}[{index}]" if prefix else str(index))
+        return out
+    return [{"param": prefix or None, "message": str(detail)}]
+
+
+def validation_response(detail: Any, status_code: int = 400) -> Response:
+    details = _flatten(detail)
+    first = details[0] if details else {"param": None, "message": "invalid request"}
+    where = f"{first['param']}: " if first["param"] else ""
+    message = f"{where}{first['message']}"
+    if len(details) > 1:
+        message += f" (and {len(details) - 1} more)"
+    return Response(error_body(status_code, message, first["param"], details), status=status_code)
+
+
+def error_handler(exc: Exception, context: dict) -> Response | None:
+    if isinstance(exc, DjangoValidationError):
+        detail = exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
+        return validation_response(detail)
+    if isinstance(exc, StateError):
+        return Response(error_body(409, str(exc)), status=409)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound(str(exc) or "not found")
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or "forbidden")
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        return validation_response(exc.detail, response.status_code)
+    detail = getattr(exc, "detail", str(exc))
+    message = str(detail.get("detail", detail)) if isinstance(detail, dict) else str(detail)
+    response.data = error_body(response.status_code, message)
+    return response
+
+
+# --- idempotency ---------------------------------------------------------------------------
+
+
+def _fingerprint(request: Request) -> str:
+    try:
+        body = json.dumps(request.data, sort_keys=True, default=str)
+    except Exception:  # noqa: BLE001 - an unreadable body still gets a stable fingerprint
+        body = repr(request.data)
+    files = sorted((name, f.size, f.name) for name, f in getattr(request, "FILES", {}).items())
+    raw = f"{request.method} {request.path}\n{body}\n{files}"
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def idempotent(handler):
+    """Wrap a creating POST: the same Idempotency-Key replays the first response; the same key
+    with another body answers 422; while the first request is still running, 409."""
+
+    def wrapper(view, request: Request, *args, **kwargs):
+        key = request.headers.get("Idempotency-Key")
+        if not key:
+            return handler(view, request, *args, **kwargs)
+        if len(key) > 255:
+            return Response(error_body(400, "Idempotency-Key must be at most 255 characters", "Idempotency-Key"), status=400)
+        fingerprint = _fingerprint(request)
+        claimed = _claim_key(request.user, key, fingerprint)
+        if isinstance(claimed, Response):
+            return claimed
+        try:
+            response = handler(view, request, *args, **kwargs)
+        except Exception:
+            claimed.delete()  # nothing was created; let the client retry with the same key
+            raise
+        if response.status_code >= 500:
+            claimed.delete()
+            return response
+        IdempotencyKey.objects.filter(pk=claimed.pk).update(
+            response_status=response.status_code, response_body=json.loads(json.dumps(response.data, default=str))
+        )
+        return response
+
+    wrapper.__name__ = handler.__name__
+    wrapper.__doc__ = handler.__doc__
+    return wrapper
+
+
+def _claim_key(user, key: str, fingerprint: str) -> IdempotencyKey | Response:
+    expired_before = timezone.now() - timedelta(hours=settings.FLYWHEEL_IDEMPOTENCY_TTL_HOURS)
+    IdempotencyKey.objects.filter(user=user, key=key, created_at__lt=expired_before).delete()
+    try:
+        with transaction.atomic():
+            return IdempotencyKey.objects.create(user=user, key=key, request_fingerprint=fingerprint)
+    except IntegrityError:
+        pass
+    existing = IdempotencyKey.objects.filter(user=user, key=key).first()
+    if existing is None:  # finished and expired between our two statements: rare; ask to retry
+        return Response(error_body(409, "the request with this Idempotency-Key just expired; retry"), status=409)
+    if existing.request_fingerprint != fingerprint:
+        return Response(
+            error_body(422, "this Idempotency-Key was used with a different request", "Idempotency-Key", code="idempotency_key_reused"),
+            status=422,
+        )
+    if existing.in_flight:
+        return Response(
+            error_body(409, "a request with this Idempotency-Key is still in progress", "Idempotency-Key", code="idempotency_in_flight"),
+            status=409,
+        )
+    response = Response(existing.response_body, status=existing.response_status)
+    response["Idempotent-Replayed"] = "true"
+    return response

@@ -1,0 +1,23 @@
+"""ASGI entry point: HTTP through Django, websockets through Channels with session or token auth."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+django_asgi_app = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from runs.routing import websocket_urlpatterns  # noqa: E402
+from webapp.ws_auth import SessionOrTokenAuthMiddleware  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(
+            SessionOrTokenAuthMiddleware(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)

@@ -1,0 +1,261 @@
+"""Flywheel settings: the one settings file, driven by environment variables.
+
+Every variable read here is documented in the README (tests/test_docs.py fails otherwise).
+Unset, they give the embedded default: SQLite in WAL mode and a private Redis under
+FLYWHEEL_HOME. Set DATABASE_URL and REDIS_URL to run on PostgreSQL and an external Redis.
+"""
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from None
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"environment variable {name} must be true or false, got {raw!r}")
+
+
+def env_list(name: str, default: str) -> list[str]:
+    return [part.strip() for part in env_str(name, default).split(",") if part.strip()]
+
+
+FLYWHEEL_HOME = Path(env_str("FLYWHEEL_HOME", str(BASE_DIR / ".flywheel"))).resolve()
+FLYWHEEL_HOME.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    """The key from the environment, else one generated once and kept under FLYWHEEL_HOME."""
+    from_env = os.environ.get("FLYWHEEL_SECRET_KEY")
+    if from_env:
+        return from_env
+    key_file = FLYWHEEL_HOME / "secret_key"
+    if not key_file.exists():
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("FLYWHEEL_DEBUG", False)
+ALLOWED_HOSTS = env_list("FLYWHEEL_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("FLYWHEEL_CSRF_TRUSTED_ORIGINS", "")
+PORT = env_int("PORT", 8000)
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "webapp",
+    "runs",
+    "rewards",
+    "sandboxes",
+    "workers",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "webapp.metrics.RequestMetricsMiddleware",
+]
+
+ROOT_URLCONF = "webapp.urls"
+ASGI_APPLICATION = "webapp.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- storage -------------------------------------------------------------------------------
+
+SQLITE_PATH = FLYWHEEL_HOME / "db.sqlite3"
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{SQLITE_PATH}"), conn_max_age=0
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the web process read while a worker writes; IMMEDIATE takes the write lock at
+    # BEGIN so two writers queue on busy_timeout instead of failing with "database is locked".
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+    }
+    # Worker processes in end-to-end tests must see the test database, so it lives on disk.
+    DATABASES["default"]["TEST"] = {"NAME": str(FLYWHEEL_HOME / "test-db.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+MEDIA_ROOT = FLYWHEEL_HOME / "media"
+MEDIA_URL = "/media/"
+STATIC_URL = "/static/"
+STATIC_ROOT = FLYWHEEL_HOME / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+# Uploads above this size stream to a temporary file instead of memory.
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+FLYWHEEL_IMPORT_MAX_ERRORS = env_int("FLYWHEEL_IMPORT_MAX_ERRORS", 50)
+
+# --- Redis: broker, channel layer, cache ---------------------------------------------------
+
+FLYWHEEL_REDIS_PORT = env_int("FLYWHEEL_REDIS_PORT", 6380)
+EMBEDDED_REDIS = "REDIS_URL" not in os.environ
+REDIS_URL = env_str("REDIS_URL", f"redis://127.0.0.1:{FLYWHEEL_REDIS_PORT}/0")
+
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "flywheel",
+    }
+}
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": "flywheel-ws"},
+    }
+}
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "rollout"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Longer than any task may run, so Redis does not redeliver work that is still in progress.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
+CELERY_WORKER_QUEUES = ("rollout", "learner", "eval")
+CELERY_TASK_ROUTES = {
+    "workers.rollout.*": {"queue": "rollout"},
+    "workers.learner.*": {"queue": "learner"},
+    "workers.eval.*": {"queue": "eval"},
+}
+FLYWHEEL_ROLLOUT_CONCURRENCY = env_int("FLYWHEEL_ROLLOUT_CONCURRENCY", 2)
+FLYWHEEL_LEARNER_CONCURRENCY = env_int("FLYWHEEL_LEARNER_CONCURRENCY", 1)
+FLYWHEEL_EVAL_CONCURRENCY = env_int("FLYWHEEL_EVAL_CONCURRENCY", 1)
+
+# --- auth ----------------------------------------------------------------------------------
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "project-list"
+LOGOUT_REDIRECT_URL = "login"
+FLYWHEEL_DEMO_USER = env_str("FLYWHEEL_DEMO_USER", "demo")
+FLYWHEEL_DEMO_PASSWORD = env_str("FLYWHEEL_DEMO_PASSWORD", "flywheel-demo")
+
+# --- REST ----------------------------------------------------------------------------------
+
+FLYWHEEL_API_MAX_LIMIT = env_int("FLYWHEEL_API_MAX_LIMIT", 200)
+FLYWHEEL_API_RATE = env_str("FLYWHEEL_API_RATE", "6000/min")
+FLYWHEEL_IDEMPOTENCY_TTL_HOURS = env_int("FLYWHEEL_IDEMPOTENCY_TTL_HOURS", 24)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "webapp.api_auth.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "webapp.api.NewestFirstCursorPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "webapp.api.error_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"user": FLYWHEEL_API_RATE},
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "rest_framework.parsers.MultiPartParser",
+        "rest_framework.parsers.FormParser",
+    ],
+    "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Flywheel API",
+    "DESCRIPTION": "Tasks, reward rules, tiers and post-training runs. See the README.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}
+    },
+    "SECURITY": [{"bearerAuth": []}],
+    # Served from the drf-spectacular-sidecar package: no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- misc ----------------------------------------------------------------------------------
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("FLYWHEEL_LOG_LEVEL", "INFO")},
+}
