@@ -4,6 +4,7 @@ Websocket messages are notifications (at most once); the record stays in the dat
 clients re-fetch it over REST when they (re)connect.
 """
 
+import logging
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -20,7 +21,14 @@ def project_event(project_id: int, event_type: str, payload: dict[str, Any]) -> 
     transaction.on_commit(lambda: _send(project_group(project_id), message))
 
 
+logger = logging.getLogger(__name__)
+
+
 def _send(group: str, message: dict[str, Any]) -> None:
     layer = get_channel_layer()
-    if layer is not None:
+    if layer is None:
+        return
+    try:
         async_to_sync(layer.group_send)(group, message)
+    except Exception:  # noqa: BLE001 - a lost notification must never undo or fail the write
+        logger.warning("could not notify %s of %s", group, message["event"], exc_info=True)

@@ -42,8 +42,11 @@ def task_set(db):
 
 def do_import(task_set, lines, **kwargs):
     return services.task_set_import(
-        task_set=task_set, stream=lines, file_format=kwargs.pop("file_format", "jsonl"),
-        by=task_set.created_by, **kwargs,
+        task_set=task_set,
+        stream=lines,
+        file_format=kwargs.pop("file_format", "jsonl"),
+        by=task_set.created_by,
+        **kwargs,
     )
 
 
@@ -63,7 +66,10 @@ def test_a_bad_line_names_its_line_and_field_and_imports_nothing(task_set):
     report = do_import(task_set, jsonl(ANSWERS[0], bad, {"kind": "code", "prompt": "x"}) + [b"{oops\n"])
     assert not report.ok
     assert [(e.line, e.field) for e in report.errors] == [
-        (2, "reference"), (3, "tests"), (3, "entry_point"), (4, None),
+        (2, "reference"),
+        (3, "tests"),
+        (3, "entry_point"),
+        (4, None),
     ]
     assert TaskSetVersion.objects.count() == 0 and TaskItem.objects.count() == 0
 
@@ -93,9 +99,14 @@ def test_the_split_is_seeded_and_stable_per_item(task_set):
     sub_splits = dict(TaskItem.objects.filter(version=subset.version).values_list("external_id", "split"))
     assert all(sub_splits[key] == splits[key] for key in sub_splits)
     assert 30 <= report.split_counts["heldout"] <= 70
-    resplit = services.task_set_resplit(version=report.version, by=task_set.created_by, split_seed=8, heldout_fraction=0.25)
+    resplit = services.task_set_resplit(
+        version=report.version, by=task_set.created_by, split_seed=8, heldout_fraction=0.25
+    )
     assert resplit.created and resplit.version.split_seed == 8
-    assert resplit.version.split_counts != report.version.split_counts or resplit.content_hash != report.content_hash
+    assert (
+        resplit.version.split_counts != report.version.split_counts
+        or resplit.content_hash != report.content_hash
+    )
 
 
 def test_csv_answers_import_with_line_numbers(task_set):

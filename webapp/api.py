@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.http import Http404
 from django.utils import timezone
-from rest_framework import exceptions, status
+from rest_framework import exceptions
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -47,7 +47,13 @@ CODES = {
 }
 
 
-def error_body(status_code: int, message: str, param: str | None = None, details: list | None = None, code: str | None = None) -> dict:
+def error_body(
+    status_code: int,
+    message: str,
+    param: str | None = None,
+    details: list | None = None,
+    code: str | None = None,
+) -> dict:
     return {
         "error": {
             "code": code or CODES.get(status_code, "error"),
@@ -63,7 +69,11 @@ def _flatten(detail: Any, prefix: str = "") -> list[dict[str, Any]]:
     if isinstance(detail, dict):
         out = []
         for key, value in detail.items():
-            name = prefix if key in ("non_field_errors", "__all__") else (f"{prefix}.{key}" if prefix else str(key))
+            name = (
+                prefix
+                if key in ("non_field_errors", "__all__")
+                else (f"{prefix}.{key}" if prefix else str(key))
+            )
             out += _flatten(value, name)
         return out
     if isinstance(detail, list):
@@ -120,16 +130,24 @@ def _fingerprint(request: Request) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def idempotent(handler):
+def idempotent(handler=None, *, secret_fields: tuple[str, ...] = ()):
     """Wrap a creating POST: the same Idempotency-Key replays the first response; the same key
-    with another body answers 422; while the first request is still running, 409."""
+    with another body answers 422; while the first request is still running, 409.
+
+    `secret_fields` (a token shown once) are never stored with the response: a replay shows null.
+    """
+    if handler is None:
+        return lambda handler: idempotent(handler, secret_fields=secret_fields)
 
     def wrapper(view, request: Request, *args, **kwargs):
         key = request.headers.get("Idempotency-Key")
         if not key:
             return handler(view, request, *args, **kwargs)
         if len(key) > 255:
-            return Response(error_body(400, "Idempotency-Key must be at most 255 characters", "Idempotency-Key"), status=400)
+            return Response(
+                error_body(400, "Idempotency-Key must be at most 255 characters", "Idempotency-Key"),
+                status=400,
+            )
         fingerprint = _fingerprint(request)
         claimed = _claim_key(request.user, key, fingerprint)
         if isinstance(claimed, Response):
@@ -142,8 +160,11 @@ def idempotent(handler):
         if response.status_code >= 500:
             claimed.delete()
             return response
+        body = json.loads(json.dumps(response.data, default=str))
+        if isinstance(body, dict):
+            body.update({name: None for name in secret_fields if name in body})
         IdempotencyKey.objects.filter(pk=claimed.pk).update(
-            response_status=response.status_code, response_body=json.loads(json.dumps(response.data, default=str))
+            response_status=response.status_code, response_body=body
         )
         return response
 
@@ -162,15 +183,27 @@ def _claim_key(user, key: str, fingerprint: str) -> IdempotencyKey | Response:
         pass
     existing = IdempotencyKey.objects.filter(user=user, key=key).first()
     if existing is None:  # finished and expired between our two statements: rare; ask to retry
-        return Response(error_body(409, "the request with this Idempotency-Key just expired; retry"), status=409)
+        return Response(
+            error_body(409, "the request with this Idempotency-Key just expired; retry"), status=409
+        )
     if existing.request_fingerprint != fingerprint:
         return Response(
-            error_body(422, "this Idempotency-Key was used with a different request", "Idempotency-Key", code="idempotency_key_reused"),
+            error_body(
+                422,
+                "this Idempotency-Key was used with a different request",
+                "Idempotency-Key",
+                code="idempotency_key_reused",
+            ),
             status=422,
         )
     if existing.in_flight:
         return Response(
-            error_body(409, "a request with this Idempotency-Key is still in progress", "Idempotency-Key", code="idempotency_in_flight"),
+            error_body(
+                409,
+                "a request with this Idempotency-Key is still in progress",
+                "Idempotency-Key",
+                code="idempotency_in_flight",
+            ),
             status=409,
         )
     response = Response(existing.response_body, status=existing.response_status)

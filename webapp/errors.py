@@ -1,7 +1,8 @@
 """Error pages: JSON in the API's one error shape under /api/, HTML elsewhere."""
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.defaults import page_not_found, server_error as html_server_error
+from django.views.defaults import page_not_found
+from django.views.defaults import server_error as html_server_error
 
 from webapp.api import error_body
 

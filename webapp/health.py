@@ -52,6 +52,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
         "status": "ok" if healthy else "degraded",
         "database": {"ok": db_ok, "detail": db_detail},
         "redis": {"ok": r_ok, "detail": r_detail},
-        "queues": {name: {"workers": len(workers), "names": sorted(workers)} for name, workers in queues.items()},
+        "queues": {
+            name: {"workers": len(workers), "names": sorted(workers)} for name, workers in queues.items()
+        },
     }
     return JsonResponse(body, status=200 if healthy else 503)

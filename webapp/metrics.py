@@ -8,9 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram,
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-REQUESTS = Counter(
-    "flywheel_http_requests_total", "HTTP requests served", ["method", "view", "status"]
-)
+REQUESTS = Counter("flywheel_http_requests_total", "HTTP requests served", ["method", "view", "status"])
 LATENCY = Histogram(
     "flywheel_http_request_duration_seconds", "Time to serve an HTTP request", ["method", "view"]
 )

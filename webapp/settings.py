@@ -64,6 +64,7 @@ DEBUG = env_bool("FLYWHEEL_DEBUG", False)
 ALLOWED_HOSTS = env_list("FLYWHEEL_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("FLYWHEEL_CSRF_TRUSTED_ORIGINS", "")
 PORT = env_int("PORT", 8000)
+FLYWHEEL_BIND = env_str("FLYWHEEL_BIND", "127.0.0.1")
 
 INSTALLED_APPS = [
     "daphne",
@@ -119,9 +120,7 @@ TEMPLATES = [
 
 SQLITE_PATH = FLYWHEEL_HOME / "db.sqlite3"
 DATABASES = {
-    "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{SQLITE_PATH}"), conn_max_age=0
-    )
+    "default": dj_database_url.parse(env_str("DATABASE_URL", f"sqlite:///{SQLITE_PATH}"), conn_max_age=0)
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the web process read while a worker writes; IMMEDIATE takes the write lock at
@@ -140,6 +139,7 @@ MEDIA_ROOT = FLYWHEEL_HOME / "media"
 MEDIA_URL = "/media/"
 STATIC_URL = "/static/"
 STATIC_ROOT = FLYWHEEL_HOME / "static"
+STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise expects it; files come from the finders
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -236,9 +236,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
-    "APPEND_COMPONENTS": {
-        "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}
-    },
+    "APPEND_COMPONENTS": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}},
     "SECURITY": [{"bearerAuth": []}],
     # Served from the drf-spectacular-sidecar package: no CDN.
     "SWAGGER_UI_DIST": "SIDECAR",

@@ -1,0 +1,48 @@
+# Flywheel: `make up` runs it on the embedded default, `make test` runs the whole suite.
+# With DATABASE_URL and REDIS_URL set, both use that PostgreSQL and that Redis instead.
+
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
+PYTEST_ARGS ?=
+
+.PHONY: up down test lint format bench venv browser-deps
+
+venv: $(INSTALLED)
+
+$(INSTALLED): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	rm -f $(VENV)/.installed-* && touch $@
+
+up: venv
+	$(PY) manage.py flywheel_up
+
+down: venv
+	$(PY) manage.py flywheel_down
+
+# Debian's Chromium for the browser tests; Playwright never downloads a browser here.
+browser-deps:
+	@test -x /usr/bin/chromium || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "browser tests need Debian's chromium: sudo apt-get install -y chromium" >&2; exit 1; fi; }
+
+# pytest exits 5 when it collected no test: a suite that ran nothing must not pass.
+test: venv browser-deps
+	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: venv
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+# Benchmarks are not tests: each prints its figures as one line of JSON at the end.
+bench: venv
+	$(PY) benchmarks/bench_import.py

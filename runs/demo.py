@@ -1,0 +1,105 @@
+"""The demo account and project that `make up` creates: a small task set and two tiers."""
+
+import json
+import random
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from runs import services
+from runs.models import Membership, Project, TaskSet, Tier
+from runs.roles import Role
+
+DEMO_PROJECT = "Demo"
+DEMO_TASK_SET = "arithmetic-and-code"
+DEMO_SEED = 1234
+
+
+def demo_task_lines(seed: int = DEMO_SEED) -> list[bytes]:
+    """A few answer items (arithmetic) and code items (small functions with tests)."""
+    rng = random.Random(seed)
+    lines = []
+    for index in range(24):
+        a, b = rng.randint(2, 99), rng.randint(2, 99)
+        item = {
+            "id": f"add-{index:02d}",
+            "kind": "answer",
+            "prompt": f"What is {a} + {b}?",
+            "reference": str(a + b),
+        }
+        lines.append(item)
+    functions = [
+        ("double", "Return twice x.", "x * 2", [(3, 6), (-1, -2)]),
+        ("square", "Return x squared.", "x * x", [(4, 16), (0, 0)]),
+        ("negate", "Return -x.", "-x", [(5, -5), (-7, 7)]),
+        ("increment", "Return x plus one.", "x + 1", [(1, 2), (41, 42)]),
+        ("halve", "Return x divided by two with integer division.", "x // 2", [(9, 4), (10, 5)]),
+        ("is_even", "Return True when x is even.", "x % 2 == 0", [(4, True), (7, False)]),
+    ]
+    for name, doc, body, cases in functions:
+        asserts = "".join(f"assert {name}({arg!r}) == {want!r}\n" for arg, want in cases)
+        lines.append(
+            {
+                "id": f"fn-{name}",
+                "kind": "code",
+                "prompt": f"Write a Python function `{name}(x)`. {doc}",
+                "tests": f"from solution import {name}\n\n{asserts}",
+                "entry_point": name,
+                "reference_solution": f"def {name}(x):\n    return {body}\n",
+            }
+        )
+    return [(json.dumps(item) + "\n").encode() for item in lines]
+
+
+def demo_tiers() -> list[dict]:
+    base = str(settings.FLYWHEEL_HOME / "models" / "tiny-base")
+    return [
+        {
+            "name": "capability",
+            "description": "Full precision, greedy decoding, batched.",
+            "base_model": base,
+            "precision": "fp32",
+            "temperature": 0.0,
+            "max_new_tokens": 128,
+            "batch_size": 8,
+        },
+        {
+            "name": "speed",
+            "description": "int8 weights and prompt-lookup speculative decoding.",
+            "base_model": base,
+            "device": "cpu",
+            "precision": "int8",
+            "speculation": "prompt_lookup",
+            "speculative_tokens": 4,
+            "temperature": 0.0,
+            "max_new_tokens": 128,
+            "batch_size": 1,
+        },
+    ]
+
+
+@transaction.atomic
+def demo_ensure(*, username: str, password: str) -> tuple[AbstractBaseUser, Project]:
+    """Create what is missing of the demo; running it again changes nothing."""
+    user = services.demo_user_ensure(username=username, password=password)
+    project = Project.objects.filter(name=DEMO_PROJECT).first()
+    if project is None:
+        project = services.project_create(name=DEMO_PROJECT, by=user, description="A sample project.")
+    Membership.objects.get_or_create(project=project, user=user, defaults={"role": Role.OWNER})
+    task_set = TaskSet.objects.filter(project=project, name=DEMO_TASK_SET).first()
+    if task_set is None:
+        task_set = services.task_set_create(
+            project=project,
+            name=DEMO_TASK_SET,
+            by=user,
+            description="Arithmetic answers and small functions.",
+        )
+    if not task_set.versions.exists():
+        services.task_set_import(
+            task_set=task_set, stream=demo_task_lines(), file_format="jsonl", by=user, source_name="demo"
+        )
+    for tier in demo_tiers():
+        if not Tier.objects.filter(project=project, name=tier["name"]).exists():
+            services.tier_create(project=project, by=user, **tier)
+    return user, project

@@ -1,0 +1,72 @@
+import os
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from runs import services
+from runs.models import Project, TaskSet
+from runs.task_format import guess_format
+
+
+class Command(BaseCommand):
+    help = "Import a JSONL or CSV file as a new version of a task set (created if missing)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("project", help="Project name")
+        parser.add_argument("task_set", help="Task set name")
+        parser.add_argument("file", help="Path to a .jsonl or .csv file")
+        parser.add_argument("--user", required=True, help="Who imports it (needs launcher or owner role)")
+        parser.add_argument("--format", choices=["jsonl", "csv"], help="Default: from the file name")
+        parser.add_argument("--split-seed", type=int)
+        parser.add_argument("--heldout-fraction", type=float)
+        parser.add_argument("--dry-run", action="store_true", help="Validate and report; import nothing")
+
+    def handle(self, *args, **opts) -> None:
+        user = get_user_model().objects.filter(username=opts["user"]).first()
+        project = Project.objects.filter(name=opts["project"]).first()
+        if user is None or project is None:
+            raise CommandError("no such user" if user is None else f"no project named {opts['project']!r}")
+        if not project.memberships.filter(user=user, role__in=["owner", "launcher"]).exists():
+            raise CommandError(
+                f"{user.username} may not import into {project.name} (needs launcher or owner)"
+            )
+        task_set = TaskSet.objects.filter(project=project, name=opts["task_set"]).first()
+        if task_set is None:
+            if opts["dry_run"]:
+                raise CommandError(f"no task set named {opts['task_set']!r}; a dry run creates nothing")
+            task_set = services.task_set_create(project=project, name=opts["task_set"], by=user)
+        path = opts["file"]
+        with open(path, "rb") as handle, tqdm(total=os.path.getsize(path), unit="B", unit_scale=True) as bar:
+            try:
+                report = services.task_set_import(
+                    task_set=task_set,
+                    stream=_tracked(handle, bar),
+                    file_format=opts["format"] or guess_format(path),
+                    by=user,
+                    source_name=os.path.basename(path),
+                    split_seed=opts["split_seed"],
+                    heldout_fraction=opts["heldout_fraction"],
+                    dry_run=opts["dry_run"],
+                )
+            except ValidationError as exc:
+                raise CommandError(
+                    "; ".join(f"{k}: {', '.join(v)}" for k, v in exc.message_dict.items())
+                ) from None
+        if not report.ok:
+            for error in report.errors:
+                self.stderr.write(f"{path}: {error}")
+            raise CommandError(f"{report.error_count} errors; nothing was imported")
+        if opts["dry_run"]:
+            self.stdout.write(f"valid: {report.item_count} items {report.kind_counts} {report.split_counts}")
+        elif report.created:
+            self.stdout.write(f"created version {report.version.number} with {report.item_count} items")
+        else:
+            self.stdout.write(f"identical to version {report.version.number}; no new version created")
+
+
+def _tracked(handle, bar):
+    for line in handle:
+        bar.update(len(line))
+        yield line

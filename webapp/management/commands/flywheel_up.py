@@ -1,0 +1,54 @@
+import json
+import time
+import urllib.error
+import urllib.request
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from webapp import stack
+from webapp.embedded_redis import redis_start
+
+HEALTH_WAIT_SECONDS = 90.0
+
+
+class Command(BaseCommand):
+    help = "Start Flywheel (what `make up` runs): Redis if embedded, migrate, demo, web, workers."
+
+    def handle(self, *args, **options) -> None:
+        if settings.EMBEDDED_REDIS:
+            started = redis_start(home=settings.FLYWHEEL_HOME, port=settings.FLYWHEEL_REDIS_PORT)
+            self.stdout.write(
+                f"redis: {'started' if started else 'already running'} on port {settings.FLYWHEEL_REDIS_PORT}"
+            )
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("seed_demo", stdout=self.stdout)
+        for service in stack.services():
+            pid = stack.service_start(service)
+            self.stdout.write(f"{service.name}: pid {pid}")
+        url = f"http://{settings.FLYWHEEL_BIND}:{settings.PORT}"
+        health = self._wait_healthy(url)
+        self.stdout.write(self.style.SUCCESS(f"\nFlywheel is up at {url}/"))
+        self.stdout.write(f"  sign in as {settings.FLYWHEEL_DEMO_USER} / {settings.FLYWHEEL_DEMO_PASSWORD}")
+        self.stdout.write(
+            f"  database: {health['database']['detail']}; logs: {settings.FLYWHEEL_HOME / 'logs'}"
+        )
+        self.stdout.write("  stop it with: make down")
+
+    def _wait_healthy(self, url: str) -> dict:
+        deadline = time.monotonic() + HEALTH_WAIT_SECONDS
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=5) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as exc:  # 503 while workers are still starting
+                last = exc.read().decode(errors="replace")
+            except OSError as exc:
+                last = str(exc)
+            time.sleep(0.5)
+        raise CommandError(
+            f"Flywheel did not become healthy in {HEALTH_WAIT_SECONDS:.0f}s: {last}\n"
+            f"see the logs in {settings.FLYWHEEL_HOME / 'logs'}"
+        )
