@@ -17,6 +17,12 @@ def redis_server():
         redis_start(home=settings.FLYWHEEL_HOME, port=settings.FLYWHEEL_REDIS_PORT)
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Tests create many users; the production hasher is slow on purpose."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def make_user(username: str, password: str = "pw-123456"):
     return services.User.objects.create_user(username=username, password=password)
 

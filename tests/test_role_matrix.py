@@ -1,0 +1,292 @@
+"""The role matrix: every REST endpoint and every page × every role × a user of another project
+× an anonymous caller. A role allows the same actions in pages and REST (runs/roles.py);
+websockets are covered by tests/test_websockets.py.
+
+Every URL of runs.urls and runs.api_urls must have a row here: a new route without one fails
+`test_every_route_is_in_the_matrix`.
+"""
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from runs import api_urls, services, urls
+from runs.models import StagedImport
+from runs.roles import Role
+from tests.conftest import api_client_for, make_user
+
+SELF = "self"  # needs only a signed-in user; acts on the caller's own things
+ROLES = [Role.OWNER, Role.LAUNCHER, Role.REVIEWER, Role.VIEWER, "outsider", "anonymous"]
+# Written out here, not read from runs/roles.py, so that a change to the roles fails this test.
+ALLOWED = {
+    "view": {Role.OWNER, Role.LAUNCHER, Role.REVIEWER, Role.VIEWER},
+    "review": {Role.OWNER, Role.LAUNCHER, Role.REVIEWER},
+    "edit": {Role.OWNER, Role.LAUNCHER},
+    "manage": {Role.OWNER},
+}
+ITEM = {"id": "q1", "prompt": "What is 1 + 1?", "reference": "2"}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str  # URL name
+    method: str
+    permission: str
+    kwargs: Any = None  # world -> url kwargs
+    body: Any = None  # world -> request data
+    multipart: bool = False
+    query: Any = None
+    ids: list = field(default_factory=list)
+
+    @property
+    def api(self) -> bool:
+        return self.name.startswith("api-")
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.name}"
+
+
+def project(w):
+    return {"id": w["project"].pk}
+
+
+def task_set(w):
+    return {"id": w["task_set"].pk}
+
+
+def version(w):
+    return {"id": w["task_set"].pk, "number": 1}
+
+
+def tier(w):
+    return {"id": w["tier"].pk}
+
+
+def upload(_w):
+    return {"file": SimpleUploadedFile("items.jsonl", (json.dumps(ITEM) + "\n").encode())}
+
+
+def tier_body(w):
+    return {"project": w["project"].pk, "name": "new-tier", "base_model": "org/model"}
+
+
+API_CASES = [
+    Case("api-me", "get", SELF),
+    Case("api-projects", "get", SELF),
+    Case("api-projects", "post", SELF, body=lambda w: {"name": "fresh"}),
+    Case("api-project", "get", "view", project),
+    Case("api-project", "patch", "manage", project, body=lambda w: {"description": "changed"}),
+    Case("api-project", "delete", "manage", project),
+    Case("api-members", "get", "view", project),
+    Case("api-members", "post", "manage", project, body=lambda w: {"username": "newcomer", "role": "viewer"}),
+    Case(
+        "api-member",
+        "patch",
+        "manage",
+        lambda w: {"id": w["project"].pk, "user_id": w["viewer_id"]},
+        body=lambda w: {"role": "reviewer"},
+    ),
+    Case("api-member", "delete", "manage", lambda w: {"id": w["project"].pk, "user_id": w["viewer_id"]}),
+    Case("api-task-sets", "get", SELF),
+    Case("api-task-sets", "post", "edit", body=lambda w: {"project": w["project"].pk, "name": "fresh"}),
+    Case("api-task-set", "get", "view", task_set),
+    Case("api-task-set", "patch", "edit", task_set, body=lambda w: {"description": "changed"}),
+    Case("api-task-set-import", "post", "edit", task_set, body=upload, multipart=True),
+    Case("api-versions", "get", "view", task_set),
+    Case("api-version", "get", "view", version),
+    Case("api-version-export", "get", "view", version),
+    Case(
+        "api-version-split",
+        "post",
+        "edit",
+        version,
+        body=lambda w: {"split_seed": 5, "heldout_fraction": 0.5},
+    ),
+    Case("api-tasks", "get", SELF),
+    Case("api-task", "get", "view", lambda w: {"id": w["item"].pk}),
+    Case("api-tiers", "get", SELF),
+    Case("api-tiers", "post", "edit", body=tier_body),
+    Case("api-tier", "get", "view", tier),
+    Case("api-tier", "patch", "edit", tier, body=lambda w: {"batch_size": 4}),
+    Case("api-tier", "delete", "edit", tier),
+    Case("api-tokens", "get", SELF),
+    Case("api-tokens", "post", SELF, body=lambda w: {"name": "script"}),
+    Case("api-token", "delete", SELF, lambda w: {"id": w["own_token"].pk}),
+]
+
+
+def pid(w):
+    return {"project_id": w["project"].pk}
+
+
+def tsid(w):
+    return {"task_set_id": w["task_set"].pk}
+
+
+def pversion(w):
+    return {"task_set_id": w["task_set"].pk, "number": 1}
+
+
+def ptier(w):
+    return {"tier_id": w["tier"].pk}
+
+
+def staged(w):
+    return {"task_set_id": w["task_set"].pk, "staged_id": w["staged"].pk}
+
+
+PAGE_CASES = [
+    Case("project-list", "get", SELF),
+    Case("project-create", "get", SELF),
+    Case("project-create", "post", SELF, body=lambda w: {"name": "fresh", "description": ""}),
+    Case("project-detail", "get", "view", pid),
+    Case("project-members", "get", "view", pid),
+    Case("project-members", "post", "manage", pid, body=lambda w: {"username": "newcomer", "role": "viewer"}),
+    Case(
+        "member-role",
+        "post",
+        "manage",
+        lambda w: {"project_id": w["project"].pk, "user_id": w["viewer_id"]},
+        body=lambda w: {"role": "reviewer"},
+    ),
+    Case(
+        "member-remove",
+        "post",
+        "manage",
+        lambda w: {"project_id": w["project"].pk, "user_id": w["viewer_id"]},
+    ),
+    Case("task-set-create", "get", "edit", pid),
+    Case("task-set-create", "post", "edit", pid, body=lambda w: {"name": "fresh", "description": ""}),
+    Case("tier-create", "get", "edit", pid),
+    Case(
+        "tier-create",
+        "post",
+        "edit",
+        pid,
+        body=lambda w: tier_body(w) | {"device": "auto", "precision": "fp32"},
+    ),
+    Case("task-set-detail", "get", "view", tsid),
+    Case("task-set-import", "get", "edit", tsid),
+    Case("task-set-import", "post", "edit", tsid, body=upload, multipart=True),
+    Case("import-confirm", "post", "edit", staged),
+    Case("import-cancel", "post", "edit", staged),
+    Case("version-detail", "get", "view", pversion),
+    Case("version-export", "get", "view", pversion),
+    Case(
+        "version-resplit", "post", "edit", pversion, body=lambda w: {"split_seed": 5, "heldout_fraction": 0.5}
+    ),
+    Case("tier-detail", "get", "view", ptier),
+    Case("tier-edit", "get", "edit", ptier),
+    Case(
+        "tier-edit",
+        "post",
+        "edit",
+        ptier,
+        body=lambda w: tier_body(w) | {"device": "auto", "precision": "fp32"},
+    ),
+    Case("tier-delete", "post", "edit", ptier),
+    Case("token-list", "get", SELF),
+    Case("token-list", "post", SELF, body=lambda w: {"name": "script"}),
+    Case("token-revoke", "post", SELF, lambda w: {"token_id": w["own_token"].pk}),
+]
+
+CASES = API_CASES + PAGE_CASES
+
+
+def route_names(module) -> set[str]:
+    return {pattern.name for pattern in module.urlpatterns}
+
+
+def test_every_route_is_in_the_matrix():
+    covered = {case.name for case in CASES}
+    assert sorted(route_names(api_urls) - covered) == []
+    assert sorted(route_names(urls) - covered) == []
+
+
+@pytest.fixture
+def world(team):
+    """The team's project with one of everything, acted on by `actor`."""
+    owner = team[Role.OWNER]
+    task_set = services.task_set_create(project=team["project"], name="set", by=owner)
+    report = services.task_set_import(
+        task_set=task_set, stream=[(json.dumps(ITEM) + "\n").encode()], file_format="jsonl", by=owner
+    )
+    tier = services.tier_create(project=team["project"], by=owner, name="cap", base_model="org/model")
+    make_user("newcomer")
+    return team | {
+        "task_set": task_set,
+        "item": report.version.items.get(),
+        "tier": tier,
+        "viewer_id": team[Role.VIEWER].pk,
+    }
+
+
+def expected(case: Case, role: str) -> str:
+    if role == "anonymous":
+        return "unauthenticated"
+    if case.permission == SELF:
+        return "allowed"
+    if role == "outsider":
+        return "not_found"
+    return "allowed" if role in ALLOWED[case.permission] else "forbidden"
+
+
+def call(case: Case, world: dict, role: str):
+    actor = None if role == "anonymous" else world[role]
+    owner_of_things = actor or world[Role.OWNER]
+    world["own_token"], _ = services.api_token_create(user=owner_of_things, name="own")
+    world["staged"] = StagedImport.objects.create(
+        task_set=world["task_set"],
+        user=owner_of_things,
+        file=SimpleUploadedFile("s.jsonl", (json.dumps(ITEM) + "\n").encode()),
+        original_name="s.jsonl",
+        file_format="jsonl",
+    )
+    url = reverse(case.name, kwargs=case.kwargs(world) if case.kwargs else None)
+    data = case.body(world) if case.body else None
+    if case.api:
+        client = api_client_for(actor) if actor else APIClient()
+        send = getattr(client, case.method)
+        return send(url, data, format="multipart" if case.multipart else "json")
+    client = Client()
+    if actor:
+        client.force_login(actor)
+    return getattr(client, case.method)(url, data or {})
+
+
+def outcome(case: Case, response) -> str:
+    status = response.status_code
+    if status == 404:
+        return "not_found"
+    if status == 403:
+        return "forbidden"
+    if status == 401 or (
+        not case.api and status == 302 and "/accounts/login/" in response.get("Location", "")
+    ):
+        return "unauthenticated"
+    if status < 500:
+        return "allowed"
+    return f"error {status}"
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_role_matrix(world, case, role):
+    response = call(case, world, role)
+    assert (outcome(case, response), response.status_code) == (expected(case, role), response.status_code)
+    if case.api and response.status_code in (401, 403, 404):
+        assert set(response.json()["error"]) == {"code", "message", "param", "details"}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.permission == SELF and c.method == "get"], ids=str)
+def test_an_outsider_lists_nothing_of_the_project(world, case):
+    response = call(case, world, "outsider")
+    text = response.content.decode()
+    for secret in (world["task_set"].name + '"', ITEM["prompt"], world["tier"].base_model):
+        assert secret not in text
