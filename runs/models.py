@@ -24,16 +24,15 @@ class Project(models.Model):
 
 class Membership(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
-    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["project", "user"], name="one_membership_per_user")
-        ]
+        constraints = [models.UniqueConstraint(fields=["project", "user"], name="one_membership_per_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} is {self.role} of {self.project}"
 
     def allows(self, permission: str) -> bool:
         return role_allows(self.role, permission)
@@ -42,15 +41,16 @@ class Membership(models.Model):
 class ApiToken(models.Model):
     """A bearer token. Only its SHA-256 is stored; the token itself is shown once."""
 
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
-    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=16, help_text="First characters, to recognise it")
     digest = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
 
     @property
     def is_active(self) -> bool:
@@ -67,9 +67,7 @@ class TaskSet(models.Model):
     )
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["project", "name"], name="task_set_name_per_project")
-        ]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="task_set_name_per_project")]
 
     def __str__(self) -> str:
         return self.name
@@ -94,9 +92,7 @@ class TaskSetVersion(models.Model):
 
     class Meta:
         ordering = ["-number"]
-        constraints = [
-            models.UniqueConstraint(fields=["task_set", "number"], name="version_number_per_set")
-        ]
+        constraints = [models.UniqueConstraint(fields=["task_set", "number"], name="version_number_per_set")]
 
     def __str__(self) -> str:
         return f"{self.task_set.name} v{self.number}"
@@ -130,6 +126,9 @@ class TaskItem(models.Model):
         ]
         indexes = [models.Index(fields=["version", "split", "position"])]
 
+    def __str__(self) -> str:
+        return self.external_id
+
 
 class Tier(models.Model):
     """A named inference configuration of a checkpoint: how fast, how capable."""
@@ -156,9 +155,7 @@ class Tier(models.Model):
     base_model = models.CharField(max_length=500, help_text="A local path or a hub id")
     device = models.CharField(max_length=8, choices=Device.choices, default=Device.AUTO)
     precision = models.CharField(max_length=8, choices=Precision.choices, default=Precision.FP32)
-    speculation = models.CharField(
-        max_length=16, choices=Speculation.choices, default=Speculation.NONE
-    )
+    speculation = models.CharField(max_length=16, choices=Speculation.choices, default=Speculation.NONE)
     draft_model = models.CharField(max_length=500, blank=True)
     speculative_tokens = models.PositiveSmallIntegerField(default=0)
     temperature = models.FloatField(default=1.0)
@@ -174,9 +171,7 @@ class Tier(models.Model):
     )
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["project", "name"], name="tier_name_per_project")
-        ]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="tier_name_per_project")]
 
     def __str__(self) -> str:
         return self.name
@@ -193,9 +188,10 @@ class IdempotencyKey(models.Model):
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["user", "key"], name="idempotency_key_per_user")
-        ]
+        constraints = [models.UniqueConstraint(fields=["user", "key"], name="idempotency_key_per_user")]
+
+    def __str__(self) -> str:
+        return self.key
 
     @property
     def in_flight(self) -> bool:
@@ -211,3 +207,6 @@ class StagedImport(models.Model):
     original_name = models.CharField(max_length=255)
     file_format = models.CharField(max_length=8)
     created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.original_name

@@ -20,11 +20,7 @@ class NotAMember(Http404):
 def role_of(*, user: AbstractBaseUser | AnonymousUser, project_id: int) -> str | None:
     if not user.is_authenticated:
         return None
-    return (
-        Membership.objects.filter(project_id=project_id, user=user)
-        .values_list("role", flat=True)
-        .first()
-    )
+    return Membership.objects.filter(project_id=project_id, user=user).values_list("role", flat=True).first()
 
 
 def require(*, user: AbstractBaseUser | AnonymousUser, project_id: int, permission: str) -> str:
@@ -33,7 +29,9 @@ def require(*, user: AbstractBaseUser | AnonymousUser, project_id: int, permissi
     if role is None:
         raise NotAMember("no such object")
     if not role_allows(role, permission):
-        raise PermissionDenied(f"your role in this project ({role}) does not allow this: {Permission(permission).label}")
+        raise PermissionDenied(
+            f"your role in this project ({role}) does not allow this: {Permission(permission).label}"
+        )
     return role
 
 
@@ -48,15 +46,22 @@ def projects_of(*, user: AbstractBaseUser) -> QuerySet[Project]:
     )
 
 
+def roles_of(*, user: AbstractBaseUser) -> QuerySet[Membership]:
+    """The user's memberships, each with its project: what /me reports."""
+    return Membership.objects.filter(user=user).select_related("project").order_by("project__name")
+
+
 def memberships_of(*, project: Project) -> QuerySet[Membership]:
     return project.memberships.select_related("user").order_by("user__username")
 
 
 def membership_for(*, user: AbstractBaseUser, project_id: int, user_id: int, permission: str) -> Membership:
     require(user=user, project_id=project_id, permission=permission)
-    membership = Membership.objects.select_related("user", "project").filter(
-        project_id=project_id, user_id=user_id
-    ).first()
+    membership = (
+        Membership.objects.select_related("user", "project")
+        .filter(project_id=project_id, user_id=user_id)
+        .first()
+    )
     if membership is None:
         raise Http404("no such member")
     return membership
@@ -86,21 +91,37 @@ def version_for(*, user: AbstractBaseUser, task_set_id: int, number: int) -> Tas
     return version
 
 
+def version_by_id_for(*, user: AbstractBaseUser, version_id: int) -> TaskSetVersion:
+    version = TaskSetVersion.objects.select_related("task_set").filter(pk=version_id).first()
+    if version is None:
+        raise Http404("no such version")
+    require(user=user, project_id=version.task_set.project_id, permission=Permission.VIEW)
+    return version
+
+
 def items_of(
     *, version: TaskSetVersion, split: str | None = None, kind: str | None = None, query: str | None = None
 ) -> QuerySet[TaskItem]:
-    items = version.items.all()
+    return _items_filtered(version.items.all(), split=split, kind=kind, query=query).order_by("position")
+
+
+def _items_filtered(
+    items: QuerySet[TaskItem], *, split: str | None, kind: str | None, query: str | None
+) -> QuerySet[TaskItem]:
     if split:
         items = items.filter(split=split)
     if kind:
         items = items.filter(kind=kind)
     if query:
         items = items.filter(Q(text__icontains=query) | Q(external_id__icontains=query))
-    return items.order_by("position")
+    return items
 
 
-def items_for(*, user: AbstractBaseUser) -> QuerySet[TaskItem]:
-    return TaskItem.objects.filter(version__task_set__project_id__in=visible_project_ids(user=user))
+def items_for(
+    *, user: AbstractBaseUser, split: str | None = None, kind: str | None = None, query: str | None = None
+) -> QuerySet[TaskItem]:
+    items = TaskItem.objects.filter(version__task_set__project_id__in=visible_project_ids(user=user))
+    return _items_filtered(items, split=split, kind=kind, query=query)
 
 
 def tiers_for(*, user: AbstractBaseUser) -> QuerySet[Tier]:

@@ -60,6 +60,10 @@ def project_update(*, project: Project, name: str | None = None, description: st
     return project
 
 
+def project_delete(*, project: Project) -> None:
+    project.delete()
+
+
 @transaction.atomic
 def member_add(*, project: Project, username: str, role: str) -> Membership:
     user = User.objects.filter(username=username).first()
@@ -93,10 +97,10 @@ def member_remove(*, membership: Membership) -> None:
 
 
 def _ensure_another_owner(membership: Membership) -> None:
-    owners = Membership.objects.select_for_update().filter(
-        project_id=membership.project_id, role=Role.OWNER
-    )
-    if not owners.exclude(pk=membership.pk).exists():
+    # Lock every owner row, this one included: locking only the others let two owners demote
+    # each other at once, each seeing the other still an owner, and leave the project ownerless.
+    owners = Membership.objects.select_for_update().filter(project_id=membership.project_id, role=Role.OWNER)
+    if not [pk for pk in owners.values_list("pk", flat=True) if pk != membership.pk]:
         raise StateError("a project needs at least one owner; make someone else owner first")
 
 
@@ -138,6 +142,19 @@ def task_set_create(*, project: Project, name: str, by: AbstractBaseUser, descri
             return TaskSet.objects.create(project=project, name=name, description=description, created_by=by)
     except IntegrityError:
         raise ValidationError({"name": f"this project already has a task set named {name!r}"}) from None
+
+
+def task_set_update(*, task_set: TaskSet, name: str | None = None, description: str | None = None) -> TaskSet:
+    if name is not None:
+        name = name.strip()
+        if not name:
+            raise ValidationError({"name": "is required"})
+        if TaskSet.objects.filter(project_id=task_set.project_id, name=name).exclude(pk=task_set.pk).exists():
+            raise ValidationError({"name": f"this project already has a task set named {name!r}"})
+        task_set.name = name
+    task_set.description = task_set.description if description is None else description
+    task_set.save(update_fields=["name", "description"])
+    return task_set
 
 
 @dataclass
@@ -262,10 +279,9 @@ def _store_items(
             report.add_error(error)
         if item is None:
             continue
-        if item.external_id in first_line_of:
-            report.add_error(
-                ItemError(item.line, "id", f"duplicate id {item.external_id!r}; first used on line {first_line_of[item.external_id]}")
-            )
+        if (first_line := first_line_of.get(item.external_id)) is not None:
+            message = f"duplicate id {item.external_id!r}; first used on line {first_line}"
+            report.add_error(ItemError(item.line, "id", message))
             continue
         first_line_of[item.external_id] = item.line
         split = item.split or stable_split(item.external_id, seed=seed, heldout_fraction=fraction)
@@ -312,9 +328,7 @@ def task_set_resplit(
     """A new version with the same items split by (seed, fraction); explicit per-item splits
     in the source are not kept, since the stored split is what the rule is asked to replace."""
     _check_split_settings(split_seed, heldout_fraction)
-    lines = (
-        _without_split(line).encode() for line in task_set_export_lines(version=version)
-    )
+    lines = (_without_split(line).encode() for line in task_set_export_lines(version=version))
     return task_set_import(
         task_set=version.task_set,
         stream=lines,

@@ -1,10 +1,465 @@
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+"""Server-rendered pages.
 
-from runs import selectors
+Every object comes through `runs.selectors`, so a non-member gets 404 and a role without the
+permission gets 403, exactly as over REST; every write goes through `runs.services`.
+"""
+
+import json
+import uuid
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.utils.text import slugify
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from runs import forms, selectors, services
+from runs.models import Membership, Project, StagedImport, TaskItem, TaskSet, TaskSetVersion
+from runs.roles import Permission, Role, role_allows
+from runs.task_format import guess_format
+
+ITEMS_PER_PAGE = 50
+FILE_FIELDS = ("files", "setup_files")
+
+
+def _access(user: AbstractBaseUser, project: Project) -> dict[str, Any]:
+    """The user's role and what it allows, for showing the role and hiding unusable buttons."""
+    role = selectors.role_of(user=user, project_id=project.pk)
+    return {
+        "project": project,
+        "role": role,
+        "can_edit": role_allows(role, Permission.EDIT),
+        "can_manage": role_allows(role, Permission.MANAGE),
+    }
+
+
+# --- projects ------------------------------------------------------------------------------
 
 
 @login_required
+@require_GET
 def project_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "runs/project_list.html", {"projects": selectors.projects_of(user=request.user)})
+    projects = list(selectors.projects_of(user=request.user).order_by("name"))
+    roles = dict(Membership.objects.filter(user=request.user).values_list("project_id", "role"))
+    for project in projects:
+        project.my_role = roles.get(project.pk)
+    return render(request, "runs/project_list.html", {"projects": projects, "form": forms.ProjectForm()})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def project_create(request: HttpRequest) -> HttpResponse:
+    form = forms.ProjectForm(request.POST if request.method == "POST" else None)
+    if form.is_bound and form.is_valid():
+        try:
+            project = services.project_create(by=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            forms.add_service_errors(form, exc)
+        else:
+            messages.success(request, f"Project {project.name} created; you are its owner.")
+            return redirect("project-detail", project_id=project.pk)
+    return render(request, "runs/project_form.html", {"form": form})
+
+
+def _task_sets_with_latest(project: Project) -> QuerySet[TaskSet]:
+    latest = TaskSetVersion.objects.filter(task_set=OuterRef("pk")).order_by("-number")
+    return project.task_sets.annotate(
+        latest_number=Subquery(latest.values("number")[:1]),
+        latest_items=Subquery(latest.values("item_count")[:1]),
+    ).order_by("name")
+
+
+@login_required
+@require_GET
+def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = selectors.project_for(user=request.user, project_id=project_id)
+    context = _access(request.user, project) | {
+        "task_sets": _task_sets_with_latest(project),
+        "tiers": project.tiers.order_by("name"),
+        "memberships": selectors.memberships_of(project=project),
+    }
+    return render(request, "runs/project_detail.html", context)
+
+
+# --- members -------------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
+    permission = Permission.MANAGE if request.method == "POST" else Permission.VIEW
+    project = selectors.project_for(user=request.user, project_id=project_id, permission=permission)
+    form = forms.MemberAddForm(request.POST if request.method == "POST" else None)
+    if form.is_bound and form.is_valid():
+        try:
+            membership = services.member_add(project=project, **form.cleaned_data)
+        except ValidationError as exc:
+            forms.add_service_errors(form, exc)
+        else:
+            messages.success(request, f"{membership.user.username} added as {membership.role}.")
+            return redirect("project-members", project_id=project.pk)
+    context = _access(request.user, project) | {
+        "memberships": selectors.memberships_of(project=project),
+        "roles": Role.choices,
+        "form": form,
+    }
+    return render(request, "runs/members.html", context)
+
+
+def _member_change_done(request: HttpRequest, project_id: int) -> HttpResponse:
+    # Someone who just removed themselves can no longer see the project.
+    if selectors.role_of(user=request.user, project_id=project_id) is None:
+        return redirect("project-list")
+    return redirect("project-members", project_id=project_id)
+
+
+@login_required
+@require_POST
+def member_role(request: HttpRequest, project_id: int, user_id: int) -> HttpResponse:
+    membership = selectors.membership_for(
+        user=request.user, project_id=project_id, user_id=user_id, permission=Permission.MANAGE
+    )
+    form = forms.MemberRoleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Role must be one of {', '.join(Role.values)}.")
+    else:
+        try:
+            services.member_set_role(membership=membership, role=form.cleaned_data["role"])
+        except (services.StateError, ValidationError) as exc:
+            messages.error(request, _message(exc))
+        else:
+            messages.success(request, f"{membership.user.username} is now {membership.role}.")
+    return _member_change_done(request, project_id)
+
+
+@login_required
+@require_POST
+def member_remove(request: HttpRequest, project_id: int, user_id: int) -> HttpResponse:
+    membership = selectors.membership_for(
+        user=request.user, project_id=project_id, user_id=user_id, permission=Permission.MANAGE
+    )
+    try:
+        services.member_remove(membership=membership)
+    except services.StateError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"{membership.user.username} removed from the project.")
+    return _member_change_done(request, project_id)
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(exc.messages)
+    return str(exc)
+
+
+# --- task sets -----------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def task_set_create(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
+    form = forms.TaskSetForm(request.POST if request.method == "POST" else None)
+    if form.is_bound and form.is_valid():
+        try:
+            task_set = services.task_set_create(project=project, by=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            forms.add_service_errors(form, exc)
+        else:
+            messages.success(request, f"Task set {task_set.name} created. Import its first items.")
+            return redirect("task-set-import", task_set_id=task_set.pk)
+    return render(request, "runs/task_set_form.html", _access(request.user, project) | {"form": form})
+
+
+@login_required
+@require_GET
+def task_set_detail(request: HttpRequest, task_set_id: int) -> HttpResponse:
+    task_set = selectors.task_set_for(user=request.user, task_set_id=task_set_id)
+    context = _access(request.user, task_set.project) | {
+        "task_set": task_set,
+        "versions": task_set.versions.select_related("created_by"),
+    }
+    return render(request, "runs/task_set_detail.html", context)
+
+
+# --- import: upload and preview, then confirm ----------------------------------------------
+
+
+def _staged_for(user: AbstractBaseUser, task_set: TaskSet, staged_id: int) -> StagedImport:
+    staged = StagedImport.objects.filter(pk=staged_id, user=user, task_set=task_set).first()
+    if staged is None:
+        raise Http404("no such upload; it may have been imported or cancelled already")
+    return staged
+
+
+def _staged_discard(staged: StagedImport) -> None:
+    staged.file.delete(save=False)
+    staged.delete()
+
+
+def _run_import(
+    staged: StagedImport, *, by: AbstractBaseUser, options: dict[str, Any], dry_run: bool
+) -> services.ImportReport:
+    with staged.file.open("rb") as stream:
+        return services.task_set_import(
+            task_set=staged.task_set,
+            stream=stream,
+            file_format=staged.file_format,
+            by=by,
+            source_name=staged.original_name,
+            split_seed=options.get("split_seed"),
+            heldout_fraction=options.get("heldout_fraction"),
+            dry_run=dry_run,
+        )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def task_set_import(request: HttpRequest, task_set_id: int) -> HttpResponse:
+    task_set = selectors.task_set_for(user=request.user, task_set_id=task_set_id, permission=Permission.EDIT)
+    context = _access(request.user, task_set.project) | {"task_set": task_set}
+    if request.method == "GET":
+        return render(request, "runs/import_form.html", context | {"form": forms.ImportForm()})
+    form = forms.ImportForm(request.POST, request.FILES)
+    if not form.is_valid():
+        return render(request, "runs/import_form.html", context | {"form": form})
+    # One pending upload per user and task set: a new upload replaces the previous one.
+    for old in StagedImport.objects.filter(user=request.user, task_set=task_set):
+        _staged_discard(old)
+    upload = form.cleaned_data["file"]
+    file_format = guess_format(upload.name)
+    staged = StagedImport(
+        task_set=task_set, user=request.user, original_name=upload.name[:255], file_format=file_format
+    )
+    staged.file.save(f"{uuid.uuid4().hex}.{file_format}", upload, save=False)
+    staged.save()
+    options = {key: form.cleaned_data[key] for key in ("split_seed", "heldout_fraction")}
+    try:
+        report = _run_import(staged, by=request.user, options=options, dry_run=True)
+    except ValidationError as exc:
+        _staged_discard(staged)
+        forms.add_service_errors(form, exc)
+        return render(request, "runs/import_form.html", context | {"form": form})
+    if not report.ok:
+        _staged_discard(staged)  # nothing to confirm
+    context |= {"report": report, "staged": staged if report.ok else None, "options": options}
+    return render(request, "runs/import_preview.html", context)
+
+
+@login_required
+@require_POST
+def import_confirm(request: HttpRequest, task_set_id: int, staged_id: int) -> HttpResponse:
+    task_set = selectors.task_set_for(user=request.user, task_set_id=task_set_id, permission=Permission.EDIT)
+    staged = _staged_for(request.user, task_set, staged_id)
+    options_form = forms.SplitForm(request.POST)
+    if not options_form.is_valid():
+        messages.error(request, "The split settings changed in between; upload the file again.")
+        return redirect("task-set-import", task_set_id=task_set.pk)
+    options = options_form.cleaned_data
+    report = _run_import(staged, by=request.user, options=options, dry_run=False)
+    _staged_discard(staged)
+    if not report.ok:
+        context = _access(request.user, task_set.project) | {
+            "task_set": task_set,
+            "report": report,
+            "staged": None,
+            "options": options,
+        }
+        return render(request, "runs/import_preview.html", context)
+    version = report.version
+    if report.created:
+        messages.success(request, f"Imported {version.item_count} items as version {version.number}.")
+    else:
+        messages.info(request, f"The file is identical to version {version.number}; no new version created.")
+    return redirect("version-detail", task_set_id=task_set.pk, number=version.number)
+
+
+@login_required
+@require_POST
+def import_cancel(request: HttpRequest, task_set_id: int, staged_id: int) -> HttpResponse:
+    task_set = selectors.task_set_for(user=request.user, task_set_id=task_set_id, permission=Permission.EDIT)
+    _staged_discard(_staged_for(request.user, task_set, staged_id))
+    messages.info(request, "Upload discarded; nothing was imported.")
+    return redirect("task-set-detail", task_set_id=task_set.pk)
+
+
+# --- versions ------------------------------------------------------------------------------
+
+
+def _item_fields(item: TaskItem) -> list[tuple[str, str]]:
+    """Each field of an item as (label, text), files one by one, for the expandable row."""
+    fields: list[tuple[str, str]] = []
+    for name, value in item.data.items():
+        if name in FILE_FIELDS and isinstance(value, dict):
+            fields += [(f"{name}: {path}", str(content)) for path, content in value.items()]
+        elif isinstance(value, str):
+            fields.append((name, value))
+        else:
+            fields.append((name, json.dumps(value, indent=2, ensure_ascii=False)))
+    return fields
+
+
+@login_required
+@require_GET
+def version_detail(request: HttpRequest, task_set_id: int, number: int) -> HttpResponse:
+    version = selectors.version_for(user=request.user, task_set_id=task_set_id, number=number)
+    query = request.GET.get("q", "").strip()
+    split = request.GET.get("split", "")
+    split = split if split in TaskItem.Split.values else ""
+    kind = request.GET.get("kind", "")
+    kind = kind if kind in TaskItem.Kind.values else ""
+    items = selectors.items_of(version=version, split=split or None, kind=kind or None, query=query or None)
+    page = Paginator(items, ITEMS_PER_PAGE).get_page(request.GET.get("page"))
+    context = _access(request.user, version.task_set.project) | {
+        "task_set": version.task_set,
+        "version": version,
+        "page": page,
+        "rows": [(item, _item_fields(item)) for item in page],
+        "query": query,
+        "split": split,
+        "kind": kind,
+        "splits": TaskItem.Split.choices,
+        "kinds": TaskItem.Kind.choices,
+        "resplit_form": forms.ResplitForm(
+            initial={"split_seed": version.split_seed, "heldout_fraction": version.heldout_fraction}
+        ),
+    }
+    return render(request, "runs/version_detail.html", context)
+
+
+@login_required
+@require_GET
+def version_export(request: HttpRequest, task_set_id: int, number: int) -> StreamingHttpResponse:
+    version = selectors.version_for(user=request.user, task_set_id=task_set_id, number=number)
+    response = StreamingHttpResponse(
+        services.task_set_export_lines(version=version), content_type="application/x-ndjson; charset=utf-8"
+    )
+    filename = f"{slugify(version.task_set.name) or 'task-set'}-v{version.number}.jsonl"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@login_required
+@require_POST
+def version_resplit(request: HttpRequest, task_set_id: int, number: int) -> HttpResponse:
+    version = selectors.version_for(user=request.user, task_set_id=task_set_id, number=number)
+    selectors.require(user=request.user, project_id=version.task_set.project_id, permission=Permission.EDIT)
+    form = forms.ResplitForm(request.POST)
+    if not form.is_valid():
+        problems = "; ".join(f"{name}: {' '.join(errors)}" for name, errors in form.errors.items())
+        messages.error(request, f"Not re-split: {problems}")
+        return redirect("version-detail", task_set_id=task_set_id, number=number)
+    try:
+        report = services.task_set_resplit(version=version, by=request.user, **form.cleaned_data)
+    except ValidationError as exc:
+        messages.error(request, f"Not re-split: {_message(exc)}")
+        return redirect("version-detail", task_set_id=task_set_id, number=number)
+    if not report.ok:
+        messages.error(request, f"Not re-split: {report.errors[0]}")
+        return redirect("version-detail", task_set_id=task_set_id, number=number)
+    if report.created:
+        messages.success(request, f"Re-split as version {report.version.number}: {report.split_counts}.")
+    else:
+        messages.info(
+            request, f"The split is identical to version {report.version.number}; no new version created."
+        )
+    return redirect("version-detail", task_set_id=task_set_id, number=report.version.number)
+
+
+# --- tiers ---------------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tier_create(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
+    form = forms.TierForm(request.POST if request.method == "POST" else None)
+    if form.is_bound and form.is_valid():
+        try:
+            tier = services.tier_create(project=project, by=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            forms.add_service_errors(form, exc)
+        else:
+            messages.success(request, f"Tier {tier.name} created.")
+            return redirect("tier-detail", tier_id=tier.pk)
+    return render(request, "runs/tier_form.html", _access(request.user, project) | {"form": form})
+
+
+@login_required
+@require_GET
+def tier_detail(request: HttpRequest, tier_id: int) -> HttpResponse:
+    tier = selectors.tier_for(user=request.user, tier_id=tier_id)
+    return render(request, "runs/tier_detail.html", _access(request.user, tier.project) | {"tier": tier})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tier_edit(request: HttpRequest, tier_id: int) -> HttpResponse:
+    tier = selectors.tier_for(user=request.user, tier_id=tier_id, permission=Permission.EDIT)
+    form = forms.TierForm(request.POST if request.method == "POST" else None, instance=tier)
+    if form.is_bound and form.is_valid():
+        try:
+            tier = services.tier_update(tier=tier, **form.cleaned_data)
+        except ValidationError as exc:
+            forms.add_service_errors(form, exc)
+        else:
+            messages.success(request, f"Tier {tier.name} saved.")
+            return redirect("tier-detail", tier_id=tier.pk)
+    context = _access(request.user, tier.project) | {"form": form, "tier": tier}
+    return render(request, "runs/tier_form.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tier_delete(request: HttpRequest, tier_id: int) -> HttpResponse:
+    tier = selectors.tier_for(user=request.user, tier_id=tier_id, permission=Permission.EDIT)
+    if request.method == "POST":
+        project_id, name = tier.project_id, tier.name
+        services.tier_delete(tier=tier)
+        messages.success(request, f"Tier {name} deleted.")
+        return redirect("project-detail", project_id=project_id)
+    return render(request, "runs/tier_delete.html", _access(request.user, tier.project) | {"tier": tier})
+
+
+# --- API tokens ----------------------------------------------------------------------------
+
+
+@never_cache
+@login_required
+@require_http_methods(["GET", "POST"])
+def token_list(request: HttpRequest) -> HttpResponse:
+    form = forms.TokenForm(request.POST if request.method == "POST" else None)
+    created = raw_token = None
+    if form.is_bound and form.is_valid():
+        try:
+            created, raw_token = services.api_token_create(user=request.user, name=form.cleaned_data["name"])
+        except ValidationError as exc:
+            forms.add_service_errors(form, exc)
+        else:
+            form = forms.TokenForm()
+    context = {
+        "tokens": selectors.tokens_of(user=request.user),
+        "form": form,
+        "created": created,
+        "raw_token": raw_token,  # rendered in this one response only; only its digest is stored
+    }
+    return render(request, "runs/tokens.html", context)
+
+
+@login_required
+@require_POST
+def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    token = selectors.tokens_of(user=request.user).filter(pk=token_id).first()
+    if token is None:
+        raise Http404("no such token")
+    services.api_token_revoke(token=token)
+    messages.success(request, f"Token {token.name} revoked; clients using it are refused from now on.")
+    return redirect("token-list")

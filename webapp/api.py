@@ -125,9 +125,17 @@ def _fingerprint(request: Request) -> str:
         body = json.dumps(request.data, sort_keys=True, default=str)
     except Exception:  # noqa: BLE001 - an unreadable body still gets a stable fingerprint
         body = repr(request.data)
-    files = sorted((name, f.size, f.name) for name, f in getattr(request, "FILES", {}).items())
+    files = sorted((name, f.name, _content_digest(f)) for name, f in getattr(request, "FILES", {}).items())
     raw = f"{request.method} {request.path}\n{body}\n{files}"
     return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def _content_digest(upload) -> str:
+    # By content, not size: another file of the same name and size is another request (422).
+    digest = hashlib.sha256()
+    for chunk in upload.chunks():  # streamed; chunks() rewinds, so the view reads it from the start
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def idempotent(handler=None, *, secret_fields: tuple[str, ...] = ()):

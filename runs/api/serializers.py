@@ -1,0 +1,258 @@
+"""Input serializers check types and shapes; services check the rules. Output serializers are what
+a client sees: every object has `id`, `created_at` (ISO 8601 UTC) and the ids of related objects."""
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from runs.models import ApiToken, Membership, Project, TaskItem, TaskSet, TaskSetVersion, Tier
+from runs.roles import ROLE_PERMISSIONS, Permission, Role
+from runs.services import TIER_FIELDS
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT32_MAX = 2**31 - 1
+
+# --- query parameters ----------------------------------------------------------------------
+
+
+class ProjectFilterSerializer(serializers.Serializer):
+    project = serializers.IntegerField(required=False, min_value=1, help_text="Only this project's")
+
+
+class TaskFilterSerializer(serializers.Serializer):
+    version = serializers.IntegerField(
+        required=False, min_value=1, help_text="A version id: its items in file order"
+    )
+    split = serializers.ChoiceField(choices=TaskItem.Split.choices, required=False)
+    kind = serializers.ChoiceField(choices=TaskItem.Kind.choices, required=False)
+    q = serializers.CharField(required=False, help_text="Search the prompt or instructions, and the id")
+
+
+# --- the caller ----------------------------------------------------------------------------
+
+
+class RoleSerializer(serializers.Serializer):
+    project = serializers.IntegerField(source="project_id")
+    project_name = serializers.CharField(source="project.name")
+    role = serializers.ChoiceField(choices=Role.choices)
+    permissions = serializers.SerializerMethodField()
+
+    @extend_schema_field(serializers.ListField(child=serializers.ChoiceField(choices=Permission.choices)))
+    def get_permissions(self, membership: Membership) -> list[str]:
+        return sorted(str(p) for p in ROLE_PERMISSIONS[membership.role])
+
+
+class MeSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="user.id")
+    username = serializers.CharField(source="user.username")
+    email = serializers.CharField(source="user.email")
+    created_at = serializers.DateTimeField(source="user.date_joined")
+    roles = RoleSerializer(many=True)
+
+
+# --- projects and members ------------------------------------------------------------------
+
+
+class ProjectSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Project
+        fields = ["id", "name", "description", "created_by", "created_at"]
+        read_only_fields = fields
+
+
+class ProjectInputSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(required=False, allow_blank=True)
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "project", "user", "username", "role", "created_at"]
+        read_only_fields = fields
+
+
+class MemberCreateSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150)
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+class MemberUpdateSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+# --- task sets, versions, items ------------------------------------------------------------
+
+
+class TaskSetSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = TaskSet
+        fields = ["id", "project", "name", "description", "created_by", "created_at"]
+        read_only_fields = fields
+
+
+class TaskSetCreateSerializer(serializers.Serializer):
+    project = serializers.IntegerField(min_value=1)
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(required=False, allow_blank=True)
+
+
+class TaskSetUpdateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(allow_blank=True)
+
+
+class VersionSerializer(serializers.ModelSerializer):
+    kind_counts = serializers.DictField(child=serializers.IntegerField(), read_only=True)
+    split_counts = serializers.DictField(child=serializers.IntegerField(), read_only=True)
+
+    class Meta:
+        model = TaskSetVersion
+        fields = [
+            "id",
+            "task_set",
+            "number",
+            "content_hash",
+            "item_count",
+            "kind_counts",
+            "split_counts",
+            "split_seed",
+            "heldout_fraction",
+            "source_name",
+            "created_by",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class ImportResultSerializer(VersionSerializer):
+    created = serializers.SerializerMethodField(
+        help_text="false: the content equals the latest version, which is returned"
+    )
+
+    class Meta(VersionSerializer.Meta):
+        fields = [*VersionSerializer.Meta.fields, "created"]
+        read_only_fields = fields
+
+    def get_created(self, version: TaskSetVersion) -> bool:
+        return self.context["created"]
+
+
+class SplitSettingsSerializer(serializers.Serializer):
+    split_seed = serializers.IntegerField(min_value=INT64_MIN, max_value=INT64_MAX)
+    heldout_fraction = serializers.FloatField(min_value=0, max_value=1)
+
+
+class ImportInputSerializer(serializers.Serializer):
+    file = serializers.FileField(help_text="JSONL (any kind of item) or CSV (answer items)")
+    format = serializers.ChoiceField(
+        choices=["jsonl", "csv"], required=False, help_text="Default: guessed from the file name"
+    )
+    split_seed = serializers.IntegerField(
+        min_value=INT64_MIN, max_value=INT64_MAX, required=False, help_text="Default: the latest version's"
+    )
+    heldout_fraction = serializers.FloatField(
+        min_value=0, max_value=1, required=False, help_text="Default: the latest version's, else 0.2"
+    )
+    dry_run = serializers.BooleanField(default=False, help_text="Validate and preview; store nothing")
+
+
+class LineErrorSerializer(serializers.Serializer):
+    line = serializers.IntegerField()
+    param = serializers.CharField(source="field", allow_null=True)
+    message = serializers.CharField()
+
+
+class PreviewItemSerializer(serializers.Serializer):
+    line = serializers.IntegerField()
+    id = serializers.CharField(source="external_id")
+    kind = serializers.ChoiceField(choices=TaskItem.Kind.choices)
+    split = serializers.ChoiceField(choices=TaskItem.Split.choices)
+    text = serializers.CharField()
+    data = serializers.DictField()
+
+
+class DryRunSerializer(serializers.Serializer):
+    item_count = serializers.IntegerField()
+    kind_counts = serializers.DictField(child=serializers.IntegerField())
+    split_counts = serializers.DictField(child=serializers.IntegerField())
+    errors = LineErrorSerializer(many=True, help_text="The first errors, each with its line")
+    error_count = serializers.IntegerField()
+    preview = PreviewItemSerializer(many=True)
+
+
+class TaskItemSerializer(serializers.ModelSerializer):
+    data = serializers.DictField(read_only=True)
+
+    class Meta:
+        model = TaskItem
+        fields = ["id", "version", "position", "external_id", "kind", "split", "text", "data", "created_at"]
+        read_only_fields = fields
+
+
+# --- tiers ---------------------------------------------------------------------------------
+
+
+class TierSerializer(serializers.ModelSerializer):
+    stop = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+    class Meta:
+        model = Tier
+        fields = ["id", "project", *TIER_FIELDS, "created_by", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+class TierUpdateSerializer(serializers.Serializer):
+    """Types only: which settings can run together is the service's call (runs.tier_rules)."""
+
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(required=False, allow_blank=True)
+    base_model = serializers.CharField(max_length=500)
+    device = serializers.ChoiceField(choices=Tier.Device.choices, required=False)
+    precision = serializers.ChoiceField(choices=Tier.Precision.choices, required=False)
+    speculation = serializers.ChoiceField(choices=Tier.Speculation.choices, required=False)
+    draft_model = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    speculative_tokens = serializers.IntegerField(min_value=0, max_value=32767, required=False)
+    temperature = serializers.FloatField(required=False)
+    top_p = serializers.FloatField(required=False)
+    top_k = serializers.IntegerField(min_value=0, max_value=INT32_MAX, required=False)
+    stop = serializers.ListField(child=serializers.CharField(trim_whitespace=False), required=False)
+    max_new_tokens = serializers.IntegerField(min_value=0, max_value=INT32_MAX, required=False)
+    batch_size = serializers.IntegerField(min_value=0, max_value=INT32_MAX, required=False)
+
+
+class TierCreateSerializer(TierUpdateSerializer):
+    project = serializers.IntegerField(min_value=1)
+
+
+# --- tokens --------------------------------------------------------------------------------
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    is_active = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "is_active", "created_at", "last_used_at", "revoked_at"]
+        read_only_fields = fields
+
+
+class ApiTokenCreatedSerializer(ApiTokenSerializer):
+    token = serializers.SerializerMethodField(
+        help_text="The secret, shown this once; null when an Idempotency-Key replays the response"
+    )
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_token(self, token: ApiToken) -> Any:
+        return self.context["raw_token"]
+
+
+class ApiTokenCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)

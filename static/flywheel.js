@@ -1,0 +1,115 @@
+// Flywheel's one script: copy buttons, and live updates on the project page.
+// Everything works without it; when the websocket cannot connect there are just no live updates.
+(function () {
+  "use strict";
+
+  function selectText(node) {
+    var range = document.createRange();
+    range.selectNodeContents(node);
+    var selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+  }
+
+  function setupCopyButtons() {
+    document.querySelectorAll("[data-copy]").forEach(function (button) {
+      button.addEventListener("click", function () {
+        var target = document.querySelector(button.getAttribute("data-copy"));
+        if (!target) return;
+        selectText(target);
+        if (navigator.clipboard && window.isSecureContext) {
+          navigator.clipboard.writeText(target.textContent).then(
+            function () { button.textContent = "Copied"; },
+            function () { button.textContent = "Press Ctrl+C"; }
+          );
+        } else {
+          button.textContent = "Press Ctrl+C";
+        }
+      });
+    });
+  }
+
+  var EVENT_TEXT = {
+    "task_set.version_created": "New version imported",
+    "member.added": "A member was added",
+  };
+
+  function setupLiveSection() {
+    var section = document.querySelector("[data-live-section][data-ws-path]");
+    if (!section || !("WebSocket" in window)) return;
+    var status = document.getElementById("live-status");
+    var banner = document.getElementById("live-banner");
+    var bannerText = document.getElementById("live-banner-text");
+    var retries = 0;
+    var everOpened = false;
+
+    function setStatus(state, text) {
+      if (!status) return;
+      status.dataset.state = state;
+      status.textContent = text;
+    }
+
+    function showBanner(text) {
+      if (!banner) return;
+      bannerText.textContent = text + " — refresh to see it.";
+      banner.hidden = false;
+    }
+
+    // Re-render the list from the server (already escaped HTML); fall back to the banner.
+    function reloadSection(eventName) {
+      fetch(window.location.href, { credentials: "same-origin" })
+        .then(function (response) {
+          if (!response.ok) throw new Error("HTTP " + response.status);
+          return response.text();
+        })
+        .then(function (html) {
+          var fresh = new DOMParser().parseFromString(html, "text/html").getElementById(section.id);
+          if (!fresh) throw new Error("section missing");
+          section.innerHTML = fresh.innerHTML;
+        })
+        .catch(function () {
+          showBanner(EVENT_TEXT[eventName] || "Something changed in this project");
+        });
+    }
+
+    function connect() {
+      var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+      var socket;
+      try {
+        socket = new WebSocket(scheme + window.location.host + section.dataset.wsPath);
+      } catch (error) {
+        setStatus("off", "live updates off");
+        return;
+      }
+      socket.onopen = function () {
+        if (everOpened) reloadSection(null); // events sent while away are lost: re-fetch
+        everOpened = true;
+        retries = 0;
+        setStatus("on", "live");
+      };
+      socket.onmessage = function (message) {
+        var data;
+        try {
+          data = JSON.parse(message.data);
+        } catch (error) {
+          return;
+        }
+        reloadSection(data.event);
+      };
+      socket.onclose = function (event) {
+        setStatus("off", "live updates off");
+        // 4401 and 4404: not signed in or not a member; retrying will not help.
+        if (event.code === 4401 || event.code === 4404 || retries >= 5) return;
+        retries += 1;
+        window.setTimeout(connect, Math.min(30000, 1000 * Math.pow(2, retries)));
+      };
+    }
+
+    connect();
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    setupCopyButtons();
+    setupLiveSection();
+  });
+})();
