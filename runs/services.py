@@ -3,25 +3,38 @@
 import hashlib
 import json
 import secrets
+import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
+from django.core.files import File
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from runs import events
-from runs.models import ApiToken, Membership, Project, TaskItem, TaskSet, TaskSetVersion, Tier
+from runs.models import (
+    ApiToken,
+    Membership,
+    Project,
+    StagedImport,
+    TaskItem,
+    TaskSet,
+    TaskSetVersion,
+    Tier,
+)
 from runs.roles import Role
 from runs.task_format import (
     FileFormatError,
     ItemError,
     ParsedItem,
+    guess_format,
     item_line,
     read_items,
     stable_split,
@@ -313,6 +326,31 @@ def _store_items(
     report.kind_counts = dict(sorted(kinds.items()))
     report.split_counts = dict(sorted(splits.items()))
     report.content_hash = hasher.hexdigest()
+
+
+STAGED_IMPORT_TTL = timedelta(hours=24)
+
+
+def staged_import_create(*, task_set: TaskSet, by: AbstractBaseUser, upload: File) -> StagedImport:
+    """Keep an upload until its preview is confirmed. One pending upload per user and task set,
+    and uploads nobody confirmed within a day are removed, so abandoned previews do not pile up."""
+    stale = StagedImport.objects.filter(user=by, task_set=task_set) | StagedImport.objects.filter(
+        created_at__lt=timezone.now() - STAGED_IMPORT_TTL
+    )
+    for old in stale:
+        staged_import_discard(staged=old)
+    file_format = guess_format(upload.name)
+    staged = StagedImport(
+        task_set=task_set, user=by, original_name=upload.name[:255], file_format=file_format
+    )
+    staged.file.save(f"{uuid.uuid4().hex}.{file_format}", upload, save=False)
+    staged.save()
+    return staged
+
+
+def staged_import_discard(*, staged: StagedImport) -> None:
+    staged.file.delete(save=False)
+    staged.delete()
 
 
 def task_set_export_lines(*, version: TaskSetVersion) -> Iterable[str]:

@@ -5,7 +5,6 @@ permission gets 403, exactly as over REST; every write goes through `runs.servic
 """
 
 import json
-import uuid
 from typing import Any
 
 from django.contrib import messages
@@ -23,7 +22,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from runs import forms, selectors, services
 from runs.models import Membership, Project, StagedImport, TaskItem, TaskSet, TaskSetVersion
 from runs.roles import Permission, Role, role_allows
-from runs.task_format import guess_format
+from webapp.streaming import streamed
 
 ITEMS_PER_PAGE = 50
 FILE_FIELDS = ("files", "setup_files")
@@ -201,8 +200,7 @@ def _staged_for(user: AbstractBaseUser, task_set: TaskSet, staged_id: int) -> St
 
 
 def _staged_discard(staged: StagedImport) -> None:
-    staged.file.delete(save=False)
-    staged.delete()
+    services.staged_import_discard(staged=staged)
 
 
 def _run_import(
@@ -231,16 +229,9 @@ def task_set_import(request: HttpRequest, task_set_id: int) -> HttpResponse:
     form = forms.ImportForm(request.POST, request.FILES)
     if not form.is_valid():
         return render(request, "runs/import_form.html", context | {"form": form})
-    # One pending upload per user and task set: a new upload replaces the previous one.
-    for old in StagedImport.objects.filter(user=request.user, task_set=task_set):
-        _staged_discard(old)
-    upload = form.cleaned_data["file"]
-    file_format = guess_format(upload.name)
-    staged = StagedImport(
-        task_set=task_set, user=request.user, original_name=upload.name[:255], file_format=file_format
+    staged = services.staged_import_create(
+        task_set=task_set, by=request.user, upload=form.cleaned_data["file"]
     )
-    staged.file.save(f"{uuid.uuid4().hex}.{file_format}", upload, save=False)
-    staged.save()
     options = {key: form.cleaned_data[key] for key in ("split_seed", "heldout_fraction")}
     try:
         report = _run_import(staged, by=request.user, options=options, dry_run=True)
@@ -339,8 +330,9 @@ def version_detail(request: HttpRequest, task_set_id: int, number: int) -> HttpR
 @require_GET
 def version_export(request: HttpRequest, task_set_id: int, number: int) -> StreamingHttpResponse:
     version = selectors.version_for(user=request.user, task_set_id=task_set_id, number=number)
+    lines = services.task_set_export_lines(version=version)
     response = StreamingHttpResponse(
-        services.task_set_export_lines(version=version), content_type="application/x-ndjson; charset=utf-8"
+        streamed(request, lines), content_type="application/x-ndjson; charset=utf-8"
     )
     filename = f"{slugify(version.task_set.name) or 'task-set'}-v{version.number}.jsonl"
     response["Content-Disposition"] = f'attachment; filename="{filename}"'

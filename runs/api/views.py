@@ -3,12 +3,8 @@ serialize the result. Non-members get 404, members whose role does not allow the
 
 import json
 import re
-from collections.abc import AsyncIterator, Iterable, Iterator
-from itertools import islice
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.core.handlers.asgi import ASGIRequest
 from django.db.models import QuerySet
 from django.http import Http404, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -27,6 +23,7 @@ from runs.roles import Permission
 from runs.services import ImportReport
 from runs.task_format import guess_format
 from webapp.api import NewestFirstCursorPagination, error_body, idempotent
+from webapp.streaming import streamed
 
 NO_CONTENT = {204: OpenApiResponse(description="Done; no body")}
 
@@ -288,26 +285,12 @@ class VersionExportView(ApiView):
     def get(self, request: Request, id: int, number: int) -> StreamingHttpResponse:
         version = selectors.version_for(user=request.user, task_set_id=id, number=number)
         lines = services.task_set_export_lines(version=version)
-        response = StreamingHttpResponse(streamed(request, lines), content_type="application/x-ndjson")
+        response = StreamingHttpResponse(
+            streamed(request._request, lines), content_type="application/x-ndjson"
+        )
         name = re.sub(r"[^A-Za-z0-9._-]+", "-", version.task_set.name).strip("-") or "task-set"
         response["Content-Disposition"] = f'attachment; filename="{name}-v{version.number}.jsonl"'
         return response
-
-
-def streamed(request: Request, lines: Iterable[str]) -> Iterator[str] | AsyncIterator[str]:
-    """Under ASGI, Django buffers a synchronous iterator whole; hand it an asynchronous one."""
-    if not isinstance(request._request, ASGIRequest):
-        return iter(lines)
-    iterator = iter(lines)
-
-    def next_chunk() -> str:
-        return "".join(islice(iterator, 1000))
-
-    async def chunks() -> AsyncIterator[str]:
-        while chunk := await sync_to_async(next_chunk)():
-            yield chunk
-
-    return chunks()
 
 
 class VersionSplitView(ApiView):
