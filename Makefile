@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down test lint format bench venv browser-deps
+.PHONY: up down test lint format bench venv browser-deps sandbox-deps sandbox-image bench-sandbox
 
 venv: $(INSTALLED)
 
@@ -30,8 +30,17 @@ browser-deps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "browser tests need Debian's chromium: sudo apt-get install -y chromium" >&2; exit 1; fi; }
 
+# Debian's bubblewrap and docker.io, and a Docker engine answering (dockerd started in the
+# background if none answers).
+sandbox-deps:
+	scripts/sandbox-deps.sh
+
+# The default Docker sandbox image, built locally from this host's Debian packages (no registry).
+sandbox-image: sandbox-deps
+	scripts/build-sandbox-image.sh
+
 # pytest exits 5 when it collected no test: a suite that ran nothing must not pass.
-test: venv browser-deps
+test: venv browser-deps sandbox-image
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
@@ -46,3 +55,6 @@ format: venv
 # Benchmarks are not tests: each prints its figures as one line of JSON at the end.
 bench: venv
 	$(PY) benchmarks/bench_import.py
+
+bench-sandbox: venv sandbox-image
+	$(PY) benchmarks/bench_sandbox.py

@@ -191,6 +191,18 @@ FLYWHEEL_ROLLOUT_CONCURRENCY = env_int("FLYWHEEL_ROLLOUT_CONCURRENCY", 2)
 FLYWHEEL_LEARNER_CONCURRENCY = env_int("FLYWHEEL_LEARNER_CONCURRENCY", 1)
 FLYWHEEL_EVAL_CONCURRENCY = env_int("FLYWHEEL_EVAL_CONCURRENCY", 1)
 
+# --- sandboxes (sandboxes/config.py reads these; without Django it falls back to the environment)
+
+FLYWHEEL_SANDBOX_BACKEND = env_str("FLYWHEEL_SANDBOX_BACKEND", "bubblewrap")
+FLYWHEEL_SANDBOX_IMAGE = env_str("FLYWHEEL_SANDBOX_IMAGE", "flywheel-sandbox:latest")
+FLYWHEEL_SANDBOX_DOCKER_HOST = env_str("FLYWHEEL_SANDBOX_DOCKER_HOST", "")
+FLYWHEEL_SANDBOX_BWRAP = env_str("FLYWHEEL_SANDBOX_BWRAP", "/usr/bin/bwrap")
+FLYWHEEL_SANDBOX_PYTHON = env_str("FLYWHEEL_SANDBOX_PYTHON", "/usr/bin/python3")
+FLYWHEEL_SANDBOX_POOL_MAX = env_int("FLYWHEEL_SANDBOX_POOL_MAX", 2 * (os.cpu_count() or 1))
+FLYWHEEL_SANDBOX_POOL_WARM = env_int("FLYWHEEL_SANDBOX_POOL_WARM", 2)
+FLYWHEEL_SANDBOX_UID_BASE = env_int("FLYWHEEL_SANDBOX_UID_BASE", 200000)
+FLYWHEEL_SANDBOX_STATE_DIR = env_str("FLYWHEEL_SANDBOX_STATE_DIR", "/tmp/flywheel-sandboxes")
+
 # --- auth ----------------------------------------------------------------------------------
 
 AUTH_PASSWORD_VALIDATORS = [

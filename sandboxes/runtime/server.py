@@ -1,0 +1,676 @@
+"""The fork server: the one long-lived process inside a sandbox.
+
+The host starts it once per sandbox as `python3 -I -c <this source> <workspace>`; it runs as PID 1 of
+the sandbox's PID namespace, so code inside cannot kill it (init ignores signals it has no handler
+for) nor ptrace it (it makes itself non-dumpable). It speaks framed messages on the stdin/stdout it
+was started with, and for every execution forks a fresh child that applies the limits, runs the code
+and is then killed together with everything it started.
+
+Stdlib only, single-threaded, never imported by the host: model-written code runs in the children.
+"""
+
+import ast
+import bisect  # noqa: F401  (pre-imported so that the children start warm)
+import collections  # noqa: F401
+import ctypes
+import dataclasses  # noqa: F401
+import errno
+import fcntl
+import functools
+import gc
+import heapq  # noqa: F401
+import io  # noqa: F401
+import itertools  # noqa: F401
+import json
+import math
+import os
+import random
+import re  # noqa: F401
+import resource
+import select
+import signal
+import stat
+import string  # noqa: F401
+import struct
+import sys
+import time
+import traceback
+import types
+import typing
+
+HEADER = struct.Struct(">II")
+READ_CHUNK = 65536
+REPORT_CAP = 1 << 20
+CHILD_ENV = {
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/workspace",
+    "LANG": "C.UTF-8",
+    "TMPDIR": "/tmp",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+PR_SET_DUMPABLE = 4
+CGROUP_OOM_FILES = (
+    ("/sys/fs/cgroup/memory.events", "oom_kill"),
+    ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),
+)
+MEMORY_CGROUP_VISIBLE = any(os.path.exists(path) for path, _ in CGROUP_OOM_FILES)
+
+
+class PathRefusedError(Exception):
+    """A path that leaves the workspace, is absolute, or goes through a symlink."""
+
+
+class Server:
+    def __init__(self, workspace: str, ctl_in: int, ctl_out: int) -> None:
+        self.workspace = workspace
+        self.ctl_in = ctl_in
+        self.ctl_out = ctl_out
+        self.pristine: list[tuple[str, int, bytes]] = []
+        self.nproc_overhead = 1
+
+    # -- framing -------------------------------------------------------------------------------
+
+    def read_exact(self, size: int) -> bytes:
+        chunks = []
+        while size:
+            chunk = os.read(self.ctl_in, min(size, 1 << 20))
+            if not chunk:
+                raise EOFError
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+    def receive(self) -> tuple[dict, bytes]:
+        head_len, blob_len = HEADER.unpack(self.read_exact(HEADER.size))
+        return json.loads(self.read_exact(head_len)), self.read_exact(blob_len)
+
+    def send(self, head: dict, blob: bytes = b"") -> None:
+        raw = json.dumps(head).encode()
+        data = memoryview(HEADER.pack(len(raw), len(blob)) + raw + blob)
+        while data:
+            data = data[os.write(self.ctl_out, data) :]
+
+    def serve(self) -> None:
+        self.send({"ok": True, "pid": os.getpid(), "python": sys.version.split()[0]})
+        while True:
+            try:
+                head, blob = self.receive()
+            except EOFError:
+                kill_everything()
+                return
+            try:
+                reply, out = getattr(self, "op_" + head["op"])(head, blob)
+            except PathRefusedError as exc:
+                reply, out = {"error": "path", "message": str(exc)}, b""
+            except FileNotFoundError as exc:
+                reply, out = {"error": "not_found", "message": f"no such file: {exc.filename}"}, b""
+            except Exception:  # noqa: BLE001  (reported to the host as an infrastructure error)
+                reply, out = {"error": "internal", "message": traceback.format_exc()}, b""
+            self.send(reply, out)
+
+    # -- operations ----------------------------------------------------------------------------
+
+    def op_ping(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
+        return {"ok": True, "pid": os.getpid()}, b""
+
+    def op_install(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
+        files, offset = [], 0
+        for path, mode, size in head["files"]:
+            split_path(path)
+            files.append((path, mode, blob[offset : offset + size]))
+            offset += size
+        self.pristine = files
+        self.nproc_overhead = head.get("nproc_overhead", 1)
+        return self.op_reset(head, b"")
+
+    def op_reset(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
+        started = time.perf_counter()
+        kill_everything()
+        for root in (self.workspace, "/tmp"):
+            wipe(root)
+        for path, mode, content in self.pristine:
+            self.write(path, content, mode)
+        return {"ok": True, "seconds": time.perf_counter() - started}, b""
+
+    def op_write(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
+        self.write(head["path"], blob, head.get("mode", 0o644))
+        return {"ok": True}, b""
+
+    def op_read(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
+        parts = split_path(head["path"])
+        parent = self.open_parent(parts, create=False)
+        try:
+            fd = open_leaf(parts[-1], parent, os.O_RDONLY | os.O_NONBLOCK)
+        finally:
+            os.close(parent)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise PathRefusedError(f"{head['path']}: not a regular file")
+            limit, chunks, total = head["max_bytes"], [], 0
+            while total <= limit:
+                chunk = os.read(fd, min(READ_CHUNK, limit + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
+        return {"ok": True, "truncated": len(data) > limit}, data[:limit]
+
+    def op_list(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
+        entries: list[list] = []
+        fd = os.open(self.workspace, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            list_into(fd, "", entries, head["max_entries"])
+        finally:
+            os.close(fd)
+        return {"ok": True, "entries": entries}, b""
+
+    def op_exec(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
+        return Execution(self, head, blob).run(), b""
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def write(self, path: str, content: bytes, mode: int) -> None:
+        parts = split_path(path)
+        parent = self.open_parent(parts, create=True)
+        try:
+            fd = open_leaf(parts[-1], parent, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, mode)
+        finally:
+            os.close(parent)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise PathRefusedError(f"{path}: not a regular file")
+            os.fchmod(fd, mode & 0o777)
+            view = memoryview(content)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+
+    def open_parent(self, parts: list[str], *, create: bool) -> int:
+        """A directory fd for the parent of the last part, walked one component at a time, no symlinks."""
+        fd = os.open(self.workspace, os.O_RDONLY | os.O_DIRECTORY)
+        for part in parts[:-1]:
+            try:
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    os.close(fd)
+                    raise
+                os.mkdir(part, 0o755, dir_fd=fd)
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise PathRefusedError(
+                        f"{'/'.join(parts)}: {part} is a symlink or not a directory"
+                    ) from None
+                raise
+            os.close(fd)
+            fd = child
+        return fd
+
+
+def split_path(path: str) -> list[str]:
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise PathRefusedError(f"{path!r}: not a path")
+    if path.startswith("/"):
+        raise PathRefusedError(f"{path}: absolute paths are refused; give a path inside the workspace")
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise PathRefusedError(f"{path}: '..' is refused; give a path inside the workspace")
+    if not parts:
+        raise PathRefusedError(f"{path!r}: names the workspace itself, not a file")
+    return parts
+
+
+def open_leaf(name: str, parent: int, flags: int, mode: int = 0o644) -> int:
+    try:
+        return os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise PathRefusedError(f"{name}: is a symlink; symlinks are refused") from None
+        if exc.errno == errno.EISDIR:
+            raise PathRefusedError(f"{name}: is a directory") from None
+        raise
+
+
+def list_into(fd: int, prefix: str, entries: list[list], limit: int) -> None:
+    for entry in sorted(os.scandir(fd), key=lambda e: e.name):
+        if len(entries) >= limit:
+            return
+        path = prefix + entry.name
+        if entry.is_symlink():
+            entries.append([path, "symlink", 0])
+        elif entry.is_dir(follow_symlinks=False):
+            entries.append([path, "dir", 0])
+            try:
+                child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError:
+                continue
+            try:
+                list_into(child, path + "/", entries, limit)
+            finally:
+                os.close(child)
+        elif entry.is_file(follow_symlinks=False):
+            entries.append([path, "file", entry.stat(follow_symlinks=False).st_size])
+        else:
+            entries.append([path, "other", 0])
+
+
+def wipe(root: str) -> None:
+    """Empty a directory without following symlinks, undoing any chmod the code inside did."""
+    os.chmod(root, 0o1777 if root == "/tmp" else 0o755)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        wipe_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def wipe_fd(fd: int) -> None:
+    for entry in list(os.scandir(fd)):
+        if entry.is_dir(follow_symlinks=False):
+            os.chmod(entry.name, 0o700, dir_fd=fd)
+            child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            try:
+                wipe_fd(child)
+            finally:
+                os.close(child)
+            os.rmdir(entry.name, dir_fd=fd)
+        else:
+            os.unlink(entry.name, dir_fd=fd)
+
+
+def kill_everything() -> None:
+    """Every process in the namespace but this one: as PID 1, kill(-1) reaches them all."""
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            while os.waitpid(-1, 0):
+                pass
+        except ChildProcessError:
+            return
+
+
+def oom_kills() -> int:
+    """OOM kills recorded by the memory cgroup the sandbox sits in, where it can see one."""
+    if not MEMORY_CGROUP_VISIBLE:
+        return 0
+    for path, key in CGROUP_OOM_FILES:
+        try:
+            with open(path) as handle:
+                for line in handle:
+                    name, _, value = line.partition(" ")
+                    if name == key:
+                        return int(value)
+        except OSError:
+            continue
+    return 0
+
+
+class Execution:
+    """One fork, one piece of code, its output captured under a cap, and everything killed after."""
+
+    def __init__(self, server: Server, head: dict, stdin: bytes) -> None:
+        self.server = server
+        self.head = head
+        self.stdin = stdin
+        self.cap = head["output_cap"]
+        self.buffers = {"stdout": bytearray(), "stderr": bytearray(), "report": bytearray()}
+        self.truncated = {"stdout": False, "stderr": False, "report": False}
+        self.stop_reason: str | None = None
+
+    def run(self) -> dict:
+        pipes = {name: os.pipe() for name in ("stdin", "stdout", "stderr", "report")}
+        oom_before = oom_kills()
+        started = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            child_main(self.server, self.head, pipes)
+        for name, (read_end, write_end) in pipes.items():
+            os.close(read_end if name == "stdin" else write_end)
+        status, usage = self.supervise(pid, pipes, started + self.head["timeout"])
+        wall = time.monotonic() - started
+        kill_everything()
+        return self.result(status, usage, wall, oom_kills() > oom_before)
+
+    def supervise(self, pid: int, pipes: dict, deadline: float) -> tuple[int, object]:
+        pidfd = os.pidfd_open(pid)
+        readers = {pipes[name][0]: name for name in ("stdout", "stderr", "report")}
+        stdin_fd, pending = pipes["stdin"][1], memoryview(self.stdin)
+        poller = select.poll()
+        for fd in readers:
+            poller.register(fd, select.POLLIN)
+        poller.register(pidfd, select.POLLIN)
+        if pending:
+            os.set_blocking(stdin_fd, False)
+            poller.register(stdin_fd, select.POLLOUT)
+        else:
+            os.close(stdin_fd)
+            stdin_fd = -1
+        exited = False
+        while not exited and self.stop_reason is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.stop_reason = "timeout"
+                break
+            for fd, _ in poller.poll(remaining * 1000):
+                if fd == pidfd:
+                    exited = True
+                elif fd == stdin_fd:
+                    try:
+                        pending = pending[os.write(stdin_fd, pending[:READ_CHUNK]) :]
+                    except BrokenPipeError:
+                        pending = pending[:0]
+                    if not pending:
+                        poller.unregister(stdin_fd)
+                        os.close(stdin_fd)
+                        stdin_fd = -1
+                elif self.drain(fd, readers, poller) and readers[fd] is not None:
+                    self.stop_reason = "output_cap"
+        if self.stop_reason is not None:
+            os.kill(pid, signal.SIGKILL)
+        _, status, usage = os.wait4(pid, 0)
+        # The child is gone: kill what it left behind so the pipes reach end-of-file, then read the rest.
+        kill_everything()
+        for fd in list(readers):
+            while readers[fd] is not None and not self.drain(fd, readers, poller):
+                pass
+        for fd in list(readers) + [pidfd] + ([stdin_fd] if stdin_fd >= 0 else []):
+            os.close(fd)
+        return status, usage
+
+    def drain(self, fd: int, readers: dict, poller: select.poll) -> bool:
+        """Read what fd holds; True when the stream is done: at end-of-file or over its cap."""
+        name = readers[fd]
+        chunk = os.read(fd, READ_CHUNK)
+        if not chunk:
+            poller.unregister(fd)
+            readers[fd] = None
+            return True
+        buffer = self.buffers[name]
+        cap = REPORT_CAP if name == "report" else self.cap
+        room = cap - len(buffer)
+        buffer += chunk[: max(room, 0)]
+        if len(chunk) > room:
+            self.truncated[name] = True
+            return True
+        return False
+
+    def result(self, status: int, usage: object, wall: float, oom_killed: bool) -> dict:
+        cpu = usage.ru_utime + usage.ru_stime
+        report = self.buffers["report"].decode(errors="replace")
+        stderr = bytes(self.buffers["stderr"])
+        reason, exit_code, signal_number = self.stop_reason, None, None
+        if os.WIFEXITED(status):
+            exit_code = os.WEXITSTATUS(status)
+        elif os.WIFSIGNALED(status):
+            signal_number = os.WTERMSIG(status)
+        if reason is None:
+            reason = self.reason_from_status(exit_code, signal_number, cpu, oom_killed, report, stderr)
+        return {
+            "ok": True,
+            "exit_code": exit_code,
+            "signal": signal_number,
+            "stop_reason": reason,
+            "stdout": bytes(self.buffers["stdout"]).decode("latin-1"),
+            "stderr": stderr.decode("latin-1"),
+            "stdout_truncated": self.truncated["stdout"],
+            "stderr_truncated": self.truncated["stderr"],
+            "report": report,
+            "wall_seconds": wall,
+            "cpu_seconds": cpu,
+            "peak_memory_mb": usage.ru_maxrss / 1024,
+        }
+
+    def reason_from_status(
+        self, exit_code: int | None, sig: int | None, cpu: float, oom: bool, report: str, stderr: bytes
+    ) -> str:
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= self.head["limits"]["cpu_seconds"]):
+            return "timeout"
+        if oom or '"event": "oom"' in report:
+            return "out_of_memory"
+        if sig is not None:
+            return "killed"
+        last_line = stderr.rstrip().rsplit(b"\n", 1)[-1]
+        if exit_code and last_line.startswith(b"MemoryError"):
+            return "out_of_memory"
+        return "exited"
+
+
+# -- the child ---------------------------------------------------------------------------------
+
+
+def child_main(server: Server, head: dict, pipes: dict) -> None:
+    code = 1
+    try:
+        os.dup2(pipes["stdin"][0], 0)
+        os.dup2(pipes["stdout"][1], 1)
+        os.dup2(pipes["stderr"][1], 2)
+        os.dup2(pipes["report"][1], 3)
+        os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        apply_limits(head["limits"], server.nproc_overhead)
+        os.chdir(server.workspace)
+        kind = head["kind"]
+        if kind == "argv":
+            for number in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(number, signal.SIG_DFL)
+            try:
+                os.execvpe(head["argv"][0], head["argv"], CHILD_ENV)
+            except OSError as exc:
+                os.write(2, f"{head['argv'][0]}: {exc.strerror}\n".encode())
+                os._exit(127)
+        prepare_python(server.workspace)
+        code = run_snippet(head["code"]) if kind == "python" else run_tests(head)
+    except BaseException:  # noqa: BLE001  (the child must never return into the server loop)
+        try:
+            traceback.print_exc()
+        except BaseException:  # noqa: BLE001
+            pass
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001
+                pass
+        os._exit(code)
+
+
+def apply_limits(limits: dict, nproc_overhead: int) -> None:
+    mb = 1024 * 1024
+    cpu = max(1, math.ceil(limits["cpu_seconds"]))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (limits["memory_mb"] * mb, limits["memory_mb"] * mb))
+    nproc = limits["max_processes"] + nproc_overhead
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limits["max_open_files"], limits["max_open_files"]))
+    fsize = limits["max_file_size_mb"] * mb
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if MEMORY_CGROUP_VISIBLE:  # only a cgroup's OOM killer reads it; the write costs a third of a fork
+        try:
+            with open("/proc/self/oom_score_adj", "w") as handle:
+                handle.write("1000")
+        except OSError:
+            pass
+
+
+def prepare_python(workspace: str) -> None:
+    random.seed()
+    sys.dont_write_bytecode = True
+    os.environ.clear()
+    os.environ.update(CHILD_ENV)
+    sys.argv = [""]
+    sys.path.insert(0, workspace)
+    main = types.ModuleType("__main__")
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+
+
+def exit_code_of(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def report(event: dict) -> None:
+    try:
+        os.write(3, (json.dumps(event) + "\n").encode())
+    except OSError:
+        pass
+
+
+def run_snippet(source: str) -> int:
+    namespace = sys.modules["__main__"].__dict__
+    try:
+        exec(compile(source, "<sandbox>", "exec"), namespace)  # noqa: S102  (inside the sandbox child)
+    except SystemExit as exc:
+        return exit_code_of(exc)
+    except MemoryError:
+        report({"event": "oom"})
+        traceback.print_exc()
+        return 1
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+class TestTimeout(BaseException):
+    """Raised by the per-test alarm; a BaseException so that `except Exception` in a test can't eat it."""
+
+
+def on_alarm(signum: int, frame: object) -> None:
+    raise TestTimeout
+
+
+def run_tests(head: dict) -> int:
+    """Run the pristine test source the host sent, one report line per test, each with the nonce."""
+    nonce, path, names = head["nonce"], head["path"], head["names"]
+    source = head["source"]
+    module = types.ModuleType(os.path.splitext(os.path.basename(path))[0])
+    module.__file__ = os.path.join("/workspace", path)
+    module.__builtins__ = __builtins__
+    sys.modules[module.__name__] = module
+    sys.path.insert(0, os.path.dirname(module.__file__))
+    signal.signal(signal.SIGALRM, on_alarm)
+    per_test = head.get("per_test_seconds") or 0
+    tree = ast.parse(source, path)
+
+    def one(name: str, call: typing.Callable[[], None]) -> None:
+        report({"nonce": nonce, "event": "start", "name": name})
+        started = time.perf_counter()
+        outcome, message = "pass", ""
+        if per_test:
+            signal.setitimer(signal.ITIMER_REAL, per_test)
+        try:
+            call()
+        except AssertionError as exc:
+            outcome, message = "fail", failure_message(exc, source, path)
+        except TestTimeout:
+            outcome, message = "timeout", f"ran past its {per_test:g} s limit"
+        except MemoryError:
+            report({"event": "oom"})
+            outcome, message = "error", "MemoryError: out of memory"
+        except SystemExit as exc:
+            outcome, message = "error", f"the code called sys.exit({exc.code!r}) during the test"
+        except BaseException as exc:  # noqa: BLE001
+            outcome, message = "error", f"{type(exc).__name__}: {exc}"
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        duration = time.perf_counter() - started
+        report(
+            {
+                "nonce": nonce,
+                "event": "end",
+                "name": name,
+                "outcome": outcome,
+                "message": message,
+                "duration": duration,
+            }
+        )
+
+    if head["style"] == "functions":
+        try:
+            exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102
+        except BaseException as exc:  # noqa: BLE001
+            report({"nonce": nonce, "event": "collect_error", "message": describe(exc)})
+            return 1
+        for name in names:
+            function = module.__dict__.get(name)
+            if callable(function):
+                one(name, function)
+            else:
+                report(
+                    {
+                        "nonce": nonce,
+                        "event": "end",
+                        "name": name,
+                        "outcome": "error",
+                        "message": f"{name} is not a function once the module ran",
+                        "duration": 0.0,
+                    }
+                )
+        return 0
+    for statement in tree.body:
+        code = compile(ast.Module(body=[statement], type_ignores=[]), path, "exec")
+        if isinstance(statement, ast.Assert):
+            one(f"line {statement.lineno}", functools.partial(exec, code, module.__dict__))
+            continue
+        try:
+            exec(code, module.__dict__)  # noqa: S102
+        except BaseException as exc:  # noqa: BLE001
+            message = f"setup at line {statement.lineno} failed: {describe(exc)}"
+            report({"nonce": nonce, "event": "collect_error", "message": message})
+            return 1
+    return 0
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"the code called sys.exit({exc.code!r}) before the tests ran"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def failure_message(exc: AssertionError, source: str, path: str) -> str:
+    if str(exc):
+        return f"AssertionError: {exc}"
+    lines = source.splitlines()
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename == path and frame.lineno and frame.lineno <= len(lines):
+            return f"line {frame.lineno}: {lines[frame.lineno - 1].strip()}"
+    return "AssertionError"
+
+
+def main() -> None:
+    ctl_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 100)
+    ctl_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 100)
+    null = os.open("/dev/null", os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    # As PID 1, only signals it handles reach it; the host stops it by closing stdin or killing the sandbox.
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)
+    # Objects that exist now are never collected: a collection in a child would touch (and so
+    # copy-on-write) the whole inherited heap, which is most of what a fork costs.
+    gc.collect()
+    gc.freeze()
+    Server(sys.argv[1], ctl_in, ctl_out).serve()
+
+
+if __name__ == "__main__":
+    main()

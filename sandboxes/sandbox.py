@@ -1,0 +1,297 @@
+"""A sandbox: one isolated fork server, its workspace, and the operations callers use.
+
+The backends (bubblewrap, Docker) only differ in how the server is started and stopped; everything
+a caller does goes through the server's channel, so both behave the same way.
+"""
+
+import ast
+import json
+import secrets
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .channel import Channel
+from .interface import (
+    ExecResult,
+    FileEntry,
+    FileMap,
+    InfrastructureError,
+    Limits,
+    Outcome,
+    SandboxSpec,
+    StopReason,
+    TestCaseResult,
+    TestRunResult,
+    as_bytes,
+)
+
+SERVER_SOURCE = (Path(__file__).parent / "runtime" / "server.py").read_text()
+START_TIMEOUT = 30.0
+OP_TIMEOUT = 10.0
+EXEC_GRACE = 5.0  # beyond the execution's own deadline, for killing and reaping
+
+
+class Sandbox:
+    """Base of the backends. Use through a pool: `with pool.acquire(spec) as sandbox: ...`."""
+
+    backend = ""
+    nproc_overhead = 1  # processes of the sandbox's uid besides the code's: the server, a monitor
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        self.spec = spec
+        self.limits: Limits = spec.limits
+        self.channel: Channel | None = None
+        self.broken = False
+        self.files = spec.files
+        self.files_digest = spec.files_digest
+        self.server_pid = 0
+
+    # -- lifecycle (backends implement _launch and _terminate) ---------------------------------
+
+    def start(self) -> "Sandbox":
+        try:
+            self.channel = Channel(self._launch())
+            ready, _ = self.channel.receive(time.monotonic() + START_TIMEOUT)
+            self.server_pid = ready["pid"]
+            self.install(self.spec.files)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _launch(self):  # -> Transport
+        raise NotImplementedError
+
+    def _terminate(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.broken = True
+        if self.channel is not None:
+            self.channel.transport.close()
+        self._terminate()
+
+    def _call(self, head: dict, blob: bytes = b"", *, timeout: float = OP_TIMEOUT) -> tuple[dict, bytes]:
+        if self.broken or self.channel is None:
+            raise InfrastructureError(f"{self.backend} sandbox is closed or broken; acquire another")
+        try:
+            return self.channel.call(head, blob, timeout=timeout)
+        except InfrastructureError:
+            self.broken = True
+            raise
+
+    # -- workspace -----------------------------------------------------------------------------
+
+    def install(self, files: tuple[tuple[str, bytes], ...] | FileMap) -> float:
+        """Make `files` the pristine state and reset to it; returns the server's reset seconds."""
+        items = files.items() if isinstance(files, dict) else files
+        pairs = [(path, as_bytes(content)) for path, content in items]
+        head = {
+            "op": "install",
+            "files": [[path, 0o644, len(content)] for path, content in pairs],
+            "nproc_overhead": self.nproc_overhead,
+        }
+        reply, _ = self._call(head, b"".join(content for _, content in pairs))
+        self.files = tuple(sorted(pairs))
+        self.files_digest = SandboxSpec(files=self.files).files_digest
+        return reply["seconds"]
+
+    def reset(self) -> float:
+        """Back to the pristine files, with every process gone; returns the server's seconds."""
+        reply, _ = self._call({"op": "reset"})
+        return reply["seconds"]
+
+    def write_file(self, path: str, content: bytes | str, *, mode: int = 0o644) -> None:
+        self._call({"op": "write", "path": path, "mode": mode}, as_bytes(content))
+
+    def read_file(self, path: str, *, max_bytes: int = 16 << 20) -> bytes:
+        """The file's bytes; raises FileNotFoundError, or SandboxPathError for a refused path."""
+        _, data = self._call({"op": "read", "path": path, "max_bytes": max_bytes})
+        return data
+
+    def list_files(self, *, max_entries: int = 10000) -> list[FileEntry]:
+        """Every entry under the workspace, depth first; symlinks are listed, never followed."""
+        reply, _ = self._call({"op": "list", "max_entries": max_entries})
+        return [FileEntry(path, kind, size) for path, kind, size in reply["entries"]]
+
+    def health(self) -> bool:
+        """The server answers a ping promptly; a sandbox that fails this is replaced, never reused."""
+        if self.broken:
+            return False
+        try:
+            self._call({"op": "ping"}, timeout=5.0)
+        except InfrastructureError:
+            return False
+        return True
+
+    # -- execution -----------------------------------------------------------------------------
+
+    def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout: float | None = None,
+        output_cap: int | None = None,
+        stdin: bytes | str = b"",
+    ) -> ExecResult:
+        """Run a shell command (a string, through /bin/sh -c) or an argv list inside the sandbox."""
+        argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        if not argv:
+            raise ValueError("exec needs a command")
+        reply = self._execute({"kind": "argv", "argv": argv}, timeout, output_cap, as_bytes(stdin))
+        return exec_result(reply)
+
+    def run_python(
+        self,
+        code: str,
+        *,
+        timeout: float | None = None,
+        output_cap: int | None = None,
+        stdin: bytes | str = b"",
+    ) -> ExecResult:
+        """Run a Python snippet in a fresh child forked from the warm server (no interpreter start)."""
+        return exec_result(
+            self._execute({"kind": "python", "code": code}, timeout, output_cap, as_bytes(stdin))
+        )
+
+    def run_tests(
+        self,
+        path: str,
+        *,
+        source: str | None = None,
+        timeout: float | None = None,
+        per_test_seconds: float | None = None,
+        output_cap: int | None = None,
+    ) -> TestRunResult:
+        """Run a test file and return one result per test.
+
+        The tests that run are the pristine ones: `source` if given, else the file's initial content
+        from the spec, never the workspace copy the code under test could have rewritten. A file
+        with `test_*` functions runs each of them; otherwise each top-level assert is a test named
+        "line N". A test that never reports (the code exited first) is an error, never a pass.
+        """
+        source = self.pristine_source(path) if source is None else source
+        style, names = plan_tests(source, path)
+        nonce = secrets.token_hex(16)
+        head = {
+            "kind": "tests",
+            "path": path,
+            "source": source,
+            "style": style,
+            "names": names,
+            "nonce": nonce,
+            "per_test_seconds": per_test_seconds,
+        }
+        reply = self._execute(head, timeout, output_cap, b"")
+        execution = exec_result(reply)
+        return TestRunResult(
+            tests=assemble_tests(names, reply["report"], nonce, execution), execution=execution
+        )
+
+    def pristine_source(self, path: str) -> str:
+        for initial_path, content in self.files:
+            if initial_path == path:
+                return content.decode()
+        raise ValueError(
+            f"{path} is not one of the sandbox's initial files; pass source= with the tests to run"
+        )
+
+    def _execute(self, head: dict, timeout: float | None, output_cap: int | None, stdin: bytes) -> dict:
+        limits = self.limits
+        wall = limits.wall_seconds if timeout is None else timeout
+        head = {
+            "op": "exec",
+            **head,
+            "timeout": wall,
+            "output_cap": limits.max_output_bytes if output_cap is None else output_cap,
+            "limits": {
+                "cpu_seconds": limits.cpu_seconds,
+                "memory_mb": limits.memory_mb,
+                "max_processes": limits.max_processes,
+                "max_open_files": limits.max_open_files,
+                "max_file_size_mb": limits.max_file_size_mb,
+            },
+        }
+        reply, _ = self._call(head, stdin, timeout=wall + EXEC_GRACE)
+        return reply
+
+
+def exec_result(reply: dict) -> ExecResult:
+    return ExecResult(
+        exit_code=reply["exit_code"],
+        stdout=reply["stdout"].encode("latin-1").decode(errors="replace"),
+        stderr=reply["stderr"].encode("latin-1").decode(errors="replace"),
+        stdout_truncated=reply["stdout_truncated"],
+        stderr_truncated=reply["stderr_truncated"],
+        wall_seconds=reply["wall_seconds"],
+        cpu_seconds=reply["cpu_seconds"],
+        peak_memory_mb=reply["peak_memory_mb"],
+        stop_reason=StopReason(reply["stop_reason"]),
+        signal=reply["signal"],
+    )
+
+
+def plan_tests(source: str, path: str) -> tuple[str, list[str]]:
+    """("functions", names of top-level test_* functions), else ("asserts", ["line N", ...]).
+
+    >>> plan_tests("def test_a():\\n    assert 1\\n", "t.py")
+    ('functions', ['test_a'])
+    >>> plan_tests("x = 1\\nassert x == 1\\nassert x\\n", "t.py")
+    ('asserts', ['line 2', 'line 3'])
+    """
+    try:
+        tree = ast.parse(source, path)
+    except SyntaxError as exc:
+        raise ValueError(f"{path} line {exc.lineno}: the test file does not parse: {exc.msg}") from None
+    functions = [
+        node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test")
+    ]
+    if functions:
+        return "functions", list(dict.fromkeys(functions))
+    return "asserts", [f"line {node.lineno}" for node in tree.body if isinstance(node, ast.Assert)]
+
+
+def assemble_tests(
+    names: list[str], report: str, nonce: str, execution: ExecResult
+) -> tuple[TestCaseResult, ...]:
+    """One result per expected test, from the report lines that carry this run's nonce."""
+    results: dict[str, TestCaseResult] = {}
+    running, collect_error = None, ""
+    for line in report.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict) or event.get("nonce") != nonce:
+            continue
+        name = event.get("name")
+        if event.get("event") == "collect_error":
+            collect_error = str(event.get("message", ""))[:2000]
+        elif event.get("event") == "start" and name in names:
+            running = name
+        elif event.get("event") == "end" and name in names and name not in results:
+            outcome = event.get("outcome")
+            results[name] = TestCaseResult(
+                name=name,
+                outcome=Outcome(outcome) if outcome in set(Outcome) else Outcome.ERROR,
+                duration=float(event.get("duration") or 0.0),
+                message=str(event.get("message", ""))[:2000],
+            )
+            running = None
+    return tuple(
+        results.get(name) or unreported(name, name == running, collect_error, execution) for name in names
+    )
+
+
+def unreported(name: str, was_running: bool, collect_error: str, execution: ExecResult) -> TestCaseResult:
+    stop = execution.stop_reason
+    if was_running:
+        outcome = Outcome.TIMEOUT if stop == StopReason.TIMEOUT else Outcome.ERROR
+        return TestCaseResult(
+            name, outcome, 0.0, f"stopped during the test: {stop} (exit code {execution.exit_code})"
+        )
+    message = (
+        collect_error or f"never reported: the run ended ({stop}, exit code {execution.exit_code}) first"
+    )
+    return TestCaseResult(name, Outcome.ERROR, 0.0, message)

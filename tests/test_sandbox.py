@@ -1,0 +1,207 @@
+# The fixtures imported from sandbox_fixtures are test parameters here, not redefinitions:
+# ruff: noqa: F811
+"""The sandbox interface on every backend: execution, files, reset, per-test results, the pool."""
+
+import signal
+
+import psutil
+import pytest
+from sandbox_fixtures import LIMITS, SOLUTION_TESTS, backend, make_spec, neighbour, pool, sandbox  # noqa: F401
+
+from sandboxes.interface import InfrastructureError, Outcome, SandboxPathError, SandboxSpec, StopReason
+from sandboxes.pool import SandboxPool
+
+
+def test_exec_runs_a_shell_command_and_reports_how_it_ended(sandbox):
+    result = sandbox.exec("echo out; echo err >&2; exit 3")
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert result.stop_reason == StopReason.EXITED
+    assert not result.stdout_truncated and not result.stderr_truncated
+    assert 0 < result.wall_seconds < 2 and result.cpu_seconds >= 0 and result.peak_memory_mb > 0
+
+
+def test_exec_takes_an_argv_list_and_stdin(sandbox):
+    result = sandbox.exec(
+        ["/usr/bin/python3", "-c", "import sys; print(sys.stdin.read()[::-1])"], stdin="abc"
+    )
+    assert result.ok and result.stdout == "cba\n"
+
+
+def test_exec_of_a_missing_program_exits_127(sandbox):
+    result = sandbox.exec(["/no/such/program"])
+    assert (result.exit_code, result.stop_reason) == (127, StopReason.EXITED)
+
+
+def test_run_python_sees_the_workspace_and_a_minimal_environment(sandbox):
+    sandbox.write_file("helper.py", "VALUE = 41\n")
+    result = sandbox.run_python("import os, helper\nprint(helper.VALUE + 1, os.getcwd(), sorted(os.environ))")
+    assert result.stdout == "42 /workspace ['HOME', 'LANG', 'PATH', 'PYTHONDONTWRITEBYTECODE', 'TMPDIR']\n"
+
+
+def test_run_python_reports_an_exception_as_exit_code_1(sandbox):
+    result = sandbox.run_python("raise ValueError('nope')")
+    assert (result.exit_code, result.stop_reason) == (1, StopReason.EXITED)
+    assert result.stderr.rstrip().endswith("ValueError: nope")
+
+
+def test_files_round_trip_and_list_without_following_symlinks(sandbox):
+    sandbox.write_file("pkg/data.bin", b"\x00\x01")
+    sandbox.exec("ln -s /etc pkg/link")
+    assert sandbox.read_file("pkg/data.bin") == b"\x00\x01"
+    entries = {entry.path: (entry.kind, entry.size) for entry in sandbox.list_files()}
+    assert entries == {
+        "pkg": ("dir", 0),
+        "pkg/data.bin": ("file", 2),
+        "pkg/link": ("symlink", 0),
+        "test_solution.py": ("file", len(SOLUTION_TESTS)),
+    }
+
+
+def test_reading_a_missing_file_raises_file_not_found(sandbox):
+    with pytest.raises(FileNotFoundError):
+        sandbox.read_file("absent.txt")
+
+
+@pytest.mark.parametrize("path", ["../x", "a/../../x", "/etc/passwd", "/proc/self/root/etc/passwd", "", "."])
+def test_paths_outside_the_workspace_are_refused(sandbox, path):
+    with pytest.raises(SandboxPathError):
+        sandbox.write_file(path, "x")
+    with pytest.raises(SandboxPathError):
+        sandbox.read_file(path)
+    assert [entry.path for entry in sandbox.list_files()] == ["test_solution.py"]
+
+
+def test_symlinks_are_refused_by_the_file_api(sandbox):
+    sandbox.exec("ln -s / root; ln -s /etc/passwd passwd; ln -s /proc/self/root self; mkdir d; ln -s .. d/up")
+    for path in ("root/etc/passwd", "passwd", "self/etc/passwd", "d/up/test_solution.py"):
+        with pytest.raises(SandboxPathError):
+            sandbox.read_file(path)
+    for path in ("root/tmp/x", "passwd", "d/up/x"):
+        with pytest.raises(SandboxPathError):
+            sandbox.write_file(path, "x")
+    assert sandbox.exec("cat /etc/passwd | wc -l").stdout.strip() == "2"
+
+
+def test_reset_restores_the_initial_files_and_ends_every_process(sandbox):
+    sandbox.write_file("test_solution.py", "assert False\n")
+    sandbox.write_file("extra/new.txt", "x")
+    sandbox.exec("chmod 000 extra; echo t > /tmp/t")
+    sandbox.reset()
+    assert [entry.path for entry in sandbox.list_files()] == ["test_solution.py"]
+    assert sandbox.read_file("test_solution.py").decode() == SOLUTION_TESTS
+    assert sandbox.exec("ls -A /tmp").stdout == ""
+
+
+def test_nothing_an_execution_started_outlives_it(sandbox):
+    started = sandbox.exec("(sleep 100 &) ; nohup sleep 100 >/dev/null 2>&1 & echo started")
+    assert started.stdout == "started\n" and started.wall_seconds < 2
+    listing = sandbox.run_python(
+        "import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"
+    )
+    pids = eval(listing.stdout)  # noqa: S307  (a list of ints printed by our own snippet)
+    assert pids[0] == 1 and len(pids) == 2
+
+
+def test_run_tests_gives_one_result_per_test_function(sandbox):
+    tests = (
+        "from solution import add\n"
+        "def test_pass():\n    assert add(1, 2) == 3\n"
+        "def test_fail():\n    assert add(1, 1) == 3, 'one and one'\n"
+        "def test_error():\n    {}['missing']\n"
+        "def test_slow():\n    while True:\n        pass\n"
+    )
+    sandbox.write_file("solution.py", "def add(a, b):\n    return a + b\n")
+    run = sandbox.run_tests("t.py", source=tests, per_test_seconds=0.3)
+    assert run.outcomes() == {
+        "test_pass": Outcome.PASS,
+        "test_fail": Outcome.FAIL,
+        "test_error": Outcome.ERROR,
+        "test_slow": Outcome.TIMEOUT,
+    }
+    messages = {test.name: test.message for test in run.tests}
+    assert messages["test_fail"] == "AssertionError: one and one"
+    assert messages["test_error"] == "KeyError: 'missing'"
+    assert run.passed == 1 and not run.all_passed
+
+
+def test_run_tests_treats_each_top_level_assert_as_a_test_named_by_line(sandbox):
+    sandbox.write_file("solution.py", "def add(a, b):\n    return a + b if a != 2 else 5\n")
+    run = sandbox.run_tests("test_solution.py")
+    assert run.outcomes() == {"line 3": Outcome.PASS, "line 4": Outcome.FAIL}
+    assert run.tests[1].message == "line 4: assert add(2, 2) == 4"
+
+
+def test_run_tests_reports_an_overall_timeout_on_the_running_test(sandbox):
+    sandbox.write_file("solution.py", "def add(a, b):\n    while True:\n        pass\n")
+    run = sandbox.run_tests("test_solution.py", timeout=0.5)
+    assert run.execution.stop_reason == StopReason.TIMEOUT
+    assert run.outcomes() == {"line 3": Outcome.TIMEOUT, "line 4": Outcome.ERROR}
+
+
+def test_run_tests_of_a_file_that_is_not_an_initial_file_needs_its_source(sandbox):
+    sandbox.write_file("test_mine.py", "assert True\n")
+    with pytest.raises(ValueError, match="not one of the sandbox's initial files"):
+        sandbox.run_tests("test_mine.py")
+
+
+def test_the_pool_reuses_a_warm_sandbox_for_another_task(pool, backend):
+    with pool.acquire(make_spec(backend, {"a.txt": "a"})) as first:
+        pid = first.server_pid
+        first.write_file("scratch", "x")
+    with pool.acquire(make_spec(backend, {"b.txt": "b"})) as second:
+        assert second.server_pid == pid
+        assert [entry.path for entry in second.list_files()] == ["b.txt"]
+
+
+def kill_server(sandbox) -> None:
+    if sandbox.backend == "docker":
+        sandbox.container.kill()
+    else:
+        for child in psutil.Process(sandbox.process.pid).children(recursive=True):
+            child.send_signal(signal.SIGKILL)
+
+
+def test_a_sandbox_whose_server_died_raises_infrastructure_error_and_is_replaced(pool, backend):
+    spec = make_spec(backend)
+    with pool.acquire(spec) as broken:
+        kill_server(broken)
+        with pytest.raises(InfrastructureError):
+            broken.run_python("print(1)")
+    assert broken.broken
+    with pool.acquire(spec) as fresh:
+        assert fresh is not broken and fresh.run_python("print(1)").stdout == "1\n"
+
+
+def test_the_pool_limits_concurrency(backend):
+    pool = SandboxPool(max_sandboxes=1, warm=0)
+    try:
+        with pool.acquire(make_spec(backend)):
+            with pytest.raises(InfrastructureError, match="no sandbox free"):
+                pool.checkout(make_spec(backend), timeout=0.05)
+    finally:
+        pool.close()
+
+
+def test_closing_the_pool_leaves_no_process_or_container(backend):
+    pool = SandboxPool(max_sandboxes=2, warm=0)
+    with pool.acquire(make_spec(backend)) as sandbox:
+        handle = sandbox.container if backend == "docker" else psutil.Process(sandbox.process.pid)
+    pool.close()
+    if backend == "docker":
+        import docker.errors
+
+        with pytest.raises(docker.errors.NotFound):
+            handle.reload()
+    else:
+        assert not handle.is_running() or handle.status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_missing_image_is_an_infrastructure_error_naming_the_fix(backend):
+    pool = SandboxPool(max_sandboxes=1, warm=0)
+    spec = SandboxSpec(backend="docker", image="flywheel-sandbox:no-such-tag", limits=LIMITS)
+    try:
+        with pytest.raises(InfrastructureError, match="make sandbox-image"):
+            pool.checkout(spec)
+        assert pool.stats() == {"live": 0, "busy": 0, "idle": 0, "replaced": 0}
+    finally:
+        pool.close()
