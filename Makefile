@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down test lint format bench venv browser-deps sandbox-deps sandbox-image bench-sandbox
+.PHONY: up down test lint format bench venv browser-deps sandbox-deps sandbox-image bench-sandbox bench-rewards
 
 venv: $(INSTALLED)
 
@@ -58,3 +58,6 @@ bench: venv
 
 bench-sandbox: venv sandbox-image
 	$(PY) benchmarks/bench_sandbox.py
+
+bench-rewards: venv sandbox-image
+	$(PY) benchmarks/bench_rewards.py

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from rewards import services as reward_services
 from runs import services
 from runs.models import Membership, Project, TaskSet, Tier
 from runs.roles import Role
@@ -79,6 +80,28 @@ def demo_tiers() -> list[dict]:
     ]
 
 
+def demo_reward_rules() -> list[dict]:
+    """One rule per kind of demo item: exact answers, and the unit tests for code."""
+    return [
+        {
+            "name": "exact-answer",
+            "description": "1 when the completion equals the reference answer.",
+            "spec": {
+                "type": "string_check",
+                "name": "exact",
+                "input": "{{ sample.output_text }}",
+                "reference": "{{ item.reference }}",
+                "operation": "eq",
+            },
+        },
+        {
+            "name": "unit-tests",
+            "description": "The pass rate of the item's tests, run in a sandbox.",
+            "spec": {"type": "unit_tests", "name": "tests"},
+        },
+    ]
+
+
 @transaction.atomic
 def demo_ensure(*, username: str, password: str) -> tuple[AbstractBaseUser, Project]:
     """Create what is missing of the demo; running it again changes nothing."""
@@ -102,4 +125,7 @@ def demo_ensure(*, username: str, password: str) -> tuple[AbstractBaseUser, Proj
     for tier in demo_tiers():
         if not Tier.objects.filter(project=project, name=tier["name"]).exists():
             services.tier_create(project=project, by=user, **tier)
+    for rule in demo_reward_rules():
+        if not project.reward_rules.filter(name=rule["name"]).exists():
+            reward_services.reward_rule_create(project=project, by=user, **rule)
     return user, project

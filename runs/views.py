@@ -19,6 +19,7 @@ from django.utils.text import slugify
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from rewards import selectors as reward_selectors
 from runs import forms, selectors, services
 from runs.models import Membership, Project, StagedImport, TaskItem, TaskSet, TaskSetVersion
 from runs.roles import Permission, Role, role_allows
@@ -82,6 +83,7 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
     context = _access(request.user, project) | {
         "task_sets": _task_sets_with_latest(project),
         "tiers": project.tiers.order_by("name"),
+        "reward_rules": reward_selectors.reward_rules_of(project=project),
         "memberships": selectors.memberships_of(project=project),
     }
     return render(request, "runs/project_detail.html", context)

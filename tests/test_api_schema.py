@@ -9,6 +9,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import URLPattern
 
+from rewards import api_urls as reward_api_urls
 from runs import api_urls, services
 from tests.conftest import api_client_for
 
@@ -23,12 +24,15 @@ def schema(db) -> dict:
     return json.loads(response.content)
 
 
+API_PATTERNS = api_urls.urlpatterns + reward_api_urls.urlpatterns
+
+
 def schema_path(pattern: URLPattern) -> str:
     return "/api/v1/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", str(pattern.pattern))
 
 
 def test_every_api_url_and_method_is_in_the_schema(schema):
-    for pattern in api_urls.urlpatterns:
+    for pattern in API_PATTERNS:
         path = schema_path(pattern)
         assert path in schema["paths"], path
         view_methods = {m for m in HTTP_METHODS if hasattr(pattern.callback.view_class, m)}
@@ -36,7 +40,7 @@ def test_every_api_url_and_method_is_in_the_schema(schema):
 
 
 def test_the_schema_lists_no_endpoint_that_does_not_exist(schema):
-    assert sorted(schema["paths"]) == sorted(schema_path(p) for p in api_urls.urlpatterns)
+    assert sorted(schema["paths"]) == sorted(schema_path(p) for p in API_PATTERNS)
 
 
 # --- answers against the declared shapes ---------------------------------------------------

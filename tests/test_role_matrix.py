@@ -16,6 +16,9 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from rewards import api_urls as reward_api_urls
+from rewards import services as reward_services
+from rewards import urls as reward_urls
 from runs import api_urls, services, urls
 from runs.models import StagedImport
 from runs.roles import Role
@@ -196,7 +199,86 @@ PAGE_CASES = [
     Case("token-revoke", "post", SELF, lambda w: {"token_id": w["own_token"].pk}),
 ]
 
-CASES = API_CASES + PAGE_CASES
+RULE_SPEC = {
+    "type": "string_check",
+    "name": "exact",
+    "input": "{{sample.output_text}}",
+    "reference": "{{item.reference}}",
+    "operation": "eq",
+}
+
+
+def rule(w):
+    return {"id": w["rule"].pk}
+
+
+def rule_version(w):
+    return {"id": w["rule"].pk, "number": 1}
+
+
+def prule(w):
+    return {"rule_id": w["rule"].pk}
+
+
+def dry_run_body(_w):
+    return {"items": [ITEM | {"kind": "answer"}], "samples": ["2"]}
+
+
+def rule_form(w):
+    return {"name": "fresh-rule", "description": "", "note": "", "spec": json.dumps(RULE_SPEC)}
+
+
+REWARD_CASES = [
+    Case("api-reward-rules", "get", SELF),
+    Case(
+        "api-reward-rules",
+        "post",
+        "edit",
+        body=lambda w: {"project": w["project"].pk, "name": "r2", "spec": RULE_SPEC},
+    ),
+    Case("api-reward-rule-validate", "post", SELF, body=lambda w: {"spec": RULE_SPEC}),
+    Case(
+        "api-reward-rule-import-openai",
+        "post",
+        "edit",
+        body=lambda w: {"project": w["project"].pk, "name": "r3", "grader": RULE_SPEC},
+    ),
+    Case("api-reward-rule", "get", "view", rule),
+    Case("api-reward-rule", "patch", "edit", rule, body=lambda w: {"description": "changed"}),
+    Case("api-reward-rule", "delete", "edit", rule),
+    Case("api-reward-rule-versions", "get", "view", rule),
+    Case("api-reward-rule-version", "get", "view", rule_version),
+    Case("api-reward-rule-version-openai", "get", "view", rule_version),
+    Case("api-reward-rule-diff", "get", "view", rule, query=lambda w: {"from": 1, "to": 1}),
+    Case("api-reward-rule-dry-run", "post", "edit", rule, body=dry_run_body),
+    Case("reward-rule-list", "get", "view", pid),
+    Case("reward-rule-create", "get", "edit", pid),
+    Case("reward-rule-create", "post", "edit", pid, body=rule_form),
+    Case("reward-rule-import", "get", "edit", pid),
+    Case(
+        "reward-rule-import",
+        "post",
+        "edit",
+        pid,
+        body=lambda w: {"name": "imported", "grader": json.dumps(RULE_SPEC)},
+    ),
+    Case("reward-rule-detail", "get", "view", prule),
+    Case("reward-rule-edit", "get", "edit", prule),
+    Case("reward-rule-edit", "post", "edit", prule, body=rule_form),
+    Case("reward-rule-delete", "post", "edit", prule),
+    Case("reward-rule-diff", "get", "view", prule, query=lambda w: {"from": 1, "to": 1}),
+    Case("reward-rule-dry-run", "get", "edit", prule),
+    Case(
+        "reward-rule-dry-run",
+        "post",
+        "edit",
+        prule,
+        body=lambda w: {"items": json.dumps(ITEM | {"kind": "answer"}), "samples": json.dumps(["2"])},
+    ),
+    Case("reward-rule-version", "get", "view", lambda w: {"rule_id": w["rule"].pk, "number": 1}),
+]
+
+CASES = API_CASES + PAGE_CASES + REWARD_CASES
 
 
 def route_names(module) -> set[str]:
@@ -207,6 +289,8 @@ def test_every_route_is_in_the_matrix():
     covered = {case.name for case in CASES}
     assert sorted(route_names(api_urls) - covered) == []
     assert sorted(route_names(urls) - covered) == []
+    assert sorted(route_names(reward_api_urls) - covered) == []
+    assert sorted(route_names(reward_urls) - covered) == []
 
 
 @pytest.fixture
@@ -219,7 +303,11 @@ def world(team):
     )
     tier = services.tier_create(project=team["project"], by=owner, name="cap", base_model="org/model")
     make_user("newcomer")
+    reward_rule = reward_services.reward_rule_create(
+        project=team["project"], name="rule", by=owner, spec=RULE_SPEC
+    )
     return team | {
+        "rule": reward_rule,
         "task_set": task_set,
         "item": report.version.items.get(),
         "tier": tier,
@@ -249,6 +337,8 @@ def call(case: Case, world: dict, role: str):
         file_format="jsonl",
     )
     url = reverse(case.name, kwargs=case.kwargs(world) if case.kwargs else None)
+    if case.query:
+        url += "?" + "&".join(f"{key}={value}" for key, value in case.query(world).items())
     data = case.body(world) if case.body else None
     if case.api:
         client = api_client_for(actor) if actor else APIClient()

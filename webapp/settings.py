@@ -203,6 +203,11 @@ FLYWHEEL_SANDBOX_POOL_WARM = env_int("FLYWHEEL_SANDBOX_POOL_WARM", 2)
 FLYWHEEL_SANDBOX_UID_BASE = env_int("FLYWHEEL_SANDBOX_UID_BASE", 200000)
 FLYWHEEL_SANDBOX_STATE_DIR = env_str("FLYWHEEL_SANDBOX_STATE_DIR", "/tmp/flywheel-sandboxes")
 
+# --- rewards
+
+# A local sentence-embedding model for text_similarity's cosine metric; empty turns cosine off.
+FLYWHEEL_EMBEDDING_MODEL = env_str("FLYWHEEL_EMBEDDING_MODEL", "")
+
 # --- auth ----------------------------------------------------------------------------------
 
 AUTH_PASSWORD_VALIDATORS = [

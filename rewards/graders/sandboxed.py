@@ -1,0 +1,201 @@
+"""Graders that run code: unit_tests, agent_check and python, always inside a sandbox from the pool.
+
+- unit_tests: a code item's tests run against the sample's solution (sample.files["solution.py"],
+  else the last fenced Python block of its text). The tests are the item's pristine copy, whatever
+  the sample wrote over them; the score is the pass rate.
+- agent_check: an agent item's check_command, in the episode's sandbox when the caller still
+  holds it, else in a fresh one seeded with the item's files and then the sample's; either way the
+  test and check files are restored to the item's copy first. 1.0 when it exits 0.
+- python: the rule author's `grade(sample, item) -> float`, run in a sandbox child, never in a web
+  or worker process. `sample` is a dict with output_text, output_json, output_tools, choices (as
+  OpenAI passes them) and files, steps, tokens, metadata.
+
+A timeout of the graded code is the model's (or the grader's) doing: GraderError "sandbox_timeout"
+and a 0. A sandbox that fails to start or answer is infrastructure: the sample is errored.
+"""
+
+import json
+import secrets
+from typing import Any
+
+from rewards.graders.base import Field, GradingError, as_number, grader
+from rewards.graders.workspace import SOLUTION_FILE, TEST_FILE, protected_files, solution_source
+from sandboxes.interface import Limits, Outcome, SandboxPathError, SandboxSpec, StopReason
+
+DEFAULT_SECONDS = 10.0
+
+
+def limits(seconds: float | None) -> Limits:
+    seconds = float(seconds or DEFAULT_SECONDS)
+    return Limits(cpu_seconds=seconds, wall_seconds=seconds)
+
+
+def pool_of(context: Any):
+    if context.pool is not None:
+        return context.pool
+    from sandboxes.services import sandbox_pool
+
+    return sandbox_pool()
+
+
+def check_seconds(spec: dict) -> list[tuple[str, str]]:
+    problems = []
+    for name in ("timeout", "per_test_seconds"):
+        value = spec.get(name)
+        if isinstance(value, (int, float)) and not 0 < value <= 600:
+            problems.append((name, "must be between 0 and 600 seconds"))
+    return problems
+
+
+def write_sample_files(sandbox: Any, files: dict[str, str], skip: set[str]) -> None:
+    for path, content in files.items():
+        if path in skip or not isinstance(content, str):
+            continue
+        try:
+            sandbox.write_file(path, content)
+        except SandboxPathError:
+            continue  # a path outside the workspace: the model's file is simply not there
+
+
+@grader(
+    "unit_tests",
+    check=check_seconds,
+    uses_sandbox=True,
+    solution_file=Field(str, required=False, default=SOLUTION_FILE),
+    timeout=Field((int, float), required=False, default=DEFAULT_SECONDS),
+    per_test_seconds=Field((int, float), required=False),
+)
+def unit_tests(
+    context: Any,
+    solution_file: str = SOLUTION_FILE,
+    timeout: float | None = None,
+    per_test_seconds: float | None = None,
+) -> float:
+    """The fraction of the code item's tests that pass against the sample's solution, run in a sandbox.
+
+    (Runs in a sandbox: the engine tests show it; a doctest here would need one.)
+
+    >>> unit_tests.__name__
+    'unit_tests'
+    """
+    item = context.item
+    if item.get("kind") != "code" or not isinstance(item.get("tests"), str):
+        raise GradingError("grader_exception", "unit_tests grades code items: this item has no tests")
+    files = {**(item.get("setup_files") or {}), TEST_FILE: item["tests"]}
+    spec = SandboxSpec(files=files, limits=limits(timeout))
+    with pool_of(context).acquire(spec) as sandbox:
+        write_sample_files(sandbox, context.sample.files, {solution_file})
+        sandbox.write_file(solution_file, solution_source(context.sample, solution_file))
+        try:
+            result = sandbox.run_tests(TEST_FILE, per_test_seconds=per_test_seconds)
+        except ValueError as exc:  # the item's tests do not parse
+            raise GradingError("grader_exception", str(exc)) from None
+    context.notes["test_run"] = result
+    if not result.tests:
+        raise GradingError("grader_exception", "the item's tests hold no test function and no assert")
+    timed_out = [test.name for test in result.tests if test.outcome == Outcome.TIMEOUT]
+    if timed_out or result.execution.stop_reason == StopReason.TIMEOUT:
+        where = ", ".join(timed_out) or "the test run"
+        raise GradingError("sandbox_timeout", f"{where} ran past the time limit", score=0.0)
+    return result.passed / len(result.tests)
+
+
+@grader(
+    "agent_check",
+    check=check_seconds,
+    uses_sandbox=True,
+    timeout=Field((int, float), required=False, default=DEFAULT_SECONDS),
+)
+def agent_check(context: Any, timeout: float | None = None) -> float:
+    """1.0 when the agent item's check_command exits 0 in the episode's final workspace, else 0.0.
+
+    >>> agent_check.__name__
+    'agent_check'
+    """
+    item = context.item
+    command = item.get("check_command")
+    if item.get("kind") != "agent" or not isinstance(command, str):
+        raise GradingError(
+            "grader_exception", "agent_check grades agent items: this item has no check_command"
+        )
+    pristine = {path: content for path, content in protected_files(item).items() if content}
+    if context.sandbox is not None:
+        for path, content in pristine.items():
+            context.sandbox.write_file(path, content)
+        result = context.sandbox.exec(command, timeout=float(timeout or DEFAULT_SECONDS))
+    else:
+        spec = SandboxSpec(files=item.get("files") or {}, limits=limits(timeout))
+        with pool_of(context).acquire(spec) as sandbox:
+            write_sample_files(sandbox, context.sample.files, set(pristine))
+            result = sandbox.exec(command)
+    if result.stop_reason == StopReason.TIMEOUT:
+        raise GradingError(
+            "sandbox_timeout", f"the check command ran past {timeout or DEFAULT_SECONDS:g} s", score=0.0
+        )
+    return 1.0 if result.ok else 0.0
+
+
+HARNESS = """
+import json as _json, sys as _sys
+_payload = _json.loads(_sys.stdin.read())
+_namespace = {"__name__": "grader"}
+exec(compile(_payload["source"], "grader.py", "exec"), _namespace)
+_result = _namespace["grade"](_payload["sample"], _payload["item"])
+_sys.stdout.write("\\n" + _payload["nonce"] + _json.dumps({"result": _result}, default=repr) + "\\n")
+"""
+
+
+def check_python(spec: dict) -> list[tuple[str, str]]:
+    import ast
+
+    source = spec.get("source")
+    if not isinstance(source, str):
+        return []
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return [("source", f"line {exc.lineno}: does not parse: {exc.msg}")]
+    grades = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "grade"]
+    if not grades or len(grades[0].args.args) != 2:
+        return [("source", "must define grade(sample, item) at the top level")]
+    return []
+
+
+@grader(
+    "python",
+    check=check_python,
+    openai=True,
+    uses_sandbox=True,
+    source=Field(str),
+    image_tag=Field(str, required=False),
+    timeout=Field((int, float), required=False, default=DEFAULT_SECONDS),
+)
+def python(context: Any, source: str, image_tag: str | None = None, timeout: float | None = None) -> float:
+    """What the rule author's grade(sample, item) returns, run inside a sandbox.
+
+    >>> python.__name__
+    'python'
+    """
+    sample = context.sample
+    nonce = "flywheel-result-" + secrets.token_hex(8) + ":"
+    payload = {
+        "source": source,
+        "nonce": nonce,
+        "item": context.item,
+        "sample": {**sample.to_dict(), "output_tools": [], "choices": []},
+    }
+    with pool_of(context).acquire(SandboxSpec(limits=limits(timeout))) as sandbox:
+        result = sandbox.run_python(HARNESS, stdin=json.dumps(payload))
+    if result.stop_reason == StopReason.TIMEOUT:
+        raise GradingError("sandbox_timeout", f"grade() ran past {timeout or DEFAULT_SECONDS:g} s", score=0.0)
+    lines = [line for line in result.stdout.splitlines() if line.startswith(nonce)]
+    if not result.ok or not lines:
+        last = (
+            result.stderr.strip().splitlines() or [f"exit code {result.exit_code}, {result.stop_reason}"]
+        )[-1]
+        raise GradingError("grader_exception", f"grade() failed: {last[:500]}")
+    value = json.loads(lines[-1][len(nonce) :])["result"]
+    number = as_number(value) if isinstance(value, (int, float)) else None
+    if number is None:
+        raise GradingError("invalid_output", f"grade() returned {str(value)[:100]!r}, not a number")
+    return number
