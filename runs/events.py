@@ -32,3 +32,13 @@ def _send(group: str, message: dict[str, Any]) -> None:
         async_to_sync(layer.group_send)(group, message)
     except Exception:  # noqa: BLE001 - a lost notification must never undo or fail the write
         logger.warning("could not notify %s of %s", group, message["event"], exc_info=True)
+
+
+def run_group(run_id: int) -> str:
+    return f"run-{run_id}"
+
+
+def run_event(run_id: int, event_type: str, payload: dict[str, Any]) -> None:
+    """Announce a change of one run (status, event, metrics) to its live viewers."""
+    message = {"type": "run.message", "event": event_type, "payload": payload}
+    transaction.on_commit(lambda: _send(run_group(run_id), message))

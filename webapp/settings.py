@@ -187,6 +187,8 @@ CELERY_TASK_ROUTES = {
     "workers.learner.*": {"queue": "learner"},
     "workers.eval.*": {"queue": "eval"},
 }
+# Runs of one project that may be active (starting, running, pausing) at once; the rest queue.
+FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS = env_int("FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS", 1)
 FLYWHEEL_ROLLOUT_CONCURRENCY = env_int("FLYWHEEL_ROLLOUT_CONCURRENCY", 2)
 FLYWHEEL_LEARNER_CONCURRENCY = env_int("FLYWHEEL_LEARNER_CONCURRENCY", 1)
 FLYWHEEL_EVAL_CONCURRENCY = env_int("FLYWHEEL_EVAL_CONCURRENCY", 1)

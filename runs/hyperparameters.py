@@ -1,0 +1,85 @@
+"""Hyperparameters of each method: their types, ranges and what "auto" resolves to.
+
+Pure: the launch form, REST and the run services all validate through `resolve`, and a run
+shows the resolved values it trains with.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Param:
+    kind: type
+    default: Any  # the value "auto" (or leaving it out) resolves to
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    help: str = ""
+
+    def check(self, value: Any) -> str | None:
+        if self.choices:
+            return None if value in self.choices else f"must be one of {', '.join(self.choices)}"
+        if self.kind is int and (not isinstance(value, int) or isinstance(value, bool)):
+            return "must be an integer"
+        if self.kind is float and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+            return "must be a number"
+        if self.low is not None and value < self.low:
+            return f"must be at least {self.low:g}"
+        if self.high is not None and value > self.high:
+            return f"must be at most {self.high:g}"
+        return None
+
+
+COMMON = {
+    "learning_rate": Param(float, 1e-3, 1e-7, 1.0, help="AdamW learning rate"),
+    "batch_size": Param(int, 8, 1, 4096, help="task items per learner step"),
+    "gradient_accumulation": Param(int, 1, 1, 1024, help="micro-batches per optimiser step"),
+    "checkpoint_every": Param(int, 10, 1, 100000, help="learner steps between checkpoints"),
+    "eval_every": Param(int, 10, 1, 100000, help="learner steps between held-out evaluations"),
+    "eval_items": Param(int, 64, 0, 100000, help="held-out items per evaluation (0: all)"),
+    "seed": Param(int, 0, 0, 2**31 - 1),
+    "mixed_precision": Param(str, "no", choices=("no", "bf16", "fp16")),
+}
+
+GRPO = {
+    "group_size": Param(int, 8, 2, 256, help="completions sampled per item"),
+    "staleness": Param(int, 1, 0, 16, help="k: learn only from trajectories of policy v-k or newer"),
+    "clip_epsilon": Param(float, 0.2, 0.0, 1.0, help="PPO-style clipping of the importance ratio"),
+    "kl_coef": Param(float, 0.0, 0.0, 10.0, help="weight of the KL penalty to the reference policy"),
+    "loss_aggregation": Param(str, "token_mean", choices=("token_mean", "sequence_mean", "dr_grpo")),
+    "scale_rewards": Param(str, "group", choices=("group", "none")),
+    "episode_deadline_seconds": Param(float, 120.0, 1.0, 86400.0, help="stragglers are cut off here"),
+}
+
+SFT = {"epochs": Param(int, 1, 1, 1000)}
+DPO = {"beta": Param(float, 0.1, 0.0, 100.0), "epochs": Param(int, 1, 1, 1000)}
+
+METHODS = {"grpo": COMMON | GRPO, "sft": COMMON | SFT, "dpo": COMMON | DPO}
+
+
+def resolve(method: str, submitted: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(resolved values, problems by field). Missing or "auto" values take the method's default.
+
+    >>> resolved, problems = resolve("grpo", {"group_size": 4, "learning_rate": "auto"})
+    >>> resolved["group_size"], resolved["learning_rate"], problems
+    (4, 0.001, {})
+    >>> resolve("sft", {"group_size": 4})[1]
+    {'group_size': 'not a hyperparameter of sft'}
+    """
+    params = METHODS[method]
+    problems = {name: f"not a hyperparameter of {method}" for name in submitted if name not in params}
+    resolved = {}
+    for name, param in params.items():
+        value = submitted.get(name, AUTO)
+        if value == AUTO:
+            resolved[name] = param.default
+            continue
+        if param.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if (problem := param.check(value)) is not None:
+            problems[name] = problem
+        resolved[name] = value
+    return resolved, problems

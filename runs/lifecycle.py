@@ -1,0 +1,359 @@
+"""Writes for runs: create (validated up front), clone and fork, and every status change.
+
+A status change is a conditional UPDATE from the statuses that allow it, so two requests (or a
+request and a worker) can never both win; the loser gets a StateError (409) and nothing changes.
+Every change is recorded as a RunEvent, and announced after the transaction commits.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from rewards import engine as reward_engine
+from rewards.models import RewardRuleVersion
+from rewards.services import reward_rule_version_mark_used
+from runs import events
+from runs.hyperparameters import resolve
+from runs.models import Checkpoint, Project, Run, RunEvent, TaskSetVersion, Tier
+from runs.services import StateError
+from runs.tier_rules import looks_like_path, tier_problems
+
+S = Run.Status
+TIER_FIELDS = (
+    "base_model",
+    "device",
+    "precision",
+    "speculation",
+    "draft_model",
+    "speculative_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop",
+    "max_new_tokens",
+    "batch_size",
+)
+CONFIG_FIELDS = (
+    "task_set_version",
+    "train_split",
+    "eval_split",
+    "reward_rule_version",
+    "tier_config",
+    "method",
+    "resolved",
+    "max_steps",
+    "max_wall_seconds",
+    "max_sandbox_cpu_seconds",
+    "priority",
+)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What a launch asks for; the form and REST both build one."""
+
+    project: Project
+    name: str
+    task_set_version: TaskSetVersion
+    reward_rule_version: RewardRuleVersion
+    tier: Tier
+    method: str = Run.Method.GRPO
+    hyperparameters: dict[str, Any] | None = None
+    max_steps: int = 20
+    max_wall_seconds: int | None = None
+    max_sandbox_cpu_seconds: float | None = None
+    priority: int = 0
+    train_split: str = "train"
+    eval_split: str = "heldout"
+
+
+def tier_snapshot(tier: Tier) -> dict[str, Any]:
+    return {"name": tier.name} | {name: getattr(tier, name) for name in TIER_FIELDS}
+
+
+def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
+    """(resolved hyperparameters, every reason the run would fail at its first step)."""
+    problems: dict[str, str] = {}
+    if request.method not in Run.Method.values:
+        return {}, {"method": f"must be one of {', '.join(Run.Method.values)}"}
+    resolved, hyper_problems = resolve(request.method, request.hyperparameters or {})
+    problems |= {f"hyperparameters.{name}": message for name, message in hyper_problems.items()}
+    problems |= _ownership_problems(request)
+    if problems:
+        return resolved, problems
+    problems |= _data_problems(request, resolved)
+    problems |= _tier_problems(request.tier)
+    problems |= _reward_problems(request)
+    if request.max_steps < 1:
+        problems["max_steps"] = "must be at least 1"
+    if request.max_wall_seconds is not None and request.max_wall_seconds < 1:
+        problems["max_wall_seconds"] = "must be at least 1 second"
+    if request.max_sandbox_cpu_seconds is not None and request.max_sandbox_cpu_seconds <= 0:
+        problems["max_sandbox_cpu_seconds"] = "must be more than 0"
+    if not request.name.strip():
+        problems["name"] = "is required"
+    return resolved, problems
+
+
+def _ownership_problems(request: RunRequest) -> dict[str, str]:
+    project_id = request.project.pk
+    problems = {}
+    if request.task_set_version.task_set.project_id != project_id:
+        problems["task_set_version"] = "belongs to another project"
+    if request.reward_rule_version.rule.project_id != project_id:
+        problems["reward_rule_version"] = "belongs to another project"
+    if request.tier.project_id != project_id:
+        problems["tier"] = "belongs to another project"
+    return problems
+
+
+def _data_problems(request: RunRequest, resolved: dict[str, Any]) -> dict[str, str]:
+    counts = request.task_set_version.split_counts
+    problems = {}
+    for field_name, split in (("train_split", request.train_split), ("eval_split", request.eval_split)):
+        if split not in ("train", "heldout"):
+            problems[field_name] = "must be train or heldout"
+        elif not counts.get(split):
+            version = request.task_set_version
+            problems[field_name] = f"{version} has no {split} items; re-split it or choose another split"
+    items = request.task_set_version.items.filter(split=request.train_split)
+    if request.method == Run.Method.SFT and items.filter(kind="agent").exists():
+        problems["method"] = "SFT needs reference solutions; agent items have none"
+    if request.method == Run.Method.SFT:
+        missing = items.filter(kind="code").exclude(data__has_key="reference_solution").count()
+        if missing:
+            problems["method"] = f"SFT needs a reference solution for every code item; {missing} have none"
+    if request.method == Run.Method.DPO:
+        pairs = items.filter(data__metadata__has_key="chosen").filter(data__metadata__has_key="rejected")
+        if not pairs.exists():
+            problems["method"] = "DPO needs preference pairs: items whose metadata holds chosen and rejected"
+    return problems
+
+
+def _tier_problems(tier: Tier) -> dict[str, str]:
+    problems = {f"tier.{name}": message for name, message in tier_problems(tier_snapshot(tier)).items()}
+    if looks_like_path(tier.base_model) and not Path(tier.base_model).expanduser().exists():
+        problems["tier.base_model"] = (
+            f"no model at {tier.base_model}; build the demo model with `python manage.py build_base_model`"
+        )
+    return problems
+
+
+def _reward_problems(request: RunRequest) -> dict[str, str]:
+    kinds = request.task_set_version.items.values_list("kind", flat=True).distinct()
+    problems = {}
+    for kind in sorted(set(kinds)):
+        for problem in reward_engine.validate_rule(request.reward_rule_version.spec, item_kind=kind):
+            problems[f"reward_rule_version.{problem.path}"] = f"for {kind} items: {problem.message}"
+    return problems
+
+
+@transaction.atomic
+def run_create(
+    *,
+    request: RunRequest,
+    by: AbstractBaseUser,
+    parent: Run | None = None,
+    checkpoint: Checkpoint | None = None,
+) -> Run:
+    resolved, problems = run_problems(request)
+    if problems:
+        raise ValidationError(problems)
+    run = Run.objects.create(
+        project=request.project,
+        name=request.name.strip(),
+        task_set_version=request.task_set_version,
+        train_split=request.train_split,
+        eval_split=request.eval_split,
+        reward_rule_version=request.reward_rule_version,
+        tier=request.tier,
+        tier_config=tier_snapshot(request.tier),
+        method=request.method,
+        hyperparameters=request.hyperparameters or {},
+        resolved=resolved,
+        max_steps=request.max_steps,
+        max_wall_seconds=request.max_wall_seconds,
+        max_sandbox_cpu_seconds=request.max_sandbox_cpu_seconds,
+        priority=request.priority,
+        parent=parent,
+        parent_checkpoint=checkpoint,
+        created_by=by,
+    )
+    reward_rule_version_mark_used(version=request.reward_rule_version)
+    origin = f" from checkpoint {checkpoint.step} of run {parent.pk}" if checkpoint else ""
+    run_event(run, "status", f"queued{origin}", data={"status": S.QUEUED})
+    _schedule_after_commit()
+    return run
+
+
+def run_request_from(run: Run, **overrides: Any) -> RunRequest:
+    """The request that made `run`, with some fields changed: for clone and fork."""
+    fields = {
+        "project": run.project,
+        "name": overrides.pop("name", None) or f"{run.name} (copy)",
+        "task_set_version": run.task_set_version,
+        "reward_rule_version": run.reward_rule_version,
+        "tier": run.tier,
+        "method": run.method,
+        "hyperparameters": dict(run.hyperparameters),
+        "max_steps": run.max_steps,
+        "max_wall_seconds": run.max_wall_seconds,
+        "max_sandbox_cpu_seconds": run.max_sandbox_cpu_seconds,
+        "priority": run.priority,
+        "train_split": run.train_split,
+        "eval_split": run.eval_split,
+    }
+    return RunRequest(**(fields | overrides))
+
+
+def run_clone(*, run: Run, by: AbstractBaseUser, **overrides: Any) -> Run:
+    if run.tier is None and "tier" not in overrides:
+        raise ValidationError({"tier": "the parent's tier was deleted; choose a tier"})
+    return run_create(request=run_request_from(run, **overrides), by=by, parent=run)
+
+
+def run_fork(*, checkpoint: Checkpoint, by: AbstractBaseUser, **overrides: Any) -> Run:
+    """A new run that starts from the weights of `checkpoint` instead of the base model."""
+    parent = checkpoint.run
+    overrides.setdefault("name", f"{parent.name} (fork @ {checkpoint.step})")
+    return run_create(
+        request=run_request_from(parent, **overrides), by=by, parent=parent, checkpoint=checkpoint
+    )
+
+
+def config_diff(parent: Run, child: Run) -> list[dict[str, Any]]:
+    """The configuration fields that differ, flattened one level for readability."""
+    before, after = run_config(parent), run_config(child)
+    keys = sorted(set(before) | set(after))
+    return [
+        {"field": k, "parent": before.get(k), "run": after.get(k)}
+        for k in keys
+        if before.get(k) != after.get(k)
+    ]
+
+
+def run_config(run: Run) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    for name in CONFIG_FIELDS:
+        value = getattr(run, name)
+        if isinstance(value, dict):
+            config |= {f"{name}.{key}": inner for key, inner in value.items()}
+        else:
+            config[name] = str(value) if hasattr(value, "pk") else value
+    return config
+
+
+# --- status changes ------------------------------------------------------------------------
+
+
+def run_event(
+    run: Run, kind: str, message: str, *, level: str = "info", data: dict | None = None
+) -> RunEvent:
+    event = RunEvent.objects.create(run=run, kind=kind, message=message, level=level, data=data or {})
+    payload = {"run": run.pk, "kind": kind, "level": level, "message": message, "id": event.pk}
+    events.project_event(run.project_id, "run.event", payload)
+    events.run_event(run.pk, "event", payload)
+    return event
+
+
+@transaction.atomic
+def run_transition(
+    run: Run,
+    *,
+    allowed: tuple[str, ...],
+    to: str,
+    message: str = "",
+    level: str = "info",
+    error: dict | None = None,
+    **fields: Any,
+) -> Run:
+    """Move `run` to `to` if its status is one of `allowed`; otherwise StateError and no change."""
+    updates: dict[str, Any] = {"status": to, "updated_at": timezone.now(), **fields}
+    if to in Run.TERMINAL:
+        updates["finished_at"] = timezone.now()
+    if error is not None:
+        updates["error"] = error
+    changed = Run.objects.filter(pk=run.pk, status__in=allowed).update(**updates)
+    if not changed:
+        current = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
+        raise StateError(f"run {run.pk} is {current}; this needs it to be {' or '.join(allowed)}")
+    run.refresh_from_db()
+    run_event(
+        run, "status", message or to, level=level, data={"status": to, **({"error": error} if error else {})}
+    )
+    events.run_event(run.pk, "status", {"status": to})
+    return run
+
+
+def run_pause(*, run: Run) -> Run:
+    if run.status in (S.QUEUED, S.STARTING):
+        return run_transition(
+            run, allowed=(S.QUEUED, S.STARTING), to=S.PAUSED, message="paused before it started"
+        )
+    return run_transition(run, allowed=(S.RUNNING,), to=S.PAUSING, message="pausing at the next step")
+
+
+def run_resume(*, run: Run) -> Run:
+    run = run_transition(run, allowed=(S.PAUSED,), to=S.QUEUED, message="resumed; queued")
+    _schedule_after_commit()
+    return run
+
+
+def run_cancel(*, run: Run) -> Run:
+    if run.status in (S.QUEUED, S.PAUSED):
+        return run_transition(run, allowed=(S.QUEUED, S.PAUSED), to=S.CANCELLED, message="cancelled")
+    return run_transition(
+        run, allowed=(S.STARTING, S.RUNNING, S.PAUSING), to=S.CANCELLING, message="cancelling"
+    )
+
+
+def run_retry(*, run: Run) -> Run:
+    """Start a failed or cancelled run again from its last checkpoint."""
+    run = run_transition(
+        run, allowed=(S.FAILED, S.CANCELLED), to=S.QUEUED, message="retried; queued", error=None, restarts=0
+    )
+    Run.objects.filter(pk=run.pk).update(error=None, finished_at=None)
+    run.refresh_from_db()
+    _schedule_after_commit()
+    return run
+
+
+def run_fail(*, run: Run, message: str, where: str) -> Run:
+    active = (S.QUEUED, S.STARTING, S.RUNNING, S.PAUSING, S.CANCELLING)
+    return run_transition(
+        run,
+        allowed=active,
+        to=S.FAILED,
+        level="error",
+        message=f"failed: {message}",
+        error={"message": message, "where": where},
+    )
+
+
+def queue_position(run: Run) -> int | None:
+    """1 for the next queued run of its project to start; None when it is not queued."""
+    if run.status != S.QUEUED:
+        return None
+    ahead = Run.objects.filter(project_id=run.project_id, status=S.QUEUED).filter(
+        Q(priority__gt=run.priority)
+        | Q(priority=run.priority, created_at__lt=run.created_at)
+        | Q(priority=run.priority, created_at=run.created_at, pk__lt=run.pk)
+    )
+    return ahead.count() + 1
+
+
+def _schedule_after_commit() -> None:
+    from workers import tasks  # workers depends on runs; import late to keep the graph one-way
+
+    transaction.on_commit(lambda: tasks.runs_schedule.delay())
+
+
+def max_active_runs() -> int:
+    return settings.FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS

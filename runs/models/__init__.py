@@ -1,0 +1,42 @@
+"""The runs app's models: the project space and task library (library.py), and post-training
+runs with their events, metrics, trajectories and checkpoints (runs.py)."""
+
+from runs.models.library import (
+    ApiToken,
+    IdempotencyKey,
+    Membership,
+    Project,
+    StagedImport,
+    TaskItem,
+    TaskSet,
+    TaskSetVersion,
+    Tier,
+)
+from runs.models.runs import (
+    Checkpoint,
+    MetricPoint,
+    RolloutBatch,
+    Run,
+    RunEvent,
+    Trajectory,
+    TrajectoryStep,
+)
+
+__all__ = [
+    "ApiToken",
+    "Checkpoint",
+    "IdempotencyKey",
+    "Membership",
+    "MetricPoint",
+    "Project",
+    "RolloutBatch",
+    "Run",
+    "RunEvent",
+    "StagedImport",
+    "TaskItem",
+    "TaskSet",
+    "TaskSetVersion",
+    "Tier",
+    "Trajectory",
+    "TrajectoryStep",
+]
