@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from runs.api import views
+from runs.api import runs, views
 
 urlpatterns = [
     path("me", views.MeView.as_view(), name="api-me"),
@@ -31,4 +31,19 @@ urlpatterns = [
     path("tiers/<int:id>", views.TierDetailView.as_view(), name="api-tier"),
     path("tokens", views.TokenListView.as_view(), name="api-tokens"),
     path("tokens/<int:id>", views.TokenDetailView.as_view(), name="api-token"),
+    path("runs", runs.RunListView.as_view(), name="api-runs"),
+    path("runs/<int:id>", runs.RunDetailView.as_view(), name="api-run"),
+    path("runs/<int:id>/pause", runs.RunPauseView.as_view(), name="api-run-pause"),
+    path("runs/<int:id>/resume", runs.RunResumeView.as_view(), name="api-run-resume"),
+    path("runs/<int:id>/cancel", runs.RunCancelView.as_view(), name="api-run-cancel"),
+    path("runs/<int:id>/retry", runs.RunRetryView.as_view(), name="api-run-retry"),
+    path("runs/<int:id>/clone", runs.RunCloneView.as_view(), name="api-run-clone"),
+    path("runs/<int:id>/events", runs.RunEventListView.as_view(), name="api-run-events"),
+    path("runs/<int:id>/metrics", runs.RunMetricsView.as_view(), name="api-run-metrics"),
+    path("trajectories", runs.TrajectoryListView.as_view(), name="api-trajectories"),
+    path("trajectories/<int:id>", runs.TrajectoryDetailView.as_view(), name="api-trajectory"),
+    path("trajectories/<int:id>/steps", runs.TrajectoryStepListView.as_view(), name="api-trajectory-steps"),
+    path("checkpoints", runs.CheckpointListView.as_view(), name="api-checkpoints"),
+    path("checkpoints/<int:id>", runs.CheckpointDetailView.as_view(), name="api-checkpoint"),
+    path("checkpoints/<int:id>/fork", runs.CheckpointForkView.as_view(), name="api-checkpoint-fork"),
 ]

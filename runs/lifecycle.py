@@ -195,6 +195,8 @@ def run_create(
 
 def run_request_from(run: Run, **overrides: Any) -> RunRequest:
     """The request that made `run`, with some fields changed: for clone and fork."""
+    if run.tier is None and overrides.get("tier") is None:
+        raise ValidationError({"tier": "the parent's tier was deleted; choose a tier"})
     fields = {
         "project": run.project,
         "name": overrides.pop("name", None) or f"{run.name} (copy)",
@@ -214,8 +216,6 @@ def run_request_from(run: Run, **overrides: Any) -> RunRequest:
 
 
 def run_clone(*, run: Run, by: AbstractBaseUser, **overrides: Any) -> Run:
-    if run.tier is None and "tier" not in overrides:
-        raise ValidationError({"tier": "the parent's tier was deleted; choose a tier"})
     return run_create(request=run_request_from(run, **overrides), by=by, parent=run)
 
 

@@ -6,10 +6,24 @@ everywhere. An object of a project the user is not in is reported as absent (404
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Max, Min, Q, QuerySet
 from django.http import Http404
 
-from runs.models import ApiToken, Membership, Project, TaskItem, TaskSet, TaskSetVersion, Tier
+from runs.models import (
+    ApiToken,
+    Checkpoint,
+    Membership,
+    MetricPoint,
+    Project,
+    Run,
+    RunEvent,
+    TaskItem,
+    TaskSet,
+    TaskSetVersion,
+    Tier,
+    Trajectory,
+    TrajectoryStep,
+)
 from runs.roles import Permission, role_allows  # noqa: F401  (re-exported)
 
 
@@ -145,3 +159,178 @@ def user_for_token(*, digest: str) -> AbstractBaseUser | None:
     if token is None or not token.user.is_active:
         return None
     return token.user
+
+
+# --- runs and their record -------------------------------------------------------------------
+
+
+def runs_for(*, user: AbstractBaseUser) -> QuerySet[Run]:
+    return Run.objects.filter(project_id__in=visible_project_ids(user=user))
+
+
+def runs_of(*, project: Project) -> QuerySet[Run]:
+    return project.runs.select_related("tier", "task_set_version__task_set").order_by("-created_at", "-pk")
+
+
+def run_for(*, user: AbstractBaseUser, run_id: int, permission: str = Permission.VIEW) -> Run:
+    run = (
+        Run.objects.select_related(
+            "project",
+            "tier",
+            "task_set_version__task_set",
+            "reward_rule_version__rule",
+            "parent",
+            "parent_checkpoint",
+        )
+        .filter(pk=run_id)
+        .first()
+    )
+    if run is None:
+        raise Http404("no such run")
+    require(user=user, project_id=run.project_id, permission=permission)
+    return run
+
+
+def queue_positions(*, project_ids: list[int]) -> dict[int, int]:
+    """Each queued run's place in its project's queue (1 starts next), in admission's order."""
+    queued = Run.objects.filter(project_id__in=project_ids, status=Run.Status.QUEUED).order_by(
+        "project_id", "-priority", "created_at", "pk"
+    )
+    positions: dict[int, int] = {}
+    last_project, place = None, 0
+    for run_id, project_id in queued.values_list("pk", "project_id"):
+        place = place + 1 if project_id == last_project else 1
+        last_project = project_id
+        positions[run_id] = place
+    return positions
+
+
+def events_of(*, run: Run, since: int | None = None, level: str | None = None) -> QuerySet[RunEvent]:
+    events = run.events.all()
+    if since is not None:
+        events = events.filter(pk__gt=since)
+    if level:
+        events = events.filter(level=level)
+    return events
+
+
+def metric_names_of(*, run: Run) -> QuerySet:
+    """One row a metric name: its point count, first and last step, smallest and largest value."""
+    return (
+        MetricPoint.objects.filter(run=run)
+        .values("name")
+        .annotate(count=Count("pk"), last_step=Max("step"), low=Min("value"), high=Max("value"))
+        .order_by("name")
+    )
+
+
+def latest_metrics_of(*, run: Run) -> list[dict]:
+    """Per metric name: the value at its newest step, beside its range (for the run page)."""
+    rows = []
+    for row in metric_names_of(run=run):
+        latest = (
+            MetricPoint.objects.filter(run=run, name=row["name"])
+            .order_by("-step", "-pk")
+            .values_list("value", flat=True)
+            .first()
+        )
+        rows.append(row | {"value": latest})
+    return rows
+
+
+def metric_series_of(
+    *, run: Run, names: list[str] | None = None, since_step: int | None = None, max_points: int | None = None
+) -> list[dict]:
+    """The points of each metric, by step; past `max_points` a series is downsampled so that each
+    bucket keeps its smallest and largest value, and a spike survives any zoom level."""
+    points = MetricPoint.objects.filter(run=run)
+    if names:
+        points = points.filter(name__in=names)
+    if since_step is not None:
+        points = points.filter(step__gte=since_step)
+    series: dict[str, list[tuple[int, float]]] = {}
+    for name, step, value in points.order_by("name", "step", "pk").values_list("name", "step", "value"):
+        series.setdefault(name, []).append((step, value))
+    return [
+        {
+            "name": name,
+            "count": len(values),
+            "downsampled": max_points is not None and len(values) > max_points,
+            "points": downsample(values, max_points),
+        }
+        for name, values in series.items()
+    ]
+
+
+def downsample(points: list[tuple[int, float]], max_points: int | None) -> list[tuple[int, float]]:
+    """At most `max_points` (2 or more) of `points`, sorted by step: each of max_points // 2
+    buckets of consecutive points keeps its minimum and its maximum, in step order.
+
+    >>> downsample([(0, 1.0), (1, 9.0), (2, 2.0), (3, 3.0), (4, -5.0), (5, 4.0)], 4)
+    [(0, 1.0), (1, 9.0), (4, -5.0), (5, 4.0)]
+    """
+    if max_points is None or len(points) <= max_points:
+        return points
+    buckets = max(max_points // 2, 1)
+    size = -(-len(points) // buckets)  # ceiling: every point falls in a bucket
+    kept: list[tuple[int, float]] = []
+    for start in range(0, len(points), size):
+        bucket = points[start : start + size]
+        low = min(range(len(bucket)), key=lambda i: bucket[i][1])
+        high = max(range(len(bucket)), key=lambda i: bucket[i][1])
+        kept += [bucket[i] for i in sorted({low, high})]
+    return kept
+
+
+def trajectories_for(*, user: AbstractBaseUser) -> QuerySet[Trajectory]:
+    return Trajectory.objects.filter(run__project_id__in=visible_project_ids(user=user)).select_related(
+        "item"
+    )
+
+
+def trajectories_filtered(
+    trajectories: QuerySet[Trajectory],
+    *,
+    run: int | None = None,
+    outcome: str | None = None,
+    policy_version: int | None = None,
+    min_reward: float | None = None,
+    max_reward: float | None = None,
+) -> QuerySet[Trajectory]:
+    wanted = {
+        "run_id": run,
+        "outcome": outcome,
+        "policy_version": policy_version,
+        "reward__gte": min_reward,
+        "reward__lte": max_reward,
+    }
+    return trajectories.filter(**{key: value for key, value in wanted.items() if value not in (None, "")})
+
+
+def trajectory_for(
+    *, user: AbstractBaseUser, trajectory_id: int, permission: str = Permission.VIEW
+) -> Trajectory:
+    trajectory = Trajectory.objects.select_related("run__project", "item").filter(pk=trajectory_id).first()
+    if trajectory is None:
+        raise Http404("no such trajectory")
+    require(user=user, project_id=trajectory.run.project_id, permission=permission)
+    return trajectory
+
+
+def steps_of(*, trajectory: Trajectory, index: int | None = None) -> QuerySet[TrajectoryStep]:
+    steps = trajectory.steps.all()
+    return steps if index is None else steps.filter(index=index)
+
+
+def checkpoints_for(*, user: AbstractBaseUser) -> QuerySet[Checkpoint]:
+    return Checkpoint.objects.filter(run__project_id__in=visible_project_ids(user=user))
+
+
+def checkpoint_for(
+    *, user: AbstractBaseUser, checkpoint_id: int, permission: str = Permission.VIEW
+) -> Checkpoint:
+    checkpoint = Checkpoint.objects.select_related("run__project").filter(pk=checkpoint_id).first()
+    if checkpoint is None:
+        raise Http404("no such checkpoint")
+    require(user=user, project_id=checkpoint.run.project_id, permission=permission)
+    return checkpoint

@@ -26,6 +26,7 @@ from runs.roles import Permission, Role, role_allows
 from webapp.streaming import streamed
 
 ITEMS_PER_PAGE = 50
+RUNS_ON_PROJECT_PAGE = 50
 FILE_FIELDS = ("files", "setup_files")
 
 
@@ -80,7 +81,13 @@ def _task_sets_with_latest(project: Project) -> QuerySet[TaskSet]:
 @require_GET
 def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_for(user=request.user, project_id=project_id)
+    runs = list(selectors.runs_of(project=project)[:RUNS_ON_PROJECT_PAGE])
+    positions = selectors.queue_positions(project_ids=[project.pk])
+    for run in runs:
+        run.queue_position = positions.get(run.pk)
     context = _access(request.user, project) | {
+        "runs": runs,
+        "run_count": project.runs.count(),
         "task_sets": _task_sets_with_latest(project),
         "tiers": project.tiers.order_by("name"),
         "reward_rules": reward_selectors.reward_rules_of(project=project),

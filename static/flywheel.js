@@ -1,4 +1,4 @@
-// Flywheel's one script: copy buttons, and live updates on the project page.
+// Flywheel's one script: copy buttons, live updates on the project page, the launch form's rows.
 // Everything works without it; when the websocket cannot connect there are just no live updates.
 (function () {
   "use strict";
@@ -108,8 +108,24 @@
     connect();
   }
 
+  // The launch form: dim the hyperparameters the chosen method does not have (still editable,
+  // so a value typed there is refused with its reason rather than silently dropped).
+  function setupMethodRows() {
+    var method = document.querySelector("#run-form select[name=method]");
+    if (!method) return;
+    function update() {
+      document.querySelectorAll("#hyperparameters tr[data-methods]").forEach(function (row) {
+        var methods = row.dataset.methods.split(" ");
+        row.classList.toggle("not-for-method", methods.indexOf(method.value) === -1);
+      });
+    }
+    method.addEventListener("change", update);
+    update();
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     setupCopyButtons();
     setupLiveSection();
+    setupMethodRows();
   });
 })();

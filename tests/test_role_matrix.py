@@ -224,6 +224,25 @@ def dry_run_body(_w):
     return {"items": [ITEM | {"kind": "answer"}], "samples": ["2"]}
 
 
+def backtest_body(w):
+    """A past run of the project with one scored trajectory (built through the ORM)."""
+    from runs.models import Run, Trajectory  # local: only the backtest rows need them
+
+    run = Run.objects.create(
+        project=w["project"],
+        name="past",
+        task_set_version=w["item"].version,
+        reward_rule_version=w["rule"].versions.get(),
+        tier=w["tier"],
+        tier_config={},
+        max_steps=1,
+    )
+    Trajectory.objects.create(
+        run=run, item=w["item"], policy_version=0, outcome="scored", reward=1.0, completion_text="2"
+    )
+    return {"run": run.pk, "version": 1}
+
+
 def rule_form(w):
     return {"name": "fresh-rule", "description": "", "note": "", "spec": json.dumps(RULE_SPEC)}
 
@@ -251,6 +270,7 @@ REWARD_CASES = [
     Case("api-reward-rule-version-openai", "get", "view", rule_version),
     Case("api-reward-rule-diff", "get", "view", rule, query=lambda w: {"from": 1, "to": 1}),
     Case("api-reward-rule-dry-run", "post", "edit", rule, body=dry_run_body),
+    Case("api-reward-rule-backtest", "post", "edit", rule, body=backtest_body),
     Case("reward-rule-list", "get", "view", pid),
     Case("reward-rule-create", "get", "edit", pid),
     Case("reward-rule-create", "post", "edit", pid, body=rule_form),
@@ -276,9 +296,107 @@ REWARD_CASES = [
         body=lambda w: {"items": json.dumps(ITEM | {"kind": "answer"}), "samples": json.dumps(["2"])},
     ),
     Case("reward-rule-version", "get", "view", lambda w: {"rule_id": w["rule"].pk, "number": 1}),
+    Case("reward-rule-backtest", "get", "edit", prule),
+    Case("reward-rule-backtest", "post", "edit", prule, body=backtest_body),
 ]
 
-CASES = API_CASES + PAGE_CASES + REWARD_CASES
+
+def run_of(w):
+    """The project's run with one of each record, made through the ORM the first time a case
+    needs it (the run loop that writes them is the workers' part)."""
+    from runs.models import Checkpoint, MetricPoint, Run, RunEvent, Trajectory, TrajectoryStep
+
+    if "run" not in w:
+        run = Run.objects.create(
+            project=w["project"],
+            name="matrix-run",
+            task_set_version=w["item"].version,
+            eval_split="train",  # the world's one item
+            reward_rule_version=w["rule"].versions.get(),
+            tier=w["tier"],
+            tier_config={"name": "cap"},
+            max_steps=3,
+        )
+        RunEvent.objects.create(run=run, kind="status", message="queued", data={"status": "queued"})
+        MetricPoint.objects.create(run=run, name="reward_mean", step=1, value=0.5)
+        trajectory = Trajectory.objects.create(
+            run=run, item=w["item"], policy_version=0, outcome="scored", reward=1.0, completion_text="2"
+        )
+        payload, size = TrajectoryStep.pack({"action": "2"})
+        TrajectoryStep.objects.create(
+            trajectory=trajectory, index=0, kind="completion", payload=payload, raw_size=size
+        )
+        checkpoint = Checkpoint.objects.create(run=run, step=1, policy_version=1, path="/tmp/ck")
+        w.update(run=run, trajectory=trajectory, checkpoint=checkpoint)
+    return w["run"]
+
+
+def run_id(w):
+    return {"id": run_of(w).pk}
+
+
+def trajectory_id(w):
+    run_of(w)
+    return {"id": w["trajectory"].pk}
+
+
+def checkpoint_id(w):
+    run_of(w)
+    return {"id": w["checkpoint"].pk}
+
+
+def launch_body(w):
+    return {
+        "project": w["project"].pk,
+        "name": "launched",
+        "task_set_version": w["item"].version_id,
+        "reward_rule_version": w["rule"].versions.get().pk,
+        "tier": w["tier"].pk,
+        "eval_split": "train",
+    }
+
+
+def launch_form(w):
+    body = launch_body(w)
+    del body["project"]
+    return body | {
+        "method": "grpo",
+        "train_split": "train",
+        "max_steps": 2,
+        "priority": 0,
+    }
+
+
+RUN_CASES = [
+    Case("api-runs", "get", SELF, query=lambda w: {"project": run_of(w).project_id}),
+    Case("api-runs", "post", "edit", body=launch_body),
+    Case("api-run", "get", "view", run_id),
+    Case("api-run-pause", "post", "edit", run_id),
+    Case("api-run-resume", "post", "edit", run_id),
+    Case("api-run-cancel", "post", "edit", run_id),
+    Case("api-run-retry", "post", "edit", run_id),
+    Case("api-run-clone", "post", "edit", run_id, body=lambda w: {"name": "copy"}),
+    Case("api-run-events", "get", "view", run_id),
+    Case("api-run-metrics", "get", "view", run_id, query=lambda w: {"max_points": 2}),
+    Case("api-trajectories", "get", SELF, query=lambda w: {"run": run_of(w).pk}),
+    Case("api-trajectory", "get", "view", trajectory_id),
+    Case("api-trajectory-steps", "get", "view", trajectory_id),
+    Case("api-checkpoints", "get", SELF, query=lambda w: {"run": run_of(w).pk}),
+    Case("api-checkpoint", "get", "view", checkpoint_id),
+    Case("api-checkpoint-fork", "post", "edit", checkpoint_id, body=lambda w: {}),
+    Case("run-create", "get", "edit", pid),
+    Case("run-create", "post", "edit", pid, body=launch_form),
+    Case("run-detail", "get", "view", lambda w: {"run_id": run_of(w).pk}),
+    Case("run-pause", "post", "edit", lambda w: {"run_id": run_of(w).pk}),
+    Case("run-resume", "post", "edit", lambda w: {"run_id": run_of(w).pk}),
+    Case("run-cancel", "post", "edit", lambda w: {"run_id": run_of(w).pk}),
+    Case("run-retry", "post", "edit", lambda w: {"run_id": run_of(w).pk}),
+    Case("run-clone", "post", "edit", lambda w: {"run_id": run_of(w).pk}),
+    Case("checkpoint-fork", "post", "edit", lambda w: {"checkpoint_id": checkpoint_id(w)["id"]}),
+    Case("trajectory-detail", "get", "view", lambda w: {"trajectory_id": trajectory_id(w)["id"]}),
+]
+
+CASES = API_CASES + PAGE_CASES + REWARD_CASES + RUN_CASES
 
 
 def route_names(module) -> set[str]:

@@ -255,6 +255,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
+    # A run's train_split and eval_split share the task items' split choices: one enum for all.
+    "ENUM_NAME_OVERRIDES": {"SplitEnum": "runs.models.TaskItem.Split"},
     "APPEND_COMPONENTS": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}},
     "SECURITY": [{"bearerAuth": []}],
     # Served from the drf-spectacular-sidecar package: no CDN.

@@ -1,0 +1,292 @@
+"""Runs over REST: what a launch, a clone or a fork may ask for (types and shapes; the lifecycle
+checks the rules), and what a client sees of runs, events, metrics, trajectories and checkpoints."""
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from runs import lifecycle
+from runs.models import Checkpoint, Run, RunEvent, TaskItem, Trajectory, TrajectoryStep
+
+INT32_MAX = 2**31 - 1
+HYPERPARAMETERS_HELP = 'By name; a value or "auto" (or leave it out) for the method\'s default'
+
+# --- query parameters ----------------------------------------------------------------------
+
+
+class RunFilterSerializer(serializers.Serializer):
+    project = serializers.IntegerField(required=False, min_value=1, help_text="Only this project's")
+    status = serializers.ChoiceField(choices=Run.Status.choices, required=False)
+
+
+class EventFilterSerializer(serializers.Serializer):
+    since = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        help_text="Only events after this event id, oldest first: what a client missed while away",
+    )
+    level = serializers.ChoiceField(choices=RunEvent.Level.choices, required=False)
+
+
+class MetricFilterSerializer(serializers.Serializer):
+    name = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False, help_text="Repeat for several"
+    )
+    since_step = serializers.IntegerField(required=False, min_value=0, help_text="From this step on")
+    max_points = serializers.IntegerField(
+        required=False,
+        min_value=2,
+        max_value=100000,
+        help_text="Downsample each series to at most this many points; every bucket keeps its min and max",
+    )
+
+
+class TrajectoryFilterSerializer(serializers.Serializer):
+    run = serializers.IntegerField(required=False, min_value=1)
+    outcome = serializers.ChoiceField(choices=Trajectory.Outcome.choices, required=False)
+    policy_version = serializers.IntegerField(required=False, min_value=0)
+    min_reward = serializers.FloatField(required=False)
+    max_reward = serializers.FloatField(required=False)
+
+
+class StepFilterSerializer(serializers.Serializer):
+    index = serializers.IntegerField(required=False, min_value=0, help_text="Only this step")
+
+
+class CheckpointFilterSerializer(serializers.Serializer):
+    run = serializers.IntegerField(required=False, min_value=1)
+
+
+# --- input ---------------------------------------------------------------------------------
+
+
+class RunOverridesSerializer(serializers.Serializer):
+    """What a clone or a fork changes; everything left out stays as in the parent run."""
+
+    name = serializers.CharField(max_length=100, required=False)
+    task_set_version = serializers.IntegerField(min_value=1, required=False, help_text="A version id")
+    reward_rule_version = serializers.IntegerField(
+        min_value=1, required=False, help_text="A reward rule version id"
+    )
+    tier = serializers.IntegerField(min_value=1, required=False, help_text="A tier id")
+    method = serializers.ChoiceField(choices=Run.Method.choices, required=False)
+    hyperparameters = serializers.DictField(
+        required=False, help_text=f"{HYPERPARAMETERS_HELP}. Merged over the parent's"
+    )
+    max_steps = serializers.IntegerField(max_value=INT32_MAX, required=False)
+    max_wall_seconds = serializers.IntegerField(max_value=INT32_MAX, required=False, allow_null=True)
+    max_sandbox_cpu_seconds = serializers.FloatField(required=False, allow_null=True)
+    priority = serializers.IntegerField(min_value=-INT32_MAX, max_value=INT32_MAX, required=False)
+    train_split = serializers.ChoiceField(choices=TaskItem.Split.choices, required=False)
+    eval_split = serializers.ChoiceField(choices=TaskItem.Split.choices, required=False)
+
+
+class RunCreateSerializer(RunOverridesSerializer):
+    """A launch: what to train on, how it is scored, which model samples, the method and budgets."""
+
+    project = serializers.IntegerField(min_value=1)
+    name = serializers.CharField(max_length=100)
+    task_set_version = serializers.IntegerField(min_value=1, help_text="A version id")
+    reward_rule_version = serializers.IntegerField(min_value=1, help_text="A reward rule version id")
+    tier = serializers.IntegerField(min_value=1, help_text="A tier id: the model and how it samples")
+    method = serializers.ChoiceField(choices=Run.Method.choices, default=Run.Method.GRPO)
+    hyperparameters = serializers.DictField(required=False, help_text=HYPERPARAMETERS_HELP)
+    max_steps = serializers.IntegerField(max_value=INT32_MAX, default=20, help_text="Learner steps")
+    priority = serializers.IntegerField(
+        min_value=-INT32_MAX, max_value=INT32_MAX, default=0, help_text="Higher starts first"
+    )
+    train_split = serializers.ChoiceField(choices=TaskItem.Split.choices, default="train")
+    eval_split = serializers.ChoiceField(choices=TaskItem.Split.choices, default="heldout")
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+
+class RunErrorSerializer(serializers.Serializer):
+    message = serializers.CharField()
+    where = serializers.CharField(help_text="The part of the system that failed, such as learner")
+
+
+class ProgressSerializer(serializers.Serializer):
+    learner_step = serializers.IntegerField(help_text="The last finished learner step")
+    max_steps = serializers.IntegerField()
+    policy_version = serializers.IntegerField(help_text="The newest published policy version")
+    restarts = serializers.IntegerField(help_text="Automatic restarts after a crash")
+    sandbox_cpu_seconds = serializers.FloatField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    heartbeat_at = serializers.DateTimeField(allow_null=True, help_text="The learner's last sign of life")
+
+
+class RunSerializer(serializers.ModelSerializer):
+    error = serializers.SerializerMethodField(help_text="Why it failed; null unless it failed")
+    queue_position = serializers.SerializerMethodField(
+        help_text="1 starts next in its project; null when not queued"
+    )
+    progress = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Run
+        fields = [
+            "id",
+            "project",
+            "name",
+            "status",
+            "error",
+            "method",
+            "task_set_version",
+            "reward_rule_version",
+            "tier",
+            "priority",
+            "queue_position",
+            "progress",
+            "parent",
+            "parent_checkpoint",
+            "created_by",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(RunErrorSerializer(allow_null=True))
+    def get_error(self, run: Run) -> dict | None:
+        if not run.error:
+            return None
+        return {"message": str(run.error.get("message", "")), "where": str(run.error.get("where", ""))}
+
+    def get_queue_position(self, run: Run) -> int | None:
+        positions = self.context.get("queue_positions")
+        return positions.get(run.pk) if positions is not None else lifecycle.queue_position(run)
+
+    @extend_schema_field(ProgressSerializer)
+    def get_progress(self, run: Run) -> dict[str, Any]:
+        return ProgressSerializer(run).data
+
+
+class ConfigChangeSerializer(serializers.Serializer):
+    field = serializers.CharField(help_text="Dotted, such as resolved.group_size or tier_config.precision")
+    parent = serializers.JSONField(help_text="The parent's value (null when it had none)")
+    run = serializers.JSONField(help_text="This run's value (null when it has none)")
+
+
+class RunDetailSerializer(RunSerializer):
+    hyperparameters = serializers.DictField(read_only=True, help_text="As submitted; may hold auto")
+    resolved = serializers.DictField(read_only=True, help_text="Every hyperparameter with its value")
+    tier_config = serializers.DictField(read_only=True, help_text="The tier's settings at launch")
+    config_diff = serializers.SerializerMethodField(help_text="Against the parent; null without one")
+
+    class Meta(RunSerializer.Meta):
+        fields = [
+            *RunSerializer.Meta.fields,
+            "train_split",
+            "eval_split",
+            "hyperparameters",
+            "resolved",
+            "tier_config",
+            "max_steps",
+            "max_wall_seconds",
+            "max_sandbox_cpu_seconds",
+            "config_diff",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(ConfigChangeSerializer(many=True, allow_null=True))
+    def get_config_diff(self, run: Run) -> list[dict[str, Any]] | None:
+        return None if run.parent is None else lifecycle.config_diff(run.parent, run)
+
+
+# --- the record ----------------------------------------------------------------------------
+
+
+class RunEventSerializer(serializers.ModelSerializer):
+    data = serializers.DictField(read_only=True)
+
+    class Meta:
+        model = RunEvent
+        fields = ["id", "run", "level", "kind", "message", "data", "created_at"]
+        read_only_fields = fields
+
+
+class MetricPointSerializer(serializers.Serializer):
+    step = serializers.IntegerField()
+    value = serializers.FloatField()
+
+    def to_representation(self, point: tuple[int, float]) -> dict[str, Any]:
+        return {"step": point[0], "value": point[1]}
+
+
+class MetricSeriesSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    count = serializers.IntegerField(help_text="Points stored in the range asked for")
+    downsampled = serializers.BooleanField(help_text="true: `points` keeps each bucket's min and max")
+    points = MetricPointSerializer(many=True, help_text="By step")
+
+
+class RunMetricsSerializer(serializers.Serializer):
+    run = serializers.IntegerField()
+    metrics = MetricSeriesSerializer(many=True, help_text="One series a metric name, by name")
+
+
+class TrajectorySerializer(serializers.ModelSerializer):
+    item_external_id = serializers.CharField(source="item.external_id", read_only=True)
+    components = serializers.DictField(read_only=True, help_text="Each sub-reward by name")
+    errors = serializers.ListField(child=serializers.JSONField(), read_only=True)
+    flags = serializers.ListField(child=serializers.JSONField(), read_only=True)
+
+    class Meta:
+        model = Trajectory
+        fields = [
+            "id",
+            "run",
+            "batch",
+            "item",
+            "item_external_id",
+            "sample_index",
+            "policy_version",
+            "outcome",
+            "reward",
+            "components",
+            "errors",
+            "flags",
+            "prompt_tokens",
+            "completion_tokens",
+            "step_count",
+            "wall_seconds",
+            "cut_off",
+            "learned_in_step",
+            "advantage",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class TrajectoryDetailSerializer(TrajectorySerializer):
+    class Meta(TrajectorySerializer.Meta):
+        fields = [*TrajectorySerializer.Meta.fields, "completion_text"]
+        read_only_fields = fields
+
+
+class TrajectoryStepSerializer(serializers.ModelSerializer):
+    data = serializers.SerializerMethodField(
+        help_text="The step's payload: observation, action, tool result, tokens, timing"
+    )
+
+    class Meta:
+        model = TrajectoryStep
+        fields = ["id", "trajectory", "index", "kind", "raw_size", "data"]
+        read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_data(self, step: TrajectoryStep) -> dict[str, Any]:
+        return step.data()
+
+
+class CheckpointSerializer(serializers.ModelSerializer):
+    metrics = serializers.DictField(read_only=True)
+
+    class Meta:
+        model = Checkpoint
+        fields = ["id", "run", "step", "policy_version", "path", "metrics", "created_at"]
+        read_only_fields = fields

@@ -1,0 +1,258 @@
+"""Runs over REST: launch, clone and fork; pause, resume, cancel and retry; and the record a run
+leaves (events, metrics, trajectories with their steps, checkpoints). Thin, like runs.api.views:
+selectors enforce the role, runs.lifecycle decides what may change."""
+
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from rewards.models import RewardRuleVersion
+from runs import lifecycle, selectors
+from runs.api import run_serializers as s
+from runs.api.views import ApiView
+from runs.lifecycle import RunRequest
+from runs.models import Project, Run, TaskSetVersion, Tier
+from runs.roles import Permission
+from webapp.api import NewestFirstCursorPagination, idempotent
+
+
+class OldestFirstPagination(NewestFirstCursorPagination):
+    ordering = ("id",)
+
+
+class StepOrderPagination(NewestFirstCursorPagination):
+    ordering = ("index",)
+
+
+REFERENCES = {
+    "task_set_version": (TaskSetVersion.objects.select_related("task_set"), "task_set__project"),
+    "reward_rule_version": (RewardRuleVersion.objects.select_related("rule"), "rule__project"),
+    "tier": (Tier.objects.all(), "project"),
+}
+
+
+def references(project: Project, data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with the ids of versions and tiers replaced by those objects of `project`; an id
+    that names none of them is refused by field, all at once."""
+    resolved, problems = dict(data), {}
+    for field, (queryset, project_path) in REFERENCES.items():
+        if field not in data:
+            continue
+        found = queryset.filter(pk=data[field], **{project_path: project}).first()
+        if found is None:
+            label = field.replace("_", " ")
+            problems[field] = f"no {label} {data[field]} in project {project.name}"
+        resolved[field] = found
+    if problems:
+        raise ValidationError(problems)
+    return resolved
+
+
+def overrides_for(parent: Run, data: dict[str, Any]) -> dict[str, Any]:
+    """A clone's or fork's changes; hyperparameters merge over the parent's submitted ones."""
+    overrides = references(parent.project, data)
+    if "hyperparameters" in overrides:
+        overrides["hyperparameters"] = parent.hyperparameters | overrides["hyperparameters"]
+    return overrides
+
+
+def created(run: Run) -> Response:
+    return Response(s.RunDetailSerializer(run).data, status=201)
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+
+class RunListView(ApiView):
+    @extend_schema(
+        parameters=[s.RunFilterSerializer],
+        responses=s.RunSerializer(many=True),
+        summary="The runs of the caller's projects, newest first",
+    )
+    def get(self, request: Request) -> Response:
+        filters = self.query(s.RunFilterSerializer)
+        runs = selectors.runs_for(user=request.user)
+        if (project := filters.get("project")) is not None:
+            runs = runs.filter(project_id=project)
+        if status := filters.get("status"):
+            runs = runs.filter(status=status)
+        paginator = NewestFirstCursorPagination()
+        page = paginator.paginate_queryset(runs, request, view=self)
+        positions = selectors.queue_positions(project_ids=sorted({run.project_id for run in page}))
+        data = s.RunSerializer(page, many=True, context={"queue_positions": positions}).data
+        return paginator.get_paginated_response(data)
+
+    @extend_schema(
+        request=s.RunCreateSerializer,
+        responses={201: s.RunDetailSerializer},
+        summary="Launch a run; one that would fail at its first step answers 400 naming every reason",
+    )
+    @idempotent
+    def post(self, request: Request) -> Response:
+        data = self.validated(s.RunCreateSerializer)
+        project = selectors.project_for(
+            user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
+        )
+        run_request = RunRequest(project=project, **references(project, data))
+        return created(lifecycle.run_create(request=run_request, by=request.user))
+
+
+class RunDetailView(ApiView):
+    @extend_schema(
+        responses=s.RunDetailSerializer,
+        summary="A run: status, error, resolved configuration, progress, and its diff against a parent",
+    )
+    def get(self, request: Request, id: int) -> Response:
+        return Response(s.RunDetailSerializer(selectors.run_for(user=request.user, run_id=id)).data)
+
+
+class RunActionView(ApiView):
+    """POST runs/{id}/<action>: a state that does not allow it answers 409 and changes nothing."""
+
+    change: Callable[..., Run]
+
+    @extend_schema(request=None, responses=s.RunDetailSerializer)
+    def post(self, request: Request, id: int) -> Response:
+        run = selectors.run_for(user=request.user, run_id=id, permission=Permission.EDIT)
+        return Response(s.RunDetailSerializer(type(self).change(run=run)).data)
+
+
+@extend_schema_view(
+    post=extend_schema(summary="Pause: a queued run at once, a running one after its current step")
+)
+class RunPauseView(RunActionView):
+    change = lifecycle.run_pause
+
+
+@extend_schema_view(post=extend_schema(summary="Resume a paused run: it queues again"))
+class RunResumeView(RunActionView):
+    change = lifecycle.run_resume
+
+
+@extend_schema_view(post=extend_schema(summary="Cancel: a queued or paused run at once, else when it stops"))
+class RunCancelView(RunActionView):
+    change = lifecycle.run_cancel
+
+
+@extend_schema_view(post=extend_schema(summary="Retry a failed or cancelled run from its last checkpoint"))
+class RunRetryView(RunActionView):
+    change = lifecycle.run_retry
+
+
+class RunCloneView(ApiView):
+    @extend_schema(
+        request=s.RunOverridesSerializer,
+        responses={201: s.RunDetailSerializer},
+        summary="A new run with this one's configuration and any changes; shows its diff",
+    )
+    @idempotent
+    def post(self, request: Request, id: int) -> Response:
+        run = selectors.run_for(user=request.user, run_id=id, permission=Permission.EDIT)
+        overrides = overrides_for(run, self.validated(s.RunOverridesSerializer))
+        return created(lifecycle.run_clone(run=run, by=request.user, **overrides))
+
+
+class CheckpointForkView(ApiView):
+    @extend_schema(
+        request=s.RunOverridesSerializer,
+        responses={201: s.RunDetailSerializer},
+        summary="A new run that starts from this checkpoint's weights, with any changes; shows its diff",
+    )
+    @idempotent
+    def post(self, request: Request, id: int) -> Response:
+        checkpoint = selectors.checkpoint_for(user=request.user, checkpoint_id=id, permission=Permission.EDIT)
+        overrides = overrides_for(checkpoint.run, self.validated(s.RunOverridesSerializer))
+        return created(lifecycle.run_fork(checkpoint=checkpoint, by=request.user, **overrides))
+
+
+# --- the record ----------------------------------------------------------------------------
+
+
+class RunEventListView(ApiView):
+    @extend_schema(
+        parameters=[s.EventFilterSerializer],
+        responses=s.RunEventSerializer(many=True),
+        summary="Events, newest first; with `since`, those after that id, oldest first",
+    )
+    def get(self, request: Request, id: int) -> Response:
+        run = selectors.run_for(user=request.user, run_id=id)
+        filters = self.query(s.EventFilterSerializer)
+        events = selectors.events_of(run=run, since=filters.get("since"), level=filters.get("level"))
+        pagination = NewestFirstCursorPagination if filters.get("since") is None else OldestFirstPagination
+        return self.paginated(events, s.RunEventSerializer, pagination)
+
+
+class RunMetricsView(ApiView):
+    @extend_schema(
+        parameters=[s.MetricFilterSerializer],
+        responses=s.RunMetricsSerializer,
+        summary="Metric points grouped by name; `max_points` downsamples and keeps min and max",
+    )
+    def get(self, request: Request, id: int) -> Response:
+        run = selectors.run_for(user=request.user, run_id=id)
+        filters = self.query(s.MetricFilterSerializer)
+        series = selectors.metric_series_of(
+            run=run,
+            names=filters.get("name"),
+            since_step=filters.get("since_step"),
+            max_points=filters.get("max_points"),
+        )
+        return Response(s.RunMetricsSerializer({"run": run.pk, "metrics": series}).data)
+
+
+class TrajectoryListView(ApiView):
+    @extend_schema(
+        parameters=[s.TrajectoryFilterSerializer],
+        responses=s.TrajectorySerializer(many=True),
+        summary="Trajectories of the caller's projects, newest first",
+    )
+    def get(self, request: Request) -> Response:
+        filters = self.query(s.TrajectoryFilterSerializer)
+        trajectories = selectors.trajectories_filtered(
+            selectors.trajectories_for(user=request.user), **filters
+        )
+        return self.paginated(trajectories, s.TrajectorySerializer)
+
+
+class TrajectoryDetailView(ApiView):
+    @extend_schema(responses=s.TrajectoryDetailSerializer)
+    def get(self, request: Request, id: int) -> Response:
+        trajectory = selectors.trajectory_for(user=request.user, trajectory_id=id)
+        return Response(s.TrajectoryDetailSerializer(trajectory).data)
+
+
+class TrajectoryStepListView(ApiView):
+    @extend_schema(
+        parameters=[s.StepFilterSerializer],
+        responses=s.TrajectoryStepSerializer(many=True),
+        summary="The steps in order, each decompressed; `index` opens one without reading the rest",
+    )
+    def get(self, request: Request, id: int) -> Response:
+        trajectory = selectors.trajectory_for(user=request.user, trajectory_id=id)
+        index = self.query(s.StepFilterSerializer).get("index")
+        steps = selectors.steps_of(trajectory=trajectory, index=index)
+        return self.paginated(steps, s.TrajectoryStepSerializer, StepOrderPagination)
+
+
+class CheckpointListView(ApiView):
+    @extend_schema(
+        parameters=[s.CheckpointFilterSerializer],
+        responses=s.CheckpointSerializer(many=True),
+        summary="Checkpoints of the caller's projects, newest first",
+    )
+    def get(self, request: Request) -> Response:
+        checkpoints = selectors.checkpoints_for(user=request.user)
+        if (run := self.query(s.CheckpointFilterSerializer).get("run")) is not None:
+            checkpoints = checkpoints.filter(run_id=run)
+        return self.paginated(checkpoints, s.CheckpointSerializer)
+
+
+class CheckpointDetailView(ApiView):
+    @extend_schema(responses=s.CheckpointSerializer)
+    def get(self, request: Request, id: int) -> Response:
+        checkpoint = selectors.checkpoint_for(user=request.user, checkpoint_id=id)
+        return Response(s.CheckpointSerializer(checkpoint).data)
