@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down test lint format bench venv browser-deps sandbox-deps sandbox-image bench-sandbox bench-rewards
+.PHONY: up down demo test lint format bench venv browser-deps sandbox-deps sandbox-image bench-sandbox bench-rewards bench-runs
 
 venv: $(INSTALLED)
 
@@ -23,6 +23,10 @@ up: venv
 
 down: venv
 	$(PY) manage.py flywheel_down
+
+# The GRPO demo on the demo project, followed to the end (make up first).
+demo: up
+	$(PY) manage.py launch_demo
 
 # Debian's Chromium for the browser tests; Playwright never downloads a browser here.
 browser-deps:
@@ -61,3 +65,6 @@ bench-sandbox: venv sandbox-image
 
 bench-rewards: venv sandbox-image
 	$(PY) benchmarks/bench_rewards.py
+
+bench-runs: venv sandbox-deps
+	$(PY) benchmarks/bench_runs.py

@@ -5,6 +5,7 @@ import random
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from rewards import services as reward_services
@@ -14,7 +15,22 @@ from runs.roles import Role
 
 DEMO_PROJECT = "Demo"
 DEMO_TASK_SET = "arithmetic-and-code"
+DEMO_FUNCTIONS = "demo-functions"
 DEMO_SEED = 1234
+# The RL demo: GRPO on scalar function-writing tasks, evaluated on the held-out split of both
+# kinds (map functions are never trained on: they measure transfer).
+DEMO_RUN_HYPERPARAMETERS = {
+    "group_size": 8,
+    "batch_size": 16,
+    "staleness": 1,
+    "learning_rate": 3e-4,
+    "lr_scheduler": "linear",
+    "checkpoint_every": 10,
+    "eval_every": 10,
+    "eval_items": 0,
+}
+DEMO_RUN_STEPS = 40
+DEMO_RUN_WALL_SECONDS = 540
 
 
 def demo_task_lines(seed: int = DEMO_SEED) -> list[bytes]:
@@ -64,6 +80,15 @@ def demo_tiers() -> list[dict]:
             "temperature": 0.0,
             "max_new_tokens": 128,
             "batch_size": 8,
+        },
+        {
+            "name": "rollout",
+            "description": "Sampling for RL: temperature 1, batched.",
+            "base_model": base,
+            "precision": "fp32",
+            "temperature": 1.0,
+            "max_new_tokens": 32,
+            "batch_size": 64,
         },
         {
             "name": "speed",
@@ -128,4 +153,50 @@ def demo_ensure(*, username: str, password: str) -> tuple[AbstractBaseUser, Proj
     for rule in demo_reward_rules():
         if not project.reward_rules.filter(name=rule["name"]).exists():
             reward_services.reward_rule_create(project=project, by=user, **rule)
+    _demo_functions_ensure(project, user)
     return user, project
+
+
+def demo_function_lines() -> list[bytes]:
+    from workers.demo_tasks import demo_task_sets
+
+    sets = demo_task_sets(seed=0, train_size=100_000, heldout_size=160, kinds=("scalar",))
+    return [(json.dumps(item) + "\n").encode() for item in sets["train"] + sets["heldout"]]
+
+
+def _demo_functions_ensure(project: Project, user: AbstractBaseUser) -> None:
+    task_set = TaskSet.objects.filter(project=project, name=DEMO_FUNCTIONS).first()
+    if task_set is None:
+        task_set = services.task_set_create(
+            project=project,
+            name=DEMO_FUNCTIONS,
+            by=user,
+            description="Write a one-line function from its description; graded by unit tests in a sandbox.",
+        )
+    if not task_set.versions.exists():
+        services.task_set_import(
+            task_set=task_set, stream=demo_function_lines(), file_format="jsonl", by=user, source_name="demo"
+        )
+
+
+def demo_run_launch(*, project: Project, by: AbstractBaseUser):
+    """The one-click demo: GRPO of the tiny base model on the demo functions, unit-test rewards."""
+    from runs.lifecycle import RunRequest, run_create
+
+    task_set = TaskSet.objects.filter(project=project, name=DEMO_FUNCTIONS).first()
+    rule = project.reward_rules.filter(name="unit-tests").first()
+    tier = Tier.objects.filter(project=project, name="rollout").first()
+    if task_set is None or rule is None or tier is None or not task_set.versions.exists():
+        raise ValidationError("this project has no demo set-up; run `python manage.py seed_demo`")
+    request = RunRequest(
+        project=project,
+        name="GRPO demo",
+        task_set_version=task_set.versions.first(),
+        reward_rule_version=rule.versions.order_by("-number").first(),
+        tier=tier,
+        method="grpo",
+        hyperparameters=dict(DEMO_RUN_HYPERPARAMETERS),
+        max_steps=DEMO_RUN_STEPS,
+        max_wall_seconds=DEMO_RUN_WALL_SECONDS,
+    )
+    return run_create(request=request, by=by)

@@ -30,8 +30,8 @@ def _send(group: str, message: dict[str, Any]) -> None:
         return
     try:
         async_to_sync(layer.group_send)(group, message)
-    except Exception:  # noqa: BLE001 - a lost notification must never undo or fail the write
-        logger.warning("could not notify %s of %s", group, message["event"], exc_info=True)
+    except Exception as exc:  # noqa: BLE001 - a lost notification must never undo or fail the write
+        logger.warning("could not notify %s of %s: %s", group, message["event"], exc)
 
 
 def run_group(run_id: int) -> str:

@@ -34,7 +34,8 @@ class Param:
 
 
 COMMON = {
-    "learning_rate": Param(float, 1e-3, 1e-7, 1.0, help="AdamW learning rate"),
+    "learning_rate": Param(float, 3e-4, 1e-7, 1.0, help="AdamW learning rate"),
+    "lr_scheduler": Param(str, "linear", choices=("linear", "constant", "constant_with_warmup", "cosine")),
     "batch_size": Param(int, 8, 1, 4096, help="task items per learner step"),
     "gradient_accumulation": Param(int, 1, 1, 1024, help="micro-batches per optimiser step"),
     "checkpoint_every": Param(int, 10, 1, 100000, help="learner steps between checkpoints"),
@@ -42,6 +43,7 @@ COMMON = {
     "eval_items": Param(int, 64, 0, 100000, help="held-out items per evaluation (0: all)"),
     "seed": Param(int, 0, 0, 2**31 - 1),
     "mixed_precision": Param(str, "no", choices=("no", "bf16", "fp16")),
+    "pass_threshold": Param(float, 1.0, help="an episode passes when its reward reaches this"),
 }
 
 GRPO = {
@@ -65,7 +67,7 @@ def resolve(method: str, submitted: dict[str, Any]) -> tuple[dict[str, Any], dic
 
     >>> resolved, problems = resolve("grpo", {"group_size": 4, "learning_rate": "auto"})
     >>> resolved["group_size"], resolved["learning_rate"], problems
-    (4, 0.001, {})
+    (4, 0.0003, {})
     >>> resolve("sft", {"group_size": 4})[1]
     {'group_size': 'not a hyperparameter of sft'}
     """

@@ -89,7 +89,7 @@ def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
     if problems:
         return resolved, problems
     problems |= _data_problems(request, resolved)
-    problems |= _tier_problems(request.tier)
+    problems |= _tier_problems(request.tier, request.method)
     problems |= _reward_problems(request)
     if request.max_steps < 1:
         problems["max_steps"] = "must be at least 1"
@@ -137,8 +137,12 @@ def _data_problems(request: RunRequest, resolved: dict[str, Any]) -> dict[str, s
     return problems
 
 
-def _tier_problems(tier: Tier) -> dict[str, str]:
+def _tier_problems(tier: Tier, method: str) -> dict[str, str]:
     problems = {f"tier.{name}": message for name, message in tier_problems(tier_snapshot(tier)).items()}
+    if method == Run.Method.GRPO and tier.temperature == 0:
+        problems["tier.temperature"] = (
+            "GRPO compares sampled completions; a greedy tier (temperature 0) samples one"
+        )
     if looks_like_path(tier.base_model) and not Path(tier.base_model).expanduser().exists():
         problems["tier.base_model"] = (
             f"no model at {tier.base_model}; build the demo model with `python manage.py build_base_model`"

@@ -7,6 +7,7 @@ urlpatterns = [
     path("projects/new/", views.project_create, name="project-create"),
     path("projects/<int:project_id>/", views.project_detail, name="project-detail"),
     path("projects/<int:project_id>/members/", views.project_members, name="project-members"),
+    path("projects/<int:project_id>/demo-run/", views.demo_run, name="demo-run"),
     path("projects/<int:project_id>/members/<int:user_id>/role/", views.member_role, name="member-role"),
     path(
         "projects/<int:project_id>/members/<int:user_id>/remove/",

@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from rewards import selectors as reward_selectors
 from runs import forms, selectors, services
+from runs.demo import DEMO_FUNCTIONS, demo_run_launch
 from runs.models import Membership, Project, StagedImport, TaskItem, TaskSet, TaskSetVersion
 from runs.roles import Permission, Role, role_allows
 from webapp.streaming import streamed
@@ -91,9 +92,23 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
         "task_sets": _task_sets_with_latest(project),
         "tiers": project.tiers.order_by("name"),
         "reward_rules": reward_selectors.reward_rules_of(project=project),
+        "has_demo": project.task_sets.filter(name=DEMO_FUNCTIONS).exists(),
         "memberships": selectors.memberships_of(project=project),
     }
     return render(request, "runs/project_detail.html", context)
+
+
+@login_required
+@require_POST
+def demo_run(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
+    try:
+        run = demo_run_launch(project=project, by=request.user)
+    except ValidationError as exc:
+        messages.error(request, _message(exc))
+        return redirect("project-detail", project_id=project.pk)
+    messages.success(request, f"Launched {run.name}: it trains the tiny base model with GRPO.")
+    return redirect("run-detail", run_id=run.pk)
 
 
 # --- members -------------------------------------------------------------------------------

@@ -115,10 +115,10 @@ def test_seeding_the_demo_twice_changes_nothing(db):
     counts = (Project.objects.count(), TaskSetVersion.objects.count(), Tier.objects.count())
     demo_ensure(username="demo", password="pw-demo-1")
     assert (
-        (Project.objects.count(), TaskSetVersion.objects.count(), Tier.objects.count()) == counts == (1, 1, 2)
+        (Project.objects.count(), TaskSetVersion.objects.count(), Tier.objects.count()) == counts == (1, 2, 3)
     )
     project = Project.objects.get(name=DEMO_PROJECT)
-    assert sorted(project.tiers.values_list("name", flat=True)) == ["capability", "speed"]
+    assert sorted(project.tiers.values_list("name", flat=True)) == ["capability", "rollout", "speed"]
     assert api_client_for(project.memberships.get().user).get("/api/v1/projects").status_code == 200
 
 

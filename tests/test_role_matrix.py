@@ -150,6 +150,7 @@ PAGE_CASES = [
     Case("project-create", "post", SELF, body=lambda w: {"name": "fresh", "description": ""}),
     Case("project-detail", "get", "view", pid),
     Case("project-members", "get", "view", pid),
+    Case("demo-run", "post", "edit", pid),
     Case("project-members", "post", "manage", pid, body=lambda w: {"username": "newcomer", "role": "viewer"}),
     Case(
         "member-role",

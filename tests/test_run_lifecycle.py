@@ -51,7 +51,7 @@ def setup(db, tmp_path, settings):
 def test_a_valid_run_is_queued_with_its_hyperparameters_resolved(setup):
     run = lifecycle.run_create(request=setup["request"], by=setup["owner"])
     assert run.status == S.QUEUED
-    assert run.resolved["group_size"] == 4 and run.resolved["learning_rate"] == 0.001
+    assert run.resolved["group_size"] == 4 and run.resolved["learning_rate"] == 0.0003
     assert run.tier_config["base_model"] == setup["tier"].base_model
     assert list(run.events.values_list("kind", "message")) == [("status", "queued")]
     assert setup["rule"].versions.get().used_at is not None  # a used version is now immutable

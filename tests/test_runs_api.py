@@ -34,7 +34,7 @@ def test_a_launcher_launches_a_run_and_sees_its_resolved_configuration(lab):
     assert (body["status"], body["queue_position"], body["error"]) == ("queued", 1, None)
     assert (body["method"], body["train_split"], body["eval_split"]) == ("grpo", "train", "heldout")
     assert body["hyperparameters"] == {"group_size": 4, "learning_rate": "auto"}
-    assert body["resolved"]["group_size"] == 4 and body["resolved"]["learning_rate"] == 0.001
+    assert body["resolved"]["group_size"] == 4 and body["resolved"]["learning_rate"] == 0.0003
     assert body["resolved"]["staleness"] == 1
     assert body["tier_config"]["base_model"] == lab["tier"].base_model
     assert body["progress"] == {
@@ -179,7 +179,7 @@ def test_a_clone_merges_hyperparameters_over_the_parents_and_shows_its_diff(lab)
     assert clone["hyperparameters"] == {"group_size": 4, "learning_rate": 0.01}
     assert clone["config_diff"] == [
         {"field": "max_steps", "parent": 5, "run": 7},
-        {"field": "resolved.learning_rate", "parent": 0.001, "run": 0.01},
+        {"field": "resolved.learning_rate", "parent": 0.0003, "run": 0.01},
     ]
     assert clone["priority"] == 2
 

@@ -66,7 +66,7 @@ def test_a_launcher_sees_the_launch_button(client, lab):
 def test_the_launch_form_prefills_auto_and_shows_each_default(client, lab):
     body = text(page(client, lab["launcher"], reverse("run-create", args=[lab["project"].pk])))
     assert 'name="hp_group_size" value="auto"' in body
-    assert "<code>0.001</code>" in body  # learning_rate's default
+    assert "<code>0.0003</code>" in body  # learning_rate's default
     assert "arith v1" in body and "exact v1" in body and ">cap<" in body
 
 
@@ -81,7 +81,7 @@ def test_launching_from_the_form_queues_the_run_and_opens_it(client, lab):
         3,
         {"group_size": 4},
     )
-    assert run.resolved["learning_rate"] == 0.001 and run.created_by == lab["launcher"]
+    assert run.resolved["learning_rate"] == 0.0003 and run.created_by == lab["launcher"]
 
 
 def test_refusals_are_shown_next_to_their_fields_and_nothing_is_created(client, lab, tmp_path):
@@ -150,7 +150,7 @@ def test_the_run_page_shows_configuration_progress_events_metrics_and_checkpoint
     assert '<span class="badge status-queued" id="run-status">queued</span>' in body
     assert "#1</strong> in the project" in body
     assert "<code>group_size</code></td><td>4</td>" in body
-    assert '<code>learning_rate</code></td><td>0.001 <span class="muted small">auto</span>' in body
+    assert '<code>learning_rate</code></td><td>0.0003 <span class="muted small">auto</span>' in body
     assert "<dt>task set version</dt><dd>arith v1</dd>" in body
     assert f"<dt>base_model</dt><dd>{lab['tier'].base_model}</dd>" in body
     assert '<span class="badge level-warning">warning</span></td><td>reward is flat' in body

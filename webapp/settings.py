@@ -5,6 +5,7 @@ Unset, they give the embedded default: SQLite in WAL mode and a private Redis un
 FLYWHEEL_HOME. Set DATABASE_URL and REDIS_URL to run on PostgreSQL and an external Redis.
 """
 
+import importlib.util
 import os
 import secrets
 from pathlib import Path
@@ -140,7 +141,10 @@ MEDIA_URL = "/media/"
 STATIC_URL = "/static/"
 STATIC_ROOT = FLYWHEEL_HOME / "static"
 STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise expects it; files come from the finders
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# Plotly.js from the `plotly` package's own copy (no CDN): /static/plotly/plotly.min.js. Found
+# without importing the package, which the web process never needs.
+PLOTLY_JS_DIR = Path(importlib.util.find_spec("plotly").origin).parent / "package_data"
+STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", PLOTLY_JS_DIR)]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -182,6 +186,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Longer than any task may run, so Redis does not redeliver work that is still in progress.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
 CELERY_WORKER_QUEUES = ("rollout", "learner", "eval")
+# How often the scheduler restarts learners that died with their host and starts queued runs.
+FLYWHEEL_TICK_SECONDS = env_int("FLYWHEEL_TICK_SECONDS", 10)
+CELERY_BEAT_SCHEDULE = {
+    "runs-tick": {"task": "workers.learner.runs_schedule", "schedule": float(FLYWHEEL_TICK_SECONDS)},
+}
 CELERY_TASK_ROUTES = {
     "workers.rollout.*": {"queue": "rollout"},
     "workers.learner.*": {"queue": "learner"},
@@ -189,6 +198,13 @@ CELERY_TASK_ROUTES = {
 }
 # Runs of one project that may be active (starting, running, pausing) at once; the rest queue.
 FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS = env_int("FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS", 1)
+# A learner that crashes is restarted from its last checkpoint at most this many times.
+FLYWHEEL_LEARNER_MAX_RESTARTS = env_int("FLYWHEEL_LEARNER_MAX_RESTARTS", 3)
+# A live run whose learner has not reported for this long is restarted by the watchdog.
+FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT = env_int("FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT", 60)
+# Rollout work still pending (or whose worker's lease ran out) this long is sent again.
+FLYWHEEL_ROLLOUT_RESEND_SECONDS = env_int("FLYWHEEL_ROLLOUT_RESEND_SECONDS", 30)
+FLYWHEEL_ROLLOUT_LEASE_SECONDS = env_int("FLYWHEEL_ROLLOUT_LEASE_SECONDS", 300)
 FLYWHEEL_ROLLOUT_CONCURRENCY = env_int("FLYWHEEL_ROLLOUT_CONCURRENCY", 2)
 FLYWHEEL_LEARNER_CONCURRENCY = env_int("FLYWHEEL_LEARNER_CONCURRENCY", 1)
 FLYWHEEL_EVAL_CONCURRENCY = env_int("FLYWHEEL_EVAL_CONCURRENCY", 1)

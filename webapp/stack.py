@@ -46,7 +46,22 @@ def services() -> list[Service]:
             "webapp.asgi:application",
         ],
     )
-    return [web, *workers]
+    beat = Service(
+        "beat",
+        [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "webapp",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(settings.FLYWHEEL_HOME / "run" / "celerybeat-schedule"),
+        ],
+    )
+    return [web, *workers, beat]
 
 
 def run_dir() -> Path:

@@ -7,7 +7,28 @@ from celery import shared_task
 
 @shared_task(name="workers.learner.runs_schedule", acks_late=True, ignore_result=True)
 def runs_schedule() -> None:
-    """Start the queued runs that their projects' quotas allow (a redelivery finds nothing to do)."""
-    from runs.scheduling import runs_admit
+    """Restart learners that died and start the queued runs that their projects' quotas allow."""
+    from workers.supervisor import runs_tick
 
-    runs_admit()
+    runs_tick()
+
+
+@shared_task(name="workers.learner.supervise", acks_late=True, ignore_result=True)
+def learner_supervise(run_id: int) -> None:
+    from workers.supervisor import learner_supervise as supervise
+
+    supervise(run_id)
+
+
+@shared_task(name="workers.rollout.batch", acks_late=True, ignore_result=True)
+def rollout_batch(batch_id: int) -> None:
+    from workers.run_rollout import rollout_batch_run
+
+    rollout_batch_run(batch_id)
+
+
+@shared_task(name="workers.eval.policy", acks_late=True, ignore_result=True)
+def eval_policy(run_id: int, version: int) -> None:
+    from workers.run_eval import policy_evaluate
+
+    policy_evaluate(run_id, version)

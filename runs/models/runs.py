@@ -7,6 +7,7 @@ record; websocket messages only announce changes.
 """
 
 import json
+import uuid
 import zlib
 
 from django.conf import settings
@@ -37,6 +38,8 @@ class Run(models.Model):
     TERMINAL = (Status.CANCELLED, Status.SUCCEEDED, Status.FAILED)
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
+    # Names the run's files (policies, checkpoints): unique even across databases that reuse ids.
+    key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     name = models.CharField(max_length=100)
     task_set_version = models.ForeignKey(TaskSetVersion, on_delete=models.PROTECT, related_name="runs")
     train_split = models.CharField(max_length=8, default="train")
@@ -142,17 +145,24 @@ class RolloutBatch(models.Model):
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rollout_batches")
     index = models.PositiveIntegerField()
+    step = models.PositiveIntegerField(default=0, help_text="The learner step this batch feeds")
     policy_version = models.PositiveIntegerField()
     item_ids = models.JSONField(help_text="TaskItem ids, each sampled group_size times")
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
     worker = models.CharField(max_length=255, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     claimed_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(
+        null=True, blank=True, help_text="Episodes still running then are cut off"
+    )
     finished_at = models.DateTimeField(null=True, blank=True)
+    generate_seconds = models.FloatField(default=0.0)
+    score_seconds = models.FloatField(default=0.0)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "index"], name="rollout_batch_index")]
+        indexes = [models.Index(fields=["run", "step", "status"])]
 
     def __str__(self) -> str:
         return f"run {self.run_id} batch {self.index} (v{self.policy_version}, {self.status})"

@@ -23,6 +23,10 @@ class Command(BaseCommand):
                 f"redis: {'started' if started else 'already running'} on port {settings.FLYWHEEL_REDIS_PORT}"
             )
         call_command("migrate", interactive=False, verbosity=0)
+        model = settings.FLYWHEEL_HOME / "models" / "tiny-base"
+        if not (model / "config.json").exists():
+            self.stdout.write("building the tiny base model (about a minute, once)...")
+            call_command("build_base_model", stdout=self.stdout)
         call_command("seed_demo", stdout=self.stdout)
         for service in stack.services():
             pid = stack.service_start(service)

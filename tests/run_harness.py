@@ -1,0 +1,192 @@
+"""What the end-to-end and recovery tests of runs share: a tiny model, a demo project, real
+Celery worker processes pointed at the test database, and waiting on the record."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from rewards import services as reward_services
+from runs import services
+from runs.models import Run
+from tests.conftest import make_project, make_user
+from workers.base_model import BaseModelConfig, base_model_build
+from workers.demo_tasks import demo_task_sets
+
+RUN_TIMEOUT_SECONDS = 300
+TINY = BaseModelConfig(
+    seed=3,
+    corpus_size=400,
+    vocab_size=256,
+    hidden_size=32,
+    layers=1,
+    heads=2,
+    intermediate_size=64,
+    steps=20,
+    batch_size=16,
+    warmup_steps=2,
+    heldout_size=8,
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tiny-base")
+    base_model_build(path, TINY, log=lambda line: None)
+    return path
+
+
+def database_url() -> str:
+    """The test database, for worker processes that must see what the test writes."""
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def worker_env(**extra: str) -> dict[str, str]:
+    return (
+        os.environ
+        | {
+            "DATABASE_URL": database_url(),
+            "REDIS_URL": settings.REDIS_URL,
+            "FLYWHEEL_HOME": str(settings.FLYWHEEL_HOME),
+            "FLYWHEEL_ROLLOUT_RESEND_SECONDS": "3",
+            "FLYWHEEL_ROLLOUT_LEASE_SECONDS": "8",
+            "FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT": "8",
+            "FLYWHEEL_TICK_SECONDS": "2",
+        }
+        | extra
+    )
+
+
+class Host:
+    """A set of processes standing for one machine: killing the host kills all of them."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.processes: list[subprocess.Popen] = []
+
+    def worker(self, queues: str) -> subprocess.Popen:
+        name = f"{queues.replace(',', '-')}-{uuid.uuid4().hex[:6]}@test"
+        argv = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "webapp",
+            "worker",
+            "-Q",
+            queues,
+            "-n",
+            name,
+            "-c",
+            "1",
+            "--pool",
+            "solo",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "INFO",
+        ]
+        process = self._start(argv)
+        for line in process.stdout:
+            if " ready." in line:
+                return process
+        raise AssertionError(f"worker {name} exited before it was ready")
+
+    def beat(self, folder: Path) -> subprocess.Popen:
+        argv = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "webapp",
+            "beat",
+            "--schedule",
+            str(folder / "beat-schedule"),
+        ]
+        return self._start(argv, quiet=True)
+
+    def _start(self, argv: list[str], quiet: bool = False) -> subprocess.Popen:
+        process = subprocess.Popen(
+            argv,
+            cwd=settings.BASE_DIR,
+            env=self.env,
+            text=True,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL if quiet else subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        self.processes.append(process)
+        return process
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        for process in self.processes:
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                pass
+        for process in self.processes:
+            process.wait(timeout=30)
+        self.processes.clear()
+
+
+def learner_kill(run: Run) -> None:
+    """kill -9 of the run's learner process (and only it)."""
+    os.kill(run.learner_pid, signal.SIGKILL)
+
+
+def demo_project(model: Path, *, train_size: int = 8, heldout_size: int = 4) -> dict:
+    owner = make_user(f"owner-{uuid.uuid4().hex[:6]}")
+    project = make_project(owner, name=f"demo-{uuid.uuid4().hex[:6]}")
+    task_set = services.task_set_create(project=project, name="demo", by=owner)
+    sets = demo_task_sets(seed=0, train_size=train_size, heldout_size=heldout_size)
+    lines = [(json.dumps(item) + "\n").encode() for item in sets["train"] + sets["heldout"]]
+    version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=owner).version
+    rule = reward_services.reward_rule_create(
+        project=project, name="tests", spec={"type": "unit_tests", "name": "tests"}, by=owner
+    )
+    tier = services.tier_create(
+        project=project, by=owner, name="rollout", base_model=str(model), temperature=1.0, max_new_tokens=12
+    )
+    return {"owner": owner, "project": project, "version": version, "rule": rule, "tier": tier}
+
+
+def run_body(setup: dict, *, steps: int, **hyperparameters) -> dict:
+    return {
+        "project": setup["project"].pk,
+        "name": "test run",
+        "task_set_version": setup["version"].pk,
+        "reward_rule_version": setup["rule"].versions.get().pk,
+        "tier": setup["tier"].pk,
+        "method": "grpo",
+        "hyperparameters": {"group_size": 4, "batch_size": 4, "staleness": 1, "eval_items": 4}
+        | hyperparameters,
+        "max_steps": steps,
+    }
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = RUN_TIMEOUT_SECONDS) -> None:
+    """Poll the record for a condition, with a deadline (this is waiting on state, not a sleep
+    standing in for synchronisation)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def wait_for_terminal(run_id: int) -> Run:
+    wait_until(lambda: Run.objects.get(pk=run_id).is_terminal, f"run {run_id} to finish")
+    return Run.objects.get(pk=run_id)

@@ -1,0 +1,59 @@
+"""End to end: a run submitted over REST goes queued → running → succeeded through real Celery
+workers (a learner host and a rollout/eval host, as separate machines would be), a real learner
+process, real sandboxes and the tiny model; metrics, trajectories and checkpoints are recorded."""
+
+import pytest
+
+from runs.models import Checkpoint, MetricPoint, Run, Trajectory
+from tests.conftest import api_client_for
+from tests.run_harness import (
+    Host,
+    demo_project,
+    run_body,
+    tiny_model,
+    wait_for_terminal,
+    wait_until,
+    worker_env,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+__all__ = ["tiny_model"]
+
+
+@pytest.fixture
+def hosts():
+    learner_host, rollout_host = Host(worker_env()), Host(worker_env())
+    learner_host.worker("learner")
+    rollout_host.worker("rollout,eval")
+    yield learner_host, rollout_host
+    learner_host.kill()
+    rollout_host.kill()
+
+
+def test_a_run_submitted_over_rest_trains_through_real_workers_and_succeeds(tiny_model, hosts):
+    setup = demo_project(tiny_model)
+    steps, batch, group = 3, 4, 4
+    body = run_body(setup, steps=steps, checkpoint_every=2, eval_every=3)
+    response = api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json")
+    assert response.status_code == 201, response.json()
+    run = wait_for_terminal(response.json()["id"])
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    assert (run.learner_step, run.policy_version, run.restarts) == (steps, steps, 0)
+    statuses = [e.data["status"] for e in run.events.filter(kind="status").order_by("pk")]
+    assert statuses == ["queued", "starting", "running", "succeeded"]
+    trajectories = Trajectory.objects.filter(run=run)
+    assert trajectories.count() == steps * batch * group
+    for trajectory in trajectories.exclude(learned_in_step=None).select_related("batch"):
+        assert trajectory.batch.step == trajectory.learned_in_step
+        assert trajectory.policy_version >= trajectory.learned_in_step - 1  # the staleness bound, k = 1
+    assert sorted(Checkpoint.objects.filter(run=run).values_list("step", flat=True)) == [2, 3]
+    assert sorted(MetricPoint.objects.filter(run=run, name="reward/mean").values_list("step", flat=True)) == [
+        1,
+        2,
+        3,
+    ]
+    wait_until(
+        lambda: MetricPoint.objects.filter(run=run, name="heldout/pass_rate", step=steps).exists(),
+        "the final held-out evaluation on the eval queue",
+        timeout=60,
+    )

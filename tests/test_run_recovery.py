@@ -1,0 +1,188 @@
+"""Recovery: kill -9 of the learner, of a rollout worker and of a whole worker host, and a Redis
+restart, in the middle of real runs. Each run must finish with every step learned exactly once,
+no episode lost or duplicated, and the restarts counted."""
+
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runs import lifecycle
+from runs.models import MetricPoint, RolloutBatch, Run, Trajectory
+from tests.conftest import api_client_for
+from tests.run_harness import (
+    Host,
+    demo_project,
+    learner_kill,
+    run_body,
+    tiny_model,
+    wait_for_terminal,
+    wait_until,
+    worker_env,
+)
+from webapp.embedded_redis import redis_binary, redis_ping
+
+pytestmark = pytest.mark.django_db(transaction=True)
+__all__ = ["tiny_model"]
+STEPS, BATCH, GROUP = 5, 4, 4
+
+
+def submit(setup: dict, **hyperparameters) -> Run:
+    body = run_body(setup, steps=STEPS, checkpoint_every=2, eval_every=100, **hyperparameters)
+    response = api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json")
+    assert response.status_code == 201, response.json()
+    return Run.objects.get(pk=response.json()["id"])
+
+
+def assert_learned_exactly_once(run: Run) -> None:
+    """Every step has its own batch, learned in that step only; no episode was stored twice;
+    only episodes of rolled-back policy versions were cancelled; one metric point per step."""
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    live = Trajectory.objects.filter(run=run).exclude(outcome=Trajectory.Outcome.CANCELLED)
+    for step in range(STEPS):
+        episodes = live.filter(batch__step=step)
+        assert episodes.count() == BATCH * GROUP, f"step {step}"
+        assert set(episodes.exclude(learned_in_step=None).values_list("learned_in_step", flat=True)) <= {step}
+    cancelled = Trajectory.objects.filter(run=run, outcome=Trajectory.Outcome.CANCELLED)
+    assert not cancelled.exclude(learned_in_step=None).exists()
+    assert not RolloutBatch.objects.filter(run=run, status=RolloutBatch.Status.RUNNING).exists()
+    steps = list(MetricPoint.objects.filter(run=run, name="reward/mean").values_list("step", flat=True))
+    assert sorted(steps) == list(range(1, STEPS + 1))
+
+
+@pytest.fixture
+def hosts():
+    made: list[Host] = []
+
+    def make(**env: str) -> Host:
+        host = Host(worker_env(**env))
+        made.append(host)
+        return host
+
+    yield make
+    for host in made:
+        host.kill()
+
+
+def at_step(run: Run, step: int) -> bool:
+    return Run.objects.get(pk=run.pk).learner_step >= step
+
+
+def test_a_learner_killed_mid_run_resumes_from_its_last_checkpoint(tiny_model, hosts):
+    learner_host, rollout_host = hosts(), hosts()
+    learner_host.worker("learner")
+    rollout_host.worker("rollout,eval")
+    run = submit(demo_project(tiny_model))
+    wait_until(lambda: at_step(run, 3), "step 3, past the checkpoint at step 2")
+    learner_kill(Run.objects.get(pk=run.pk))
+    run = wait_for_terminal(run.pk)
+    assert run.restarts == 1
+    assert run.events.filter(kind="restart", level="warning").count() == 1
+    assert_learned_exactly_once(run)
+
+
+def test_a_rollout_worker_killed_mid_batch_is_replaced_and_nothing_is_lost(tiny_model, hosts):
+    learner_host, first_rollout_host = hosts(), hosts()
+    learner_host.worker("learner")
+    first_rollout_host.worker("rollout,eval")
+    run = submit(demo_project(tiny_model))
+    wait_until(
+        lambda: RolloutBatch.objects.filter(run=run, step=2, status=RolloutBatch.Status.RUNNING).exists(),
+        "a rollout batch of step 2 in progress",
+    )
+    first_rollout_host.kill()
+    hosts().worker("rollout,eval")
+    run = wait_for_terminal(run.pk)
+    assert run.restarts == 0
+    assert RolloutBatch.objects.filter(run=run, attempts__gt=1).exists()  # claimed again after the lease
+    assert_learned_exactly_once(run)
+
+
+def test_a_whole_worker_host_killed_mid_run_is_restarted_by_the_watchdog(tiny_model, hosts, tmp_path):
+    scheduler = hosts()
+    scheduler.beat(tmp_path)
+    doomed = hosts()
+    doomed.worker("learner")
+    doomed.worker("rollout,eval")
+    run = submit(demo_project(tiny_model))
+    wait_until(lambda: at_step(run, 3), "step 3")
+    learner_kill(Run.objects.get(pk=run.pk))  # the learner lives on the doomed host too
+    doomed.kill()
+    replacement = hosts()
+    replacement.worker("learner")
+    replacement.worker("rollout,eval")
+    run = wait_for_terminal(run.pk)
+    assert run.restarts == 1
+    assert run.events.filter(kind="restart", message__contains="heartbeats").exists()
+    assert_learned_exactly_once(run)
+
+
+def test_a_redis_restart_mid_run_loses_nothing(tiny_model, hosts, tmp_path):
+    port = 6461
+    url = f"redis://127.0.0.1:{port}/0"
+    redis = start_redis(port, tmp_path)
+    try:
+        host = hosts(REDIS_URL=url)
+        host.beat(tmp_path)
+        host.worker("learner")
+        host.worker("rollout,eval")
+        run = submit_without_broker(demo_project(tiny_model))
+        wait_until(lambda: at_step(run, 2), "step 2")
+        redis.send_signal(signal.SIGTERM)  # a clean shutdown: Redis writes its append-only file
+        redis.wait(timeout=20)
+        redis = start_redis(port, tmp_path)
+        run = wait_for_terminal(run.pk)
+        assert run.restarts == 0
+        assert_learned_exactly_once(run)
+    finally:
+        redis.send_signal(signal.SIGTERM)
+        redis.wait(timeout=20)
+
+
+def start_redis(port: int, folder: Path) -> subprocess.Popen:
+    """A private Redis that persists to disk, as the embedded default's does."""
+    process = subprocess.Popen(
+        [
+            redis_binary(),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(folder),
+            "--appendonly",
+            "yes",
+            "--save",
+            "",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    wait_until(lambda: redis_ping(port), "the private Redis", timeout=20)
+    return process
+
+
+def submit_without_broker(setup: dict) -> Run:
+    """Create the run directly: this test's workers listen on their own Redis, which the
+    scheduler's periodic tick (the beat on that Redis) picks the queued run up from."""
+    from runs.lifecycle import RunRequest
+
+    request = RunRequest(
+        project=setup["project"],
+        name="redis restart",
+        task_set_version=setup["version"],
+        reward_rule_version=setup["rule"].versions.get(),
+        tier=setup["tier"],
+        hyperparameters={
+            "group_size": GROUP,
+            "batch_size": BATCH,
+            "staleness": 1,
+            "checkpoint_every": 2,
+            "eval_every": 100,
+            "eval_items": 4,
+            "episode_deadline_seconds": 3600,
+        },
+        max_steps=STEPS,
+    )
+    return lifecycle.run_create(request=request, by=setup["owner"])

@@ -1,0 +1,77 @@
+"""The tiny base model, the demo tasks, generation log-probs and the GRPO pieces, at tiny scale."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from workers.base_model import BaseModelConfig, base_model_build
+from workers.demo_tasks import demo_task_sets
+from workers.generation import SamplingParams, generate
+from workers.learners.common import completion_logprobs, sequence_batch
+from workers.learners.grpo import grpo_loss
+from workers.policy import policy_load
+
+TINY = BaseModelConfig(
+    seed=3,
+    corpus_size=200,
+    vocab_size=300,
+    hidden_size=32,
+    layers=1,
+    heads=2,
+    intermediate_size=64,
+    steps=3,
+    batch_size=8,
+    warmup_steps=1,
+    heldout_size=20,
+)
+
+
+def test_demo_split_is_seeded_and_keeps_heldout_out_of_train():
+    first = demo_task_sets(seed=5, train_size=50, heldout_size=20)
+    again = demo_task_sets(seed=5, train_size=50, heldout_size=20)
+    assert first == again
+    assert not {item["id"] for item in first["train"]} & {item["id"] for item in first["heldout"]}
+    assert {item["metadata"]["family"] for item in first["heldout"]} == {"scalar", "map"}
+
+
+def test_base_model_build_is_deterministic_from_its_seed(tmp_path: Path):
+    base_model_build(tmp_path / "a", TINY, log=lambda line: None)
+    base_model_build(tmp_path / "b", TINY, log=lambda line: None)
+    first = load_file(tmp_path / "a" / "model.safetensors")
+    second = load_file(tmp_path / "b" / "model.safetensors")
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[name], second[name]) for name in first)
+    assert (tmp_path / "a" / "tokenizer.json").read_text() == (tmp_path / "b" / "tokenizer.json").read_text()
+
+
+def test_generation_logprobs_are_the_ones_the_learner_recomputes(tmp_path: Path):
+    base_model_build(tmp_path, TINY, log=lambda line: None)
+    policy = policy_load(tmp_path)
+    prompts = [policy.prompt_text("Write a Python function `f(x)` that returns x plus 3."), "def"]
+    params = SamplingParams(max_new_tokens=6, temperature=1.0)
+    completions = generate(
+        policy.model, policy.tokenizer, prompts, params, generator=torch.Generator().manual_seed(0)
+    )
+    assert all(len(c.logprobs) == len(c.token_ids) >= 1 for c in completions)
+    batch = sequence_batch(
+        [c.prompt_token_ids for c in completions],
+        [c.token_ids for c in completions],
+        policy.tokenizer.pad_token_id,
+    )
+    with torch.no_grad():
+        logprobs, mask = completion_logprobs(policy.model, batch)
+    for row, completion in enumerate(completions):
+        recomputed = logprobs[row][mask[row].bool()]
+        assert torch.allclose(recomputed, torch.tensor(completion.logprobs), atol=1e-4)
+
+
+def test_grpo_token_mean_loss_weights_every_completion_token_and_masks_padding():
+    logprobs = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, -0.5, -0.5]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    loss, metrics = grpo_loss(logprobs, logprobs.detach(), torch.tensor([1.0, -1.0]), mask)
+    loss.backward()
+    assert loss.item() == pytest.approx((-2 + 3) / 5)
+    assert logprobs.grad[0, 2].item() == 0.0
+    assert metrics["clip_fraction"] == 0.0

@@ -1,0 +1,165 @@
+"""Batched generation with a KV cache, recording the log-probability of every generated token.
+
+The learner needs the behaviour policy's log-probs to form importance ratios, and the replay view
+shows them, so every completion carries them. They are log-softmax of the logits divided by the
+temperature (the distribution sampled from before top-k / top-p truncation, which is what the
+learner recomputes); greedy decoding records them at temperature 1.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding parameters. temperature 0 is greedy; top_k 0 and top_p 1 disable truncation."""
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1; got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be 0 (greedy) or more; got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1]; got {self.top_p}")
+
+
+@dataclass
+class Completion:
+    """One generated continuation of one prompt."""
+
+    text: str  # decoded, without the stop sequence or end-of-sequence token
+    token_ids: list[int]  # generated tokens, the stop sequence's and the EOS token included
+    logprobs: list[float]  # one per token in token_ids
+    finish_reason: str  # "stop" (EOS or a stop sequence) or "length" (the token budget ran out)
+    prompt_token_ids: list[int] = field(default_factory=list)
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask all but the top-k tokens and the smallest set whose probability reaches top_p.
+
+    >>> filter_logits(torch.tensor([[1.0, 3.0, 2.0]]), top_k=2, top_p=1.0).tolist()
+    [[-inf, 3.0, 2.0]]
+    """
+    if top_k > 0:
+        kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cumulative - sorted_logits.softmax(-1) >= top_p  # keep the token that crosses top_p
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return logits
+
+
+def sample_next(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The next token of each row and its log-prob under the (temperature-scaled) policy."""
+    if params.temperature == 0:
+        tokens = logits.argmax(-1)
+        return tokens, logits.log_softmax(-1).gather(-1, tokens[:, None]).squeeze(-1)
+    scaled = logits / params.temperature
+    filtered = filter_logits(scaled, params.top_k, params.top_p)
+    tokens = torch.multinomial(filtered.softmax(-1), 1, generator=generator).squeeze(-1)
+    return tokens, scaled.log_softmax(-1).gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def stop_position(text: str, stops: tuple[str, ...]) -> int | None:
+    """Where the earliest stop sequence starts in text, if any."""
+    positions = [text.find(stop) for stop in stops if stop in text]
+    return min(positions) if positions else None
+
+
+@torch.no_grad()
+def generate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    params: SamplingParams,
+    *,
+    generator: torch.Generator | None = None,
+) -> list[Completion]:
+    """One completion per prompt (repeat a prompt for a group), decoded together with a KV cache."""
+    device = next(model.parameters()).device
+    encoded = tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt").to(device)
+    attention = encoded["attention_mask"]
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    logits = (
+        model(
+            input_ids=encoded["input_ids"],
+            attention_mask=attention,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+        )
+        .logits[:, -1]
+        .float()
+    )
+    batch = len(prompts)
+    tokens: list[list[int]] = [[] for _ in range(batch)]
+    logprobs: list[list[float]] = [[] for _ in range(batch)]
+    finished = [False] * batch
+    for _ in range(params.max_new_tokens):
+        next_tokens, next_logprobs = sample_next(logits, params, generator)
+        for row, (token, logprob) in enumerate(
+            zip(next_tokens.tolist(), next_logprobs.tolist(), strict=True)
+        ):
+            if finished[row]:
+                continue
+            tokens[row].append(token)
+            logprobs[row].append(logprob)
+            finished[row] = token == tokenizer.eos_token_id or (
+                bool(params.stop) and stop_position(tokenizer.decode(tokens[row]), params.stop) is not None
+            )
+        if all(finished):
+            break
+        attention = torch.cat([attention, attention.new_ones(batch, 1)], dim=-1)
+        positions = positions[:, -1:] + 1
+        next_input = next_tokens.masked_fill(torch.tensor(finished, device=device), tokenizer.pad_token_id)
+        logits = (
+            model(
+                input_ids=next_input[:, None],
+                attention_mask=attention,
+                position_ids=positions,
+                cache=cache,
+                use_cache=True,
+            )
+            .logits[:, -1]
+            .float()
+        )
+    prompt_ids = [
+        ids[mask.bool()].tolist()
+        for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"], strict=True)
+    ]
+    return [
+        completion_build(tokenizer, tokens[row], logprobs[row], params, prompt_ids[row])
+        for row in range(batch)
+    ]
+
+
+def completion_build(
+    tokenizer: PreTrainedTokenizerBase,
+    token_ids: list[int],
+    logprobs: list[float],
+    params: SamplingParams,
+    prompt_ids: list[int],
+) -> Completion:
+    text = tokenizer.decode(token_ids, skip_special_tokens=True)
+    cut = stop_position(text, params.stop) if params.stop else None
+    stopped = cut is not None or (bool(token_ids) and token_ids[-1] == tokenizer.eos_token_id)
+    return Completion(
+        text=text if cut is None else text[:cut],
+        token_ids=token_ids,
+        logprobs=logprobs,
+        finish_reason="stop" if stopped else "length",
+        prompt_token_ids=prompt_ids,
+    )

@@ -1,0 +1,239 @@
+"""What the SFT, DPO and GRPO learners share: Accelerate setup, checkpoints, batches and log-probs.
+
+Each learner is one readable loop (see sft.py, dpo.py, grpo.py) built from these pieces. Exact
+resume rests on three things: everything stateful is in the Accelerate checkpoint (model,
+optimiser, scheduler, RNG, and `TrainState` with the data position); every batch is a pure
+function of (seed, step); and sampling uses a generator seeded from (seed, step).
+"""
+
+import json
+import random
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
+
+from workers.policy import Policy, policy_load
+
+CHECKPOINT_PREFIX = "checkpoint-"
+COMPLETE_MARKER = "complete.json"  # written last: a checkpoint without it was interrupted mid-save
+Log = Callable[[str], None]
+
+
+@dataclass
+class LearnerConfig:
+    """Settings every learner takes; each method's config extends it."""
+
+    model: str  # a local path or hub id of the starting policy
+    output_dir: str
+    seed: int = 0
+    steps: int = 100  # optimiser steps
+    learning_rate: float = 1e-4
+    lr_scheduler: str = "constant_with_warmup"
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    gradient_accumulation_steps: int = 1
+    mixed_precision: str = "no"  # "no", "bf16" (CPU and recent GPUs) or "fp16" (GPU)
+    checkpoint_every: int = 0  # steps between checkpoints; 0: none
+    checkpoints_kept: int = 2
+    log_every: int = 1
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class TrainState:
+    """The data position, saved with every checkpoint: the number of finished optimiser steps."""
+
+    def __init__(self) -> None:
+        self.step = 0
+
+    def state_dict(self) -> dict:
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = int(state["step"])
+
+
+@dataclass
+class Learner:
+    """The prepared objects a loop works with."""
+
+    accelerator: Accelerator
+    model: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    state: TrainState
+
+
+def learner_create(config: LearnerConfig) -> tuple[Learner, Policy]:
+    """Load the policy and prepare it with its optimiser and scheduler (the one `prepare` call)."""
+    accelerator = Accelerator(
+        gradient_accumulation_steps=config.gradient_accumulation_steps, mixed_precision=config.mixed_precision
+    )
+    set_seed(config.seed)
+    policy = policy_load(config.model, device=str(accelerator.device))
+    policy.model.train()
+    optimizer = torch.optim.AdamW(
+        policy.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+    )
+    scheduler = get_scheduler(
+        config.lr_scheduler, optimizer, num_warmup_steps=config.warmup_steps, num_training_steps=config.steps
+    )
+    model, optimizer, scheduler = accelerator.prepare(policy.model, optimizer, scheduler)
+    state = TrainState()
+    accelerator.register_for_checkpointing(state)
+    learner = Learner(accelerator, model, policy.tokenizer, optimizer, scheduler, state)
+    return learner, policy
+
+
+def reference_create(config: LearnerConfig, accelerator: Accelerator) -> PreTrainedModel:
+    """A frozen copy of the starting policy (the KL and DPO reference), never prepared or stepped."""
+    reference = policy_load(config.model, device=str(accelerator.device)).model
+    reference.requires_grad_(False)
+    return reference
+
+
+def optimizer_step(learner: Learner, max_grad_norm: float) -> None:
+    """Clip (on the step that syncs), step the optimiser and scheduler, clear the gradients.
+
+    Inside `accelerator.accumulate` the prepared optimiser and scheduler only act on the step that
+    completes an accumulation window.
+    """
+    if learner.accelerator.sync_gradients and max_grad_norm > 0:
+        learner.accelerator.clip_grad_norm_(learner.model.parameters(), max_grad_norm)
+    learner.optimizer.step()
+    learner.scheduler.step()
+    learner.optimizer.zero_grad(set_to_none=True)
+
+
+# -- checkpoints --------------------------------------------------------------------------------
+
+
+def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    root = Path(output_dir)
+    found = [path for path in root.glob(f"{CHECKPOINT_PREFIX}*") if (path / COMPLETE_MARKER).exists()]
+    return sorted(found, key=lambda path: int(path.name.removeprefix(CHECKPOINT_PREFIX)))
+
+
+def checkpoint_save(learner: Learner, config: LearnerConfig) -> Path:
+    """Save everything a resume needs, mark it complete, and prune old checkpoints."""
+    path = Path(config.output_dir) / f"{CHECKPOINT_PREFIX}{learner.state.step}"
+    learner.accelerator.save_state(str(path))
+    if learner.accelerator.is_main_process:
+        (path / COMPLETE_MARKER).write_text(json.dumps({"step": learner.state.step}) + "\n")
+        for old in checkpoint_dirs(config.output_dir)[: -config.checkpoints_kept]:
+            shutil.rmtree(old, ignore_errors=True)
+    learner.accelerator.wait_for_everyone()
+    return path
+
+
+def checkpoint_resume(learner: Learner, config: LearnerConfig) -> int:
+    """Load the latest complete checkpoint, if any; returns the step it resumes at."""
+    found = checkpoint_dirs(config.output_dir)
+    if found:
+        learner.accelerator.load_state(str(found[-1]))
+    return learner.state.step
+
+
+def checkpoint_due(learner: Learner, config: LearnerConfig) -> bool:
+    return config.checkpoint_every > 0 and learner.state.step % config.checkpoint_every == 0
+
+
+def final_save(learner: Learner, config: LearnerConfig) -> Path:
+    """The trained policy, saved with `save_pretrained` next to the checkpoints."""
+    path = Path(config.output_dir) / "final"
+    learner.accelerator.wait_for_everyone()
+    if learner.accelerator.is_main_process:
+        model = learner.accelerator.unwrap_model(learner.model)
+        model.save_pretrained(path)
+        learner.tokenizer.save_pretrained(path)
+    return path
+
+
+def step_rng(seed: int, step: int) -> random.Random:
+    """The data order of one step: a pure function of (seed, step), so a resume replays it exactly."""
+    return random.Random(seed * 1_000_003 + step)
+
+
+def step_generator(seed: int, step: int) -> torch.Generator:
+    """The sampling generator of one step, for the same reason."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + step)
+
+
+# -- batches and log-probs ----------------------------------------------------------------------
+
+
+@dataclass
+class SequenceBatch:
+    """Prompt + completion rows, right-padded; `completion_mask` marks completion tokens."""
+
+    input_ids: torch.Tensor  # (B, L)
+    attention_mask: torch.Tensor  # (B, L)
+    completion_mask: torch.Tensor  # (B, L)
+
+    def to(self, device: torch.device) -> "SequenceBatch":
+        return SequenceBatch(
+            *(tensor.to(device) for tensor in (self.input_ids, self.attention_mask, self.completion_mask))
+        )
+
+    def rows(self, index: torch.Tensor | slice) -> "SequenceBatch":
+        return SequenceBatch(self.input_ids[index], self.attention_mask[index], self.completion_mask[index])
+
+
+def sequence_batch(
+    prompts: list[list[int]], completions: list[list[int]], pad_token_id: int
+) -> SequenceBatch:
+    """Rows of prompt then completion tokens, right-padded: positions match unpadded generation."""
+    length = max(
+        len(prompt) + len(completion) for prompt, completion in zip(prompts, completions, strict=True)
+    )
+    size = len(prompts)
+    input_ids = torch.full((size, length), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((size, length), dtype=torch.long)
+    completion_mask = torch.zeros((size, length), dtype=torch.long)
+    for row, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+        end = len(prompt) + len(completion)
+        input_ids[row, :end] = torch.tensor(prompt + completion, dtype=torch.long)
+        attention[row, :end] = 1
+        completion_mask[row, len(prompt) : end] = 1
+    return SequenceBatch(input_ids, attention, completion_mask)
+
+
+def text_batch(
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str], completions: list[str]
+) -> SequenceBatch:
+    """A batch from text: the prompt as the policy sees it, the completion closed by the EOS token."""
+    prompt_ids = [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
+    completion_ids = [
+        tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        for completion in completions
+    ]
+    return sequence_batch(prompt_ids, completion_ids, tokenizer.pad_token_id)
+
+
+def token_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperature: float = 1.0) -> torch.Tensor:
+    """log p(token t | tokens < t) for t = 1..L-1, shape (B, L-1); align masks with `[:, 1:]`."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
+    logits = logits[:, :-1].float() / temperature
+    targets = batch.input_ids[:, 1:]
+    return logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1)
+
+
+def completion_logprobs(
+    model: torch.nn.Module, batch: SequenceBatch, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probs and the mask of completion tokens, both (B, L-1)."""
+    return token_logprobs(model, batch, temperature), batch.completion_mask[:, 1:].float()
+
+
+def metrics_line(step: int, metrics: dict[str, float]) -> str:
+    return f"step {step:4d}  " + "  ".join(f"{name} {value:.4f}" for name, value in metrics.items())

@@ -1,0 +1,296 @@
+"""GRPO-family RL with verifiable rewards: sample groups, score them in the sandbox, learn.
+
+The loop, per step: pick the step's task items (a pure function of seed and step), sample a group
+of completions per item with the current policy (behaviour log-probs recorded), score them with
+the sandboxed unit tests, turn rewards into group-normalised advantages, drop what must not be
+learned from (errored trajectories, groups whose rewards do not vary, trajectories older than the
+staleness bound), then take `num_iterations` clipped policy-gradient steps on the batch.
+
+The loss is TRL's for the same settings (tests/test_workers_parity.py): "sequence_mean" is TRL's
+`grpo`, "token_mean" its `bnpo`, "dr_grpo" its `dr_grpo`.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from workers.generation import SamplingParams
+from workers.learners.common import (
+    Learner,
+    LearnerConfig,
+    Log,
+    SequenceBatch,
+    checkpoint_due,
+    checkpoint_resume,
+    checkpoint_save,
+    completion_logprobs,
+    final_save,
+    learner_create,
+    metrics_line,
+    optimizer_step,
+    reference_create,
+    sequence_batch,
+    step_generator,
+    step_rng,
+)
+from workers.policy import Policy
+from workers.rollout import Trajectory, rollout_groups
+
+AGGREGATIONS = ("token_mean", "sequence_mean", "dr_grpo")
+
+
+@dataclass
+class GRPOConfig(LearnerConfig):
+    learning_rate: float = 1e-3
+    group_size: int = 8
+    prompts_per_step: int = 16
+    num_iterations: int = 1  # optimisation passes over each generation batch (>1: the ratio is clipped)
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2
+    beta: float = 0.0  # KL coefficient to the reference (the starting policy); 0: no reference is loaded
+    loss_aggregation: str = "token_mean"
+    scale_rewards: bool = True  # divide advantages by the group's reward std
+    skip_zero_variance_groups: bool = True
+    max_staleness: int = 0  # learn only from trajectories sampled by policy versions >= current - this
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    time_budget_s: float = 0.0  # stop after this many seconds of training (demos); 0: run all steps
+
+    def __post_init__(self) -> None:
+        if self.loss_aggregation not in AGGREGATIONS:
+            raise ValueError(
+                f"loss_aggregation must be one of {', '.join(AGGREGATIONS)}; got {self.loss_aggregation!r}"
+            )
+        if self.group_size < 2:
+            raise ValueError(
+                f"group_size must be at least 2 (advantages compare a group); got {self.group_size}"
+            )
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+        )
+
+
+@dataclass
+class GRPOBatch:
+    sequences: SequenceBatch
+    old_logprobs: torch.Tensor  # (B, L-1) behaviour log-probs at completion positions
+    advantages: torch.Tensor  # (B,)
+
+
+@dataclass
+class GRPOResult:
+    steps: int
+    seconds: float
+    history: list[dict] = field(default_factory=list)
+
+
+# -- advantages and the loss (pure functions, compared with TRL's in the tests) -----------------
+
+
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, *, scale: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, per-row group std): reward minus its group's mean, over the std when `scale`.
+
+    Errored trajectories carry a NaN reward: they are left out of their group's statistics (TRL
+    does the same) and their advantage is NaN, for the caller to mask.
+
+    >>> advantages, std = group_advantages(torch.tensor([1.0, 0.0, 1.0, 1.0]), 2)
+    >>> [round(value, 3) for value in advantages.tolist()], std.tolist()
+    ([0.707, -0.707, 0.0, 0.0], [0.7071067690849304, 0.7071067690849304, 0.0, 0.0])
+    """
+    grouped = rewards.view(-1, group_size)
+    mean = torch.nanmean(grouped, dim=1, keepdim=True)
+    count = (~torch.isnan(grouped)).sum(dim=1, keepdim=True)
+    variance = torch.nanmean((grouped - mean) ** 2, dim=1, keepdim=True) * count / (count - 1).clamp(min=1)
+    std = variance.sqrt().expand_as(grouped).reshape(-1)
+    advantages = rewards - mean.expand_as(grouped).reshape(-1)
+    if scale:
+        advantages = advantages / (std + 1e-4)
+    return advantages, std
+
+
+def grpo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    beta: float = 0.0,
+    ref_logprobs: torch.Tensor | None = None,
+    aggregation: str = "token_mean",
+    max_completion_length: int = 0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The clipped surrogate with an optional k3 KL penalty, aggregated over tokens as configured.
+
+    All tensors are per token, (B, T), except `advantages` (B,). `max_completion_length` is Dr.
+    GRPO's constant normaliser (the token budget), which removes the length bias of a per-sequence mean.
+    """
+    ratio = torch.exp(logprobs - old_logprobs)
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    per_token = -torch.min(ratio * advantages[:, None], clipped * advantages[:, None])
+    kl = torch.zeros_like(per_token)
+    if beta != 0.0:
+        delta = ref_logprobs - logprobs
+        kl = torch.exp(delta) - delta - 1
+        per_token = per_token + beta * kl
+    if aggregation == "sequence_mean":
+        loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    elif aggregation == "token_mean":
+        loss = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+    elif aggregation == "dr_grpo":
+        loss = (per_token * mask).sum() / (per_token.size(0) * max_completion_length)
+    else:
+        raise ValueError(f"unknown loss aggregation {aggregation!r}: one of {', '.join(AGGREGATIONS)}")
+    tokens = mask.sum().clamp(min=1.0)
+    is_clipped = ((ratio < 1 - epsilon_low) & (advantages[:, None] < 0)) | (
+        (ratio > 1 + epsilon_high) & (advantages[:, None] > 0)
+    )
+    metrics = {
+        "clip_fraction": float((is_clipped.float() * mask).sum() / tokens),
+        "kl": float((kl * mask).sum() / tokens),
+    }
+    return loss, metrics
+
+
+# -- from trajectories to a batch ----------------------------------------------------------------
+
+
+def learnable(
+    trajectories: list[Trajectory], group_size: int, config: GRPOConfig, version: int
+) -> tuple[list[int], torch.Tensor, dict]:
+    """Indices of the trajectories to learn from, every trajectory's advantage, and what was dropped."""
+    rewards = torch.tensor([float("nan") if t.reward is None else t.reward for t in trajectories])
+    advantages, std = group_advantages(rewards, group_size, scale=config.scale_rewards)
+    keep = []
+    dropped = {"errored": 0, "zero_variance": 0, "stale": 0}
+    for index, trajectory in enumerate(trajectories):
+        if trajectory.outcome == "errored":
+            dropped["errored"] += 1
+        elif trajectory.policy_version < version - config.max_staleness:
+            dropped["stale"] += 1
+        elif config.skip_zero_variance_groups and (torch.isnan(std[index]) or std[index] == 0):
+            dropped["zero_variance"] += 1
+        else:
+            keep.append(index)
+    return keep, advantages, dropped
+
+
+def grpo_batch(
+    trajectories: list[Trajectory], keep: list[int], advantages: torch.Tensor, pad_token_id: int
+) -> GRPOBatch:
+    chosen = [trajectories[index] for index in keep]
+    prompts = [t.completion.prompt_token_ids for t in chosen]
+    sequences = sequence_batch(prompts, [t.completion.token_ids for t in chosen], pad_token_id)
+    old = torch.zeros(sequences.input_ids.shape[0], sequences.input_ids.shape[1] - 1)
+    for row, trajectory in enumerate(chosen):
+        start = len(trajectory.completion.prompt_token_ids) - 1
+        old[row, start : start + len(trajectory.completion.logprobs)] = torch.tensor(
+            trajectory.completion.logprobs
+        )
+    return GRPOBatch(sequences, old, advantages[keep].nan_to_num(0.0))
+
+
+def step_items(items: list[dict], config: GRPOConfig, step: int) -> list[dict]:
+    """The task items of one step: a pure function of (seed, step)."""
+    return step_rng(config.seed, step).sample(items, min(config.prompts_per_step, len(items)))
+
+
+# -- the loop -----------------------------------------------------------------------------------
+
+
+def learn_on_batch(
+    learner: Learner, batch: GRPOBatch, config: GRPOConfig, reference: torch.nn.Module | None
+) -> dict[str, float]:
+    """`num_iterations` optimiser steps on one generation batch, each accumulated over micro-batches."""
+    accelerator, metrics = learner.accelerator, {}
+    device = accelerator.device
+    for _ in range(config.num_iterations):
+        for rows in torch.arange(len(batch.advantages)).tensor_split(config.gradient_accumulation_steps):
+            with accelerator.accumulate(learner.model):
+                if len(rows):
+                    micro = batch.sequences.rows(rows).to(device)
+                    logprobs, mask = completion_logprobs(learner.model, micro, config.temperature)
+                    ref_logprobs = None
+                    if reference is not None:
+                        with torch.no_grad():
+                            ref_logprobs, _ = completion_logprobs(reference, micro, config.temperature)
+                    loss, metrics = grpo_loss(
+                        logprobs,
+                        batch.old_logprobs[rows].to(device),
+                        batch.advantages[rows].to(device),
+                        mask,
+                        epsilon_low=config.epsilon_low,
+                        epsilon_high=config.epsilon_high,
+                        beta=config.beta,
+                        ref_logprobs=ref_logprobs,
+                        aggregation=config.loss_aggregation,
+                        max_completion_length=config.max_new_tokens,
+                    )
+                    accelerator.backward(loss)
+                    metrics["loss"] = loss.item()
+                optimizer_step(learner, config.max_grad_norm)
+    return metrics
+
+
+def train_grpo(config: GRPOConfig, items: list[dict], *, pool=None, log: Log = print) -> GRPOResult:
+    """Train with GRPO on `items` (code task items graded by their unit tests); resumes if it can."""
+    learner, policy = learner_create(config)
+    reference = reference_create(config, learner.accelerator) if config.beta else None
+    checkpoint_resume(learner, config)
+    result, started = GRPOResult(steps=learner.state.step, seconds=0.0), time.monotonic()
+    while learner.state.step < config.steps:
+        step = learner.state.step
+        learner.model.eval()
+        rollout_started = time.monotonic()
+        behaviour = Policy(learner.accelerator.unwrap_model(learner.model), learner.tokenizer, version=step)
+        trajectories = rollout_groups(
+            behaviour,
+            step_items(items, config, step),
+            config.sampling,
+            group_size=config.group_size,
+            generator=step_generator(config.seed, step),
+            pool=pool,
+        )
+        rollout_seconds = time.monotonic() - rollout_started
+        learner.model.train()
+        keep, advantages, dropped = learnable(trajectories, config.group_size, config, version=step)
+        metrics = {}
+        if keep:
+            batch = grpo_batch(trajectories, keep, advantages, learner.tokenizer.pad_token_id)
+            metrics = learn_on_batch(learner, batch, config, reference)
+        learner.state.step += 1
+        scored = [t for t in trajectories if t.outcome == "scored"]
+        record = {
+            "step": step,
+            "reward": sum(t.reward for t in scored) / max(1, len(scored)),
+            "pass_rate": sum(t.passed for t in scored) / max(1, len(scored)),
+            "learned": len(keep),
+            **{f"dropped_{name}": count for name, count in dropped.items()},
+            **metrics,
+            "rollout_seconds": rollout_seconds,
+            "seconds": time.monotonic() - started,
+        }
+        result.history.append(record)
+        if step % config.log_every == 0:
+            log(metrics_line(step, {k: v for k, v in record.items() if k != "step"}))
+        if checkpoint_due(learner, config):
+            path = checkpoint_save(learner, config)
+            log(f"checkpoint {path}")
+        if config.time_budget_s and time.monotonic() - started > config.time_budget_s:
+            log(f"time budget of {config.time_budget_s:g} s reached after {learner.state.step} steps")
+            break
+    final_save(learner, config)
+    result.steps, result.seconds = learner.state.step, time.monotonic() - started
+    return result

@@ -1,0 +1,13 @@
+from django.core.management.base import BaseCommand
+
+from workers.run_learner import learner_main
+
+
+class Command(BaseCommand):
+    help = "Run the learner of RUN_ID (started and supervised by the learner workers; not by hand)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("run_id", type=int)
+
+    def handle(self, *args, run_id: int, **options) -> None:
+        learner_main(run_id, log=lambda line: self.stdout.write(line, ending="\n") or self.stdout.flush())

@@ -1,0 +1,77 @@
+"""The rollout driver: sample a group of completions per task item and score them in the sandbox.
+
+Rewards come from the rewards engine's `unit_tests` grader, which runs the item's tests against
+the completion inside a sandbox from the pool; model output never runs in this process. A
+completion whose grading hit an infrastructure failure is `errored`: it carries no reward and the
+learner masks it. Identical completions of the same item are graded once per batch (after RL has
+sharpened a policy most of a group is the same text).
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from rewards.engine import Sample, score_batch
+from workers.generation import Completion, SamplingParams, generate
+from workers.policy import Policy
+
+UNIT_TESTS_RULE = {"type": "unit_tests", "name": "tests"}
+
+
+@dataclass
+class Trajectory:
+    """One scored completion: what the learner consumes and the trajectory store records."""
+
+    item_index: int  # index of the task item in the batch; a group shares it
+    completion: Completion
+    reward: float | None  # None when errored
+    outcome: str  # "scored" or "errored"
+    policy_version: int
+    passed: bool  # every test passed
+
+
+@dataclass(frozen=True)
+class Grade:
+    reward: float | None
+    errored: bool
+
+
+def grade_completions(items: list[dict], texts: list[str], *, pool=None) -> list[Grade]:
+    """Score each (item, text) pair with the sandboxed unit tests; duplicates are graded once."""
+    unique: dict[tuple[str, str], int] = {}
+    pairs: list[tuple[dict, Sample]] = []
+    for item, text in zip(items, texts, strict=True):
+        key = (item["id"], text)
+        if key not in unique:
+            unique[key] = len(pairs)
+            pairs.append((item, Sample(output_text=text)))
+    results = score_batch(UNIT_TESTS_RULE, pairs, pool=pool)
+    grades = [Grade(result.total, result.errored) for result in results]
+    return [grades[unique[(item["id"], text)]] for item, text in zip(items, texts, strict=True)]
+
+
+def rollout_groups(
+    policy: Policy,
+    items: list[dict],
+    params: SamplingParams,
+    *,
+    group_size: int,
+    generator: torch.Generator | None = None,
+    pool=None,
+) -> list[Trajectory]:
+    """`group_size` scored completions for each item, in item order."""
+    prompts = [policy.prompt_text(item["prompt"]) for item in items for _ in range(group_size)]
+    completions = generate(policy.model, policy.tokenizer, prompts, params, generator=generator)
+    expanded = [item for item in items for _ in range(group_size)]
+    grades = grade_completions(expanded, [completion.text for completion in completions], pool=pool)
+    return [
+        Trajectory(
+            item_index=index // group_size,
+            completion=completion,
+            reward=None if grade.errored else grade.reward,
+            outcome="errored" if grade.errored else "scored",
+            policy_version=policy.version,
+            passed=not grade.errored and grade.reward == 1.0,
+        )
+        for index, (completion, grade) in enumerate(zip(completions, grades, strict=True))
+    ]

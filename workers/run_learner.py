@@ -1,0 +1,435 @@
+"""The learner of a run: one long-lived process per run (`python manage.py run_learner RUN_ID`),
+started and watched by a Celery task, never run inside a task body.
+
+Per step s (the weights after s steps are policy version s):
+1. dispatch: rollout batches exist for steps s .. s+k, each sampled with the newest published
+   version, so rollouts run while the learner trains and never more than k versions ahead;
+2. wait for step s's batches; the step closes on its complete groups once they are all in or the
+   episode deadline has passed (stragglers are recorded, not waited for);
+3. learn on the complete groups (GRPO: group advantages, clipped ratio against the behaviour
+   log-probs, optional KL), skipping errored trajectories and those older than s - k;
+4. mark what was learned (`learned_in_step`), publish version s+1, write metrics, checkpoint.
+
+A restart resumes from the last checkpoint: what later steps had learned is released again, and
+episodes sampled by versions the resume rolled back are cancelled, so no trajectory is lost and
+none is learned from twice.
+"""
+
+import logging
+import os
+import socket
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import timedelta
+from statistics import fmean, pstdev
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from runs import events
+from runs.lifecycle import run_event, run_transition
+from runs.models import Checkpoint, MetricPoint, RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
+from runs.services import StateError
+from workers.generation import Completion
+from workers.learners.common import checkpoint_resume, checkpoint_save, learner_create, reference_create
+from workers.learners.grpo import GRPOConfig, grpo_batch, learn_on_batch, learnable, step_items
+from workers.rollout import Trajectory as Episode
+from workers.run_rollout import item_dicts, lease
+from workers.run_store import learner_dir, policies_discard_after, policy_dir, policy_publish
+
+logger = logging.getLogger(__name__)
+S = Run.Status
+POLL_SECONDS = 0.2
+Log = Callable[[str], None]
+
+
+class StopRequestedError(Exception):
+    """The run was paused or cancelled while the learner waited."""
+
+
+def start_model(run: Run) -> str:
+    if run.parent_checkpoint is not None:
+        checkpoint = run.parent_checkpoint
+        return str(policy_dir(checkpoint.run_id, checkpoint.policy_version))
+    return run.tier_config["base_model"]
+
+
+def grpo_config(run: Run) -> GRPOConfig:
+    hyper, tier = run.resolved, run.tier_config
+    return GRPOConfig(
+        model=start_model(run),
+        output_dir=str(learner_dir(run.pk)),
+        seed=hyper["seed"],
+        steps=run.max_steps,
+        learning_rate=hyper["learning_rate"],
+        lr_scheduler=hyper["lr_scheduler"],
+        gradient_accumulation_steps=hyper["gradient_accumulation"],
+        mixed_precision=hyper["mixed_precision"],
+        checkpoint_every=hyper["checkpoint_every"],
+        group_size=hyper["group_size"],
+        prompts_per_step=hyper["batch_size"],
+        epsilon_low=hyper["clip_epsilon"],
+        epsilon_high=hyper["clip_epsilon"],
+        beta=hyper["kl_coef"],
+        loss_aggregation=hyper["loss_aggregation"],
+        scale_rewards=hyper["scale_rewards"] == "group",
+        max_staleness=hyper["staleness"],
+        max_new_tokens=tier["max_new_tokens"],
+        temperature=tier["temperature"],
+        top_p=tier["top_p"],
+        top_k=tier["top_k"],
+    )
+
+
+def train_items(run: Run) -> list[dict]:
+    ids = (
+        run.task_set_version.items.filter(split=run.train_split)
+        .order_by("position")
+        .values_list("pk", flat=True)
+    )
+    return item_dicts(list(ids))
+
+
+# --- the loop ------------------------------------------------------------------------------
+
+
+def learner_main(run_id: int, log: Log = print) -> None:
+    run = Run.objects.select_related("task_set_version", "reward_rule_version").get(pk=run_id)
+    config = grpo_config(run)
+    items = train_items(run)
+    learner, _ = learner_create(config)
+    reference = reference_create(config, learner.accelerator) if config.beta else None
+    step = checkpoint_resume(learner, config)
+    rollback_to(run, step)
+    publish(run, step, learner)
+    run = _mark_running(run)
+    log(f"run {run.pk}: learner at step {step} (pid {os.getpid()})")
+    while step < run.max_steps:
+        try:
+            _check_status(run)
+            if (reason := budget_spent(run)) is not None:
+                break
+            dispatch(run, step, config, items)
+            waited = time.monotonic()
+            episodes, rows = wait_for_step(run, step, config)
+            wait_seconds = time.monotonic() - waited
+        except StopRequestedError as stop:
+            _stop(run, learner, config, step, str(stop))
+            return
+        learned = time.monotonic()
+        keep, advantages, dropped = learnable(episodes, config.group_size, config, version=step)
+        metrics = {}
+        if keep:
+            batch = grpo_batch(episodes, keep, advantages, learner.tokenizer.pad_token_id)
+            learner.model.train()
+            metrics = learn_on_batch(learner, batch, config, reference)
+        learner.state.step = step = step + 1
+        mark_learned(rows, keep, advantages, step - 1)
+        publish(run, step, learner)
+        record_metrics(run, step, rows, metrics, dropped, learn=time.monotonic() - learned, wait=wait_seconds)
+        if step % config.checkpoint_every == 0 or step == run.max_steps:
+            checkpoint(run, learner, config, step)
+        if step % int(run.resolved["eval_every"]) == 0 or step == run.max_steps:
+            _evaluate_later(run.pk, step)
+        log(f"run {run.pk}: step {step} learned {len(keep)} episodes {metrics}")
+    else:
+        reason = None
+    checkpoint(run, learner, config, step)
+    _cancel_pending(run)
+    message = "succeeded" if reason is None else f"succeeded: stopped early, {reason}"
+    run_transition(run, allowed=(S.RUNNING, S.PAUSING), to=S.SUCCEEDED, message=message)
+
+
+def _mark_running(run: Run) -> Run:
+    fields = {
+        "learner_pid": os.getpid(),
+        "learner_host": socket.gethostname(),
+        "heartbeat_at": timezone.now(),
+    }
+    if run.started_at is None:
+        fields["started_at"] = timezone.now()
+    try:
+        return run_transition(run, allowed=(S.STARTING,), to=S.RUNNING, message="running", **fields)
+    except StateError:  # a restarted learner of a run that was already running
+        Run.objects.filter(pk=run.pk).update(**fields)
+        run.refresh_from_db()
+        return run
+
+
+def _check_status(run: Run) -> None:
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
+    status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).get()
+    if status in (S.PAUSING, S.CANCELLING):
+        raise StopRequestedError(status)
+    if status != S.RUNNING:
+        raise StopRequestedError(f"status is {status}")
+
+
+def _cancel_pending(run: Run) -> None:
+    """Work nobody started is not needed any more; work in progress finishes for the record."""
+    RolloutBatch.objects.filter(run=run, status=RolloutBatch.Status.PENDING).update(
+        status=RolloutBatch.Status.CANCELLED
+    )
+
+
+def _stop(run: Run, learner, config: GRPOConfig, step: int, why: str) -> None:
+    _cancel_pending(run)
+    if why == S.PAUSING:
+        checkpoint(run, learner, config, step)
+        run_transition(run, allowed=(S.PAUSING,), to=S.PAUSED, message=f"paused at step {step}")
+    elif why == S.CANCELLING:
+        run_transition(run, allowed=(S.CANCELLING,), to=S.CANCELLED, message=f"cancelled at step {step}")
+
+
+def budget_spent(run: Run) -> str | None:
+    run.refresh_from_db(fields=["started_at", "sandbox_cpu_seconds"])
+    if run.max_wall_seconds and run.started_at:
+        if timezone.now() - run.started_at > timedelta(seconds=run.max_wall_seconds):
+            return f"the wall-time budget of {run.max_wall_seconds} s is spent"
+    if run.max_sandbox_cpu_seconds and run.sandbox_cpu_seconds >= run.max_sandbox_cpu_seconds:
+        return f"the sandbox budget of {run.max_sandbox_cpu_seconds:g} CPU-seconds is spent"
+    return None
+
+
+# --- policy versions and rollback -----------------------------------------------------------
+
+
+def publish(run: Run, version: int, learner) -> None:
+    model = learner.accelerator.unwrap_model(learner.model)
+    policy_publish(run.pk, version, model, learner.tokenizer)
+    Run.objects.filter(pk=run.pk).update(
+        policy_version=version, learner_step=version, heartbeat_at=timezone.now()
+    )
+    events.run_event(run.pk, "policy", {"version": version})
+
+
+@transaction.atomic
+def rollback_to(run: Run, step: int) -> None:
+    """Resume at `step`: release what later steps learned, cancel what rolled-back versions sampled."""
+    Trajectory.objects.filter(run=run, learned_in_step__gte=step).update(learned_in_step=None, advantage=None)
+    stale_batches = RolloutBatch.objects.filter(run=run, policy_version__gt=step)
+    Trajectory.objects.filter(run=run, batch__in=stale_batches).update(outcome=Trajectory.Outcome.CANCELLED)
+    stale_batches.update(status=RolloutBatch.Status.CANCELLED)
+    # What the rolled-back steps measured describes weights that no longer exist.
+    MetricPoint.objects.filter(run=run, step__gt=step).delete()
+    Checkpoint.objects.filter(run=run, step__gt=step).delete()
+    policies_discard_after(run.pk, step)
+
+
+# --- dispatch and waiting ------------------------------------------------------------------
+
+
+def chunks_per_step(items_per_step: int) -> int:
+    return max(1, min(settings.FLYWHEEL_ROLLOUT_CONCURRENCY, items_per_step))
+
+
+def dispatch(run: Run, step: int, config: GRPOConfig, items: list[dict]) -> None:
+    """Make sure steps step .. step+k have live batches, sampled by the newest version (= step)."""
+    created = []
+    for future in range(step, min(step + config.max_staleness, run.max_steps - 1) + 1):
+        if (
+            RolloutBatch.objects.filter(run=run, step=future)
+            .exclude(status=RolloutBatch.Status.CANCELLED)
+            .exists()
+        ):
+            continue
+        chosen = [item["pk"] for item in step_items(items, config, future)]
+        parts = chunks_per_step(len(chosen))
+        base = RolloutBatch.objects.filter(run=run).count()
+        deadline = timezone.now() + timedelta(seconds=float(run.resolved["episode_deadline_seconds"]))
+        for part in range(parts):
+            created.append(
+                RolloutBatch.objects.create(
+                    run=run,
+                    index=base + part,
+                    step=future,
+                    policy_version=step,
+                    item_ids=chosen[part::parts],
+                    deadline_at=deadline,
+                ).pk
+            )
+    for batch_id in created:
+        _enqueue_rollout(batch_id)
+
+
+def _enqueue_rollout(batch_id: int) -> None:
+    from workers import tasks
+
+    _send(tasks.rollout_batch, batch_id)
+
+
+def _send(task, *args) -> None:
+    """Enqueue, surviving a broker that is down for a moment: the learner sends pending work
+    again until it is claimed, and evaluations can be asked for again, so nothing is lost."""
+    try:
+        task.apply_async(args=args, retry=True, retry_policy={"max_retries": 3, "interval_start": 0.5})
+    except Exception:  # noqa: BLE001 - any broker error: logged, and covered by the resend
+        logger.warning("could not enqueue %s%s; will send again", task.name, args, exc_info=True)
+
+
+def wait_for_step(run: Run, step: int, config: GRPOConfig) -> tuple[list[Episode], list[Trajectory]]:
+    """Block until step's batches are done, or its deadline passed with some complete groups."""
+    resent_at = time.monotonic()
+    while True:
+        _check_status(run)
+        batches = RolloutBatch.objects.filter(run=run, step=step).exclude(
+            status=RolloutBatch.Status.CANCELLED
+        )
+        statuses = list(batches.values_list("status", flat=True))
+        rows = _learnable_rows(run, step, config)
+        groups = _complete_groups(rows, config.group_size)
+        all_done = statuses and all(status == RolloutBatch.Status.DONE for status in statuses)
+        deadline = batches.order_by("deadline_at").values_list("deadline_at", flat=True).first()
+        if all_done or (groups and deadline and timezone.now() > deadline):
+            chosen = [row for group in groups for row in group]
+            if not all_done:
+                late = len(statuses) - statuses.count(RolloutBatch.Status.DONE)
+                run_event(
+                    run,
+                    "straggler",
+                    f"step {step} closed at its deadline on {len(groups)} complete groups; "
+                    f"{late} late batches are recorded when they finish, not learned from",
+                    level="warning",
+                )
+            return [_episode(row) for row in chosen], chosen
+        if time.monotonic() - resent_at > settings.FLYWHEEL_ROLLOUT_RESEND_SECONDS:
+            _resend_stuck(batches)
+            resent_at = time.monotonic()
+        time.sleep(POLL_SECONDS)
+
+
+def _resend_stuck(batches) -> None:
+    """Messages can be lost (a broker restart without persistence) and workers can die: send
+    again what is still pending or whose lease ran out; the claim makes duplicates harmless."""
+    expired = timezone.now() - lease()
+    stuck = batches.filter(
+        Q(status=RolloutBatch.Status.PENDING) | Q(status=RolloutBatch.Status.RUNNING, claimed_at__lt=expired)
+    )
+    for batch_id in stuck.values_list("pk", flat=True):
+        _enqueue_rollout(batch_id)
+
+
+def _learnable_rows(run: Run, step: int, config: GRPOConfig) -> list[Trajectory]:
+    return list(
+        Trajectory.objects.filter(
+            run=run,
+            batch__step=step,
+            learned_in_step__isnull=True,
+            outcome__in=(Trajectory.Outcome.SCORED, Trajectory.Outcome.ERRORED),
+            policy_version__gte=step - config.max_staleness,
+        ).order_by("batch_id", "item_id", "sample_index")
+    )
+
+
+def _complete_groups(rows: list[Trajectory], group_size: int) -> list[list[Trajectory]]:
+    groups: dict[tuple[int, int], list[Trajectory]] = defaultdict(list)
+    for row in rows:
+        groups[(row.batch_id, row.item_id)].append(row)
+    return [group for group in groups.values() if len(group) == group_size]
+
+
+def _episode(row: Trajectory) -> Episode:
+    data = TrajectoryStep.objects.get(trajectory=row, index=0).data()
+    completion = Completion(
+        text=data["completion"],
+        token_ids=data["token_ids"],
+        logprobs=data["logprobs"],
+        finish_reason=data["finish_reason"],
+        prompt_token_ids=data["prompt_token_ids"],
+    )
+    return Episode(
+        item_index=row.item_id,
+        completion=completion,
+        reward=row.reward,
+        outcome=row.outcome,
+        policy_version=row.policy_version,
+        passed=row.reward is not None and row.reward >= 1.0,
+    )
+
+
+def mark_learned(rows: list[Trajectory], keep: list[int], advantages, step: int) -> None:
+    """Claim the learned trajectories for this step; a trajectory is only ever claimed once."""
+    for index in keep:
+        Trajectory.objects.filter(pk=rows[index].pk, learned_in_step__isnull=True).update(
+            learned_in_step=step, advantage=float(advantages[index])
+        )
+
+
+# --- metrics, checkpoints, evaluation ------------------------------------------------------
+
+
+def record_metrics(
+    run: Run, step: int, rows: list[Trajectory], learner_metrics: dict, dropped: dict, **times
+) -> None:
+    scored = [row for row in rows if row.outcome == Trajectory.Outcome.SCORED]
+    rewards = [row.reward for row in scored if row.reward is not None]
+    values: dict[str, float] = {f"learner/{name}": value for name, value in learner_metrics.items()}
+    if rewards:
+        values |= {
+            "reward/mean": fmean(rewards),
+            "reward/std": pstdev(rewards),
+            "reward/min": min(rewards),
+            "reward/max": max(rewards),
+            "train/pass_rate": sum(reward >= 1.0 for reward in rewards) / len(rewards),
+        }
+    for name in {key for row in scored for key in row.components}:
+        parts = [row.components[name] for row in scored if row.components.get(name) is not None]
+        if parts:
+            values[f"reward/{name}"] = fmean(parts)
+    if rows:
+        values["episodes/errored_rate"] = sum(
+            row.outcome == Trajectory.Outcome.ERRORED for row in rows
+        ) / len(rows)
+        values["episodes/response_tokens"] = fmean(row.completion_tokens for row in rows)
+        values["episodes/staleness"] = fmean(step - 1 - row.policy_version for row in rows)
+    values |= {f"dropped/{name}": count for name, count in dropped.items()}
+    values |= {f"time/{name}": seconds for name, seconds in times.items()}
+    batches = RolloutBatch.objects.filter(run=run, step=step - 1, status=RolloutBatch.Status.DONE)
+    values["time/generate"] = sum(batches.values_list("generate_seconds", flat=True))
+    values["time/score"] = sum(batches.values_list("score_seconds", flat=True))
+    tokens = sum(row.completion_tokens for row in rows)
+    if values["time/generate"]:
+        values["throughput/tokens_per_s"] = tokens / values["time/generate"]
+    metrics_write(run, step, values)
+
+
+def metrics_write(run: Run, step: int, values: dict[str, float]) -> None:
+    MetricPoint.objects.bulk_create(
+        [MetricPoint(run=run, name=name, step=step, value=float(v)) for name, v in values.items()]
+    )
+    events.run_event(run.pk, "metrics", {"step": step, "values": values})
+
+
+def checkpoint(run: Run, learner, config: GRPOConfig, step: int) -> None:
+    if Checkpoint.objects.filter(run=run, step=step).exists():
+        return
+    path = checkpoint_save(learner, config)
+    Checkpoint.objects.create(run=run, step=step, policy_version=step, path=str(path))
+    run_event(run, "checkpoint", f"checkpoint at step {step}", data={"step": step})
+
+
+def _evaluate_later(run_id: int, version: int) -> None:
+    from workers import tasks
+
+    _send(tasks.eval_policy, run_id, version)
+
+
+def restart_allowed(run: Run) -> bool:
+    return run.restarts < settings.FLYWHEEL_LEARNER_MAX_RESTARTS
+
+
+def held_out_items(run: Run) -> list[dict]:
+    limit = int(run.resolved.get("eval_items") or 0)
+    ids = (
+        run.task_set_version.items.filter(split=run.eval_split)
+        .order_by("position")
+        .values_list("pk", flat=True)
+    )
+    return item_dicts(list(ids[:limit] if limit else ids))
+
+
+def item_count(run: Run) -> int:
+    return TaskItem.objects.filter(version=run.task_set_version, split=run.train_split).count()

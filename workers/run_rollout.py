@@ -1,0 +1,176 @@
+"""The rollout side of a run: execute one RolloutBatch on a rollout worker.
+
+A batch is claimed with a conditional update (pending → running), so a redelivered task does
+nothing; a batch whose worker died is claimed again once its lease has run out. Trajectories are
+unique per (batch, item, sample), so a batch finished twice still stores each episode once.
+The policy of the batch's version is loaded from the run's policy folder, once per process.
+"""
+
+import logging
+import socket
+import time
+from datetime import timedelta
+from functools import lru_cache
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from rewards.engine import Sample, ScoreResult, score_batch
+from runs import events
+from runs.models import RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
+from workers.generation import SamplingParams, generate
+from workers.policy import Policy, policy_load
+from workers.run_store import policy_dir
+
+logger = logging.getLogger(__name__)
+MAX_ATTEMPTS = 3
+
+
+def lease() -> timedelta:
+    """A running batch untouched this long is presumed to have lost its worker."""
+    return timedelta(seconds=settings.FLYWHEEL_ROLLOUT_LEASE_SECONDS)
+
+
+def rollout_batch_claim(batch_id: int) -> RolloutBatch | None:
+    """Take the batch if it is pending, or running with an expired lease; None otherwise."""
+    now = timezone.now()
+    claimable = Q(status=RolloutBatch.Status.PENDING) | Q(
+        status=RolloutBatch.Status.RUNNING, claimed_at__lt=now - lease(), attempts__lt=MAX_ATTEMPTS
+    )
+    changed = RolloutBatch.objects.filter(
+        claimable, pk=batch_id, run__status__in=(Run.Status.STARTING, Run.Status.RUNNING)
+    ).update(
+        status=RolloutBatch.Status.RUNNING,
+        claimed_at=now,
+        attempts=F("attempts") + 1,
+        worker=socket.gethostname(),
+    )
+    return RolloutBatch.objects.select_related("run").get(pk=batch_id) if changed else None
+
+
+@lru_cache(maxsize=2)
+def _policy(run_id: int, version: int) -> Policy:
+    policy = policy_load(policy_dir(run_id, version))
+    policy.version = version
+    return policy
+
+
+def sampling_params(run: Run) -> SamplingParams:
+    tier = run.tier_config
+    return SamplingParams(
+        max_new_tokens=tier["max_new_tokens"],
+        temperature=tier["temperature"],
+        top_p=tier["top_p"],
+        top_k=tier["top_k"],
+        stop=tuple(tier.get("stop") or ()),
+    )
+
+
+def item_dicts(item_ids: list[int]) -> list[dict]:
+    """Items as the graders see them: their data plus id, kind and split, in the given order."""
+    rows = {item.pk: item for item in TaskItem.objects.filter(pk__in=item_ids)}
+    return [
+        rows[pk].data | {"id": rows[pk].external_id, "kind": rows[pk].kind, "split": rows[pk].split, "pk": pk}
+        for pk in item_ids
+    ]
+
+
+def rollout_batch_run(batch_id: int) -> int:
+    """Generate, score and store the batch's episodes; returns how many were stored."""
+    batch = rollout_batch_claim(batch_id)
+    if batch is None:  # done, taken by a live worker, or its run stopped: a redelivery
+        return 0
+    run = batch.run
+    items = item_dicts(batch.item_ids)
+    group_size = int(run.resolved["group_size"])
+    policy = _policy(run.pk, batch.policy_version)
+
+    started = time.monotonic()
+    prompts = [policy.prompt_text(item["prompt"]) for item in items for _ in range(group_size)]
+    generator = _generator(run, batch)
+    completions = generate(policy.model, policy.tokenizer, prompts, sampling_params(run), generator=generator)
+    generated = time.monotonic()
+    expanded = [item for item in items for _ in range(group_size)]
+    grades = grade(run.reward_rule_version.spec, expanded, [c.text for c in completions])
+    scored = time.monotonic()
+    stored = _store(batch, expanded, prompts, completions, grades, group_size, seconds=scored - started)
+    RolloutBatch.objects.filter(pk=batch.pk).update(
+        status=RolloutBatch.Status.DONE,
+        finished_at=timezone.now(),
+        generate_seconds=generated - started,
+        score_seconds=scored - generated,
+    )
+    events.run_event(run.pk, "rollout", {"batch": batch.index, "step": batch.step, "episodes": stored})
+    return stored
+
+
+def grade(spec: dict, items: list[dict], texts: list[str]) -> list[ScoreResult]:
+    """Score each (item, completion) with the run's reward rule; identical pairs are scored once
+    (after RL has sharpened a policy, most of a group is the same text)."""
+    unique: dict[tuple[str, str], int] = {}
+    pairs: list[tuple[dict, Sample]] = []
+    for item, text in zip(items, texts, strict=True):
+        key = (item["id"], text)
+        if key not in unique:
+            unique[key] = len(pairs)
+            pairs.append(({k: v for k, v in item.items() if k != "pk"}, Sample(output_text=text)))
+    results = score_batch(spec, pairs)
+    return [results[unique[(item["id"], text)]] for item, text in zip(items, texts, strict=True)]
+
+
+def _generator(run: Run, batch: RolloutBatch):
+    import torch
+
+    return torch.Generator().manual_seed(int(run.resolved["seed"]) * 1_000_003 + batch.index)
+
+
+@transaction.atomic
+def _store(batch, items, prompts, completions, grades, group_size, *, seconds: float) -> int:
+    trajectories = [
+        Trajectory(
+            run_id=batch.run_id,
+            batch=batch,
+            item_id=item["pk"],
+            sample_index=index % group_size,
+            policy_version=batch.policy_version,
+            outcome=Trajectory.Outcome.ERRORED if result.errored else Trajectory.Outcome.SCORED,
+            reward=None if result.errored else result.total,
+            components=result.components,
+            errors=[vars(error) for error in result.errors],
+            flags=[vars(flag) for flag in result.flags],
+            completion_text=completion.text,
+            prompt_tokens=len(completion.prompt_token_ids),
+            completion_tokens=len(completion.token_ids),
+            step_count=1,
+            wall_seconds=seconds / max(1, len(items)),
+        )
+        for index, (item, completion, result) in enumerate(zip(items, completions, grades, strict=True))
+    ]
+    # A batch finished twice (its first worker was presumed dead) keeps the first copy of each episode.
+    Trajectory.objects.bulk_create(trajectories, ignore_conflicts=True)
+    stored = {(t.item_id, t.sample_index): t for t in Trajectory.objects.filter(batch=batch)}
+    with_steps = set(
+        TrajectoryStep.objects.filter(trajectory__batch=batch).values_list("trajectory_id", flat=True)
+    )
+    steps = []
+    for index, (item, prompt, completion) in enumerate(zip(items, prompts, completions, strict=True)):
+        trajectory = stored[(item["pk"], index % group_size)]
+        if trajectory.pk in with_steps:
+            continue
+        payload, size = TrajectoryStep.pack(
+            {
+                "prompt": prompt,
+                "completion": completion.text,
+                "prompt_token_ids": completion.prompt_token_ids,
+                "token_ids": completion.token_ids,
+                "logprobs": completion.logprobs,
+                "finish_reason": completion.finish_reason,
+            }
+        )
+        steps.append(
+            TrajectoryStep(trajectory=trajectory, index=0, kind="completion", payload=payload, raw_size=size)
+        )
+    TrajectoryStep.objects.bulk_create(steps)
+    return len(steps)

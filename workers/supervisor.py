@@ -1,0 +1,148 @@
+"""Supervision of learner processes and the watchdog that restarts the ones whose host died.
+
+`learner_supervise` runs in a Celery task on the learner queue: it starts the run's learner as a
+process of its own and waits for it, restarting it from its last checkpoint when it crashes, up to
+FLYWHEEL_LEARNER_MAX_RESTARTS times. If the whole worker host dies, supervisor and learner die
+together; the periodic watchdog then sees the run's heartbeat go stale and starts a new one.
+"""
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.utils import timezone
+
+from runs.lifecycle import run_event, run_fail, run_transition
+from runs.models import Run
+from runs.scheduling import runs_admit
+from runs.services import StateError
+from workers.run_store import run_dir
+
+logger = logging.getLogger(__name__)
+S = Run.Status
+LIVE = (S.STARTING, S.RUNNING, S.PAUSING, S.CANCELLING)
+LOG_TAIL_LINES = 20
+
+
+def learner_log(run_id: int) -> Path:
+    path = run_dir(run_id) / "learner.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def learner_alive(run: Run) -> bool:
+    """A learner of this run runs on this host (its pid answers and its heartbeat is fresh)."""
+    if not run.learner_pid or run.learner_host != socket.gethostname():
+        return False
+    try:
+        os.kill(run.learner_pid, 0)
+    except ProcessLookupError:
+        return False
+    return not heartbeat_stale(run)
+
+
+def heartbeat_stale(run: Run) -> bool:
+    timeout = timedelta(seconds=settings.FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT)
+    return run.heartbeat_at is None or timezone.now() - run.heartbeat_at > timeout
+
+
+def learner_supervise(run_id: int) -> None:
+    run = Run.objects.filter(pk=run_id, status__in=LIVE).first()
+    if run is None or learner_alive(run):  # finished, or a redelivery while the learner runs
+        return
+    while True:
+        code = _learner_run(run)
+        run.refresh_from_db()
+        if run.status not in LIVE or code == 0:
+            return
+        if not _restart_or_fail(run, f"the learner exited with code {code}"):
+            return
+
+
+def _learner_run(run: Run) -> int:
+    log_path = learner_log(run.pk)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "run_learner", str(run.pk)],
+            cwd=settings.BASE_DIR,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # outlives a killed worker child; the watchdog covers the rest
+        )
+    Run.objects.filter(pk=run.pk).update(
+        learner_pid=process.pid, learner_host=socket.gethostname(), heartbeat_at=timezone.now()
+    )
+    return process.wait()
+
+
+def _restart_or_fail(run: Run, why: str) -> bool:
+    """Count a restart if the run has one left; otherwise fail it with the learner's last words."""
+    tail = _log_tail(run.pk)
+    if run.restarts >= settings.FLYWHEEL_LEARNER_MAX_RESTARTS:
+        message = f"{why}; gave up after {run.restarts} restarts"
+        try:
+            run_fail(run=run, message=f"{message}\n{tail}".strip(), where=f"learner, step {run.learner_step}")
+        except StateError:
+            pass
+        return False
+    Run.objects.filter(pk=run.pk).update(restarts=run.restarts + 1)
+    run.refresh_from_db()
+    limit = settings.FLYWHEEL_LEARNER_MAX_RESTARTS
+    run_event(
+        run,
+        "restart",
+        f"{why}; restarting from the last checkpoint ({run.restarts} of {limit})",
+        level="warning",
+        data={"log": tail},
+    )
+    return True
+
+
+def _log_tail(run_id: int) -> str:
+    try:
+        lines = learner_log(run_id).read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return ""
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def runs_watchdog() -> list[int]:
+    """Runs whose learner stopped answering: restart them (bounded) or settle their status."""
+    restarted = []
+    for run in Run.objects.filter(status__in=LIVE):
+        if not heartbeat_stale(run) or learner_alive(run):
+            continue
+        if run.status == S.STARTING and run.learner_pid is None and not _starting_too_long(run):
+            continue
+        if run.status == S.CANCELLING:
+            run_transition(
+                run, allowed=(S.CANCELLING,), to=S.CANCELLED, message="cancelled (its learner was gone)"
+            )
+            continue
+        if run.status == S.PAUSING:
+            run_transition(run, allowed=(S.PAUSING,), to=S.PAUSED, message="paused at its last checkpoint")
+            continue
+        if _restart_or_fail(run, "the learner stopped sending heartbeats"):
+            Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
+            from workers import tasks
+
+            tasks.learner_supervise.delay(run.pk)
+            restarted.append(run.pk)
+    return restarted
+
+
+def _starting_too_long(run: Run) -> bool:
+    timeout = timedelta(seconds=settings.FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT)
+    return timezone.now() - run.updated_at > timeout
+
+
+def runs_tick() -> None:
+    """The periodic pass: restart what died, then start what the quotas allow."""
+    runs_watchdog()
+    runs_admit()
