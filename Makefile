@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint format bench venv browser-deps sandbox-deps sandbox-image bench-sandbox bench-rewards bench-runs
+.PHONY: up down demo test lint format bench venv browser-deps sandbox-deps sandbox-image bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers
 
 venv: $(INSTALLED)
 
@@ -68,3 +68,15 @@ bench-rewards: venv sandbox-image
 
 bench-runs: venv sandbox-deps
 	$(PY) benchmarks/bench_runs.py
+
+bench-tiers: venv sandbox-deps
+	$(PY) benchmarks/bench_tiers.py
+
+bench-learner: venv sandbox-image
+	$(PY) benchmarks/bench_learner.py
+
+# MLflow is the baseline only: it lives in a venv of its own, never in the project's.
+MLFLOW_VENV ?= /tmp/mlflow-venv
+bench-live: venv
+	test -x $(MLFLOW_VENV)/bin/python || { python3 -m venv $(MLFLOW_VENV) && $(MLFLOW_VENV)/bin/pip install --quiet mlflow==3.17.2; }
+	$(PY) benchmarks/bench_live.py

@@ -3,7 +3,8 @@
 `make bench-runs`. One run of each on the same workload, with the same workers (one learner
 worker, two rollout workers, one eval worker, as separate processes), through the real queues,
 sandboxes and learner. The workload mixes short and long episodes: a quarter of the demo function
-tasks carry tests that take half a second to run in the sandbox, as slow test suites do. Reports
+tasks carry tests that take two seconds to run in the sandbox, as slow test suites (or agents
+waiting on tools) do. Reports
 the wall time to a fixed number of learner steps, the final held-out pass rate of each run, the
 ratio, and the time from submit to the first rollout (p50 over both runs). Ends with one line of
 JSON. Runs on a fresh SQLite database under a temporary FLYWHEEL_HOME unless DATABASE_URL is set.
@@ -22,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 12
 SLOW_SHARE = 4  # every 4th item is slow
-SLOW_TEST_SECONDS = 0.5
+SLOW_TEST_SECONDS = 2.0
 
 
 def setup_environment() -> dict[str, str]:
@@ -32,6 +33,7 @@ def setup_environment() -> dict[str, str]:
     env["FLYWHEEL_REDIS_PORT"] = env.get("FLYWHEEL_REDIS_PORT", "6471")
     env["FLYWHEEL_ROLLOUT_CONCURRENCY"] = "2"
     env["FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS"] = "1"
+    env["FLYWHEEL_TORCH_THREADS"] = "1"  # four worker processes and a learner share the cores
     os.environ.update(env)
     return env
 

@@ -19,7 +19,7 @@ from django.db.models import Count
 
 from rewards import engine
 from rewards.models import RewardRuleVersion
-from rewards.services import item_dict
+from rewards.services import item_dict, project_judge
 from runs.models import Run, Trajectory
 from runs.services import StateError
 
@@ -101,6 +101,7 @@ def reward_rule_backtest(
     total = outcomes[Trajectory.Outcome.SCORED]
     trajectories = scored_trajectories(run=run, limit=limit)
     pairs = [(item_dict(t.item), trajectory_sample(t)) for t in trajectories]
+    judge = judge or project_judge(version.rule.project)
     try:
         results = engine.score_batch(version.spec, pairs, pool=pool, judge=judge)
     except engine.RuleError as exc:  # saved under an older engine that accepted what this one does not

@@ -325,12 +325,22 @@ def _samples(pairs: list[tuple[dict, dict]]) -> list[tuple[dict, "engine.Sample"
     return out
 
 
+def project_judge(project: Project) -> engine.Judge:
+    """The judge of `score_model` / `label_model` graders: the grader's `model` names one of the
+    project's tiers, which generates the verdict. Models load on the first judgement only."""
+    from runs.lifecycle import tier_snapshot
+    from workers.tiers import tier_judge
+
+    return tier_judge({tier.name: tier_snapshot(tier) for tier in project.tiers.all()})
+
+
 def score_pairs(
     *, version: RewardRuleVersion, pairs: list[tuple[dict, dict]], pool: Any = None, judge: Any = None
 ) -> DryRun:
     """Score (item, sample dict) pairs with a version through the engine. The dry-run calls this
     with pasted pairs; a backtest will call it with a past run's stored trajectories."""
     scored = _samples(pairs)
+    judge = judge or project_judge(version.rule.project)
     try:
         results = engine.score_batch(version.spec, scored, pool=pool, judge=judge)
     except engine.RuleError as exc:  # saved under an older engine that accepted what this one does not

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from runs.api import runs, views
+from runs.api import runs, tier_evaluations, views
 
 urlpatterns = [
     path("me", views.MeView.as_view(), name="api-me"),
@@ -29,6 +29,12 @@ urlpatterns = [
     path("tasks/<int:id>", views.TaskDetailView.as_view(), name="api-task"),
     path("tiers", views.TierListView.as_view(), name="api-tiers"),
     path("tiers/<int:id>", views.TierDetailView.as_view(), name="api-tier"),
+    path("tiers/<int:id>/evaluate", tier_evaluations.TierEvaluateView.as_view(), name="api-tier-evaluate"),
+    path(
+        "tier-evaluations/<int:id>",
+        tier_evaluations.TierEvaluationDetailView.as_view(),
+        name="api-tier-evaluation",
+    ),
     path("tokens", views.TokenListView.as_view(), name="api-tokens"),
     path("tokens/<int:id>", views.TokenDetailView.as_view(), name="api-token"),
     path("runs", runs.RunListView.as_view(), name="api-runs"),
@@ -43,6 +49,8 @@ urlpatterns = [
     path("trajectories", runs.TrajectoryListView.as_view(), name="api-trajectories"),
     path("trajectories/<int:id>", runs.TrajectoryDetailView.as_view(), name="api-trajectory"),
     path("trajectories/<int:id>/steps", runs.TrajectoryStepListView.as_view(), name="api-trajectory-steps"),
+    path("trajectories/<int:id>/group", runs.TrajectoryGroupView.as_view(), name="api-trajectory-group"),
+    path("runs/<int:id>/monitors", runs.RunMonitorsView.as_view(), name="api-run-monitors"),
     path("checkpoints", runs.CheckpointListView.as_view(), name="api-checkpoints"),
     path("checkpoints/<int:id>", runs.CheckpointDetailView.as_view(), name="api-checkpoint"),
     path("checkpoints/<int:id>/fork", runs.CheckpointForkView.as_view(), name="api-checkpoint-fork"),

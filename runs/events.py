@@ -4,10 +4,12 @@ Websocket messages are notifications (at most once); the record stays in the dat
 clients re-fetch it over REST when they (re)connect.
 """
 
+import asyncio
 import logging
+import os
+import threading
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
@@ -24,12 +26,33 @@ def project_event(project_id: int, event_type: str, payload: dict[str, Any]) -> 
 logger = logging.getLogger(__name__)
 
 
+SEND_TIMEOUT = 5.0
+_sender: tuple[int, asyncio.AbstractEventLoop] | None = None
+_sender_lock = threading.Lock()
+
+
+def _sender_loop() -> asyncio.AbstractEventLoop:
+    """One long-lived event loop a process for sending: the channel layer keeps its Redis
+    connections per loop, so a loop per message (async_to_sync) would reconnect every time.
+    Made again in a forked child, where the parent's loop thread does not exist."""
+    global _sender
+    with _sender_lock:
+        if _sender is None or _sender[0] != os.getpid() or _sender[1].is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="flywheel-notify", daemon=True).start()
+            _sender = (os.getpid(), loop)
+        return _sender[1]
+
+
 def _send(group: str, message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(group, message)
+        # Waiting keeps messages in order and reports a failure here; it costs one round trip.
+        asyncio.run_coroutine_threadsafe(layer.group_send(group, message), _sender_loop()).result(
+            timeout=SEND_TIMEOUT
+        )
     except Exception as exc:  # noqa: BLE001 - a lost notification must never undo or fail the write
         logger.warning("could not notify %s of %s: %s", group, message["event"], exc)
 

@@ -26,6 +26,7 @@ from runs.services import StateError
 from runs.tier_rules import looks_like_path, tier_problems
 
 S = Run.Status
+RUN_LOOP_METHODS = (Run.Method.GRPO,)
 TIER_FIELDS = (
     "base_model",
     "device",
@@ -83,6 +84,11 @@ def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
     problems: dict[str, str] = {}
     if request.method not in Run.Method.values:
         return {}, {"method": f"must be one of {', '.join(Run.Method.values)}"}
+    if request.method not in RUN_LOOP_METHODS:
+        # The SFT and DPO learners exist (manage.py train_learner); the run loop drives GRPO only.
+        return {}, {
+            "method": "runs train with GRPO for now; SFT and DPO train offline with manage.py train_learner"
+        }
     resolved, hyper_problems = resolve(request.method, request.hyperparameters or {})
     problems |= {f"hyperparameters.{name}": message for name, message in hyper_problems.items()}
     problems |= _ownership_problems(request)
@@ -261,7 +267,15 @@ def run_event(
     run: Run, kind: str, message: str, *, level: str = "info", data: dict | None = None
 ) -> RunEvent:
     event = RunEvent.objects.create(run=run, kind=kind, message=message, level=level, data=data or {})
-    payload = {"run": run.pk, "kind": kind, "level": level, "message": message, "id": event.pk}
+    payload = {
+        "run": run.pk,
+        "kind": kind,
+        "level": level,
+        "message": message,
+        "id": event.pk,
+        "data": event.data,
+        "created_at": event.created_at.isoformat(),
+    }
     events.project_event(run.project_id, "run.event", payload)
     events.run_event(run.pk, "event", payload)
     return event

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runs import run_views, views
+from runs import run_views, tier_views, views
 
 urlpatterns = [
     path("", views.project_list, name="project-list"),
@@ -42,8 +42,17 @@ urlpatterns = [
     path("tiers/<int:tier_id>/", views.tier_detail, name="tier-detail"),
     path("tiers/<int:tier_id>/edit/", views.tier_edit, name="tier-edit"),
     path("tiers/<int:tier_id>/delete/", views.tier_delete, name="tier-delete"),
+    path("tiers/<int:tier_id>/evaluate/", tier_views.tier_evaluate, name="tier-evaluate"),
+    path(
+        "tier-evaluations/<int:evaluation_id>/",
+        tier_views.tier_evaluation_detail,
+        name="tier-evaluation-detail",
+    ),
     path("projects/<int:project_id>/runs/new/", run_views.run_create, name="run-create"),
+    path("runs/compare/", run_views.run_compare, name="run-compare"),
     path("runs/<int:run_id>/", run_views.run_detail, name="run-detail"),
+    path("runs/<int:run_id>/monitors/", run_views.run_monitors, name="run-monitors"),
+    path("runs/<int:run_id>/trajectories/", run_views.trajectory_list, name="trajectory-list"),
     path("runs/<int:run_id>/pause/", run_views.run_pause, name="run-pause"),
     path("runs/<int:run_id>/resume/", run_views.run_resume, name="run-resume"),
     path("runs/<int:run_id>/cancel/", run_views.run_cancel, name="run-cancel"),
@@ -51,6 +60,7 @@ urlpatterns = [
     path("runs/<int:run_id>/clone/", run_views.run_clone, name="run-clone"),
     path("checkpoints/<int:checkpoint_id>/fork/", run_views.checkpoint_fork, name="checkpoint-fork"),
     path("trajectories/<int:trajectory_id>/", run_views.trajectory_detail, name="trajectory-detail"),
+    path("trajectories/<int:trajectory_id>/group/", run_views.trajectory_group, name="trajectory-group"),
     path("tokens/", views.token_list, name="token-list"),
     path("tokens/<int:token_id>/revoke/", views.token_revoke, name="token-revoke"),
 ]

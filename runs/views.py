@@ -413,7 +413,10 @@ def tier_create(request: HttpRequest, project_id: int) -> HttpResponse:
 @require_GET
 def tier_detail(request: HttpRequest, tier_id: int) -> HttpResponse:
     tier = selectors.tier_for(user=request.user, tier_id=tier_id)
-    return render(request, "runs/tier_detail.html", _access(request.user, tier.project) | {"tier": tier})
+    from runs.tier_views import evaluate_context
+
+    context = _access(request.user, tier.project) | {"tier": tier} | evaluate_context(request.user, tier)
+    return render(request, "runs/tier_detail.html", context)
 
 
 @login_required

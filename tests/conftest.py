@@ -11,6 +11,27 @@ from webapp.embedded_redis import redis_start
 
 
 @pytest.fixture(scope="session", autouse=True)
+def unpooled_broker_connections():
+    """Tests fork live servers (ChannelsLiveServerTestCase) from this process. A pooled broker
+    connection inherited by a fork is closed by kombu's after-fork hook, which can block forever on
+    a reply the parent already read; without a pool, nothing is inherited."""
+    from kombu import pools
+
+    from webapp.celery import app
+
+    app.conf.broker_pool_limit = 0
+    pools.set_limit(0)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Never hang at exit on a forked helper process that did not stop."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.kill()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def redis_server():
     """On the embedded default the tests use the same private Redis that `make up` starts."""
     if settings.EMBEDDED_REDIS:

@@ -9,6 +9,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import URLPattern
 
+from reviews import api_urls as review_api_urls
 from rewards import api_urls as reward_api_urls
 from runs import api_urls, services
 from tests.conftest import api_client_for
@@ -24,7 +25,7 @@ def schema(db) -> dict:
     return json.loads(response.content)
 
 
-API_PATTERNS = api_urls.urlpatterns + reward_api_urls.urlpatterns
+API_PATTERNS = api_urls.urlpatterns + reward_api_urls.urlpatterns + review_api_urls.urlpatterns
 
 
 def schema_path(pattern: URLPattern) -> str:

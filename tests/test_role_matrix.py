@@ -2,8 +2,8 @@
 × an anonymous caller. A role allows the same actions in pages and REST (runs/roles.py);
 websockets are covered by tests/test_websockets.py.
 
-Every URL of runs.urls and runs.api_urls must have a row here: a new route without one fails
-`test_every_route_is_in_the_matrix`.
+Every URL of runs, rewards and reviews (pages and api_urls) must have a row here: a new route
+without one fails `test_every_route_is_in_the_matrix`.
 """
 
 import json
@@ -16,6 +16,8 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from reviews import api_urls as review_api_urls
+from reviews import urls as review_urls
 from rewards import api_urls as reward_api_urls
 from rewards import services as reward_services
 from rewards import urls as reward_urls
@@ -71,6 +73,37 @@ def tier(w):
     return {"id": w["tier"].pk}
 
 
+def evaluate_body(w):
+    return {"task_set_version": w["item"].version_id, "split": w["item"].split}
+
+
+def tier_evaluation_of(w):
+    """A finished tier evaluation of the world's tier, made through the ORM."""
+    from runs.models import TierEvaluation
+
+    if "tier_evaluation" not in w:
+        w["tier_evaluation"] = TierEvaluation.objects.create(
+            project=w["project"],
+            tier=w["tier"],
+            tier_configs=[{"id": w["tier"].pk, "name": "cap"}],
+            checkpoint="org/model",
+            task_set_version=w["item"].version,
+            split=w["item"].split,
+            status="succeeded",
+            results=[
+                {
+                    "tier_id": w["tier"].pk,
+                    "name": "cap",
+                    "settings": {},
+                    "pass_rate": 0.5,
+                    "tokens_per_second": 10.0,
+                    "pareto": True,
+                }
+            ],
+        )
+    return w["tier_evaluation"]
+
+
 def upload(_w):
     return {"file": SimpleUploadedFile("items.jsonl", (json.dumps(ITEM) + "\n").encode())}
 
@@ -118,6 +151,8 @@ API_CASES = [
     Case("api-tier", "get", "view", tier),
     Case("api-tier", "patch", "edit", tier, body=lambda w: {"batch_size": 4}),
     Case("api-tier", "delete", "edit", tier),
+    Case("api-tier-evaluate", "post", "edit", tier, body=lambda w: evaluate_body(w)),
+    Case("api-tier-evaluation", "get", "view", lambda w: {"id": tier_evaluation_of(w).pk}),
     Case("api-tokens", "get", SELF),
     Case("api-tokens", "post", SELF, body=lambda w: {"name": "script"}),
     Case("api-token", "delete", SELF, lambda w: {"id": w["own_token"].pk}),
@@ -195,6 +230,8 @@ PAGE_CASES = [
         body=lambda w: tier_body(w) | {"device": "auto", "precision": "fp32"},
     ),
     Case("tier-delete", "post", "edit", ptier),
+    Case("tier-evaluate", "post", "edit", ptier, body=lambda w: evaluate_body(w)),
+    Case("tier-evaluation-detail", "get", "view", lambda w: {"evaluation_id": tier_evaluation_of(w).pk}),
     Case("token-list", "get", SELF),
     Case("token-list", "post", SELF, body=lambda w: {"name": "script"}),
     Case("token-revoke", "post", SELF, lambda w: {"token_id": w["own_token"].pk}),
@@ -395,9 +432,106 @@ RUN_CASES = [
     Case("run-clone", "post", "edit", lambda w: {"run_id": run_of(w).pk}),
     Case("checkpoint-fork", "post", "edit", lambda w: {"checkpoint_id": checkpoint_id(w)["id"]}),
     Case("trajectory-detail", "get", "view", lambda w: {"trajectory_id": trajectory_id(w)["id"]}),
+    Case("api-trajectory-group", "get", "view", trajectory_id),
+    Case("api-run-monitors", "get", "view", run_id),
+    Case(
+        "api-run-monitors", "patch", "edit", run_id, body=lambda w: {"thresholds": {"errored_rate_max": 0.3}}
+    ),
+    Case("run-compare", "get", "view", query=lambda w: {"runs": run_of(w).pk}),
+    Case("run-monitors", "post", "edit", lambda w: {"run_id": run_of(w).pk}, body=lambda w: {"window": "6"}),
+    Case("trajectory-list", "get", "view", lambda w: {"run_id": run_of(w).pk}),
+    Case("trajectory-group", "get", "view", lambda w: {"trajectory_id": trajectory_id(w)["id"]}),
 ]
 
-CASES = API_CASES + PAGE_CASES + REWARD_CASES + RUN_CASES
+
+def review_of(w):
+    """A review and a queue of the world's run, made through the services the first time."""
+    from reviews import services as review_services
+
+    if "review" not in w:
+        run_of(w)
+        w["review"] = review_services.review_save(trajectory=w["trajectory"], by=w[Role.OWNER], label="good")
+        w["queue"] = review_services.queue_create(run=w["run"], name="q", filters={}, by=w[Role.OWNER])
+    return w["review"]
+
+
+def review_id(w):
+    return {"id": review_of(w).pk}
+
+
+def queue_id(w):
+    review_of(w)
+    return {"id": w["queue"].pk}
+
+
+def preference_body(w):
+    """A second sample for the same prompt, so the two can be compared."""
+    from runs.models import Trajectory
+
+    run_of(w)
+    other = Trajectory.objects.create(
+        run=w["run"], item=w["item"], sample_index=1, policy_version=0, outcome="scored", reward=0.0
+    )
+    return {"chosen": w["trajectory"].pk, "rejected": other.pk}
+
+
+REVIEW_CASES = [
+    Case("api-reviews", "get", SELF, query=lambda w: {"run": run_of(w).pk}),
+    Case(
+        "api-reviews", "post", "review", body=lambda w: {"trajectory": trajectory_id(w)["id"], "label": "bad"}
+    ),
+    Case("api-review", "get", "view", review_id),
+    Case("api-review", "delete", "manage", review_id),  # another's label: only an owner withdraws it
+    Case("api-review-export", "get", "view", query=lambda w: {"run": run_of(w).pk, "kind": "sft"}),
+    Case("api-preferences", "get", SELF, query=lambda w: {"run": run_of(w).pk}),
+    Case("api-preferences", "post", "review", body=preference_body),
+    Case("api-review-queues", "get", SELF, query=lambda w: {"run": run_of(w).pk}),
+    Case("api-review-queues", "post", "review", body=lambda w: {"run": run_of(w).pk, "name": "mine"}),
+    Case("api-review-queue", "get", "view", queue_id),
+    Case("api-review-queue-items", "get", "view", queue_id),
+    Case(
+        "api-review-queue-assign",
+        "post",
+        "edit",
+        queue_id,
+        body=lambda w: {"reviewers": [w[Role.REVIEWER].pk]},
+    ),
+    Case("api-review-queue-next", "post", "review", queue_id),
+    Case(
+        "trajectory-review",
+        "post",
+        "review",
+        lambda w: {"trajectory_id": trajectory_id(w)["id"]},
+        body=lambda w: {"label": "good"},
+    ),
+    Case(
+        "trajectory-prefer",
+        "post",
+        "review",
+        lambda w: {"trajectory_id": trajectory_id(w)["id"]},
+        body=lambda w: {"other": preference_body(w)["rejected"]},
+    ),
+    Case("review-queue-list", "get", "view", lambda w: {"run_id": run_of(w).pk}),
+    Case(
+        "review-queue-list",
+        "post",
+        "review",
+        lambda w: {"run_id": run_of(w).pk},
+        body=lambda w: {"name": "q2"},
+    ),
+    Case("review-queue-detail", "get", "view", lambda w: {"queue_id": queue_id(w)["id"]}),
+    Case(
+        "review-queue-assign",
+        "post",
+        "edit",
+        lambda w: {"queue_id": queue_id(w)["id"]},
+        body=lambda w: {"reviewers": [w[Role.REVIEWER].pk]},
+    ),
+    Case("review-queue-next", "post", "review", lambda w: {"queue_id": queue_id(w)["id"]}),
+    Case("run-export", "get", "view", lambda w: {"run_id": run_of(w).pk, "export_format": "dpo"}),
+]
+
+CASES = API_CASES + PAGE_CASES + REWARD_CASES + RUN_CASES + REVIEW_CASES
 
 
 def route_names(module) -> set[str]:
@@ -410,6 +544,8 @@ def test_every_route_is_in_the_matrix():
     assert sorted(route_names(urls) - covered) == []
     assert sorted(route_names(reward_api_urls) - covered) == []
     assert sorted(route_names(reward_urls) - covered) == []
+    assert sorted(route_names(review_api_urls) - covered) == []
+    assert sorted(route_names(review_urls) - covered) == []
 
 
 @pytest.fixture

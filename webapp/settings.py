@@ -82,6 +82,7 @@ INSTALLED_APPS = [
     "webapp",
     "runs",
     "rewards",
+    "reviews",
     "sandboxes",
     "workers",
 ]
@@ -205,6 +206,9 @@ FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT = env_int("FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT
 # Rollout work still pending (or whose worker's lease ran out) this long is sent again.
 FLYWHEEL_ROLLOUT_RESEND_SECONDS = env_int("FLYWHEEL_ROLLOUT_RESEND_SECONDS", 30)
 FLYWHEEL_ROLLOUT_LEASE_SECONDS = env_int("FLYWHEEL_ROLLOUT_LEASE_SECONDS", 300)
+# Threads each worker and learner process gives torch (0: torch's default, one per core). One by
+# default: a host runs several workers and learners, and oversubscribed threads slow them all.
+FLYWHEEL_TORCH_THREADS = env_int("FLYWHEEL_TORCH_THREADS", 1)
 FLYWHEEL_ROLLOUT_CONCURRENCY = env_int("FLYWHEEL_ROLLOUT_CONCURRENCY", 2)
 FLYWHEEL_LEARNER_CONCURRENCY = env_int("FLYWHEEL_LEARNER_CONCURRENCY", 1)
 FLYWHEEL_EVAL_CONCURRENCY = env_int("FLYWHEEL_EVAL_CONCURRENCY", 1)
@@ -272,7 +276,13 @@ SPECTACULAR_SETTINGS = {
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
     # A run's train_split and eval_split share the task items' split choices: one enum for all.
-    "ENUM_NAME_OVERRIDES": {"SplitEnum": "runs.models.TaskItem.Split"},
+    "ENUM_NAME_OVERRIDES": {
+        "SplitEnum": "runs.models.TaskItem.Split",
+        "ReviewLabelEnum": "reviews.models.Review.Label",
+        "ReviewLabelFilterEnum": "runs.api.run_serializers.REVIEW_LABELS",
+        "TierEvaluationStatusEnum": "runs.models.TierEvaluation.Status",
+        "RunStatusEnum": "runs.models.Run.Status",
+    },
     "APPEND_COMPONENTS": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}},
     "SECURITY": [{"bearerAuth": []}],
     # Served from the drf-spectacular-sidecar package: no CDN.

@@ -15,7 +15,9 @@ urlpatterns = [
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include("runs.api_urls")),
     path("api/v1/", include("rewards.api_urls")),
+    path("api/v1/", include("reviews.api_urls")),
     path("", include("rewards.urls")),
+    path("", include("reviews.urls")),
     path("", include("runs.urls")),
 ]
 

@@ -105,26 +105,28 @@ def generate(
         .float()
     )
     batch = len(prompts)
-    tokens: list[list[int]] = [[] for _ in range(batch)]
-    logprobs: list[list[float]] = [[] for _ in range(batch)]
-    finished = [False] * batch
-    for _ in range(params.max_new_tokens):
+    # Tokens and log-probs stay tensors until the end: moving each step to Python costs more
+    # than the tiny models' forward passes.
+    tokens = torch.full(
+        (batch, params.max_new_tokens), tokenizer.pad_token_id, dtype=torch.long, device=device
+    )
+    logprobs = torch.zeros((batch, params.max_new_tokens), device=device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    lengths = torch.zeros(batch, dtype=torch.long, device=device)
+    for step in range(params.max_new_tokens):
         next_tokens, next_logprobs = sample_next(logits, params, generator)
-        for row, (token, logprob) in enumerate(
-            zip(next_tokens.tolist(), next_logprobs.tolist(), strict=True)
-        ):
-            if finished[row]:
-                continue
-            tokens[row].append(token)
-            logprobs[row].append(logprob)
-            finished[row] = token == tokenizer.eos_token_id or (
-                bool(params.stop) and stop_position(tokenizer.decode(tokens[row]), params.stop) is not None
-            )
-        if all(finished):
+        active = ~finished
+        tokens[:, step] = torch.where(active, next_tokens, tokens[:, step])
+        logprobs[:, step] = torch.where(active, next_logprobs, logprobs[:, step])
+        lengths += active.long()
+        finished |= active & (next_tokens == tokenizer.eos_token_id)
+        if params.stop:
+            finished |= _stopped_rows(tokenizer, tokens, lengths, active & ~finished, params.stop)
+        if bool(finished.all()):
             break
         attention = torch.cat([attention, attention.new_ones(batch, 1)], dim=-1)
         positions = positions[:, -1:] + 1
-        next_input = next_tokens.masked_fill(torch.tensor(finished, device=device), tokenizer.pad_token_id)
+        next_input = next_tokens.masked_fill(finished, tokenizer.pad_token_id)
         logits = (
             model(
                 input_ids=next_input[:, None],
@@ -136,14 +138,32 @@ def generate(
             .logits[:, -1]
             .float()
         )
+    counts = lengths.tolist()
+    token_lists = [row[:count] for row, count in zip(tokens.tolist(), counts, strict=True)]
+    logprob_lists = [row[:count] for row, count in zip(logprobs.tolist(), counts, strict=True)]
     prompt_ids = [
         ids[mask.bool()].tolist()
         for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"], strict=True)
     ]
     return [
-        completion_build(tokenizer, tokens[row], logprobs[row], params, prompt_ids[row])
+        completion_build(tokenizer, token_lists[row], logprob_lists[row], params, prompt_ids[row])
         for row in range(batch)
     ]
+
+
+def _stopped_rows(
+    tokenizer: PreTrainedTokenizerBase,
+    tokens: torch.Tensor,
+    lengths: torch.Tensor,
+    candidates: torch.Tensor,
+    stops: tuple[str, ...],
+) -> torch.Tensor:
+    """Rows whose text so far holds a stop sequence; only the still-running rows are decoded."""
+    stopped = torch.zeros_like(candidates)
+    for row in candidates.nonzero().flatten().tolist():
+        text = tokenizer.decode(tokens[row, : int(lengths[row])].tolist())
+        stopped[row] = stop_position(text, stops) is not None
+    return stopped
 
 
 def completion_build(

@@ -1,7 +1,8 @@
 """Held-out evaluation of a run's policy versions, on the eval queue.
 
-Greedy decoding on the run's evaluation split, scored by the run's reward rule; an episode passes
-when its reward reaches the run's pass threshold. Writes `heldout/*` metric points at the
+Greedy decoding (the run's tier settings otherwise: precision, speculation, batching, budget) on
+the run's evaluation split, scored by the run's reward rule; an episode passes when its reward
+reaches the run's pass threshold. Writes `heldout/*` metric points at the
 version's step; a redelivery finds them written and does nothing.
 """
 
@@ -9,11 +10,11 @@ from collections import defaultdict
 from statistics import fmean
 
 from runs.models import MetricPoint, Run
-from workers.generation import SamplingParams, generate
 from workers.policy import PolicyLoadError, policy_load
 from workers.run_learner import held_out_items, metrics_write
-from workers.run_rollout import grade
+from workers.run_rollout import grade, run_judge, tier_settings
 from workers.run_store import policy_dir
+from workers.tiers import tier_generate, tier_prepare
 
 PASS_RATE = "heldout/pass_rate"
 
@@ -27,23 +28,16 @@ def policy_evaluate(run_id: int, version: int) -> dict[str, float] | None:
     run = Run.objects.select_related("task_set_version", "reward_rule_version").filter(pk=run_id).first()
     if run is None or MetricPoint.objects.filter(run=run, name=PASS_RATE, step=version).exists():
         return None
+    # Greedy, otherwise the run's tier as it is: precision, speculation, batching, budget, stops.
+    settings = tier_settings(run).with_(temperature=0.0, top_p=1.0, top_k=0)
     try:
-        policy = policy_load(policy_dir(run.pk, version))
+        policy = tier_prepare(policy_load(policy_dir(run.pk, version)), settings)
     except PolicyLoadError:  # rolled back by a resume: that version no longer exists
         return None
     items = held_out_items(run)
-    params = SamplingParams(
-        max_new_tokens=run.tier_config["max_new_tokens"],
-        temperature=0.0,
-        stop=tuple(run.tier_config.get("stop") or ()),
-    )
-    texts = []
-    batch = max(1, int(run.tier_config.get("batch_size") or 8))
-    for start in range(0, len(items), batch):
-        chunk = items[start : start + batch]
-        prompts = [policy.prompt_text(item["prompt"]) for item in chunk]
-        texts += [completion.text for completion in generate(policy.model, policy.tokenizer, prompts, params)]
-    results = grade(run.reward_rule_version.spec, items, texts)
+    prompts = [policy.prompt_text(item["prompt"]) for item in items]
+    texts = [completion.text for completion in tier_generate(policy, prompts, settings)]
+    results = grade(run.reward_rule_version.spec, items, texts, judge=run_judge(run.pk))
     threshold = float(run.resolved.get("pass_threshold", 1.0))
     passed: dict[str, list[bool]] = defaultdict(list)
     rewards = []

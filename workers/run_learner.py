@@ -29,10 +29,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from runs import events
+from runs import events, monitors
 from runs.lifecycle import run_event, run_transition
 from runs.models import Checkpoint, MetricPoint, RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
 from runs.services import StateError
+from runs.tier_evaluations import run_final_evaluate
 from workers.generation import Completion
 from workers.learners.common import checkpoint_resume, checkpoint_save, learner_create, reference_create
 from workers.learners.grpo import GRPOConfig, grpo_batch, learn_on_batch, learnable, step_items
@@ -129,6 +130,7 @@ def learner_main(run_id: int, log: Log = print) -> None:
         learner.state.step = step = step + 1
         mark_learned(rows, keep, advantages, step - 1)
         publish(run, step, learner)
+        metrics |= {"entropy": sampled_entropy(episodes), "learned": len(keep)}
         record_metrics(run, step, rows, metrics, dropped, learn=time.monotonic() - learned, wait=wait_seconds)
         if step % config.checkpoint_every == 0 or step == run.max_steps:
             checkpoint(run, learner, config, step)
@@ -141,6 +143,7 @@ def learner_main(run_id: int, log: Log = print) -> None:
     _cancel_pending(run)
     message = "succeeded" if reason is None else f"succeeded: stopped early, {reason}"
     run_transition(run, allowed=(S.RUNNING, S.PAUSING), to=S.SUCCEEDED, message=message)
+    run_final_evaluate(run.pk)  # the final checkpoint under every tier of the project, on the eval queue
 
 
 def _mark_running(run: Run) -> Run:
@@ -387,6 +390,7 @@ def record_metrics(
         values["episodes/staleness"] = fmean(step - 1 - row.policy_version for row in rows)
     values |= {f"dropped/{name}": count for name, count in dropped.items()}
     values |= {f"time/{name}": seconds for name, seconds in times.items()}
+    values["episodes/learned"] = learner_metrics.get("learned", 0)
     batches = RolloutBatch.objects.filter(run=run, step=step - 1, status=RolloutBatch.Status.DONE)
     values["time/generate"] = sum(batches.values_list("generate_seconds", flat=True))
     values["time/score"] = sum(batches.values_list("score_seconds", flat=True))
@@ -394,6 +398,14 @@ def record_metrics(
     if values["time/generate"]:
         values["throughput/tokens_per_s"] = tokens / values["time/generate"]
     metrics_write(run, step, values)
+    monitors.run_monitor(run_id=run.pk, step=step)
+
+
+def sampled_entropy(episodes: list[Episode]) -> float:
+    """Mean negative log-probability of the sampled tokens: a Monte Carlo estimate of the policy's
+    per-token entropy under its own sampling, free because the rollouts recorded the log-probs."""
+    logprobs = [value for episode in episodes for value in episode.completion.logprobs]
+    return -fmean(logprobs) if logprobs else 0.0
 
 
 def metrics_write(run: Run, step: int, values: dict[str, float]) -> None:

@@ -20,9 +20,10 @@ from django.utils import timezone
 from rewards.engine import Sample, ScoreResult, score_batch
 from runs import events
 from runs.models import RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
-from workers.generation import SamplingParams, generate
-from workers.policy import Policy, policy_load
+from workers.generation import SamplingParams
+from workers.policy import policy_load
 from workers.run_store import policy_dir
+from workers.tiers import TierModel, TierSettings, tier_generate, tier_prepare
 
 logger = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
@@ -51,10 +52,16 @@ def rollout_batch_claim(batch_id: int) -> RolloutBatch | None:
 
 
 @lru_cache(maxsize=2)
-def _policy(run_id: int, version: int) -> Policy:
+def _policy(run_id: int, version: int) -> TierModel:
+    """The version's policy prepared the run's tier's way (precision, draft model)."""
     policy = policy_load(policy_dir(run_id, version))
     policy.version = version
-    return policy
+    return tier_prepare(policy, tier_settings(Run.objects.get(pk=run_id)))
+
+
+def tier_settings(run: Run) -> TierSettings:
+    """The run's tier settings (copied at launch) as generation applies them."""
+    return TierSettings.from_config(run.tier_config)
 
 
 def sampling_params(run: Run) -> SamplingParams:
@@ -90,10 +97,12 @@ def rollout_batch_run(batch_id: int) -> int:
     started = time.monotonic()
     prompts = [policy.prompt_text(item["prompt"]) for item in items for _ in range(group_size)]
     generator = _generator(run, batch)
-    completions = generate(policy.model, policy.tokenizer, prompts, sampling_params(run), generator=generator)
+    completions = tier_generate(policy, prompts, tier_settings(run), generator=generator)
     generated = time.monotonic()
     expanded = [item for item in items for _ in range(group_size)]
-    grades = grade(run.reward_rule_version.spec, expanded, [c.text for c in completions])
+    grades = grade(
+        run.reward_rule_version.spec, expanded, [c.text for c in completions], judge=run_judge(run.pk)
+    )
     scored = time.monotonic()
     stored = _store(batch, expanded, prompts, completions, grades, group_size, seconds=scored - started)
     RolloutBatch.objects.filter(pk=batch.pk).update(
@@ -106,7 +115,16 @@ def rollout_batch_run(batch_id: int) -> int:
     return stored
 
 
-def grade(spec: dict, items: list[dict], texts: list[str]) -> list[ScoreResult]:
+@lru_cache(maxsize=4)
+def run_judge(run_id: int):
+    """The judge for the run's model graders (its project's tiers), kept per process: a judge
+    model loads on its first verdict and then stays loaded."""
+    from rewards.services import project_judge
+
+    return project_judge(Run.objects.select_related("project").get(pk=run_id).project)
+
+
+def grade(spec: dict, items: list[dict], texts: list[str], *, judge=None) -> list[ScoreResult]:
     """Score each (item, completion) with the run's reward rule; identical pairs are scored once
     (after RL has sharpened a policy, most of a group is the same text)."""
     unique: dict[tuple[str, str], int] = {}
@@ -116,7 +134,7 @@ def grade(spec: dict, items: list[dict], texts: list[str]) -> list[ScoreResult]:
         if key not in unique:
             unique[key] = len(pairs)
             pairs.append(({k: v for k, v in item.items() if k != "pk"}, Sample(output_text=text)))
-    results = score_batch(spec, pairs)
+    results = score_batch(spec, pairs, judge=judge)
     return [results[unique[(item["id"], text)]] for item, text in zip(items, texts, strict=True)]
 
 

@@ -32,3 +32,11 @@ def eval_policy(run_id: int, version: int) -> None:
     from workers.run_eval import policy_evaluate
 
     policy_evaluate(run_id, version)
+
+
+@shared_task(name="workers.eval.tier", acks_late=True, ignore_result=True)
+def tier_evaluate(evaluation_id: int) -> None:
+    """Evaluate a checkpoint under tiers (a TierEvaluation); a redelivery finds it claimed."""
+    from workers.tier_eval import tier_evaluation_run
+
+    tier_evaluation_run(evaluation_id)

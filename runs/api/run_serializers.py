@@ -43,12 +43,32 @@ class MetricFilterSerializer(serializers.Serializer):
     )
 
 
+REVIEW_LABELS = ("good", "bad", "reward_hack", "infrastructure_error", "unreviewed")
+
+
 class TrajectoryFilterSerializer(serializers.Serializer):
     run = serializers.IntegerField(required=False, min_value=1)
     outcome = serializers.ChoiceField(choices=Trajectory.Outcome.choices, required=False)
     policy_version = serializers.IntegerField(required=False, min_value=0)
     min_reward = serializers.FloatField(required=False)
     max_reward = serializers.FloatField(required=False)
+    step = serializers.IntegerField(required=False, min_value=0, help_text="Learned in this learner step")
+    batch = serializers.IntegerField(required=False, min_value=1, help_text="A rollout batch id")
+    item = serializers.IntegerField(required=False, min_value=1, help_text="A task item id")
+    task = serializers.CharField(required=False, max_length=200, help_text="A task item's external id")
+    flagged = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="true: only those the reward-hacking detectors flagged; false: only unflagged",
+    )
+    flag = serializers.CharField(required=False, max_length=100, help_text="Only those with this flag")
+    label = serializers.ChoiceField(
+        choices=REVIEW_LABELS, required=False, help_text="A review label, or unreviewed"
+    )
+    after = serializers.IntegerField(
+        required=False, min_value=0, help_text="Only larger ids: what a live view has not seen yet"
+    )
 
 
 class StepFilterSerializer(serializers.Serializer):
@@ -234,6 +254,7 @@ class TrajectorySerializer(serializers.ModelSerializer):
     components = serializers.DictField(read_only=True, help_text="Each sub-reward by name")
     errors = serializers.ListField(child=serializers.JSONField(), read_only=True)
     flags = serializers.ListField(child=serializers.JSONField(), read_only=True)
+    labels = serializers.SerializerMethodField(help_text="Its review labels, one per reviewer")
 
     class Meta:
         model = Trajectory
@@ -257,9 +278,13 @@ class TrajectorySerializer(serializers.ModelSerializer):
             "cut_off",
             "learned_in_step",
             "advantage",
+            "labels",
             "created_at",
         ]
         read_only_fields = fields
+
+    def get_labels(self, trajectory: Trajectory) -> list[str]:
+        return sorted({review.label for review in trajectory.reviews.all()})
 
 
 class TrajectoryDetailSerializer(TrajectorySerializer):
@@ -290,3 +315,22 @@ class CheckpointSerializer(serializers.ModelSerializer):
         model = Checkpoint
         fields = ["id", "run", "step", "policy_version", "path", "metrics", "created_at"]
         read_only_fields = fields
+
+
+class MonitorSettingSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    value = serializers.FloatField(help_text="In force for this run")
+    default = serializers.FloatField()
+    help = serializers.CharField()
+
+
+class RunMonitorsSerializer(serializers.Serializer):
+    run = serializers.IntegerField()
+    thresholds = MonitorSettingSerializer(many=True)
+
+
+class RunMonitorsInputSerializer(serializers.Serializer):
+    thresholds = serializers.DictField(
+        child=serializers.FloatField(allow_null=True),
+        help_text="By name; null restores the default. Others stay as they are",
+    )

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from rewards.models import RewardRuleVersion
-from runs import lifecycle, selectors
+from runs import lifecycle, monitors, selectors
 from runs.api import run_serializers as s
 from runs.api.views import ApiView
 from runs.lifecycle import RunRequest
@@ -213,9 +213,46 @@ class TrajectoryListView(ApiView):
     def get(self, request: Request) -> Response:
         filters = self.query(s.TrajectoryFilterSerializer)
         trajectories = selectors.trajectories_filtered(
-            selectors.trajectories_for(user=request.user), **filters
+            selectors.trajectories_for(user=request.user).prefetch_related("reviews"), **filters
         )
         return self.paginated(trajectories, s.TrajectorySerializer)
+
+
+class TrajectoryGroupView(ApiView):
+    @extend_schema(
+        responses=s.TrajectoryDetailSerializer(many=True),
+        summary="Every completion for the same prompt in the same batch, in sample order",
+    )
+    def get(self, request: Request, id: int) -> Response:
+        trajectory = selectors.trajectory_for(user=request.user, trajectory_id=id)
+        group = selectors.group_of(trajectory=trajectory).select_related("item").prefetch_related("reviews")
+        return Response(s.TrajectoryDetailSerializer(group, many=True).data)
+
+
+class RunMonitorsView(ApiView):
+    @extend_schema(responses=s.RunMonitorsSerializer, summary="The run's alert thresholds")
+    def get(self, request: Request, id: int) -> Response:
+        return Response(monitors_data(selectors.run_for(user=request.user, run_id=id)))
+
+    @extend_schema(
+        request=s.RunMonitorsInputSerializer,
+        responses=s.RunMonitorsSerializer,
+        summary="Change alert thresholds (owners and launchers)",
+    )
+    def patch(self, request: Request, id: int) -> Response:
+        run = selectors.run_for(user=request.user, run_id=id, permission=Permission.EDIT)
+        changes = self.validated(s.RunMonitorsInputSerializer)["thresholds"]
+        run = monitors.run_monitors_set(run=run, changes=changes)
+        return Response(monitors_data(run))
+
+
+def monitors_data(run: Run) -> dict[str, Any]:
+    values = monitors.thresholds_of(run)
+    rows = [
+        {"name": name, "value": values[name], "default": default, "help": monitors.HELP[name]}
+        for name, default in monitors.DEFAULTS.items()
+    ]
+    return {"run": run.pk, "thresholds": rows}
 
 
 class TrajectoryDetailView(ApiView):

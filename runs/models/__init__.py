@@ -1,5 +1,6 @@
 """The runs app's models: the project space and task library (library.py), and post-training
-runs with their events, metrics, trajectories and checkpoints (runs.py)."""
+runs with their events, metrics, trajectories and checkpoints (runs.py), and tier evaluations
+(tiers.py)."""
 
 from runs.models.library import (
     ApiToken,
@@ -21,6 +22,7 @@ from runs.models.runs import (
     Trajectory,
     TrajectoryStep,
 )
+from runs.models.tiers import TierEvaluation
 
 __all__ = [
     "ApiToken",
@@ -37,6 +39,7 @@ __all__ = [
     "TaskSet",
     "TaskSetVersion",
     "Tier",
+    "TierEvaluation",
     "Trajectory",
     "TrajectoryStep",
 ]

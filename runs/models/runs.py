@@ -52,6 +52,9 @@ class Run(models.Model):
     method = models.CharField(max_length=8, choices=Method.choices, default=Method.GRPO)
     hyperparameters = models.JSONField(default=dict, help_text="As submitted; may hold 'auto'")
     resolved = models.JSONField(default=dict, help_text="Every hyperparameter with its value")
+    monitors = models.JSONField(
+        default=dict, blank=True, help_text="Alert thresholds by name; a missing one takes its default"
+    )
     max_steps = models.PositiveIntegerField()
     max_wall_seconds = models.PositiveIntegerField(null=True, blank=True)
     max_sandbox_cpu_seconds = models.FloatField(null=True, blank=True)

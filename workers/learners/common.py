@@ -18,7 +18,7 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
-from workers.policy import Policy, policy_load
+from workers.policy import Policy, policy_load, prompt_text
 
 CHECKPOINT_PREFIX = "checkpoint-"
 COMPLETE_MARKER = "complete.json"  # written last: a checkpoint without it was interrupted mid-save
@@ -169,6 +169,26 @@ def step_generator(seed: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + step)
 
 
+def epoch_rows(size: int, batch_size: int, seed: int, step: int) -> list[int]:
+    """The dataset rows of one step: epoch after epoch of seeded shuffles, a pure function of the step.
+
+    Every row is seen once per epoch; a batch that crosses an epoch boundary takes the rest of one
+    epoch and the start of the next.
+
+    >>> sorted(epoch_rows(4, 2, seed=0, step=0) + epoch_rows(4, 2, seed=0, step=1))
+    [0, 1, 2, 3]
+    """
+    if size < 1:
+        raise ValueError("the dataset is empty: nothing to train on")
+    rows = []
+    for position in range(step * batch_size, (step + 1) * batch_size):
+        epoch, offset = divmod(position, size)
+        order = list(range(size))
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+        rows.append(order[offset])
+    return rows
+
+
 # -- batches and log-probs ----------------------------------------------------------------------
 
 
@@ -228,11 +248,37 @@ def token_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperature: fl
     return logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1)
 
 
+def prompt_render(tokenizer: PreTrainedTokenizerBase, prompt: str | list[dict]) -> str:
+    """A prompt as the policy sees it: a user message or a conversation through the chat template.
+
+    A plain string is the user's message, as task items hold it (rollouts and evaluation render it
+    the same way); a list of messages (TRL's conversational format) is rendered whole.
+    """
+    if isinstance(prompt, str):
+        return prompt_text(tokenizer, prompt)
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    return "\n".join(message["content"] for message in prompt) + "\n"
+
+
+def completion_render(completion: str | list[dict]) -> str:
+    """A completion's text: a string, or the assistant messages of TRL's conversational format."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(message["content"] for message in completion if message.get("role") == "assistant")
+
+
 def completion_logprobs(
     model: torch.nn.Module, batch: SequenceBatch, temperature: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs and the mask of completion tokens, both (B, L-1)."""
     return token_logprobs(model, batch, temperature), batch.completion_mask[:, 1:].float()
+
+
+def sequence_logprob_sums(model: torch.nn.Module, batch: SequenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's summed completion log-prob and its completion token count, both (B,)."""
+    logprobs, mask = completion_logprobs(model, batch)
+    return (logprobs * mask).sum(-1), mask.sum(-1)
 
 
 def metrics_line(step: int, metrics: dict[str, float]) -> str:

@@ -49,6 +49,9 @@ class GRPOConfig(LearnerConfig):
     epsilon_low: float = 0.2
     epsilon_high: float = 0.2
     beta: float = 0.0  # KL coefficient to the reference (the starting policy); 0: no reference is loaded
+    kl_importance_correction: bool = (
+        True  # weigh the KL by the importance ratio (unbiased off-policy; TRL's default)
+    )
     loss_aggregation: str = "token_mean"
     scale_rewards: bool = True  # divide advantages by the group's reward std
     skip_zero_variance_groups: bool = True
@@ -131,11 +134,15 @@ def grpo_loss(
     ref_logprobs: torch.Tensor | None = None,
     aggregation: str = "token_mean",
     max_completion_length: int = 0,
+    kl_importance_correction: bool = True,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The clipped surrogate with an optional k3 KL penalty, aggregated over tokens as configured.
 
     All tensors are per token, (B, T), except `advantages` (B,). `max_completion_length` is Dr.
     GRPO's constant normaliser (the token budget), which removes the length bias of a per-sequence mean.
+    The tokens were sampled by the behaviour policy, so with `kl_importance_correction` the KL
+    estimate is weighted by the importance ratio, which makes its gradient unbiased (TRL's
+    `use_bias_correction_kl`).
     """
     ratio = torch.exp(logprobs - old_logprobs)
     clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
@@ -144,6 +151,8 @@ def grpo_loss(
     if beta != 0.0:
         delta = ref_logprobs - logprobs
         kl = torch.exp(delta) - delta - 1
+        if kl_importance_correction:
+            kl = kl * ratio
         per_token = per_token + beta * kl
     if aggregation == "sequence_mean":
         loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
@@ -159,7 +168,7 @@ def grpo_loss(
     )
     metrics = {
         "clip_fraction": float((is_clipped.float() * mask).sum() / tokens),
-        "kl": float((kl * mask).sum() / tokens),
+        "kl": float((kl.detach() * mask).sum() / tokens),
     }
     return loss, metrics
 
@@ -237,6 +246,7 @@ def learn_on_batch(
                         ref_logprobs=ref_logprobs,
                         aggregation=config.loss_aggregation,
                         max_completion_length=config.max_new_tokens,
+                        kl_importance_correction=config.kl_importance_correction,
                     )
                     accelerator.backward(loss)
                     metrics["loss"] = loss.item()
@@ -248,7 +258,8 @@ def train_grpo(config: GRPOConfig, items: list[dict], *, pool=None, log: Log = p
     """Train with GRPO on `items` (code task items graded by their unit tests); resumes if it can."""
     learner, policy = learner_create(config)
     reference = reference_create(config, learner.accelerator) if config.beta else None
-    checkpoint_resume(learner, config)
+    if checkpoint_resume(learner, config):
+        log(f"resumed at step {learner.state.step} from {config.output_dir}")
     result, started = GRPOResult(steps=learner.state.step, seconds=0.0), time.monotonic()
     while learner.state.step < config.steps:
         step = learner.state.step

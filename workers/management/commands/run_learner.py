@@ -1,3 +1,5 @@
+import torch
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from workers.run_learner import learner_main
@@ -10,4 +12,6 @@ class Command(BaseCommand):
         parser.add_argument("run_id", type=int)
 
     def handle(self, *args, run_id: int, **options) -> None:
+        if settings.FLYWHEEL_TORCH_THREADS > 0:
+            torch.set_num_threads(settings.FLYWHEEL_TORCH_THREADS)
         learner_main(run_id, log=lambda line: self.stdout.write(line, ending="\n") or self.stdout.flush())

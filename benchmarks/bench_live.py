@@ -1,0 +1,331 @@
+"""Benchmark: the live view's two promises (make bench-live).
+
+1. Ingest: metric points/s from a worker into the store through the learner's own path (one
+   `MetricPoint.objects.bulk_create` a step, then the websocket notification), on a fresh
+   database (SQLite under a temporary FLYWHEEL_HOME unless DATABASE_URL is set). Baseline on this
+   machine in the same run: MLflow's tracking server (`mlflow server`, SQLite backend) taking the
+   same points as one `log_batch` a step. MLflow runs from its own virtualenv (MLFLOW_PYTHON,
+   default /tmp/mlflow-venv/bin/python; `make bench-live` creates it), never the project's.
+2. Delivery: 200 websocket viewers of one run on a live Daphne (127.0.0.1); a worker emits
+   metrics messages stamped with the send time; each viewer records when it got them. p50 and
+   p99 over every (message, viewer) pair.
+
+Targets: ingest at least 5x MLflow's; p99 delivery under 250 ms. Prints one line of JSON last.
+"""
+
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = 2000
+METRICS_PER_STEP = 20  # about what record_metrics writes for a GRPO step
+VIEWERS = 200
+MESSAGES = 60
+MESSAGE_INTERVAL = 0.05  # seconds between emits: 20 metric messages a second
+MLFLOW_PYTHON = os.environ.get("MLFLOW_PYTHON", "/tmp/mlflow-venv/bin/python")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
+
+
+def metric_names() -> list[str]:
+    return [f"bench/metric_{index:02d}" for index in range(METRICS_PER_STEP)]
+
+
+# --- Flywheel ------------------------------------------------------------------------------
+
+
+def django_setup():
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    from webapp.embedded_redis import redis_start
+
+    call_command("migrate", verbosity=0)
+    if settings.EMBEDDED_REDIS:
+        redis_start(home=settings.FLYWHEEL_HOME, port=settings.FLYWHEEL_REDIS_PORT)
+
+
+def make_run():
+    """A run row with what its foreign keys need, made through the ORM (the bench's own data)."""
+    from rewards import services as reward_services
+    from runs import services
+    from runs.models import Run
+
+    tag = time.time_ns()
+    user = services.User.objects.create_user(username=f"bench-{tag}")
+    project = services.project_create(name=f"bench-{tag}", by=user)
+    task_set = services.task_set_create(project=project, name="bench", by=user)
+    line = json.dumps({"id": "q", "prompt": "1+1?", "reference": "2"}).encode() + b"\n"
+    version = services.task_set_import(task_set=task_set, stream=[line], file_format="jsonl", by=user).version
+    rule = reward_services.reward_rule_create(
+        project=project,
+        name="exact",
+        by=user,
+        spec={
+            "type": "string_check",
+            "name": "exact",
+            "input": "{{sample.output_text}}",
+            "reference": "{{item.reference}}",
+            "operation": "eq",
+        },
+    )
+    run = Run.objects.create(
+        project=project,
+        name="bench",
+        task_set_version=version,
+        reward_rule_version=rule.versions.get(),
+        tier_config={},
+        max_steps=STEPS,
+    )
+    return user, run
+
+
+def flywheel_ingest(run) -> dict:
+    """The learner's metrics_write, step after step: points/s including the notification."""
+    from django.db import transaction
+
+    from runs import events
+    from runs.models import MetricPoint
+
+    names = metric_names()
+    started = time.perf_counter()
+    for step in range(1, STEPS + 1):
+        values = {name: step * 0.001 + index for index, name in enumerate(names)}
+        with transaction.atomic():
+            MetricPoint.objects.bulk_create(
+                [MetricPoint(run=run, name=name, step=step, value=value) for name, value in values.items()]
+            )
+            events.run_event(run.pk, "metrics", {"step": step, "values": values})
+    elapsed = time.perf_counter() - started
+    stored = MetricPoint.objects.filter(run=run).count()
+    assert stored == STEPS * METRICS_PER_STEP, stored
+    return {"points": stored, "seconds": round(elapsed, 3), "points_per_s": round(stored / elapsed)}
+
+
+# --- MLflow --------------------------------------------------------------------------------
+
+MLFLOW_CLIENT = textwrap.dedent(
+    """
+    import json, sys, time
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+    uri, steps, per_step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment(f"bench-{time.time_ns()}")
+    run_id = client.create_run(experiment).info.run_id
+    names = [f"bench/metric_{i:02d}" for i in range(per_step)]
+    started = time.perf_counter()
+    for step in range(1, steps + 1):
+        now = int(time.time() * 1000)
+        metrics = [Metric(n, step * 0.001 + i, now, step) for i, n in enumerate(names)]
+        client.log_batch(run_id, metrics=metrics)
+    elapsed = time.perf_counter() - started
+    stored = sum(len(client.get_metric_history(run_id, n)) for n in names)
+    rate = round(stored / elapsed)
+    print(json.dumps({"points": stored, "seconds": round(elapsed, 3), "points_per_s": rate}))
+    """
+)
+
+
+def mlflow_ingest(workdir: Path) -> dict:
+    if not Path(MLFLOW_PYTHON).exists():
+        return {"error": f"no MLflow interpreter at {MLFLOW_PYTHON} (set MLFLOW_PYTHON)"}
+    port = free_port()
+    store = workdir / "mlflow"
+    store.mkdir()
+    env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    server = subprocess.Popen(
+        [
+            MLFLOW_PYTHON,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{store / 'mlflow.db'}",
+            "--default-artifact-root",
+            str(store / "artifacts"),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        wait_for_port(port, timeout=120)
+        time.sleep(1.0)
+        version = subprocess.run(
+            [MLFLOW_PYTHON, "-c", "import mlflow; print(mlflow.__version__)"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        out = subprocess.run(
+            [
+                MLFLOW_PYTHON,
+                "-c",
+                MLFLOW_CLIENT,
+                f"http://127.0.0.1:{port}",
+                str(STEPS),
+                str(METRICS_PER_STEP),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(out.stdout.strip().splitlines()[-1]) | {"version": version}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+# --- delivery latency -----------------------------------------------------------------------
+
+
+async def viewers_receive(port: int, run_id: int, token: str, ready: threading.Event) -> list[float]:
+    import websockets
+
+    url = f"ws://127.0.0.1:{port}/ws/runs/{run_id}/"
+    headers = {"Authorization": f"Bearer {token}"}
+    latencies: list[float] = []
+
+    async def viewer(socket) -> None:
+        got = 0
+        while got < MESSAGES:
+            message = json.loads(await socket.recv())
+            if message.get("event") != "metrics":
+                continue
+            latencies.append(time.time() - message["payload"]["sent_at"])
+            got += 1
+
+    sockets = []
+    for _ in range(VIEWERS):
+        sockets.append(
+            await websockets.connect(
+                url, additional_headers=headers, origin="http://127.0.0.1", open_timeout=30, max_queue=None
+            )
+        )
+    ready.set()
+    await asyncio.wait_for(asyncio.gather(*(viewer(socket) for socket in sockets)), timeout=120)
+    await asyncio.gather(*(socket.close() for socket in sockets))
+    return latencies
+
+
+def emitter(run_id: int, ready: threading.Event) -> None:
+    """A worker thread: metrics messages through runs.events after commit, like the learner."""
+    from django.db import transaction
+
+    from runs import events
+
+    ready.wait(timeout=120)
+    time.sleep(1.0)  # every viewer has joined the group
+    for step in range(1, MESSAGES + 1):
+        with transaction.atomic():
+            payload = {"step": step, "values": {"reward/mean": step / MESSAGES}, "sent_at": time.time()}
+            events.run_event(run_id, "metrics", payload)
+        time.sleep(MESSAGE_INTERVAL)
+
+
+def delivery(user, run, workdir: Path) -> dict:
+    from runs import services
+
+    _, token = services.api_token_create(user=user, name="bench")
+    port = free_port()
+    daphne = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=open(workdir / "daphne.log", "w"),  # noqa: SIM115 - closed with the process
+        env=os.environ.copy(),
+    )
+    try:
+        wait_for_port(port)
+        ready = threading.Event()
+        thread = threading.Thread(target=emitter, args=(run.pk, ready), daemon=True)
+        thread.start()
+        latencies = asyncio.run(viewers_receive(port, run.pk, token, ready))
+        thread.join(timeout=30)
+    finally:
+        daphne.terminate()
+        daphne.wait(timeout=30)
+    latencies.sort()
+    expected = VIEWERS * MESSAGES
+    assert len(latencies) == expected, (len(latencies), expected)
+    return {
+        "viewers": VIEWERS,
+        "messages": MESSAGES,
+        "deliveries": len(latencies),
+        "p50_ms": round(1000 * statistics.median(latencies), 1),
+        "p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 1),
+        "max_ms": round(1000 * latencies[-1], 1),
+    }
+
+
+def main() -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="flywheel-bench-live-"))
+    if "DATABASE_URL" not in os.environ:
+        os.environ["FLYWHEEL_HOME"] = str(workdir / "home")
+        os.environ.setdefault("FLYWHEEL_REDIS_PORT", str(free_port()))
+    django_setup()
+    user, run = make_run()
+    ingest = flywheel_ingest(run)
+    print(f"flywheel ingest: {ingest}", file=sys.stderr)
+    baseline = mlflow_ingest(workdir)
+    print(f"mlflow log_batch: {baseline}", file=sys.stderr)
+    latency = delivery(user, run, workdir)
+    print(f"delivery: {latency}", file=sys.stderr)
+    ratio = ingest["points_per_s"] / baseline["points_per_s"] if "points_per_s" in baseline else None
+    result = {
+        "benchmark": "live",
+        "steps": STEPS,
+        "metrics_per_step": METRICS_PER_STEP,
+        "flywheel_ingest_points_per_s": ingest["points_per_s"],
+        "mlflow_log_batch_points_per_s": baseline.get("points_per_s"),
+        "mlflow_version": baseline.get("version"),
+        "ingest_ratio": round(ratio, 1) if ratio else None,
+        "ingest_target_met": bool(ratio and ratio >= 5),
+        "delivery_viewers": latency["viewers"],
+        "delivery_p50_ms": latency["p50_ms"],
+        "delivery_p99_ms": latency["p99_ms"],
+        "delivery_max_ms": latency["max_ms"],
+        "delivery_target_met": latency["p99_ms"] < 250,
+        "database": "postgresql" if "DATABASE_URL" in os.environ else "sqlite",
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

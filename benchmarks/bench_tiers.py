@@ -1,0 +1,242 @@
+"""Tiers against plain Hugging Face `model.generate` of the same model, in one run.
+
+On the tiny demo model (`manage.py build_base_model`) and its 1-layer draft (`manage.py
+build_draft_model`; both are built here when missing), every tier generates a completion for each
+item of the demo functions' held-out set (`demo_task_sets(seed=0, heldout_size=160)`), greedy, and:
+
+- its speed: tokens/s (generated tokens over wall time), time to first token, latency p50 / p95
+  per request (from the start of the request's batch), peak memory, draft acceptance rate;
+- the same for plain `model.generate` (fp32, greedy, the tier's batch size, left padding), and the
+  ratios tier / generate: tokens/s and latency p50 (a generate request ends when its batch does);
+- the pass rate of the tier's completions, unit tests run in the sandbox (identical completions
+  graded once), and how many completions equal generate's token for token.
+
+Timings are medians of `--repeats` runs. The headline compares the speed tier with the capability
+tier: the ratio of tokens/s and the difference in held-out pass rate, in points.
+
+Run: .venv/bin/python benchmarks/bench_tiers.py [--repeats 3 --heldout 160 --threads 1 --no-grade].
+Prints a table, then one line of JSON.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+import torch  # noqa: E402
+from django.conf import settings as django_settings  # noqa: E402
+
+from workers.base_model import BaseModelConfig, base_model_build  # noqa: E402
+from workers.demo_tasks import demo_task_sets  # noqa: E402
+from workers.draft_model import draft_model_build  # noqa: E402
+from workers.policy import policy_load  # noqa: E402
+from workers.tier_eval import PeakRss, grade_items, tier_measure  # noqa: E402
+from workers.tiers import TierSettings, tier_generate, tier_prepare  # noqa: E402
+
+CAPABILITY, SPEED = "capability", "speed"
+
+
+def tiers(draft: str, max_new_tokens: int) -> dict[str, TierSettings]:
+    """The tiers measured. capability: fp32, one request at a time, greedy, no speculation (a
+    server answering each request alone); speed: the same model and decoding, 16 requests per
+    batch and a 1-layer draft model proposing 4 tokens per step."""
+    base = TierSettings(temperature=0.0, max_new_tokens=max_new_tokens, batch_size=1)
+    lookup = {"speculation": "prompt_lookup", "speculative_tokens": 4}
+    drafted = {"speculation": "draft_model", "speculative_tokens": 4, "draft_model": draft}
+    return {
+        CAPABILITY: base.with_(name=CAPABILITY),
+        "b1-int8": base.with_(name="b1-int8", precision="int8"),
+        "b1-prompt-lookup": base.with_(name="b1-prompt-lookup", **lookup),
+        "b1-draft": base.with_(name="b1-draft", **drafted),
+        "b16": base.with_(name="b16", batch_size=16),
+        "b16-bf16": base.with_(name="b16-bf16", batch_size=16, precision="bf16"),
+        "b16-int8": base.with_(name="b16-int8", batch_size=16, precision="int8"),
+        "b16-prompt-lookup": base.with_(name="b16-prompt-lookup", batch_size=16, **lookup),
+        SPEED: base.with_(name=SPEED, batch_size=16, **drafted),
+        "b16-int8-draft": base.with_(name="b16-int8-draft", batch_size=16, precision="int8", **drafted),
+    }
+
+
+def ensure_models(model: Path, draft: Path) -> None:
+    if not (model / "config.json").exists():
+        print(f"building the tiny base model into {model} ...", flush=True)
+        base_model_build(model, BaseModelConfig(), log=lambda line: None)
+    if not (draft / "config.json").exists():
+        print(f"building the draft model into {draft} ...", flush=True)
+        draft_model_build(model, draft, log=lambda line: None)
+
+
+@torch.no_grad()
+def hf_generate(model, tokenizer, prompts: list[str], batch_size: int, max_new_tokens: int) -> dict:
+    """Plain `model.generate`, greedy, in batches: tokens/s, per-request latency, token ids."""
+    eos = tokenizer.eos_token_id
+    token_ids, latencies, generated = [], [], 0
+    with PeakRss() as memory:
+        started = time.perf_counter()
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start : start + batch_size]
+            batch_started = time.perf_counter()
+            encoded = tokenizer(chunk, padding=True, padding_side="left", return_tensors="pt")
+            output = model.generate(
+                **encoded,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=eos,
+            )
+            elapsed = time.perf_counter() - batch_started
+            for row in output[:, encoded["input_ids"].size(1) :].tolist():
+                if eos in row:
+                    row = row[: row.index(eos) + 1]
+                token_ids.append(row)
+                generated += len(row)
+                latencies.append(elapsed)
+        seconds = time.perf_counter() - started
+    return {
+        "tokens_per_second": generated / seconds,
+        "latency_ms_p50": statistics.median(latencies) * 1000,
+        "peak_rss_growth_mb": memory.growth_bytes / 2**20,
+        "token_ids": token_ids,
+    }
+
+
+def median_of(runs: list[dict], key: str):
+    values = [run[key] for run in runs if run.get(key) is not None]
+    return round(statistics.median(values), 2) if values else None
+
+
+def main() -> None:
+    home = Path(django_settings.FLYWHEEL_HOME) / "models"
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=home / "tiny-base")
+    parser.add_argument("--draft", type=Path, default=home / "tiny-draft")
+    parser.add_argument("--heldout", type=int, default=160)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
+    parser.add_argument("--only", default="", help="comma-separated tier names")
+    parser.add_argument("--no-grade", action="store_true", help="skip the sandboxed pass rates")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    ensure_models(args.model, args.draft)
+
+    items = demo_task_sets(seed=0, train_size=0, heldout_size=args.heldout)["heldout"]
+    plain = policy_load(args.model)
+    prompts = [plain.prompt_text(item["prompt"]) for item in items]
+    chosen = tiers(str(args.draft), args.max_new_tokens)
+    if args.only:
+        chosen = {name: tier for name, tier in chosen.items() if name in args.only.split(",")}
+
+    baselines: dict[int, list[dict]] = {}
+    verdict_cache: dict[tuple[str, str], bool | None] = {}
+    report: dict[str, dict] = {}
+    print(
+        f"{'tier':20s} {'tok/s':>8s} {'generate':>9s} {'ratio':>6s} {'ttft':>7s} {'lat p50':>8s} {'p95':>8s} "
+        f"{'gen p50':>8s} {'mem MB':>7s} {'accept':>7s} {'pass':>6s} {'same':>5s}",
+        flush=True,
+    )
+    for name, tier in chosen.items():
+        if tier.batch_size not in baselines:
+            tier_generate_warm(plain, prompts, tier.batch_size, args.max_new_tokens)
+            baselines[tier.batch_size] = [
+                hf_generate(plain.model, plain.tokenizer, prompts, tier.batch_size, args.max_new_tokens)
+                for _ in range(args.repeats)
+            ]
+        hf = baselines[tier.batch_size]
+        draft = policy_load(args.draft) if tier.speculation == "draft_model" else None
+        prepared = tier_prepare(policy_load(args.model), tier, draft=draft)
+        tier_generate(prepared, prompts[:2], tier.with_(max_new_tokens=2))  # warm-up
+        runs = [tier_measure(prepared, items, grade=False) for _ in range(args.repeats)]
+        texts = runs[0]["texts"]
+        completions = tier_generate(prepared, prompts, tier)
+        same = sum(c.token_ids == ids for c, ids in zip(completions, hf[0]["token_ids"], strict=True))
+        pass_rate = None
+        if not args.no_grade:
+            missing = [i for i, item in enumerate(items) if (item["id"], texts[i]) not in verdict_cache]
+            for index, verdict in zip(
+                missing, grade_items([items[i] for i in missing], [texts[i] for i in missing]), strict=True
+            ):
+                verdict_cache[(items[index]["id"], texts[index])] = verdict
+            verdicts = [verdict_cache[(item["id"], text)] for item, text in zip(items, texts, strict=True)]
+            scored = [v for v in verdicts if v is not None]
+            pass_rate = round(sum(scored) / len(scored), 4) if scored else None
+        row = {
+            "settings": {
+                key: getattr(tier, key)
+                for key in ("precision", "batch_size", "speculation", "speculative_tokens")
+            },
+            "tokens_per_second": median_of(runs, "tokens_per_second"),
+            "generate_tokens_per_second": median_of(hf, "tokens_per_second"),
+            "ttft_ms_p50": median_of(runs, "ttft_ms_p50"),
+            "latency_ms_p50": median_of(runs, "latency_ms_p50"),
+            "latency_ms_p95": median_of(runs, "latency_ms_p95"),
+            "generate_latency_ms_p50": median_of(hf, "latency_ms_p50"),
+            "peak_memory_mb": median_of(runs, "peak_memory_mb"),
+            "acceptance_rate": runs[0]["acceptance_rate"],
+            "target_forwards": runs[0]["target_forwards"],
+            "draft_forwards": runs[0]["draft_forwards"],
+            "generated_tokens": runs[0]["generated_tokens"],
+            "pass_rate": pass_rate,
+            "same_as_generate": same,
+        }
+        row["speedup_vs_generate"] = round(row["tokens_per_second"] / row["generate_tokens_per_second"], 3)
+        row["latency_ratio_vs_generate"] = round(row["latency_ms_p50"] / row["generate_latency_ms_p50"], 3)
+        report[name] = row
+        print(
+            f"{name:20s} {row['tokens_per_second']:8.1f} {row['generate_tokens_per_second']:9.1f} "
+            f"{row['speedup_vs_generate']:6.2f} {row['ttft_ms_p50']:7.1f} {row['latency_ms_p50']:8.1f} "
+            f"{row['latency_ms_p95']:8.1f} {row['generate_latency_ms_p50']:8.1f} "
+            f"{row['peak_memory_mb']:7.2f} "
+            f"{row['acceptance_rate'] if row['acceptance_rate'] is not None else '-':>7} "
+            f"{pass_rate if pass_rate is not None else '-':>6} {same:5d}",
+            flush=True,
+        )
+
+    headline = {}
+    if CAPABILITY in report and SPEED in report:
+        cap, fast = report[CAPABILITY], report[SPEED]
+        headline = {
+            "capability": CAPABILITY,
+            "speed": SPEED,
+            "tokens_per_second_ratio": round(fast["tokens_per_second"] / cap["tokens_per_second"], 2),
+            "pass_rate_capability": cap["pass_rate"],
+            "pass_rate_speed": fast["pass_rate"],
+            "pass_rate_delta_points": None
+            if cap["pass_rate"] is None or fast["pass_rate"] is None
+            else round(100 * (fast["pass_rate"] - cap["pass_rate"]), 2),
+        }
+        if "b16" in report:
+            headline["speed_vs_b16_tokens_per_second_ratio"] = round(
+                fast["tokens_per_second"] / report["b16"]["tokens_per_second"], 2
+            )
+        print(f"\nheadline: {headline}")
+    summary = {
+        "bench": "tiers",
+        "model": str(args.model),
+        "draft": str(args.draft),
+        "items": len(items),
+        "repeats": args.repeats,
+        "threads": args.threads,
+        "max_new_tokens": args.max_new_tokens,
+        "headline": headline,
+        "tiers": report,
+    }
+    print(json.dumps(summary, separators=(",", ":")))
+
+
+def tier_generate_warm(policy, prompts: list[str], batch_size: int, max_new_tokens: int) -> None:
+    hf_generate(policy.model, policy.tokenizer, prompts[:batch_size], batch_size, 2)
+
+
+if __name__ == "__main__":
+    main()

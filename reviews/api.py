@@ -1,0 +1,207 @@
+"""Reviews over REST (see shared API.md): labels, preferences, review queues with assignment and
+next-item, and exports. Thin: selectors check the role, services the rules."""
+
+import re
+
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from reviews import exports, selectors, services
+from reviews import serializers as s
+from runs import selectors as run_selectors
+from runs.api.runs import StepOrderPagination
+from runs.api.views import NO_CONTENT, ApiView, NdjsonRenderer
+from runs.roles import Permission
+from webapp.api import idempotent
+from webapp.streaming import streamed
+
+
+class PositionPagination(StepOrderPagination):
+    ordering = ("position",)
+
+
+class ReviewListView(ApiView):
+    @extend_schema(
+        parameters=[s.ReviewFilterSerializer],
+        responses=s.ReviewSerializer(many=True),
+        summary="Labels on the caller's projects' trajectories, newest first",
+    )
+    def get(self, request: Request) -> Response:
+        filters = self.query(s.ReviewFilterSerializer)
+        reviews = selectors.reviews_for(user=request.user)
+        wanted = {
+            "trajectory__run_id": filters.get("run"),
+            "trajectory_id": filters.get("trajectory"),
+            "label": filters.get("label"),
+            "reviewer_id": filters.get("reviewer"),
+        }
+        reviews = reviews.filter(**{key: value for key, value in wanted.items() if value is not None})
+        return self.paginated(reviews, s.ReviewSerializer)
+
+    @extend_schema(
+        request=s.ReviewInputSerializer,
+        responses={201: s.ReviewSerializer},
+        summary="Label a trajectory (reviewers); the caller's earlier label on it is replaced",
+    )
+    @idempotent
+    def post(self, request: Request) -> Response:
+        data = self.validated(s.ReviewInputSerializer)
+        trajectory = run_selectors.trajectory_for(
+            user=request.user, trajectory_id=data["trajectory"], permission=Permission.REVIEW
+        )
+        review = services.review_save(
+            trajectory=trajectory, by=request.user, label=data["label"], comment=data["comment"]
+        )
+        return Response(s.ReviewSerializer(review).data, status=201)
+
+
+class ReviewDetailView(ApiView):
+    @extend_schema(responses=s.ReviewSerializer)
+    def get(self, request: Request, id: int) -> Response:
+        return Response(s.ReviewSerializer(selectors.review_for(user=request.user, review_id=id)).data)
+
+    @extend_schema(responses=NO_CONTENT, summary="Withdraw a label (its reviewer, or an owner)")
+    def delete(self, request: Request, id: int) -> Response:
+        review = selectors.review_for(user=request.user, review_id=id, permission=Permission.REVIEW)
+        if review.reviewer_id != request.user.pk:
+            review = selectors.review_for(user=request.user, review_id=id, permission=Permission.MANAGE)
+        services.review_delete(review=review)
+        return Response(status=204)
+
+
+class ReviewExportView(ApiView):
+    renderer_classes = [JSONRenderer, NdjsonRenderer]
+
+    @extend_schema(
+        parameters=[s.ExportQuerySerializer],
+        responses={
+            (200, "application/x-ndjson"): OpenApiResponse(
+                OpenApiTypes.STR,
+                description="One JSON object a line: SFT items or DPO pairs, ready to import as a task set",
+            )
+        },
+        summary="Download a run's reviewed data as SFT JSONL or DPO pairs",
+    )
+    def get(self, request: Request) -> StreamingHttpResponse:
+        query = self.query(s.ExportQuerySerializer)
+        run = run_selectors.run_for(user=request.user, run_id=query["run"])
+        return export_response(request, run, query["kind"])
+
+
+def export_response(request, run, export_format: str) -> StreamingHttpResponse:
+    lines = exports.export_lines(run=run, export_format=export_format)
+    raw = getattr(request, "_request", request)
+    response = StreamingHttpResponse(streamed(raw, lines), content_type="application/x-ndjson")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", run.name).strip("-") or "run"
+    response["Content-Disposition"] = f'attachment; filename="{name}-{export_format}.jsonl"'
+    return response
+
+
+class PreferenceListView(ApiView):
+    @extend_schema(
+        parameters=[s.RunScopeSerializer],
+        responses=s.PreferenceSerializer(many=True),
+        summary="Pairwise preferences, newest first",
+    )
+    def get(self, request: Request) -> Response:
+        preferences = selectors.preferences_for(user=request.user)
+        if (run := self.query(s.RunScopeSerializer).get("run")) is not None:
+            preferences = preferences.filter(run_id=run)
+        return self.paginated(preferences, s.PreferenceSerializer)
+
+    @extend_schema(
+        request=s.PreferenceInputSerializer,
+        responses={201: s.PreferenceSerializer},
+        summary="Choose the better of two trajectories for the same prompt (reviewers)",
+    )
+    @idempotent
+    def post(self, request: Request) -> Response:
+        data = self.validated(s.PreferenceInputSerializer)
+        chosen, rejected = (
+            run_selectors.trajectory_for(
+                user=request.user, trajectory_id=data[key], permission=Permission.REVIEW
+            )
+            for key in ("chosen", "rejected")
+        )
+        preference = services.preference_create(
+            chosen=chosen, rejected=rejected, by=request.user, comment=data["comment"]
+        )
+        return Response(s.PreferenceSerializer(preference).data, status=201)
+
+
+class QueueListView(ApiView):
+    @extend_schema(
+        parameters=[s.RunScopeSerializer],
+        responses=s.ReviewQueueSerializer(many=True),
+        summary="Review queues with their progress, newest first",
+    )
+    def get(self, request: Request) -> Response:
+        queues = selectors.queues_for(user=request.user)
+        if (run := self.query(s.RunScopeSerializer).get("run")) is not None:
+            queues = queues.filter(run_id=run)
+        return self.paginated(queues, s.ReviewQueueSerializer)
+
+    @extend_schema(
+        request=s.QueueInputSerializer,
+        responses={201: s.ReviewQueueSerializer},
+        summary="A queue of a run's trajectories matching the filters, oldest first (reviewers)",
+    )
+    @idempotent
+    def post(self, request: Request) -> Response:
+        data = self.validated(s.QueueInputSerializer)
+        run = run_selectors.run_for(user=request.user, run_id=data["run"], permission=Permission.REVIEW)
+        queue = services.queue_create(
+            run=run,
+            name=data["name"],
+            filters=dict(data["filters"]),
+            by=request.user,
+            limit=data.get("limit"),
+        )
+        queue = selectors.queue_for(user=request.user, queue_id=queue.pk)
+        return Response(s.ReviewQueueSerializer(queue).data, status=201)
+
+
+class QueueDetailView(ApiView):
+    @extend_schema(responses=s.ReviewQueueSerializer)
+    def get(self, request: Request, id: int) -> Response:
+        return Response(s.ReviewQueueSerializer(selectors.queue_for(user=request.user, queue_id=id)).data)
+
+
+class QueueItemListView(ApiView):
+    @extend_schema(responses=s.QueueItemSerializer(many=True), summary="The queue's items in order")
+    def get(self, request: Request, id: int) -> Response:
+        queue = selectors.queue_for(user=request.user, queue_id=id)
+        return self.paginated(
+            selectors.queue_items_of(queue=queue), s.QueueItemSerializer, PositionPagination
+        )
+
+
+class QueueAssignView(ApiView):
+    @extend_schema(
+        request=s.AssignInputSerializer,
+        responses=s.AssignResultSerializer,
+        summary="Deal the queue's open items to reviewers in turn (owners and launchers)",
+    )
+    def post(self, request: Request, id: int) -> Response:
+        queue = selectors.queue_for(user=request.user, queue_id=id, permission=Permission.EDIT)
+        data = self.validated(s.AssignInputSerializer)
+        count = services.queue_assign(queue=queue, reviewer_ids=data["reviewers"], reassign=data["reassign"])
+        return Response({"assigned": count})
+
+
+class QueueNextView(ApiView):
+    @extend_schema(
+        request=None,
+        responses={200: s.QueueItemSerializer, 204: OpenApiResponse(description="Nothing left for you")},
+        summary="The caller's next unreviewed item: assigned to them, else an unassigned one they claim",
+    )
+    def post(self, request: Request, id: int) -> Response:
+        queue = selectors.queue_for(user=request.user, queue_id=id, permission=Permission.REVIEW)
+        item = services.queue_next(queue=queue, user=request.user)
+        if item is None:
+            return Response(status=204)
+        return Response(s.QueueItemSerializer(item).data)

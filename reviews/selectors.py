@@ -1,0 +1,55 @@
+"""Reads of the review workflow, through the caller's role in the run's project (runs.selectors)."""
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Count, Q, QuerySet
+from django.http import Http404
+
+from reviews.models import Preference, QueueItem, Review, ReviewQueue
+from runs import selectors
+from runs.roles import Permission
+
+
+def reviews_for(*, user: AbstractBaseUser) -> QuerySet[Review]:
+    projects = selectors.visible_project_ids(user=user)
+    return Review.objects.filter(trajectory__run__project_id__in=projects).select_related("reviewer")
+
+
+def review_for(*, user: AbstractBaseUser, review_id: int, permission: str = Permission.VIEW) -> Review:
+    review = Review.objects.select_related("trajectory__run", "reviewer").filter(pk=review_id).first()
+    if review is None:
+        raise Http404("no such review")
+    selectors.require(user=user, project_id=review.trajectory.run.project_id, permission=permission)
+    return review
+
+
+def preferences_for(*, user: AbstractBaseUser) -> QuerySet[Preference]:
+    projects = selectors.visible_project_ids(user=user)
+    return Preference.objects.filter(run__project_id__in=projects).select_related("reviewer")
+
+
+def queues_for(*, user: AbstractBaseUser) -> QuerySet[ReviewQueue]:
+    projects = selectors.visible_project_ids(user=user)
+    return ReviewQueue.objects.filter(run__project_id__in=projects).annotate(
+        item_count=Count("items"), done_count=Count("items", filter=Q(items__done_at__isnull=False))
+    )
+
+
+def queue_for(*, user: AbstractBaseUser, queue_id: int, permission: str = Permission.VIEW) -> ReviewQueue:
+    queue = queues_for(user=user).select_related("run").filter(pk=queue_id).first()
+    if queue is None:
+        # Also when it exists in a project the caller is not in: absent, not forbidden.
+        raise Http404("no such review queue")
+    selectors.require(user=user, project_id=queue.run.project_id, permission=permission)
+    return queue
+
+
+def queue_items_of(*, queue: ReviewQueue) -> QuerySet[QueueItem]:
+    return queue.items.select_related("trajectory__item", "assignee").order_by("position")
+
+
+def labels_of(*, trajectory_ids: list[int]) -> dict[int, list[Review]]:
+    """Each trajectory's reviews, for showing labels beside a page of trajectories."""
+    found: dict[int, list[Review]] = {}
+    for review in Review.objects.filter(trajectory_id__in=trajectory_ids).select_related("reviewer"):
+        found.setdefault(review.trajectory_id, []).append(review)
+    return found

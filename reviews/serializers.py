@@ -1,0 +1,118 @@
+"""Reviews over REST: what a client sends and sees of labels, preferences and queues."""
+
+from rest_framework import serializers
+
+from reviews.exports import FORMATS
+from reviews.models import Preference, QueueItem, Review, ReviewQueue
+from runs.api.run_serializers import TrajectoryFilterSerializer, TrajectorySerializer
+
+# --- query parameters ----------------------------------------------------------------------
+
+
+class ReviewFilterSerializer(serializers.Serializer):
+    run = serializers.IntegerField(required=False, min_value=1)
+    trajectory = serializers.IntegerField(required=False, min_value=1)
+    label = serializers.ChoiceField(choices=Review.Label.choices, required=False)
+    reviewer = serializers.IntegerField(required=False, min_value=1, help_text="A user id")
+
+
+class RunScopeSerializer(serializers.Serializer):
+    run = serializers.IntegerField(required=False, min_value=1)
+
+
+class ExportQuerySerializer(serializers.Serializer):
+    run = serializers.IntegerField(min_value=1)
+    kind = serializers.ChoiceField(
+        choices=FORMATS,
+        default="sft",
+        help_text="sft: answer items of good completions; dpo: prompt/chosen/rejected pairs; "
+        "dpo-task-set: those pairs as answer items",
+    )
+
+
+# --- input ---------------------------------------------------------------------------------
+
+
+class ReviewInputSerializer(serializers.Serializer):
+    trajectory = serializers.IntegerField(min_value=1)
+    label = serializers.ChoiceField(choices=Review.Label.choices)
+    comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
+
+
+class PreferenceInputSerializer(serializers.Serializer):
+    chosen = serializers.IntegerField(min_value=1, help_text="The better trajectory's id")
+    rejected = serializers.IntegerField(min_value=1, help_text="A trajectory for the same prompt")
+    comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
+
+
+class QueueFiltersSerializer(TrajectoryFilterSerializer):
+    """The trajectory filters a queue is built from (its run is the queue's)."""
+
+    run = None
+    after = None
+
+
+class QueueInputSerializer(serializers.Serializer):
+    run = serializers.IntegerField(min_value=1)
+    name = serializers.CharField(max_length=100)
+    filters = QueueFiltersSerializer(required=False, default=dict)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=10_000)
+
+
+class AssignInputSerializer(serializers.Serializer):
+    reviewers = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), help_text="User ids, dealt open items in turn"
+    )
+    reassign = serializers.BooleanField(default=False, help_text="Also deal items already assigned")
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+class ReviewSerializer(serializers.ModelSerializer):
+    reviewer_username = serializers.CharField(source="reviewer.get_username", read_only=True)
+
+    class Meta:
+        model = Review
+        fields = [
+            "id",
+            "trajectory",
+            "reviewer",
+            "reviewer_username",
+            "label",
+            "comment",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class PreferenceSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Preference
+        fields = ["id", "run", "chosen", "rejected", "reviewer", "comment", "created_at"]
+        read_only_fields = fields
+
+
+class ReviewQueueSerializer(serializers.ModelSerializer):
+    filters = serializers.DictField(read_only=True)
+    item_count = serializers.IntegerField(read_only=True)
+    done_count = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = ReviewQueue
+        fields = ["id", "run", "name", "filters", "item_count", "done_count", "created_by", "created_at"]
+        read_only_fields = fields
+
+
+class QueueItemSerializer(serializers.ModelSerializer):
+    trajectory = TrajectorySerializer(read_only=True)
+
+    class Meta:
+        model = QueueItem
+        fields = ["id", "queue", "position", "assignee", "done_at", "trajectory", "created_at"]
+        read_only_fields = fields
+
+
+class AssignResultSerializer(serializers.Serializer):
+    assigned = serializers.IntegerField(help_text="Items dealt")

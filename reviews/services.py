@@ -1,0 +1,155 @@
+"""Writes of the review workflow: labels, preferences, queues, assignment and claiming the next item.
+
+Callers pass objects they fetched through a selector, so the role is already checked; these check
+the rules (same prompt, reviewers of the project) and notify the run's viewers after commit.
+"""
+
+from collections.abc import Iterable
+from itertools import cycle
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from reviews.models import Preference, QueueItem, Review, ReviewQueue
+from runs import events, selectors
+from runs.models import Membership, Run, Trajectory
+from runs.roles import Permission, role_allows
+
+QUEUE_MAX_ITEMS = 10_000
+QUEUE_FILTERS = {
+    "outcome",
+    "policy_version",
+    "min_reward",
+    "max_reward",
+    "step",
+    "task",
+    "flagged",
+    "flag",
+    "label",
+    "batch",
+    "item",
+}
+
+
+def _announce(run_id: int, payload: dict[str, Any]) -> None:
+    events.run_event(run_id, "review", payload)
+
+
+@transaction.atomic
+def review_save(*, trajectory: Trajectory, by: AbstractBaseUser, label: str, comment: str = "") -> Review:
+    """The reviewer's label for the trajectory (replacing theirs), and its queue items done."""
+    if label not in Review.Label.values:
+        raise ValidationError({"label": f"must be one of {', '.join(Review.Label.values)}"})
+    review, _ = Review.objects.update_or_create(
+        trajectory=trajectory, reviewer=by, defaults={"label": label, "comment": comment}
+    )
+    QueueItem.objects.filter(trajectory=trajectory, done_at__isnull=True, assignee=by).update(
+        done_at=timezone.now()
+    )
+    QueueItem.objects.filter(trajectory=trajectory, done_at__isnull=True, assignee__isnull=True).update(
+        done_at=timezone.now(), assignee=by
+    )
+    _announce(trajectory.run_id, {"trajectory": trajectory.pk, "label": label, "review": review.pk})
+    return review
+
+
+def review_delete(*, review: Review) -> None:
+    run_id, trajectory_id = review.trajectory.run_id, review.trajectory_id
+    review.delete()
+    _announce(run_id, {"trajectory": trajectory_id, "label": None})
+
+
+@transaction.atomic
+def preference_create(
+    *, chosen: Trajectory, rejected: Trajectory, by: AbstractBaseUser, comment: str = ""
+) -> Preference:
+    """`chosen` over `rejected`: two different trajectories of one run for the same prompt."""
+    if chosen.pk == rejected.pk:
+        raise ValidationError({"rejected": "must be a different trajectory from chosen"})
+    if chosen.run_id != rejected.run_id or chosen.item_id != rejected.item_id:
+        raise ValidationError(
+            {"rejected": f"must answer the same prompt in the same run as trajectory {chosen.pk}"}
+        )
+    Preference.objects.filter(chosen=rejected, rejected=chosen, reviewer=by).delete()  # changed mind
+    preference, _ = Preference.objects.update_or_create(
+        chosen=chosen, rejected=rejected, reviewer=by, defaults={"run_id": chosen.run_id, "comment": comment}
+    )
+    _announce(chosen.run_id, {"preference": preference.pk, "chosen": chosen.pk, "rejected": rejected.pk})
+    return preference
+
+
+def queue_filters_clean(filters: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(filters) - QUEUE_FILTERS)
+    if unknown:
+        raise ValidationError(
+            {"filters": f"unknown filter {', '.join(unknown)}; known: {', '.join(sorted(QUEUE_FILTERS))}"}
+        )
+    return {key: value for key, value in filters.items() if value not in (None, "")}
+
+
+@transaction.atomic
+def queue_create(
+    *, run: Run, name: str, filters: dict[str, Any], by: AbstractBaseUser, limit: int | None = None
+) -> ReviewQueue:
+    """A queue of the run's trajectories that match `filters`, oldest first."""
+    filters = queue_filters_clean(filters)
+    queue = ReviewQueue.objects.create(run=run, name=name, filters=filters, created_by=by)
+    matching = selectors.trajectories_filtered(run.trajectories.all(), **filters).order_by("pk")
+    ids = list(matching.values_list("pk", flat=True)[: min(limit or QUEUE_MAX_ITEMS, QUEUE_MAX_ITEMS)])
+    QueueItem.objects.bulk_create(
+        QueueItem(queue=queue, trajectory_id=trajectory_id, position=position)
+        for position, trajectory_id in enumerate(ids)
+    )
+    return queue
+
+
+def _reviewers_of(queue: ReviewQueue, user_ids: Iterable[int]) -> list[AbstractBaseUser]:
+    memberships = {
+        m.user_id: m
+        for m in Membership.objects.filter(
+            project_id=queue.run.project_id, user_id__in=user_ids
+        ).select_related("user")
+    }
+    bad = [
+        str(user_id)
+        for user_id in user_ids
+        if user_id not in memberships or not role_allows(memberships[user_id].role, Permission.REVIEW)
+    ]
+    if bad:
+        raise ValidationError({"reviewers": f"not reviewers of this project: user {', '.join(bad)}"})
+    return [memberships[user_id].user for user_id in user_ids]
+
+
+@transaction.atomic
+def queue_assign(*, queue: ReviewQueue, reviewer_ids: list[int], reassign: bool = False) -> int:
+    """Deal the queue's open items to the reviewers in turn; unassigned ones only unless
+    `reassign`. Answers how many items were assigned."""
+    if not reviewer_ids:
+        raise ValidationError({"reviewers": "name at least one reviewer"})
+    reviewers = _reviewers_of(queue, list(dict.fromkeys(reviewer_ids)))
+    items = queue.items.filter(done_at__isnull=True)
+    if not reassign:
+        items = items.filter(assignee__isnull=True)
+    pairs = list(zip(items.order_by("position").values_list("pk", flat=True), cycle(reviewers), strict=False))
+    for reviewer in reviewers:
+        QueueItem.objects.filter(pk__in=[pk for pk, user in pairs if user == reviewer]).update(
+            assignee=reviewer
+        )
+    return len(pairs)
+
+
+def queue_next(*, queue: ReviewQueue, user: AbstractBaseUser) -> QueueItem | None:
+    """The caller's next open item: one assigned to them, else an unassigned one they claim
+    (a conditional update, so two reviewers never claim the same item)."""
+    open_items = queue.items.filter(done_at__isnull=True).select_related("trajectory")
+    mine = open_items.filter(assignee=user).first()
+    if mine is not None:
+        return mine
+    for item in open_items.filter(assignee__isnull=True)[:20]:
+        if QueueItem.objects.filter(pk=item.pk, assignee__isnull=True).update(assignee=user):
+            item.assignee = user
+            return item
+    return None

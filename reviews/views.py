@@ -1,0 +1,195 @@
+"""Review pages: label a trajectory, prefer one of two, review queues (create, assign, work
+through), and downloads of reviewed data. Roles as in REST: label and prefer need REVIEW, assign
+needs EDIT, reading and exporting need VIEW."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from reviews import exports, selectors, services
+from reviews.api import export_response
+from reviews.models import Review
+from runs import selectors as run_selectors
+from runs.models import Membership
+from runs.roles import Permission, role_allows
+from runs.views import _access
+
+FILTER_FIELDS = ("outcome", "policy_version", "min_reward", "max_reward", "step", "task", "flagged", "label")
+NUMBERS = {"policy_version": int, "step": int, "min_reward": float, "max_reward": float}
+
+
+def _refusal(error: ValidationError) -> str:
+    if hasattr(error, "error_dict"):
+        return "; ".join(f"{key}: {' '.join(values)}" for key, values in error.message_dict.items())
+    return "; ".join(error.messages)
+
+
+def _back(request: HttpRequest, fallback: str) -> HttpResponse:
+    target = request.POST.get("next", "")
+    # Only paths on this site: never an open redirect.
+    return redirect(target if target.startswith("/") and not target.startswith("//") else fallback)
+
+
+@login_required
+@require_POST
+def trajectory_review(request: HttpRequest, trajectory_id: int) -> HttpResponse:
+    trajectory = run_selectors.trajectory_for(
+        user=request.user, trajectory_id=trajectory_id, permission=Permission.REVIEW
+    )
+    fallback = reverse("trajectory-detail", args=[trajectory.pk])
+    try:
+        services.review_save(
+            trajectory=trajectory,
+            by=request.user,
+            label=request.POST.get("label", ""),
+            comment=request.POST.get("comment", "")[:10_000],
+        )
+    except ValidationError as exc:
+        messages.error(request, f"Not labelled: {_refusal(exc)}")
+        return _back(request, fallback)
+    messages.success(
+        request, f"Trajectory {trajectory.pk} labelled {request.POST['label'].replace('_', ' ')}."
+    )
+    queue = request.POST.get("queue", "")
+    if queue.isdigit():  # working through a queue: straight on to the next item
+        return _next_in(request, selectors.queue_for(user=request.user, queue_id=int(queue)))
+    return _back(request, fallback)
+
+
+def _next_in(request: HttpRequest, queue) -> HttpResponse:
+    item = services.queue_next(queue=queue, user=request.user)
+    if item is None:
+        messages.success(request, "Nothing left for you in this queue.")
+        return redirect("review-queue-detail", queue_id=queue.pk)
+    return redirect(f"{reverse('trajectory-detail', args=[item.trajectory_id])}?queue={queue.pk}")
+
+
+@login_required
+@require_POST
+def trajectory_prefer(request: HttpRequest, trajectory_id: int) -> HttpResponse:
+    """This trajectory is better than `other` (or, with better=other, worse)."""
+    trajectory = run_selectors.trajectory_for(
+        user=request.user, trajectory_id=trajectory_id, permission=Permission.REVIEW
+    )
+    fallback = reverse("trajectory-group", args=[trajectory.pk])
+    other_id = request.POST.get("other", "")
+    if not other_id.isdigit():
+        messages.error(request, "Not recorded: choose the other trajectory.")
+        return _back(request, fallback)
+    other = run_selectors.trajectory_for(
+        user=request.user, trajectory_id=int(other_id), permission=Permission.REVIEW
+    )
+    chosen, rejected = (other, trajectory) if request.POST.get("better") == "other" else (trajectory, other)
+    try:
+        services.preference_create(
+            chosen=chosen, rejected=rejected, by=request.user, comment=request.POST.get("comment", "")
+        )
+    except ValidationError as exc:
+        messages.error(request, f"Not recorded: {_refusal(exc)}")
+        return _back(request, fallback)
+    messages.success(request, f"Recorded: trajectory {chosen.pk} is better than {rejected.pk}.")
+    return _back(request, fallback)
+
+
+def _filters_from(data) -> dict:
+    filters = {}
+    for name in FILTER_FIELDS:
+        value = data.get(name, "").strip()
+        if not value:
+            continue
+        if name in NUMBERS:
+            try:
+                value = NUMBERS[name](value)
+            except ValueError as exc:
+                raise ValidationError({name: "must be a number"}) from exc
+        if name == "flagged":
+            value = value in ("1", "true", "yes")
+        filters[name] = value
+    return filters
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def queue_list(request: HttpRequest, run_id: int) -> HttpResponse:
+    permission = Permission.REVIEW if request.method == "POST" else Permission.VIEW
+    run = run_selectors.run_for(user=request.user, run_id=run_id, permission=permission)
+    if request.method == "POST":
+        try:
+            queue = services.queue_create(
+                run=run,
+                name=request.POST.get("name", "").strip()[:100] or "queue",
+                filters=_filters_from(request.POST),
+                by=request.user,
+            )
+        except ValidationError as exc:
+            messages.error(request, f"Not created: {_refusal(exc)}")
+        else:
+            messages.success(request, f"Queue {queue.name} created.")
+            return redirect("review-queue-detail", queue_id=queue.pk)
+    access = _access(request.user, run.project)
+    context = access | {
+        "run": run,
+        "queues": selectors.queues_for(user=request.user).filter(run=run).order_by("-created_at"),
+        "can_review": role_allows(access["role"], Permission.REVIEW),
+        "labels": Review.Label.choices,
+        "outcomes": run.trajectories.model.Outcome.choices,
+    }
+    return render(request, "reviews/queue_list.html", context)
+
+
+@login_required
+@require_GET
+def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
+    queue = selectors.queue_for(user=request.user, queue_id=queue_id)
+    access = _access(request.user, queue.run.project)
+    reviewers = [
+        m.user
+        for m in Membership.objects.filter(project=queue.run.project).select_related("user")
+        if role_allows(m.role, Permission.REVIEW)
+    ]
+    items = list(selectors.queue_items_of(queue=queue)[:500])
+    context = access | {
+        "run": queue.run,
+        "queue": queue,
+        "items": items,
+        "reviewers": reviewers,
+        "can_review": role_allows(access["role"], Permission.REVIEW),
+        "mine_open": sum(1 for item in items if item.assignee_id == request.user.pk and item.done_at is None),
+    }
+    return render(request, "reviews/queue_detail.html", context)
+
+
+@login_required
+@require_POST
+def queue_assign(request: HttpRequest, queue_id: int) -> HttpResponse:
+    queue = selectors.queue_for(user=request.user, queue_id=queue_id, permission=Permission.EDIT)
+    ids = [int(value) for value in request.POST.getlist("reviewers") if value.isdigit()]
+    try:
+        count = services.queue_assign(
+            queue=queue, reviewer_ids=ids, reassign=bool(request.POST.get("reassign"))
+        )
+    except ValidationError as exc:
+        messages.error(request, f"Not assigned: {_refusal(exc)}")
+    else:
+        messages.success(request, f"Assigned {count} items.")
+    return redirect("review-queue-detail", queue_id=queue.pk)
+
+
+@login_required
+@require_POST
+def queue_next(request: HttpRequest, queue_id: int) -> HttpResponse:
+    queue = selectors.queue_for(user=request.user, queue_id=queue_id, permission=Permission.REVIEW)
+    return _next_in(request, queue)
+
+
+@login_required
+@require_GET
+def run_export(request: HttpRequest, run_id: int, export_format: str) -> HttpResponse:
+    run = run_selectors.run_for(user=request.user, run_id=run_id)
+    if export_format not in exports.FORMATS:
+        raise Http404(f"no export format {export_format}; known: {', '.join(exports.FORMATS)}")
+    return export_response(request, run, export_format)

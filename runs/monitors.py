@@ -1,0 +1,313 @@
+"""Run monitors: alerts a team wants before a bad run costs a week of compute.
+
+`alerts_for` is pure: it reads a few metric series (a baseline window from the run's start and
+its recent points) and the per-run thresholds, and says which monitors fire. `run_monitor` is
+the service the learner calls after it writes a step's metrics: it loads those series, asks
+`alerts_for`, and records each new alert as a warning event (kind "alert"), which the run page
+shows live. An alert does not repeat while its condition holds: the same monitor fires again
+only `cooldown_steps` steps later.
+"""
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from statistics import fmean
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db.models import Count
+
+from runs.models import MetricPoint, Run, RunEvent, Trajectory
+
+logger = logging.getLogger(__name__)
+
+Series = Sequence[tuple[int, float]]
+
+DEFAULTS: dict[str, float] = {
+    "window": 5,  # points per window: the recent one and the baseline at the run's start
+    "errored_rate_max": 0.2,  # episodes/errored_rate above this fires
+    "reward_rise_min": 0.1,  # train reward rising at least this much over the window...
+    "heldout_flat_max": 0.02,  # ...while held-out pass rate moves less than this
+    "response_drift_max": 0.5,  # response length moved by more than this fraction of its baseline
+    "entropy_drop_max": 0.75,  # entropy lost more than this fraction of its baseline
+    "zero_variance_share_max": 0.5,  # share of groups dropped for equal rewards above this, rising
+    "hacking_flags_min": 1,  # this many newly flagged trajectories fire
+    "cooldown_steps": 10,
+}
+HELP: dict[str, str] = {
+    "window": "points in each window compared (recent against the run's start)",
+    "errored_rate_max": "errored-episode rate above which an alert fires",
+    "reward_rise_min": "rise of train reward over the window that counts as rising",
+    "heldout_flat_max": "held-out pass-rate change at most this counts as flat",
+    "response_drift_max": "relative change of response length from its baseline that fires",
+    "entropy_drop_max": "fraction of its baseline entropy lost that counts as collapse",
+    "zero_variance_share_max": "share of zero-variance groups above which a rising share fires",
+    "hacking_flags_min": "newly flagged trajectories (reward-hacking detectors) that fire",
+    "cooldown_steps": "steps before the same monitor may fire again",
+}
+INTEGER = {"window", "hacking_flags_min", "cooldown_steps"}
+
+ERRORED = "episodes/errored_rate"
+REWARD = "reward/mean"
+HELDOUT = "heldout/pass_rate"
+RESPONSE = "episodes/response_tokens"
+ENTROPY = "learner/entropy"
+ZERO_VARIANCE = "dropped/zero_variance"
+LEARNED = "episodes/learned"
+WATCHED = (ERRORED, REWARD, HELDOUT, RESPONSE, ENTROPY, ZERO_VARIANCE, LEARNED)
+
+
+@dataclass(frozen=True)
+class Alert:
+    monitor: str
+    message: str
+    value: float
+    threshold: float
+
+
+def thresholds_of(run: Run) -> dict[str, float]:
+    return DEFAULTS | (run.monitors or {})
+
+
+def thresholds_clean(values: Mapping[str, Any]) -> dict[str, float]:
+    """Validated overrides: known names, non-negative numbers (whole ones where counted)."""
+    problems, clean = {}, {}
+    for name, value in values.items():
+        if name not in DEFAULTS:
+            problems[name] = f"unknown monitor setting; known: {', '.join(sorted(DEFAULTS))}"
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            problems[name] = "must be a number, 0 or more"
+        elif name in INTEGER and (int(value) != value or value < 1):
+            problems[name] = "must be a whole number, 1 or more"
+        else:
+            clean[name] = int(value) if name in INTEGER else float(value)
+    if problems:
+        raise ValidationError(problems)
+    return clean
+
+
+def _mean(points: Series) -> float:
+    return fmean(value for _, value in points)
+
+
+def _windows(points: Series, window: int) -> tuple[Series, Series] | None:
+    """The baseline (first `window` points) and the recent window, when they do not overlap."""
+    if len(points) < 2 * window:
+        return None
+    return points[:window], points[-window:]
+
+
+def _errored(series: Mapping[str, Series], t: Mapping[str, float]) -> Alert | None:
+    points = series.get(ERRORED) or []
+    if not points or points[-1][1] <= t["errored_rate_max"]:
+        return None
+    rate = points[-1][1]
+    return Alert(
+        "errored_rate",
+        f"{rate:.0%} of episodes errored at step {points[-1][0]} (threshold {t['errored_rate_max']:.0%}): "
+        "infrastructure is failing and those episodes are masked from learning",
+        rate,
+        t["errored_rate_max"],
+    )
+
+
+def _reward_without_heldout(series: Mapping[str, Series], t: Mapping[str, float]) -> Alert | None:
+    window = int(t["window"])
+    reward, heldout = series.get(REWARD) or [], series.get(HELDOUT) or []
+    if len(reward) < window or len(heldout) < 2:
+        return None
+    recent = reward[-window:]
+    third = max(window // 3, 1)
+    rise = _mean(recent[-third:]) - _mean(recent[:third])
+    start = recent[0][0]
+    before = [point for point in heldout if point[0] <= start] or heldout[:1]
+    moved = heldout[-1][1] - before[-1][1]
+    if rise < t["reward_rise_min"] or heldout[-1][0] <= before[-1][0] or abs(moved) > t["heldout_flat_max"]:
+        return None
+    return Alert(
+        "reward_without_heldout",
+        f"train reward rose by {rise:.3f} over the last {window} steps while held-out pass rate moved "
+        f"{moved:+.3f}: the policy may be fitting the reward, not the task",
+        rise,
+        t["reward_rise_min"],
+    )
+
+
+def _response_drift(series: Mapping[str, Series], t: Mapping[str, float]) -> Alert | None:
+    windows = _windows(series.get(RESPONSE) or [], int(t["window"]))
+    if windows is None or _mean(windows[0]) <= 0:
+        return None
+    baseline, recent = _mean(windows[0]), _mean(windows[1])
+    drift = (recent - baseline) / baseline
+    if abs(drift) <= t["response_drift_max"]:
+        return None
+    return Alert(
+        "response_length_drift",
+        f"response length drifted {drift:+.0%} (from {baseline:.1f} to {recent:.1f} tokens)",
+        drift,
+        t["response_drift_max"],
+    )
+
+
+def _entropy(series: Mapping[str, Series], t: Mapping[str, float]) -> Alert | None:
+    windows = _windows(series.get(ENTROPY) or [], int(t["window"]))
+    if windows is None or _mean(windows[0]) <= 0:
+        return None
+    baseline, recent = _mean(windows[0]), _mean(windows[1])
+    lost = 1 - recent / baseline
+    if lost <= t["entropy_drop_max"]:
+        return None
+    return Alert(
+        "entropy_collapse",
+        f"policy entropy collapsed by {lost:.0%} (from {baseline:.3f} to {recent:.3f}): "
+        "exploration has stopped",
+        lost,
+        t["entropy_drop_max"],
+    )
+
+
+def zero_variance_shares(series: Mapping[str, Series]) -> list[tuple[int, float]]:
+    """Per step: groups dropped for equal rewards over those plus the episodes learned from."""
+    learned = dict(series.get(LEARNED) or [])
+    shares = []
+    for step, dropped in series.get(ZERO_VARIANCE) or []:
+        total = dropped + learned.get(step, 0.0)
+        if total > 0:
+            shares.append((step, dropped / total))
+    return shares
+
+
+def _zero_variance(series: Mapping[str, Series], t: Mapping[str, float]) -> Alert | None:
+    shares = zero_variance_shares(series)
+    window = int(t["window"])
+    if len(shares) < window + 1:
+        return None
+    recent = _mean(shares[-window:])
+    earlier = _mean(shares[:-window][-window:])
+    if recent <= t["zero_variance_share_max"] or recent <= earlier:
+        return None
+    return Alert(
+        "zero_variance_groups",
+        f"{recent:.0%} of the last {window} steps' episodes were dropped for groups whose rewards "
+        f"do not vary (was {earlier:.0%}): the task is too easy or too hard for the policy",
+        recent,
+        t["zero_variance_share_max"],
+    )
+
+
+def _hacking(flagged: int, t: Mapping[str, float]) -> Alert | None:
+    if flagged < max(t["hacking_flags_min"], 1):
+        return None
+    return Alert(
+        "reward_hacking",
+        f"{flagged} new trajectories were flagged by the reward-hacking detectors: review them",
+        float(flagged),
+        t["hacking_flags_min"],
+    )
+
+
+def alerts_for(
+    series: Mapping[str, Series], thresholds: Mapping[str, float], *, flagged: int = 0
+) -> list[Alert]:
+    """The monitors that fire on these series (each by step, oldest first: a baseline window
+    from the run's start, then its recent points) and `flagged` newly flagged trajectories.
+
+    >>> healthy = {"episodes/errored_rate": [(1, 0.0), (2, 0.05)]}
+    >>> alerts_for(healthy, DEFAULTS)
+    []
+    >>> [a.monitor for a in alerts_for({"episodes/errored_rate": [(1, 0.5)]}, DEFAULTS)]
+    ['errored_rate']
+    """
+    t = DEFAULTS | dict(thresholds)
+    checks = [
+        _errored(series, t),
+        _reward_without_heldout(series, t),
+        _response_drift(series, t),
+        _entropy(series, t),
+        _zero_variance(series, t),
+        _hacking(flagged, t),
+    ]
+    return [alert for alert in checks if alert is not None]
+
+
+# --- the service -----------------------------------------------------------------------------
+
+
+def _series(run: Run, window: int) -> dict[str, list[tuple[int, float]]]:
+    """Each watched metric's first `window` points and its last 4 × `window`, by step."""
+    series = {}
+    for name in WATCHED:
+        points = MetricPoint.objects.filter(run=run, name=name)
+        first = list(points.order_by("step", "pk").values_list("step", "value")[:window])
+        last = list(points.order_by("-step", "-pk").values_list("step", "value")[: 4 * window])[::-1]
+        merged = dict(first) | dict(last)
+        if merged:
+            series[name] = sorted(merged.items())
+    if ZERO_VARIANCE in series and LEARNED not in series:
+        steps = [step for step, _ in series[ZERO_VARIANCE]]
+        learned = (
+            Trajectory.objects.filter(run=run, learned_in_step__in=[step - 1 for step in steps])
+            .values("learned_in_step")
+            .annotate(count=Count("pk"))
+        )
+        series[LEARNED] = sorted((row["learned_in_step"] + 1, float(row["count"])) for row in learned)
+    return series
+
+
+def _last_alerts(run: Run) -> dict[str, dict]:
+    """Each monitor's newest alert's data."""
+    last: dict[str, dict] = {}
+    for data in run.events.filter(kind="alert").order_by("-pk").values_list("data", flat=True)[:200]:
+        last.setdefault(data.get("monitor", ""), data)
+    return last
+
+
+def run_monitor(*, run_id: int, step: int) -> list[RunEvent]:
+    """Check the run's monitors after `step`'s metrics are written; record each new alert.
+
+    Never raises: a monitor that cannot run must not stop the learner.
+    """
+    try:
+        return _run_monitor(run_id=run_id, step=step)
+    except Exception:  # noqa: BLE001 - alerts are advice; the learner's step already committed
+        logger.warning("run %s: monitors failed at step %s", run_id, step, exc_info=True)
+        return []
+
+
+def _run_monitor(*, run_id: int, step: int) -> list[RunEvent]:
+    from runs.lifecycle import run_event  # lifecycle imports much; keep this module light
+
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        return []
+    t = thresholds_of(run)
+    last = _last_alerts(run)
+    flagged_total = Trajectory.objects.filter(run=run).exclude(flags=[]).count()
+    flagged_new = flagged_total - int(last.get("reward_hacking", {}).get("flagged_total", 0))
+    recorded = []
+    for alert in alerts_for(_series(run, int(t["window"])), t, flagged=flagged_new):
+        previous = last.get(alert.monitor)
+        if (
+            alert.monitor != "reward_hacking"
+            and previous is not None
+            and step - int(previous.get("step", -(10**9))) < t["cooldown_steps"]
+        ):
+            continue
+        data = asdict(alert) | {"step": step}
+        if alert.monitor == "reward_hacking":
+            data["flagged_total"] = flagged_total
+        recorded.append(run_event(run, "alert", alert.message, level=RunEvent.Level.WARNING, data=data))
+    return recorded
+
+
+def run_monitors_set(*, run: Run, changes: Mapping[str, float | None]) -> Run:
+    """Merge threshold changes into the run's (None restores a default); refused by name."""
+    clean = thresholds_clean({name: value for name, value in changes.items() if value is not None})
+    unknown = sorted(name for name in changes if name not in DEFAULTS)
+    if unknown:
+        raise ValidationError({name: "unknown monitor setting" for name in unknown})
+    merged = {name: value for name, value in (run.monitors or {}).items() if changes.get(name, 0) is not None}
+    merged |= clean
+    Run.objects.filter(pk=run.pk).update(monitors=merged)
+    run.monitors = merged
+    return run

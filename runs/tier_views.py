@@ -1,0 +1,166 @@
+"""Tier evaluation pages: the evaluate form on a tier's page, and an evaluation's chart and table.
+
+Objects come through `runs.selectors` (non-member 404, missing permission 403, as over REST);
+requests go through `runs.tier_evaluations`."""
+
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from runs import selectors, tier_evaluations
+from runs.forms import add_service_errors
+from runs.models import Run, TaskItem, TaskSetVersion, Tier
+from runs.roles import Permission, role_allows
+
+METRICS = (
+    ("pass_rate", "Pass rate"),
+    ("tokens_per_second", "Tokens/s"),
+    ("ttft_ms_p50", "TTFT p50 (ms)"),
+    ("latency_ms_p50", "Latency p50 (ms)"),
+    ("latency_ms_p95", "Latency p95 (ms)"),
+    ("peak_memory_mb", "Peak memory (MB)"),
+    ("acceptance_rate", "Acceptance rate"),
+)
+
+
+class TierEvaluateForm(forms.Form):
+    task_set_version = forms.ModelChoiceField(
+        queryset=TaskSetVersion.objects.none(), label="Task set version"
+    )
+    split = forms.ChoiceField(choices=TaskItem.Split.choices, initial=TaskItem.Split.HELDOUT)
+    run = forms.ModelChoiceField(
+        queryset=Run.objects.none(), required=False, help_text="Evaluate a run's policy instead of a path"
+    )
+    version = forms.IntegerField(
+        min_value=0, required=False, help_text="The run's policy version (default: newest)"
+    )
+    checkpoint = forms.CharField(
+        max_length=500, required=False, help_text="A local path or hub id; empty: the tier's base model"
+    )
+    compare = forms.ModelMultipleChoiceField(
+        queryset=Tier.objects.none(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Compare with tiers",
+    )
+    limit = forms.IntegerField(min_value=1, required=False, help_text="Only the split's first N items")
+
+    def __init__(self, *args, tier: Tier, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["task_set_version"].queryset = TaskSetVersion.objects.filter(
+            task_set__project_id=tier.project_id
+        ).select_related("task_set")
+        self.fields["run"].queryset = Run.objects.filter(project_id=tier.project_id).order_by("-created_at")
+        self.fields["compare"].queryset = Tier.objects.filter(project_id=tier.project_id).exclude(pk=tier.pk)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("checkpoint") and data.get("run"):
+            raise ValidationError("Give a checkpoint path or a run, not both.")
+        return data
+
+
+def evaluate_context(
+    user: AbstractBaseUser, tier: Tier, form: TierEvaluateForm | None = None
+) -> dict[str, Any]:
+    """What the tier page shows about evaluations: the form (for editors) and recent ones."""
+    role = selectors.role_of(user=user, project_id=tier.project_id)
+    return {
+        "evaluate_form": (form or TierEvaluateForm(tier=tier))
+        if role_allows(role, Permission.EDIT)
+        else None,
+        "evaluations": selectors.tier_evaluations_of(tier=tier, limit=20),
+    }
+
+
+@login_required
+@require_POST
+def tier_evaluate(request: HttpRequest, tier_id: int) -> HttpResponse:
+    tier = selectors.tier_for(user=request.user, tier_id=tier_id, permission=Permission.EDIT)
+    form = TierEvaluateForm(request.POST, tier=tier)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            evaluation = tier_evaluations.tier_evaluation_request(
+                tier=tier,
+                by=request.user,
+                task_set_version=data["task_set_version"],
+                split=data["split"],
+                compare=list(data["compare"]),
+                checkpoint=data["checkpoint"],
+                run=data["run"],
+                version=data["version"],
+                limit=data["limit"],
+            )
+        except ValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, "Evaluation queued; this page fills in as each tier finishes.")
+            return redirect("tier-evaluation-detail", evaluation_id=evaluation.pk)
+    from runs.views import _access
+
+    context = (
+        _access(request.user, tier.project) | {"tier": tier} | evaluate_context(request.user, tier, form)
+    )
+    return render(request, "runs/tier_detail.html", context, status=400)
+
+
+def chart_data(results: list[dict]) -> dict:
+    """The capability/speed chart's points and its Pareto front (sorted by speed)."""
+    points = [
+        {
+            "name": r.get("name"),
+            "pass_rate": r.get("pass_rate"),
+            "tokens_per_second": r.get("tokens_per_second"),
+            "pareto": bool(r.get("pareto")),
+        }
+        for r in results
+        if r.get("pass_rate") is not None and r.get("tokens_per_second") is not None
+    ]
+    front = sorted((p for p in points if p["pareto"]), key=lambda p: p["tokens_per_second"])
+    return {"points": points, "front": front}
+
+
+@login_required
+@require_GET
+def tier_evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResponse:
+    evaluation = selectors.tier_evaluation_for(user=request.user, evaluation_id=evaluation_id)
+    from runs.views import _access
+
+    results = evaluation.results or []
+    rows = [
+        {"label": label, "key": key, "values": [result.get(key) for result in results]}
+        for key, label in METRICS
+    ]
+    settings_rows = []
+    names = (
+        "precision",
+        "device",
+        "speculation",
+        "speculative_tokens",
+        "draft_model",
+        "batch_size",
+        "temperature",
+        "top_p",
+        "top_k",
+        "max_new_tokens",
+    )
+    for name in names:
+        values = [(result.get("settings") or {}).get(name) for result in results]
+        settings_rows.append({"label": name, "values": values, "differs": len({repr(v) for v in values}) > 1})
+    context = _access(request.user, evaluation.project) | {
+        "evaluation": evaluation,
+        "results": results,
+        "rows": rows,
+        "settings_rows": settings_rows,
+        "chart": chart_data(results),
+        "pending": [c.get("name") for c in evaluation.tier_configs[len(results) :]],
+    }
+    return render(request, "runs/tier_evaluation.html", context)

@@ -1,0 +1,372 @@
+// The live run page and the trajectory browser: Plotly charts fed by the run's websocket, live
+// status, events, alerts and new trajectories. Websocket messages are notifications: on every
+// (re)connect the page re-fetches over REST (metrics downsampled server-side, events ?since=),
+// so nothing is missed. Text from the server is inserted with textContent, never as HTML.
+(function () {
+  "use strict";
+
+  var configNode = document.getElementById("live-config");
+  if (!configNode) return;
+  var config = JSON.parse(configNode.textContent);
+
+  // Which metrics each chart shows. A chart with no series stays hidden (entropy, for one,
+  // is only there when the learner reports it).
+  var CHARTS = [
+    { id: "reward", title: "Reward (mean, min–max band, ± std)", match: function (n) { return n === "reward/mean"; } },
+    { id: "components", title: "Sub-rewards", match: function (n) { return /^reward\//.test(n) && !/^reward\/(mean|std|min|max)$/.test(n); } },
+    { id: "pass-rate", title: "Pass rate (train and held-out)", match: function (n) { return n === "train/pass_rate" || /^heldout\/pass_rate/.test(n) || n === "heldout/reward"; } },
+    { id: "kl", title: "KL", match: function (n) { return n === "learner/kl"; } },
+    { id: "entropy", title: "Entropy", match: function (n) { return n === "learner/entropy"; } },
+    { id: "loss", title: "Loss and clip fraction", match: function (n) { return n === "learner/loss" || n === "learner/clip_fraction"; } },
+    { id: "response-length", title: "Response length (tokens)", match: function (n) { return n === "episodes/response_tokens"; } },
+    { id: "errored", title: "Errored-episode rate", match: function (n) { return n === "episodes/errored_rate"; } },
+    { id: "staleness", title: "Staleness (policy versions)", match: function (n) { return n === "episodes/staleness"; } },
+    { id: "dropped", title: "Dropped episodes", match: function (n) { return /^dropped\//.test(n); } },
+    { id: "time", title: "Time split (s)", match: function (n) { return /^time\//.test(n); }, stacked: true },
+    { id: "throughput", title: "Tokens/s", match: function (n) { return n === "throughput/tokens_per_s"; } },
+  ];
+  var OTHER = { id: "other", title: "Other metrics", match: function () { return true; } };
+  var BAND = { "reward/min": true, "reward/max": true, "reward/std": true };
+
+  var series = {}; // name -> {x: [], y: []}
+  var lastEventId = config.last_event || 0;
+  var lastTrajectoryId = config.last_trajectory || 0;
+  var lastStep = null;
+  var dirty = {};
+  var drawScheduled = false;
+  var status = document.getElementById("live-status");
+
+  function setLive(state, text) {
+    if (!status) return;
+    status.dataset.state = state;
+    status.textContent = text;
+  }
+
+  function getJSON(url) {
+    return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } }).then(function (r) {
+      if (!r.ok) throw new Error("HTTP " + r.status);
+      return r.json();
+    });
+  }
+
+  // --- charts ---------------------------------------------------------------------------------
+
+  function chartFor(name) {
+    if (BAND[name]) return CHARTS[0];
+    for (var i = 0; i < CHARTS.length; i++) if (CHARTS[i].match(name)) return CHARTS[i];
+    return OTHER;
+  }
+
+  function chartNode(chart) {
+    var node = document.getElementById("chart-" + chart.id);
+    if (node) return node;
+    var container = document.getElementById("charts");
+    if (!container) return null;
+    node = document.createElement("div");
+    node.className = "chart";
+    node.id = "chart-" + chart.id;
+    node.dataset.points = "0";
+    // Keep the charts in their declared order.
+    var order = CHARTS.concat([OTHER]).map(function (c) { return c.id; });
+    var mine = order.indexOf(chart.id);
+    var before = null;
+    Array.prototype.forEach.call(container.children, function (child) {
+      if (!before && order.indexOf(child.id.replace("chart-", "")) > mine) before = child;
+    });
+    container.insertBefore(node, before);
+    var empty = document.getElementById("charts-empty");
+    if (empty) empty.hidden = true;
+    return node;
+  }
+
+  function traces(chart) {
+    var names = Object.keys(series).filter(function (n) { return chartFor(n) === chart; }).sort();
+    if (chart.id === "reward") {
+      var out = [];
+      if (series["reward/max"] && series["reward/min"]) {
+        out.push({ name: "max", x: series["reward/max"].x, y: series["reward/max"].y, mode: "lines", line: { width: 0.5, color: "#9db7e0" } });
+        out.push({ name: "min", x: series["reward/min"].x, y: series["reward/min"].y, mode: "lines", fill: "tonexty", fillcolor: "rgba(60,110,200,0.15)", line: { width: 0.5, color: "#9db7e0" } });
+      }
+      if (series["reward/mean"]) {
+        var std = {};
+        if (series["reward/std"]) series["reward/std"].x.forEach(function (step, i) { std[step] = series["reward/std"].y[i]; });
+        var mean = series["reward/mean"];
+        var trace = { name: "mean", x: mean.x, y: mean.y, mode: "lines", line: { color: "#1f4fa8" } };
+        if (series["reward/std"]) trace.error_y = { type: "data", array: mean.x.map(function (s) { return std[s] || 0; }), visible: true, thickness: 0.5, width: 0, color: "#7d9bd4" };
+        out.push(trace);
+      }
+      return out;
+    }
+    return names.map(function (n) {
+      var trace = { name: n, x: series[n].x, y: series[n].y, mode: "lines" };
+      if (chart.stacked) trace.stackgroup = "time";
+      return trace;
+    });
+  }
+
+  function draw(chart) {
+    var data = traces(chart);
+    if (!data.length || !window.Plotly) return;
+    var node = chartNode(chart);
+    if (!node) return;
+    var layout = {
+      title: { text: chart.title, font: { size: 13 } },
+      margin: { l: 45, r: 10, t: 30, b: 30 },
+      height: 240,
+      showlegend: data.length > 1,
+      legend: { font: { size: 10 } },
+      xaxis: { title: { text: "step" } },
+    };
+    window.Plotly.react(node, data, layout, { displaylogo: false, responsive: true });
+    var points = data.reduce(function (sum, t) { return sum + t.x.length; }, 0);
+    node.dataset.points = String(points);
+  }
+
+  function scheduleDraw(chart) {
+    dirty[chart.id] = chart;
+    if (drawScheduled) return;
+    drawScheduled = true;
+    // At most one redraw a frame whatever the message rate: the page stays responsive.
+    window.requestAnimationFrame(function () {
+      drawScheduled = false;
+      var charts = dirty;
+      dirty = {};
+      Object.keys(charts).forEach(function (id) { draw(charts[id]); });
+    });
+  }
+
+  function setStep(step) {
+    if (lastStep === null || step > lastStep) lastStep = step;
+    var node = document.getElementById("metric-step");
+    if (node) node.textContent = String(lastStep);
+    var learner = document.getElementById("learner-step");
+    if (learner && lastStep !== null) learner.textContent = String(lastStep);
+  }
+
+  function appendPoint(name, step, value) {
+    var s = series[name] || (series[name] = { x: [], y: [] });
+    var n = s.x.length;
+    if (n && s.x[n - 1] === step) s.y[n - 1] = value;
+    else if (!n || s.x[n - 1] < step) { s.x.push(step); s.y.push(value); }
+    else return; // an older step: the next re-fetch has it in place
+    if (s.x.length > 2 * config.max_points) needsRefetch();
+    scheduleDraw(chartFor(name));
+  }
+
+  var refetchTimer = null;
+  function needsRefetch() {
+    if (refetchTimer) return;
+    refetchTimer = window.setTimeout(function () { refetchTimer = null; loadMetrics(); }, 2000);
+  }
+
+  function loadMetrics() {
+    if (!config.metrics) return Promise.resolve();
+    return getJSON(config.metrics + "?max_points=" + config.max_points).then(function (body) {
+      var fresh = {};
+      body.metrics.forEach(function (m) {
+        fresh[m.name] = { x: m.points.map(function (p) { return p.step; }), y: m.points.map(function (p) { return p.value; }) };
+        if (m.points.length) setStep(m.points[m.points.length - 1].step);
+      });
+      // Points that arrived over the websocket while this request ran are kept.
+      Object.keys(series).forEach(function (name) {
+        var old = series[name], now = fresh[name];
+        if (!now) { fresh[name] = old; return; }
+        var last = now.x.length ? now.x[now.x.length - 1] : -1;
+        old.x.forEach(function (step, i) { if (step > last) { now.x.push(step); now.y.push(old.y[i]); } });
+      });
+      series = fresh;
+      CHARTS.concat([OTHER]).forEach(function (chart) { scheduleDraw(chart); });
+    });
+  }
+
+  // --- events, alerts, status -------------------------------------------------------------
+
+  function cell(text, className) {
+    var td = document.createElement("td");
+    if (className) td.className = className;
+    td.textContent = text;
+    return td;
+  }
+
+  function badge(text, className) {
+    var span = document.createElement("span");
+    span.className = "badge " + className;
+    span.textContent = text;
+    return span;
+  }
+
+  function addEvent(event) {
+    if (!event || !event.id || event.id <= lastEventId) return;
+    lastEventId = event.id;
+    var body = document.getElementById("events-body");
+    if (body) {
+      var table = document.getElementById("events");
+      if (table) table.hidden = false;
+      var empty = document.getElementById("events-empty");
+      if (empty) empty.hidden = true;
+      var row = document.createElement("tr");
+      row.dataset.event = String(event.id);
+      row.appendChild(cell(event.created_at ? event.created_at.replace("T", " ").slice(0, 19) : "now", "muted small"));
+      var level = document.createElement("td");
+      level.appendChild(badge(event.level, "level-" + event.level));
+      row.appendChild(level);
+      var message = cell(event.message + " ");
+      var kind = document.createElement("span");
+      kind.className = "muted small";
+      kind.textContent = event.kind;
+      message.appendChild(kind);
+      row.appendChild(message);
+      body.insertBefore(row, body.firstChild);
+    }
+    if (event.kind === "alert") addAlert(event);
+  }
+
+  function addAlert(event) {
+    var list = document.getElementById("alerts");
+    if (!list) return;
+    var item = document.createElement("li");
+    item.className = "alert";
+    item.dataset.event = String(event.id);
+    var monitor = (event.data && event.data.monitor) || "alert";
+    item.appendChild(badge(monitor, "level-warning"));
+    var text = document.createElement("span");
+    text.className = "alert-message";
+    text.textContent = " " + event.message;
+    item.appendChild(text);
+    list.insertBefore(item, list.firstChild);
+    var empty = document.getElementById("alerts-empty");
+    if (empty) empty.hidden = true;
+  }
+
+  function loadEvents(url) {
+    if (!config.events) return Promise.resolve();
+    return getJSON(url || config.events + "?since=" + lastEventId).then(function (page) {
+      page.results.forEach(addEvent);
+      if (page.next) return loadEvents(page.next);
+    });
+  }
+
+  function setStatus(value) {
+    var node = document.getElementById("run-status");
+    if (!node || !value) return;
+    node.textContent = value;
+    node.className = "badge status-" + value;
+  }
+
+  function loadDetail() {
+    if (!config.detail) return Promise.resolve();
+    return getJSON(config.detail).then(function (run) {
+      setStatus(run.status);
+      var version = document.getElementById("policy-version");
+      if (version) version.textContent = String(run.progress.policy_version);
+      var learner = document.getElementById("learner-step");
+      if (learner) learner.textContent = String(run.progress.learner_step);
+    });
+  }
+
+  // --- trajectories as they finish --------------------------------------------------------
+
+  function trajectoryRow(t) {
+    var row = document.createElement("tr");
+    row.dataset.trajectory = String(t.id);
+    row.className = "fresh";
+    var first = document.createElement("td");
+    var link = document.createElement("a");
+    link.href = config.trajectory_page.replace("{id}", String(t.id));
+    link.textContent = String(t.id);
+    first.appendChild(link);
+    row.appendChild(first);
+    var outcome = document.createElement("td");
+    outcome.appendChild(badge(t.outcome, "outcome-" + t.outcome));
+    row.appendChild(outcome);
+    row.appendChild(cell(t.reward === null ? "—" : String(t.reward), "num"));
+    row.appendChild(cell("v" + t.policy_version, "num"));
+    var item = document.createElement("td");
+    var code = document.createElement("code");
+    code.textContent = t.item_external_id;
+    item.appendChild(code);
+    row.appendChild(item);
+    row.appendChild(cell(t.learned_in_step === null ? "—" : String(t.learned_in_step), "num"));
+    return row;
+  }
+
+  function loadTrajectories() {
+    var body = document.getElementById("live-trajectories");
+    if (!body || !config.trajectories || config.filtered) return Promise.resolve();
+    var url = config.trajectories + "?run=" + config.run + "&after=" + lastTrajectoryId + "&limit=50";
+    return getJSON(url).then(function (page) {
+      var rows = page.results.slice().sort(function (a, b) { return a.id - b.id; });
+      rows.forEach(function (t) {
+        if (t.id <= lastTrajectoryId) return;
+        lastTrajectoryId = t.id;
+        body.insertBefore(trajectoryRow(t), body.firstChild);
+      });
+      var count = document.getElementById("new-trajectories");
+      if (count && rows.length) count.textContent = String(Number(count.textContent || "0") + rows.length);
+      var table = body.closest("table");
+      if (table && rows.length) table.hidden = false;
+    });
+  }
+
+  // --- the websocket ------------------------------------------------------------------------
+
+  var HANDLERS = {
+    metrics: function (p) {
+      setStep(p.step);
+      Object.keys(p.values).forEach(function (name) { appendPoint(name, p.step, p.values[name]); });
+    },
+    event: function (p) { addEvent({ id: p.id, kind: p.kind, level: p.level, message: p.message, data: p.data }); },
+    status: function (p) { setStatus(p.status); loadDetail().catch(function () {}); },
+    policy: function (p) {
+      var node = document.getElementById("policy-version");
+      if (node) node.textContent = String(p.version);
+    },
+    rollout: function () { loadTrajectories().catch(function () {}); },
+  };
+
+  function refetchAll() {
+    return Promise.all([
+      loadMetrics().catch(function () {}),
+      loadEvents().catch(function () {}),
+      loadDetail().catch(function () {}),
+      loadTrajectories().catch(function () {}),
+    ]);
+  }
+
+  var retries = 0;
+  function connect() {
+    var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    var socket;
+    try {
+      socket = new WebSocket(scheme + window.location.host + config.ws);
+    } catch (error) {
+      setLive("off", "live updates off");
+      return;
+    }
+    socket.onopen = function () {
+      retries = 0;
+      setLive("on", "live");
+      refetchAll(); // whatever was sent while away is in the record
+    };
+    socket.onmessage = function (message) {
+      var data;
+      try { data = JSON.parse(message.data); } catch (error) { return; }
+      var handler = HANDLERS[data.event];
+      if (handler) handler(data.payload || {});
+    };
+    socket.onclose = function (event) {
+      setLive("off", "live updates off");
+      if (event.code === 4401 || event.code === 4404 || retries >= 8) return;
+      retries += 1;
+      window.setTimeout(connect, Math.min(30000, 500 * Math.pow(2, retries)));
+    };
+  }
+
+  window.flywheelLive = { series: function () { return series; }, refetch: refetchAll };
+
+  document.addEventListener("DOMContentLoaded", function () {
+    if (document.getElementById("charts")) loadMetrics().catch(function () {});
+    if ("WebSocket" in window) connect();
+    else setLive("off", "live updates off");
+  });
+})();

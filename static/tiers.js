@@ -1,0 +1,47 @@
+// The capability/speed chart of a tier evaluation: pass rate against tokens/s, Pareto front joined.
+(function () {
+  "use strict";
+  function draw() {
+    const node = document.getElementById("tier-chart");
+    const source = document.getElementById("tier-chart-data");
+    if (!node || !source || typeof Plotly === "undefined") return;
+    const data = JSON.parse(source.textContent);
+    if (!data.points.length) return;
+    const others = data.points.filter((p) => !p.pareto);
+    const front = data.front;
+    const traces = [
+      {
+        x: others.map((p) => p.tokens_per_second),
+        y: others.map((p) => p.pass_rate),
+        text: others.map((p) => p.name),
+        mode: "markers+text",
+        textposition: "top center",
+        name: "tiers",
+        marker: { size: 10, color: "#9aa5b1" },
+      },
+      {
+        x: front.map((p) => p.tokens_per_second),
+        y: front.map((p) => p.pass_rate),
+        text: front.map((p) => p.name),
+        mode: "lines+markers+text",
+        textposition: "top center",
+        name: "Pareto front",
+        line: { color: "#d9480f", width: 2 },
+        marker: { size: 13, color: "#d9480f" },
+      },
+    ];
+    Plotly.newPlot(
+      node,
+      traces,
+      {
+        margin: { t: 20, r: 20, b: 50, l: 60 },
+        xaxis: { title: { text: "tokens / s" }, rangemode: "tozero" },
+        yaxis: { title: { text: "pass rate" }, range: [0, 1.05] },
+        legend: { orientation: "h" },
+      },
+      { displayModeBar: false, responsive: true }
+    );
+    node.dataset.points = String(data.points.length);
+  }
+  document.addEventListener("DOMContentLoaded", draw);
+})();

@@ -1,0 +1,198 @@
+"""Direct preference optimisation on `prompt` / `chosen` / `rejected` pairs (TRL's format).
+
+The loop, per step: take the step's pairs (epochs of seeded shuffles, a pure function of seed and
+step), score the chosen and the rejected completion of each under the policy and under the frozen
+reference (the starting policy), and minimise the sigmoid DPO loss
+
+    -log sigmoid(beta * ((log pi(chosen) - log ref(chosen)) - (log pi(rejected) - log ref(rejected))))
+
+where each log-prob is summed over the completion's tokens. `label_smoothing` > 0 is the
+conservative DPO of cDPO (the label is flipped with that probability). The loss is TRL's `sigmoid`
+for the same inputs (tests/test_workers_parity.py).
+
+Prompts are strings (a user message, rendered through the policy's chat template as rollouts and
+evaluation render it; `apply_chat_template=False` uses them as they are, as TRL does) or
+conversations (lists of messages, TRL's conversational format).
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+from workers.learners.common import (
+    Learner,
+    LearnerConfig,
+    Log,
+    SequenceBatch,
+    checkpoint_due,
+    checkpoint_resume,
+    checkpoint_save,
+    completion_render,
+    epoch_rows,
+    final_save,
+    learner_create,
+    metrics_line,
+    optimizer_step,
+    prompt_render,
+    reference_create,
+    sequence_logprob_sums,
+    text_batch,
+)
+
+PAIR_FIELDS = ("prompt", "chosen", "rejected")
+
+
+@dataclass
+class DPOConfig(LearnerConfig):
+    learning_rate: float = 5e-4
+    beta: float = 0.1  # strength of the pull towards the reference: small beta lets the policy move further
+    label_smoothing: float = 0.0  # cDPO: the assumed probability that a pair's label is flipped
+    batch_size: int = 8  # pairs per optimiser step (split over the accumulation micro-batches)
+    apply_chat_template: bool = True
+
+    def __post_init__(self) -> None:
+        if self.beta <= 0:
+            raise ValueError(f"beta must be positive; got {self.beta}")
+        if not 0 <= self.label_smoothing < 0.5:
+            raise ValueError(f"label_smoothing must be in [0, 0.5); got {self.label_smoothing}")
+
+
+@dataclass
+class DPOResult:
+    steps: int
+    seconds: float
+    history: list[dict] = field(default_factory=list)
+
+
+def dpo_pairs_check(pairs: list[dict]) -> list[dict]:
+    """The pairs, after checking that each has a prompt, a chosen and a rejected completion."""
+    for index, pair in enumerate(pairs):
+        missing = [name for name in PAIR_FIELDS if not pair.get(name)]
+        if missing:
+            raise ValueError(
+                f"pair {index} has no {', '.join(missing)}: every pair needs {', '.join(PAIR_FIELDS)}"
+            )
+    return pairs
+
+
+def dpo_loss(
+    chosen_logps: torch.Tensor,
+    rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    *,
+    beta: float = 0.1,
+    label_smoothing: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The mean sigmoid DPO loss over pairs (all inputs (B,), summed completion log-probs) and metrics.
+
+    >>> loss, metrics = dpo_loss(torch.tensor([-1.0]), torch.tensor([-3.0]), torch.tensor([-2.0]),
+    ...                          torch.tensor([-2.0]), beta=0.5)
+    >>> round(loss.item(), 4), metrics["reward_margin"], metrics["reward_accuracy"]
+    (0.3133, 1.0, 1.0)
+    """
+    chosen_rewards = beta * (chosen_logps - ref_chosen_logps)
+    rejected_rewards = beta * (rejected_logps - ref_rejected_logps)
+    logits = chosen_rewards - rejected_rewards
+    losses = -F.logsigmoid(logits) * (1 - label_smoothing) - F.logsigmoid(-logits) * label_smoothing
+    metrics = {
+        "reward_margin": float(logits.detach().mean()),
+        "reward_accuracy": float((logits.detach() > 0).float().mean()),
+        "logp_chosen": float(chosen_logps.detach().mean()),
+        "logp_rejected": float(rejected_logps.detach().mean()),
+    }
+    return losses.mean(), metrics
+
+
+def pair_batch(tokenizer, pairs: list[dict], *, apply_chat_template: bool = True) -> SequenceBatch:
+    """Chosen rows, then rejected rows, each prompt + completion + EOS (the DPO forward batch)."""
+    prompts = [
+        prompt_render(tokenizer, pair["prompt"]) if apply_chat_template else pair["prompt"] for pair in pairs
+    ]
+    completions = [completion_render(pair[name]) for name in ("chosen", "rejected") for pair in pairs]
+    return text_batch(tokenizer, prompts + prompts, completions)
+
+
+def pair_logps(model: torch.nn.Module, batch: SequenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(chosen, rejected) summed completion log-probs of a `pair_batch`."""
+    sums, _ = sequence_logprob_sums(model, batch)
+    return sums.chunk(2)
+
+
+def dpo_step(
+    learner: Learner,
+    reference: torch.nn.Module,
+    pairs: list[dict],
+    rows: list[int],
+    config: DPOConfig,
+) -> dict[str, float]:
+    """One optimiser step on `rows`, accumulated over micro-batches."""
+    accelerator, totals, count = learner.accelerator, {}, 0
+    for micro_rows in torch.tensor(rows).tensor_split(config.gradient_accumulation_steps):
+        with accelerator.accumulate(learner.model):
+            if len(micro_rows):
+                chosen = [pairs[row] for row in micro_rows.tolist()]
+                batch = pair_batch(
+                    learner.tokenizer, chosen, apply_chat_template=config.apply_chat_template
+                ).to(accelerator.device)
+                with torch.no_grad():
+                    ref_chosen, ref_rejected = pair_logps(reference, batch)
+                loss, metrics = dpo_loss(
+                    *pair_logps(learner.model, batch),
+                    ref_chosen,
+                    ref_rejected,
+                    beta=config.beta,
+                    label_smoothing=config.label_smoothing,
+                )
+                accelerator.backward(loss)
+                for name, value in {"loss": loss.item(), **metrics}.items():
+                    totals[name] = totals.get(name, 0.0) + value
+                count += 1
+            optimizer_step(learner, config.max_grad_norm)
+    return {name: value / max(1, count) for name, value in totals.items()}
+
+
+def train_dpo(config: DPOConfig, pairs: list[dict], *, log: Log = print) -> DPOResult:
+    """Optimise the policy's preferences on `pairs`, against a frozen reference; resumes if it can."""
+    pairs = dpo_pairs_check(pairs)
+    learner, _ = learner_create(config)
+    reference = reference_create(config, learner.accelerator)
+    if checkpoint_resume(learner, config):
+        log(f"resumed at step {learner.state.step} from {config.output_dir}")
+    result, started = DPOResult(steps=learner.state.step, seconds=0.0), time.monotonic()
+    learner.model.train()
+    while learner.state.step < config.steps:
+        step = learner.state.step
+        rows = epoch_rows(len(pairs), config.batch_size, config.seed, step)
+        metrics = dpo_step(learner, reference, pairs, rows, config)
+        learner.state.step += 1
+        result.history.append({"step": step, **metrics, "seconds": time.monotonic() - started})
+        if step % config.log_every == 0:
+            log(metrics_line(step, metrics))
+        if checkpoint_due(learner, config):
+            log(f"checkpoint {checkpoint_save(learner, config)}")
+    final_save(learner, config)
+    result.steps, result.seconds = learner.state.step, time.monotonic() - started
+    return result
+
+
+@torch.no_grad()
+def preference_margins(
+    model: torch.nn.Module,
+    tokenizer,
+    pairs: list[dict],
+    *,
+    apply_chat_template: bool = True,
+    batch_size: int = 32,
+) -> torch.Tensor:
+    """log p(chosen) - log p(rejected) under `model` for each pair (> 0: the model prefers chosen)."""
+    margins = []
+    for start in range(0, len(pairs), batch_size):
+        batch = pair_batch(
+            tokenizer, pairs[start : start + batch_size], apply_chat_template=apply_chat_template
+        )
+        chosen, rejected = pair_logps(model, batch.to(next(model.parameters()).device))
+        margins.append(chosen - rejected)
+    return torch.cat(margins)

@@ -1,0 +1,112 @@
+"""Supervised fine-tuning on reference solutions or reviewed trajectories, loss on completion tokens only.
+
+The loop, per step: take the step's rows (epochs of seeded shuffles, a pure function of seed and
+step), render each prompt as the policy sees it (its chat template), append the completion and the
+EOS token, and minimise the mean negative log-likelihood of the completion tokens; the prompt
+tokens are context, never targets. A step is `gradient_accumulation_steps` micro-batches.
+
+Examples are `{"prompt": ..., "completion": ...}` (TRL's prompt-completion format, strings or
+conversational messages); `sft_examples` also turns code task items into examples from their
+`reference_solution`.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from workers.learners.common import (
+    Learner,
+    LearnerConfig,
+    Log,
+    checkpoint_due,
+    checkpoint_resume,
+    checkpoint_save,
+    completion_logprobs,
+    completion_render,
+    epoch_rows,
+    final_save,
+    learner_create,
+    metrics_line,
+    optimizer_step,
+    prompt_render,
+    text_batch,
+)
+
+
+@dataclass
+class SFTConfig(LearnerConfig):
+    learning_rate: float = 1e-3
+    batch_size: int = 16  # examples per optimiser step (split over the accumulation micro-batches)
+
+
+@dataclass
+class SFTResult:
+    steps: int
+    seconds: float
+    history: list[dict] = field(default_factory=list)
+
+
+def sft_examples(records: list[dict]) -> list[dict]:
+    """Prompt / completion examples from task items (their reference solution) or reviewed pairs.
+
+    >>> sft_examples([{"prompt": "p", "reference_solution": "s"}, {"prompt": "q", "completion": "c"}])
+    [{'prompt': 'p', 'completion': 's'}, {'prompt': 'q', 'completion': 'c'}]
+    """
+    examples = []
+    for index, record in enumerate(records):
+        completion = record.get("completion", record.get("reference_solution"))
+        if not record.get("prompt") or not completion:
+            raise ValueError(
+                f"example {index} needs a `prompt` and a `completion` (or a task item's `reference_solution`)"
+            )
+        examples.append({"prompt": record["prompt"], "completion": completion})
+    return examples
+
+
+def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean negative log-likelihood over completion tokens (every token weighs the same), (B, T) in."""
+    return -(logprobs * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def sft_step(learner: Learner, examples: list[dict], rows: list[int], config: SFTConfig) -> dict[str, float]:
+    """One optimiser step on `rows`, accumulated over micro-batches."""
+    accelerator, losses = learner.accelerator, []
+    for micro_rows in torch.tensor(rows).tensor_split(config.gradient_accumulation_steps):
+        with accelerator.accumulate(learner.model):
+            if len(micro_rows):
+                chosen = [examples[row] for row in micro_rows.tolist()]
+                batch = text_batch(
+                    learner.tokenizer,
+                    [prompt_render(learner.tokenizer, example["prompt"]) for example in chosen],
+                    [completion_render(example["completion"]) for example in chosen],
+                ).to(accelerator.device)
+                loss = sft_loss(*completion_logprobs(learner.model, batch))
+                accelerator.backward(loss)
+                losses.append(loss.item())
+            optimizer_step(learner, config.max_grad_norm)
+    return {"loss": sum(losses) / max(1, len(losses)), "lr": learner.scheduler.get_last_lr()[0]}
+
+
+def train_sft(config: SFTConfig, examples: list[dict], *, log: Log = print) -> SFTResult:
+    """Fine-tune on prompt / completion examples (see `sft_examples`); resumes if it can."""
+    examples = sft_examples(examples)
+    learner, _ = learner_create(config)
+    if checkpoint_resume(learner, config):
+        log(f"resumed at step {learner.state.step} from {config.output_dir}")
+    result, started = SFTResult(steps=learner.state.step, seconds=0.0), time.monotonic()
+    learner.model.train()
+    while learner.state.step < config.steps:
+        step = learner.state.step
+        metrics = sft_step(
+            learner, examples, epoch_rows(len(examples), config.batch_size, config.seed, step), config
+        )
+        learner.state.step += 1
+        result.history.append({"step": step, **metrics, "seconds": time.monotonic() - started})
+        if step % config.log_every == 0:
+            log(metrics_line(step, metrics))
+        if checkpoint_due(learner, config):
+            log(f"checkpoint {checkpoint_save(learner, config)}")
+    final_save(learner, config)
+    result.steps, result.seconds = learner.state.step, time.monotonic() - started
+    return result
