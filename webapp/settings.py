@@ -134,6 +134,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # Worker processes in end-to-end tests must see the test database, so it lives on disk.
     DATABASES["default"]["TEST"] = {"NAME": str(FLYWHEEL_HOME / "test-db.sqlite3")}
+else:
+    # Named explicitly: a live server forked by the tests resolves the test database name again
+    # from the already-switched settings, and must not prefix "test_" a second time.
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}"}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
