@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -98,11 +99,17 @@ class Host:
             "--loglevel",
             "INFO",
         ]
-        process = self._start(argv)
-        for line in process.stdout:
-            if " ready." in line:
-                return process
-        raise AssertionError(f"worker {name} exited before it was ready")
+        log = Path(tempfile.mkdtemp(prefix="flywheel-worker-")) / "worker.log"
+        process = self._start(argv, log=log)
+        # The log goes to a file, never a pipe nobody reads: a full pipe would block the worker.
+        wait_until(
+            lambda: " ready." in log.read_text(errors="replace") or process.poll() is not None,
+            f"worker {name} to be ready",
+            timeout=120,
+        )
+        if process.poll() is not None:
+            raise AssertionError(f"worker {name} exited before it was ready:\n{log.read_text()[-2000:]}")
+        return process
 
     def beat(self, folder: Path) -> subprocess.Popen:
         argv = [
@@ -115,18 +122,19 @@ class Host:
             "--schedule",
             str(folder / "beat-schedule"),
         ]
-        return self._start(argv, quiet=True)
+        return self._start(argv, log=folder / "beat.log")
 
-    def _start(self, argv: list[str], quiet: bool = False) -> subprocess.Popen:
-        process = subprocess.Popen(
-            argv,
-            cwd=settings.BASE_DIR,
-            env=self.env,
-            text=True,
-            start_new_session=True,
-            stdout=subprocess.DEVNULL if quiet else subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
+    def _start(self, argv: list[str], log: Path) -> subprocess.Popen:
+        with open(log, "ab") as output:
+            process = subprocess.Popen(
+                argv,
+                cwd=settings.BASE_DIR,
+                env=self.env,
+                start_new_session=True,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         self.processes.append(process)
         return process
 

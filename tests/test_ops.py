@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from io import StringIO
 
@@ -62,6 +63,8 @@ def worker_name():
             break
     else:
         pytest.fail(f"the worker exited before it was ready (code {process.wait()})")
+    # Keep reading: a worker whose output pipe fills up blocks on its next log line.
+    threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()
     yield name
     os.killpg(process.pid, signal.SIGTERM)
     try:

@@ -42,7 +42,10 @@ def assert_learned_exactly_once(run: Run) -> None:
     live = Trajectory.objects.filter(run=run).exclude(outcome=Trajectory.Outcome.CANCELLED)
     for step in range(STEPS):
         episodes = live.filter(batch__step=step)
-        assert episodes.count() == BATCH * GROUP, f"step {step}"
+        batches = list(
+            RolloutBatch.objects.filter(run=run, step=step).values_list("index", "policy_version", "status")
+        )
+        assert episodes.count() == BATCH * GROUP, f"step {step}: batches {batches}"
         assert set(episodes.exclude(learned_in_step=None).values_list("learned_in_step", flat=True)) <= {step}
     cancelled = Trajectory.objects.filter(run=run, outcome=Trajectory.Outcome.CANCELLED)
     assert not cancelled.exclude(learned_in_step=None).exists()

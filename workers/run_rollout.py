@@ -144,6 +144,18 @@ def _generator(run: Run, batch: RolloutBatch):
     return torch.Generator().manual_seed(int(run.resolved["seed"]) * 1_000_003 + batch.index)
 
 
+def storable(value):
+    """Model output is untrusted text and may hold NUL characters, which PostgreSQL text and JSON
+    columns refuse; they are stored as U+FFFD. (Step payloads are compressed bytes: kept exact.)"""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, list):
+        return [storable(inner) for inner in value]
+    if isinstance(value, dict):
+        return {storable(key): storable(inner) for key, inner in value.items()}
+    return value
+
+
 @transaction.atomic
 def _store(batch, items, prompts, completions, grades, group_size, *, seconds: float) -> int:
     trajectories = [
@@ -155,10 +167,10 @@ def _store(batch, items, prompts, completions, grades, group_size, *, seconds: f
             policy_version=batch.policy_version,
             outcome=Trajectory.Outcome.ERRORED if result.errored else Trajectory.Outcome.SCORED,
             reward=None if result.errored else result.total,
-            components=result.components,
-            errors=[vars(error) for error in result.errors],
-            flags=[vars(flag) for flag in result.flags],
-            completion_text=completion.text,
+            components=storable(result.components),
+            errors=storable([vars(error) for error in result.errors]),
+            flags=storable([vars(flag) for flag in result.flags]),
+            completion_text=storable(completion.text),
             prompt_tokens=len(completion.prompt_token_ids),
             completion_tokens=len(completion.token_ids),
             step_count=1,
