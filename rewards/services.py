@@ -270,7 +270,7 @@ class DryRun:
     version: RewardRuleVersion
     pairs: list[ScoredPair]
     summary: ScoreSummary
-    components: list[str]  # every sub-reward name, in first-seen order, for table columns
+    components: list[str]  # every sub-reward name, sorted, for table columns
 
 
 def pair_samples(items: list[Any], samples: list[Any]) -> list[tuple[dict, dict]]:
@@ -354,6 +354,8 @@ def score_pairs(
     components: list[str] = []
     for pair in out:
         components += [name for name in pair.result["components"] if name not in components]
+    # Sorted: PostgreSQL's jsonb does not keep the order in which a rule lists its graders.
+    components.sort()
     return DryRun(version, out, summarize(out, components), components)
 
 
