@@ -106,6 +106,8 @@ def learner_main(run_id: int, log: Log = print) -> None:
     step = checkpoint_resume(learner, config)
     rollback_to(run, step)
     publish(run, step, learner)
+    if step == 0:
+        _evaluate_later(run.pk, 0)  # the starting point, so the chart shows the lift
     run = _mark_running(run)
     log(f"run {run.pk}: learner at step {step} (pid {os.getpid()})")
     while step < run.max_steps:
