@@ -6,7 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -99,16 +99,24 @@ class Host:
             "--loglevel",
             "INFO",
         ]
-        log = Path(tempfile.mkdtemp(prefix="flywheel-worker-")) / "worker.log"
-        process = self._start(argv, log=log)
-        # The log goes to a file, never a pipe nobody reads: a full pipe would block the worker.
-        wait_until(
-            lambda: " ready." in log.read_text(errors="replace") or process.poll() is not None,
-            f"worker {name} to be ready",
-            timeout=120,
+        process = subprocess.Popen(
+            argv,
+            cwd=settings.BASE_DIR,
+            env=self.env,
+            start_new_session=True,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
-        if process.poll() is not None:
-            raise AssertionError(f"worker {name} exited before it was ready:\n{log.read_text()[-2000:]}")
+        self.processes.append(process)
+        for line in process.stdout:
+            if " ready." in line:
+                break
+        else:
+            raise AssertionError(f"worker {name} exited before it was ready")
+        # Keep reading: a worker whose output pipe fills up blocks on its next log line.
+        threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()
         return process
 
     def beat(self, folder: Path) -> subprocess.Popen:
