@@ -146,12 +146,15 @@ class Host:
         self.processes.append(process)
         return process
 
-    def kill(self, sig: int = signal.SIGKILL) -> None:
+    def send(self, sig: int) -> None:
         for process in self.processes:
             try:
                 os.killpg(process.pid, sig)
             except ProcessLookupError:
                 pass
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        self.send(sig)
         for process in self.processes:
             process.wait(timeout=30)
         self.processes.clear()

@@ -68,6 +68,16 @@ def hosts():
         host.kill()
 
 
+def frozen_holding_a_batch(host: Host, run: Run) -> bool:
+    """Freeze the host, then look: a batch it holds cannot finish between the look and the kill,
+    however quick batches are. Thaws it again when it holds none."""
+    host.send(signal.SIGSTOP)
+    if RolloutBatch.objects.filter(run=run, step__gte=1, status=RolloutBatch.Status.RUNNING).exists():
+        return True
+    host.send(signal.SIGCONT)
+    return False
+
+
 def at_step(run: Run, step: int) -> bool:
     return Run.objects.get(pk=run.pk).learner_step >= step
 
@@ -90,10 +100,7 @@ def test_a_rollout_worker_killed_mid_batch_is_replaced_and_nothing_is_lost(tiny_
     learner_host.worker("learner")
     first_rollout_host.worker("rollout,eval")
     run = submit(demo_project(tiny_model))
-    wait_until(
-        lambda: RolloutBatch.objects.filter(run=run, step=2, status=RolloutBatch.Status.RUNNING).exists(),
-        "a rollout batch of step 2 in progress",
-    )
+    wait_until(lambda: frozen_holding_a_batch(first_rollout_host, run), "a batch of step 1+ in progress")
     first_rollout_host.kill()
     hosts().worker("rollout,eval")
     run = wait_for_terminal(run.pk)
