@@ -2,13 +2,24 @@
 
 Network `none`, read-only root, tmpfs workspace and /tmp, memory / CPU / PID limits, every
 capability dropped, no new privileges, a non-root uid of its own. The container is started once and
-reused across episodes: the server talks over the attached stdin/stdout, so an execution costs a
-fork inside, never a `docker exec`, and a reset restores the workspace in place.
+reused across episodes, so an execution costs a fork inside, never a `docker exec`, and a reset
+restores the workspace in place.
+
+The channel to the server: with a local engine (a unix:// address), a unix socket the host listens
+on in a per-sandbox directory mounted read-only into the container; messages then go straight from
+process to process. With a remote engine, the container's attached stdin/stdout, which the engine
+relays (a few times slower per message).
 """
 
+import shutil
+import socket
+import struct
+import tempfile
 import threading
+import time
+from pathlib import Path
 
-from .channel import DockerAttachTransport
+from .channel import DockerAttachTransport, PipeTransport, Transport
 from .config import SandboxSettings
 from .interface import InfrastructureError, SandboxSpec
 from .sandbox import SERVER_SOURCE, Sandbox
@@ -16,6 +27,9 @@ from .uids import UidLease, uid_claim
 
 LABEL = "org.flywheel.sandbox"
 SERVER_MEMORY_MB = 64  # the server itself and the page cache of a small workspace
+CONTROL_MOUNT = "/run/flywheel"
+CONNECT_TIMEOUT = 30.0
+PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _clients: dict[str, object] = {}
 _clients_lock = threading.Lock()
 
@@ -61,47 +75,112 @@ class DockerSandbox(Sandbox):
         self.image = spec.image or settings.image
         self.container = None
         self.lease: UidLease | None = None
+        self.control_dir: Path | None = None
 
-    def _launch(self) -> DockerAttachTransport:
+    def _launch(self) -> Transport:
         client = docker_client(self.settings.docker_host)
         docker_image_check(self.settings, self.image)
         self.lease = uid_claim(base=self.settings.uid_base, state_dir=self.settings.state_dir)
-        uid, limits = self.lease.uid, self.limits
-        tmpfs = f"rw,exec,nosuid,nodev,size={limits.workspace_mb}m,uid={uid},gid={uid}"
-        memory = (limits.memory_mb + 2 * limits.workspace_mb + SERVER_MEMORY_MB) << 20
+        local = self._engine_is_local()
+        listener = self._control_listen() if local else None
+        command = [self.settings.python, "-I", "-c", SERVER_SOURCE, "/workspace"]
+        if listener is not None:
+            command += ["--connect", f"{CONTROL_MOUNT}/ctl.sock"]
+        attach = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
         try:
-            self.container = client.containers.create(
-                self.image,
-                command=[self.settings.python, "-I", "-c", SERVER_SOURCE, "/workspace"],
-                user=f"{uid}:{uid}",
-                working_dir="/workspace",
-                environment={"PATH": "/usr/bin:/bin", "HOME": "/workspace", "LANG": "C.UTF-8"},
-                hostname="sandbox",
-                network_mode="none",
-                read_only=True,
-                tmpfs={"/workspace": tmpfs + ",mode=0755", "/tmp": tmpfs + ",mode=1777"},
-                mem_limit=memory,
-                memswap_limit=memory,
-                pids_limit=limits.max_processes + 8,
-                nano_cpus=int(limits.cpus * 1e9),
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                ipc_mode="private",
-                stdin_open=True,
-                detach=False,  # with stdin_open: StdinOnce, so the server sees EOF when we go
-                tty=False,
-                auto_remove=True,
-                labels={LABEL: "1"},
-            )
-            sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            options = self._container_options(local)
+            self.container = client.containers.create(self.image, command=command, **options)
+            sock = None if local else self.container.attach_socket(params=attach)
             self.container.start()
-        except InfrastructureError:
-            raise
         except Exception as exc:  # noqa: BLE001  (the engine's errors are many; all are machinery failures)
+            if listener is not None:
+                listener.close()
             raise InfrastructureError(
                 f"could not start a sandbox container from {self.image}: {exc}"
             ) from None
-        return DockerAttachTransport(getattr(sock, "_sock", sock))
+        if listener is None:
+            return DockerAttachTransport(getattr(sock, "_sock", sock))
+        connection = self._control_accept(listener)
+        return PipeTransport(connection, connection)
+
+    def _engine_is_local(self) -> bool:
+        """A local engine can mount a directory of ours, so the server can reach our socket."""
+        return self.settings.docker_host.startswith("unix://")
+
+    def _container_options(self, local: bool) -> dict:
+        uid, limits = self.lease.uid, self.limits
+        tmpfs = f"rw,exec,nosuid,nodev,size={limits.workspace_mb}m,uid={uid},gid={uid}"
+        memory = (limits.memory_mb + 2 * limits.workspace_mb + SERVER_MEMORY_MB) << 20
+        options = {
+            "user": f"{uid}:{uid}",
+            "working_dir": "/workspace",
+            "environment": {"PATH": "/usr/bin:/bin", "HOME": "/workspace", "LANG": "C.UTF-8"},
+            "hostname": "sandbox",
+            "network_mode": "none",
+            "read_only": True,
+            "tmpfs": {"/workspace": tmpfs + ",mode=0755", "/tmp": tmpfs + ",mode=1777"},
+            "mem_limit": memory,
+            "memswap_limit": memory,
+            "pids_limit": limits.max_processes + 8,
+            "nano_cpus": int(limits.cpus * 1e9),
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "ipc_mode": "private",
+            "tty": False,
+            "auto_remove": True,
+            "labels": {LABEL: "1"},
+        }
+        if local:
+            options["volumes"] = {str(self.control_dir): {"bind": CONTROL_MOUNT, "mode": "ro"}}
+        else:  # with stdin_open and detach=False, StdinOnce: the server sees EOF when we go
+            options |= {"stdin_open": True, "detach": False}
+        return options
+
+    def _control_listen(self) -> socket.socket:
+        Path(self.settings.state_dir).mkdir(parents=True, exist_ok=True)
+        self.control_dir = Path(tempfile.mkdtemp(prefix="docker-", dir=self.settings.state_dir))
+        self.control_dir.chmod(0o755)  # the container's uid must reach the socket; who connects is checked
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(self.control_dir / "ctl.sock"))
+        (self.control_dir / "ctl.sock").chmod(0o666)
+        listener.listen(4)
+        return listener
+
+    def _control_accept(self, listener: socket.socket) -> socket.socket:
+        """The server's connection, and only its: the peer must run as this sandbox's uid. Waits
+        in short slices so that a container that dies at start fails fast, with its output."""
+        deadline = time.monotonic() + CONNECT_TIMEOUT
+        listener.settimeout(0.2)
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    connection, _ = listener.accept()
+                except TimeoutError:
+                    self._startup_check()
+                    continue
+                _, peer_uid, _ = PEERCRED.unpack(
+                    connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
+                )
+                if peer_uid == self.lease.uid:
+                    connection.setblocking(True)
+                    return connection
+                connection.close()
+            raise InfrastructureError(f"the sandbox server did not connect within {CONNECT_TIMEOUT:.0f}s")
+        finally:
+            listener.close()
+
+    def _startup_check(self) -> None:
+        try:
+            self.container.reload()
+            status, logs = self.container.status, self.container.logs(tail=20)
+        except Exception:  # noqa: BLE001  (gone already: auto_remove after it exited)
+            status, logs = "removed", b""
+        if status in ("exited", "dead", "removed"):
+            tail = logs.decode(errors="replace").strip()
+            raise InfrastructureError(
+                f"sandbox container from {self.image} {status} before its server connected"
+                + (f": {tail}" if tail else "")
+            )
 
     def _terminate(self) -> None:
         if self.container is not None:
@@ -113,6 +192,9 @@ class DockerSandbox(Sandbox):
         if self.lease is not None:
             self.lease.release()
             self.lease = None
+        if self.control_dir is not None:
+            shutil.rmtree(self.control_dir, ignore_errors=True)
+            self.control_dir = None
 
 
 def docker_sweep(settings: SandboxSettings) -> int:

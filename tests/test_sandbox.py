@@ -2,14 +2,33 @@
 # ruff: noqa: F811
 """The sandbox interface on every backend: execution, files, reset, per-test results, the pool."""
 
+import os
+import shutil
 import signal
+import socket
+import tempfile
+from dataclasses import replace
+from pathlib import Path
 
 import psutil
 import pytest
-from sandbox_fixtures import LIMITS, SOLUTION_TESTS, backend, make_spec, neighbour, pool, sandbox  # noqa: F401
+from sandbox_fixtures import (  # noqa: F401
+    LIMITS,
+    SOLUTION_TESTS,
+    backend,
+    backend_ready,
+    make_spec,
+    neighbour,
+    pool,
+    sandbox,
+)
 
+from sandboxes.backend_docker import DockerSandbox
+from sandboxes.channel import DockerAttachTransport
+from sandboxes.config import sandbox_settings
 from sandboxes.interface import InfrastructureError, Outcome, SandboxPathError, SandboxSpec, StopReason
 from sandboxes.pool import SandboxPool
+from sandboxes.uids import uid_claim
 
 
 def test_exec_runs_a_shell_command_and_reports_how_it_ended(sandbox):
@@ -205,3 +224,63 @@ def test_a_missing_image_is_an_infrastructure_error_naming_the_fix(backend):
         assert pool.stats() == {"live": 0, "busy": 0, "idle": 0, "replaced": 0}
     finally:
         pool.close()
+
+
+def docker_sandbox(state_dir: Path) -> DockerSandbox:
+    backend_ready("docker")
+    return DockerSandbox(make_spec("docker"), replace(sandbox_settings(), state_dir=str(state_dir)))
+
+
+@pytest.fixture
+def state_dir():
+    """A sandbox state directory that the sandboxes' uids can traverse, as the real one is."""
+    path = Path(tempfile.mkdtemp(prefix="flywheel-test-sandboxes-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_remote_docker_engine_is_reached_through_the_attached_stream(state_dir, monkeypatch):
+    monkeypatch.setattr(DockerSandbox, "_engine_is_local", lambda self: False)
+    sandbox = docker_sandbox(state_dir).start()
+    try:
+        assert isinstance(sandbox.channel.transport, DockerAttachTransport)
+        sandbox.write_file("solution.py", "def add(a, b):\n    return a + b if a != 2 else 5\n")
+        run = sandbox.run_tests("test_solution.py")
+        assert run.outcomes() == {"line 3": Outcome.PASS, "line 4": Outcome.FAIL}
+    finally:
+        sandbox.close()
+    assert not any(state_dir.glob("docker-*"))
+
+
+def test_the_docker_control_socket_accepts_only_the_sandbox_uid(state_dir):
+    sandbox = docker_sandbox(state_dir)
+    sandbox.lease = uid_claim(base=sandbox.settings.uid_base, state_dir=str(state_dir))
+    listener = sandbox._control_listen()
+    path = str(sandbox.control_dir / "ctl.sock")
+    impostor = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    impostor.connect(path)  # this test's own uid, not the sandbox's
+    connected, told = os.pipe()
+    child = os.fork()
+    if child == 0:  # the sandbox's uid, as the server in the container would be
+        status = 1
+        try:
+            os.setgid(sandbox.lease.uid)
+            os.setuid(sandbox.lease.uid)
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.connect(path)
+            server.sendall(b"ready")
+            status = 0
+        finally:
+            os.write(told, b"x")
+            os._exit(status)
+    try:
+        os.read(connected, 1)  # both connections now wait in the listener's backlog
+        _, status = os.waitpid(child, 0)
+        assert status == 0
+        connection = sandbox._control_accept(listener)
+        assert connection.recv(5) == b"ready"
+        assert impostor.recv(1) == b""  # refused: closed without a word
+    finally:
+        sandbox.close()
+    assert not any(state_dir.glob("docker-*"))
