@@ -38,7 +38,7 @@ from workers.generation import Completion
 from workers.learners.common import checkpoint_resume, checkpoint_save, learner_create, reference_create
 from workers.learners.grpo import GRPOConfig, grpo_batch, learn_on_batch, learnable, step_items
 from workers.rollout import Trajectory as Episode
-from workers.run_rollout import item_dicts, lease
+from workers.run_rollout import item_dicts, lease, rollout_batches_expire
 from workers.run_store import learner_dir, policies_discard_after, policy_dir, policy_publish
 
 logger = logging.getLogger(__name__)
@@ -286,12 +286,13 @@ def wait_for_step(run: Run, step: int, config: GRPOConfig) -> tuple[list[Episode
         statuses = list(batches.values_list("status", flat=True))
         rows = _learnable_rows(run, step, config)
         groups = _complete_groups(rows, config.group_size)
-        all_done = statuses and all(status == RolloutBatch.Status.DONE for status in statuses)
+        ended = (RolloutBatch.Status.DONE, RolloutBatch.Status.FAILED)
+        all_done = statuses and all(status in ended for status in statuses)
         deadline = batches.order_by("deadline_at").values_list("deadline_at", flat=True).first()
         if all_done or (groups and deadline and timezone.now() > deadline):
             chosen = [row for group in groups for row in group]
             if not all_done:
-                late = len(statuses) - statuses.count(RolloutBatch.Status.DONE)
+                late = len(statuses) - sum(status in ended for status in statuses)
                 run_event(
                     run,
                     "straggler",
@@ -308,7 +309,9 @@ def wait_for_step(run: Run, step: int, config: GRPOConfig) -> tuple[list[Episode
 
 def _resend_stuck(batches) -> None:
     """Messages can be lost (a broker restart without persistence) and workers can die: send
-    again what is still pending or whose lease ran out; the claim makes duplicates harmless."""
+    again what is still pending or whose lease ran out; the claim makes duplicates harmless.
+    A batch whose worker died on every attempt is ended, its episodes errored."""
+    rollout_batches_expire(batches)
     expired = timezone.now() - lease()
     stuck = batches.filter(
         Q(status=RolloutBatch.Status.PENDING) | Q(status=RolloutBatch.Status.RUNNING, claimed_at__lt=expired)
@@ -337,7 +340,11 @@ def _complete_groups(rows: list[Trajectory], group_size: int) -> list[list[Traje
 
 
 def _episode(row: Trajectory) -> Episode:
-    data = TrajectoryStep.objects.get(trajectory=row, index=0).data()
+    step = TrajectoryStep.objects.filter(trajectory=row, index=0).first()
+    if step is None:  # errored before it produced anything (its rollout batch failed)
+        nothing = Completion(text="", token_ids=[], logprobs=[], finish_reason="error")
+        return Episode(row.item_id, nothing, None, row.outcome, row.policy_version, passed=False)
+    data = step.data()
     completion = Completion(
         text=data["completion"],
         token_ids=data["token_ids"],

@@ -85,10 +85,20 @@ def item_dicts(item_ids: list[int]) -> list[dict]:
 
 
 def rollout_batch_run(batch_id: int) -> int:
-    """Generate, score and store the batch's episodes; returns how many were stored."""
+    """Generate, score and store the batch's episodes; returns how many were stored. A failure
+    puts the batch back for another attempt; after the last one its episodes are errored."""
     batch = rollout_batch_claim(batch_id)
     if batch is None:  # done, taken by a live worker, or its run stopped: a redelivery
         return 0
+    try:
+        return _rollout(batch)
+    except Exception as exc:  # noqa: BLE001 - whatever broke, the batch must not stay claimed
+        logger.exception("rollout batch %s failed", batch.pk)
+        rollout_batch_fail(batch, f"{type(exc).__name__}: {exc}")
+        return 0
+
+
+def _rollout(batch: RolloutBatch) -> int:
     run = batch.run
     items = item_dicts(batch.item_ids)
     group_size = int(run.resolved["group_size"])
@@ -113,6 +123,71 @@ def rollout_batch_run(batch_id: int) -> int:
     )
     events.run_event(run.pk, "rollout", {"batch": batch.index, "step": batch.step, "episodes": stored})
     return stored
+
+
+def rollout_batch_fail(batch: RolloutBatch, why: str) -> None:
+    """Give the batch back for another attempt, or, after the last, end it: every episode it
+    has not stored yet is stored as errored (masked from learning), so its step can close."""
+    from runs.lifecycle import run_event
+
+    if batch.attempts < MAX_ATTEMPTS:
+        released = RolloutBatch.objects.filter(
+            pk=batch.pk, status=RolloutBatch.Status.RUNNING, attempts=batch.attempts
+        ).update(status=RolloutBatch.Status.PENDING, error=why[:2000])
+        if released:
+            run_event(
+                batch.run,
+                "rollout",
+                f"rollout batch {batch.index} (step {batch.step}) failed, attempt {batch.attempts} of "
+                f"{MAX_ATTEMPTS}; it will be tried again: {why}",
+                level="warning",
+            )
+        return
+    with transaction.atomic():
+        ended = RolloutBatch.objects.filter(
+            pk=batch.pk, status=RolloutBatch.Status.RUNNING, attempts=batch.attempts
+        ).update(status=RolloutBatch.Status.FAILED, error=why[:2000], finished_at=timezone.now())
+        if not ended:
+            return
+        group_size = int(batch.run.resolved["group_size"])
+        error = {"grader": "", "kind": "rollout_failed", "message": why[:2000]}
+        Trajectory.objects.bulk_create(
+            [
+                Trajectory(
+                    run_id=batch.run_id,
+                    batch=batch,
+                    item_id=item_id,
+                    sample_index=sample,
+                    policy_version=batch.policy_version,
+                    outcome=Trajectory.Outcome.ERRORED,
+                    errors=[error],
+                    step_count=0,
+                )
+                for item_id in batch.item_ids
+                for sample in range(group_size)
+            ],
+            ignore_conflicts=True,  # episodes an earlier attempt stored stay as they were
+        )
+        run_event(
+            batch.run,
+            "rollout",
+            f"rollout batch {batch.index} (step {batch.step}) failed {MAX_ATTEMPTS} times; its episodes "
+            f"are recorded as errored and masked from learning: {why}",
+            level="error",
+        )
+
+
+def rollout_batches_expire(batches) -> int:
+    """Batches whose worker stopped answering on every attempt can never be claimed again: end
+    them as failed. Returns how many."""
+    expired = batches.filter(
+        status=RolloutBatch.Status.RUNNING,
+        claimed_at__lt=timezone.now() - lease(),
+        attempts__gte=MAX_ATTEMPTS,
+    ).select_related("run")
+    for batch in expired:
+        rollout_batch_fail(batch, f"its worker stopped answering on each of {MAX_ATTEMPTS} attempts")
+    return len(expired)
 
 
 @lru_cache(maxsize=4)

@@ -144,6 +144,7 @@ class RolloutBatch(models.Model):
         PENDING = "pending"
         RUNNING = "running"
         DONE = "done"
+        FAILED = "failed"  # every attempt failed: its episodes are recorded as errored
         CANCELLED = "cancelled"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rollout_batches")
@@ -159,6 +160,7 @@ class RolloutBatch(models.Model):
         null=True, blank=True, help_text="Episodes still running then are cut off"
     )
     finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, help_text="Why the last attempt failed")
     generate_seconds = models.FloatField(default=0.0)
     score_seconds = models.FloatField(default=0.0)
     created_at = models.DateTimeField(default=timezone.now)
