@@ -7,6 +7,7 @@ a caller does goes through the server's channel, so both behave the same way.
 import ast
 import json
 import secrets
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +28,21 @@ from .interface import (
 )
 
 SERVER_SOURCE = (Path(__file__).parent / "runtime" / "server.py").read_text()
+_cpu_lock = threading.Lock()
+_cpu_seconds = 0.0
+
+
+def sandbox_cpu_seconds() -> float:
+    """CPU-seconds that code has used in this process's sandboxes so far: read it before and after
+    some work to charge that work (run budgets count sandbox CPU, not wall time)."""
+    with _cpu_lock:
+        return _cpu_seconds
+
+
+def _cpu_charge(seconds: float) -> None:
+    global _cpu_seconds
+    with _cpu_lock:
+        _cpu_seconds += seconds
 START_TIMEOUT = 30.0
 OP_TIMEOUT = 10.0
 EXEC_GRACE = 5.0  # beyond the execution's own deadline, for killing and reaping
@@ -214,6 +230,7 @@ class Sandbox:
             },
         }
         reply, _ = self._call(head, stdin, timeout=wall + EXEC_GRACE)
+        _cpu_charge(float(reply.get("cpu_seconds") or 0.0))
         return reply
 
 

@@ -2,6 +2,8 @@
 workers (a learner host and a rollout/eval host, as separate machines would be), a real learner
 process, real sandboxes and the tiny model; metrics, trajectories and checkpoints are recorded."""
 
+import json
+
 import pytest
 
 from runs.models import Checkpoint, MetricPoint, Run, Trajectory
@@ -52,6 +54,57 @@ def test_a_run_submitted_over_rest_trains_through_real_workers_and_succeeds(tiny
         2,
         3,
     ]
+    wait_until(
+        lambda: MetricPoint.objects.filter(run=run, name="heldout/pass_rate", step=steps).exists(),
+        "the final held-out evaluation on the eval queue",
+        timeout=60,
+    )
+
+
+def with_preference_pairs(setup: dict) -> dict:
+    """The demo items as DPO wants them: the reference solution chosen over an off-by-one one."""
+    from runs import services
+
+    items = []
+    for item in setup["version"].items.order_by("position"):
+        data = item.data | {"id": item.external_id, "kind": item.kind, "split": item.split}
+        wrong = data["reference_solution"].replace("return ", "return 1 + ", 1)
+        data["metadata"] = data.get("metadata", {}) | {
+            "chosen": data["reference_solution"],
+            "rejected": wrong,
+        }
+        items.append(data)
+    lines = [(json.dumps(item) + "\n").encode() for item in items]
+    task_set = setup["version"].task_set
+    result = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=setup["owner"])
+    return setup | {"version": result.version}
+
+
+@pytest.mark.parametrize("method", ["sft", "dpo"])
+def test_sft_and_dpo_runs_train_on_the_task_set_through_the_learner_and_succeed(tiny_model, hosts, method):
+    setup = demo_project(tiny_model)
+    if method == "dpo":
+        setup = with_preference_pairs(setup)
+    steps = 3
+    body = run_body(setup, steps=steps) | {
+        "method": method,
+        "hyperparameters": {
+            "batch_size": 4,
+            "epochs": 10,
+            "checkpoint_every": 2,
+            "eval_every": 3,
+            "eval_items": 4,
+        },
+    }
+    response = api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json")
+    assert response.status_code == 201, response.json()
+    run = wait_for_terminal(response.json()["id"])
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    assert (run.learner_step, run.policy_version) == (steps, steps)
+    assert not Trajectory.objects.filter(run=run).exists()  # offline: nothing was rolled out
+    assert sorted(Checkpoint.objects.filter(run=run).values_list("step", flat=True)) == [2, 3]
+    losses = MetricPoint.objects.filter(run=run, name="learner/loss").order_by("step")
+    assert list(losses.values_list("step", flat=True)) == [1, 2, 3]
     wait_until(
         lambda: MetricPoint.objects.filter(run=run, name="heldout/pass_rate", step=steps).exists(),
         "the final held-out evaluation on the eval queue",

@@ -7,7 +7,7 @@ learner masks it. Identical completions of the same item are graded once per bat
 sharpened a policy most of a group is the same text).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -28,6 +28,12 @@ class Trajectory:
     outcome: str  # "scored" or "errored"
     policy_version: int
     passed: bool  # every test passed
+    turns: list[Completion] = field(default_factory=list)  # a multi-step episode's actions, in order
+
+    @property
+    def completions(self) -> list[Completion]:
+        """What the policy generated in this episode: every turn's action, or the one completion."""
+        return self.turns or [self.completion]
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ version's step; a redelivery finds them written and does nothing.
 from collections import defaultdict
 from statistics import fmean
 
+from rewards.engine import ScoreResult
 from runs.models import MetricPoint, Run
+from workers.agent import context_fits, episodes_play
 from workers.policy import PolicyLoadError, policy_load
 from workers.run_learner import held_out_items, metrics_write
 from workers.run_rollout import grade, run_judge, tier_settings
@@ -24,6 +26,29 @@ def item_family(item: dict) -> str:
     return str((item.get("metadata") or {}).get("family") or item["kind"])
 
 
+def held_out_grades(run: Run, policy, items: list[dict], settings) -> list[ScoreResult]:
+    """Each item's grade: short items from one completion, agent items from a played episode."""
+    spec, judge = run.reward_rule_version.spec, run_judge(run.pk)
+    results: dict[int, ScoreResult] = {}
+    short = [index for index, item in enumerate(items) if item["kind"] != "agent"]
+    if short:
+        prompts = [policy.prompt_text(items[index]["prompt"]) for index in short]
+        texts = [completion.text for completion in tier_generate(policy, prompts, settings)]
+        results |= dict(zip(short, grade(spec, [items[i] for i in short], texts, judge=judge), strict=True))
+    agents = [index for index, item in enumerate(items) if item["kind"] == "agent"]
+    if agents:
+        episodes = episodes_play(
+            [items[index] for index in agents],
+            lambda prompts: tier_generate(policy, prompts, settings),
+            rule=spec,
+            prompt_text=policy.prompt_text,
+            fits=context_fits(policy, settings.max_new_tokens),
+            judge=judge,
+        )
+        results |= {index: episode.grade for index, episode in zip(agents, episodes, strict=True)}
+    return [results[index] for index in range(len(items))]
+
+
 def policy_evaluate(run_id: int, version: int) -> dict[str, float] | None:
     run = Run.objects.select_related("task_set_version", "reward_rule_version").filter(pk=run_id).first()
     if run is None or MetricPoint.objects.filter(run=run, name=PASS_RATE, step=version).exists():
@@ -35,9 +60,7 @@ def policy_evaluate(run_id: int, version: int) -> dict[str, float] | None:
     except PolicyLoadError:  # rolled back by a resume: that version no longer exists
         return None
     items = held_out_items(run)
-    prompts = [policy.prompt_text(item["prompt"]) for item in items]
-    texts = [completion.text for completion in tier_generate(policy, prompts, settings)]
-    results = grade(run.reward_rule_version.spec, items, texts, judge=run_judge(run.pk))
+    results = held_out_grades(run, policy, items, settings)
     threshold = float(run.resolved.get("pass_threshold", 1.0))
     passed: dict[str, list[bool]] = defaultdict(list)
     rewards = []

@@ -107,12 +107,12 @@ def learner_main(run_id: int, log: Log = print) -> None:
     rollback_to(run, step)
     publish(run, step, learner)
     if step == 0:
-        _evaluate_later(run.pk, 0)  # the starting point, so the chart shows the lift
-    run = _mark_running(run)
+        evaluate_later(run.pk, 0)  # the starting point, so the chart shows the lift
+    run = mark_running(run)
     log(f"run {run.pk}: learner at step {step} (pid {os.getpid()})")
     while step < run.max_steps:
         try:
-            _check_status(run)
+            status_check(run)
             if (reason := budget_spent(run)) is not None:
                 break
             dispatch(run, step, config, items)
@@ -120,7 +120,7 @@ def learner_main(run_id: int, log: Log = print) -> None:
             episodes, rows = wait_for_step(run, step, config)
             wait_seconds = time.monotonic() - waited
         except StopRequestedError as stop:
-            _stop(run, learner, config, step, str(stop))
+            stop_at(run, learner, config, step, str(stop))
             return
         learned = time.monotonic()
         keep, advantages, dropped = learnable(episodes, config.group_size, config, version=step)
@@ -137,7 +137,7 @@ def learner_main(run_id: int, log: Log = print) -> None:
         if step % config.checkpoint_every == 0 or step == run.max_steps:
             checkpoint(run, learner, config, step)
         if step % int(run.resolved["eval_every"]) == 0 or step == run.max_steps:
-            _evaluate_later(run.pk, step)
+            evaluate_later(run.pk, step)
         log(f"run {run.pk}: step {step} learned {len(keep)} episodes {metrics}")
     else:
         reason = None
@@ -148,7 +148,7 @@ def learner_main(run_id: int, log: Log = print) -> None:
     run_final_evaluate(run.pk)  # the final checkpoint under every tier of the project, on the eval queue
 
 
-def _mark_running(run: Run) -> Run:
+def mark_running(run: Run) -> Run:
     fields = {
         "learner_pid": os.getpid(),
         "learner_host": socket.gethostname(),
@@ -164,7 +164,7 @@ def _mark_running(run: Run) -> Run:
         return run
 
 
-def _check_status(run: Run) -> None:
+def status_check(run: Run) -> None:
     Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
     status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).get()
     if status in (S.PAUSING, S.CANCELLING):
@@ -180,7 +180,7 @@ def _cancel_pending(run: Run) -> None:
     )
 
 
-def _stop(run: Run, learner, config: GRPOConfig, step: int, why: str) -> None:
+def stop_at(run: Run, learner, config: GRPOConfig, step: int, why: str) -> None:
     _cancel_pending(run)
     if why == S.PAUSING:
         checkpoint(run, learner, config, step)
@@ -231,6 +231,21 @@ def chunks_per_step(items_per_step: int) -> int:
     return max(1, min(settings.FLYWHEEL_ROLLOUT_CONCURRENCY, items_per_step))
 
 
+def batch_parts(items: list[dict]) -> list[list[int]]:
+    """A step's items as rollout batches for parallel workers. Agent items get batches of their
+    own, so short episodes never wait behind long ones: their batches finish and count at once.
+
+    >>> batch_parts([{"pk": n, "kind": "agent" if n > 3 else "answer"} for n in range(6)])
+    [[0, 2], [1, 3], [4], [5]]
+    """
+    parts = []
+    for agents in (False, True):
+        ids = [item["pk"] for item in items if (item["kind"] == "agent") == agents]
+        count = chunks_per_step(len(ids)) if ids else 0
+        parts += [ids[part::count] for part in range(count)]
+    return parts
+
+
 def dispatch(run: Run, step: int, config: GRPOConfig, items: list[dict]) -> None:
     """Make sure steps step .. step+k have live batches, sampled by the newest version (= step)."""
     created = []
@@ -241,18 +256,16 @@ def dispatch(run: Run, step: int, config: GRPOConfig, items: list[dict]) -> None
             .exists()
         ):
             continue
-        chosen = [item["pk"] for item in step_items(items, config, future)]
-        parts = chunks_per_step(len(chosen))
         base = RolloutBatch.objects.filter(run=run).count()
         deadline = timezone.now() + timedelta(seconds=float(run.resolved["episode_deadline_seconds"]))
-        for part in range(parts):
+        for part, item_ids in enumerate(batch_parts(step_items(items, config, future))):
             created.append(
                 RolloutBatch.objects.create(
                     run=run,
                     index=base + part,
                     step=future,
                     policy_version=step,
-                    item_ids=chosen[part::parts],
+                    item_ids=item_ids,
                     deadline_at=deadline,
                 ).pk
             )
@@ -279,7 +292,7 @@ def wait_for_step(run: Run, step: int, config: GRPOConfig) -> tuple[list[Episode
     """Block until step's batches are done, or its deadline passed with some complete groups."""
     resent_at = time.monotonic()
     while True:
-        _check_status(run)
+        status_check(run)
         batches = RolloutBatch.objects.filter(run=run, step=step).exclude(
             status=RolloutBatch.Status.CANCELLED
         )
@@ -300,7 +313,7 @@ def wait_for_step(run: Run, step: int, config: GRPOConfig) -> tuple[list[Episode
                     f"{late} late batches are recorded when they finish, not learned from",
                     level="warning",
                 )
-            return [_episode(row) for row in chosen], chosen
+            return _episodes(chosen), chosen
         if time.monotonic() - resent_at > settings.FLYWHEEL_ROLLOUT_RESEND_SECONDS:
             _resend_stuck(batches)
             resent_at = time.monotonic()
@@ -339,26 +352,35 @@ def _complete_groups(rows: list[Trajectory], group_size: int) -> list[list[Traje
     return [group for group in groups.values() if len(group) == group_size]
 
 
-def _episode(row: Trajectory) -> Episode:
-    step = TrajectoryStep.objects.filter(trajectory=row, index=0).first()
-    if step is None:  # errored before it produced anything (its rollout batch failed)
-        nothing = Completion(text="", token_ids=[], logprobs=[], finish_reason="error")
-        return Episode(row.item_id, nothing, None, row.outcome, row.policy_version, passed=False)
-    data = step.data()
-    completion = Completion(
-        text=data["completion"],
-        token_ids=data["token_ids"],
-        logprobs=data["logprobs"],
-        finish_reason=data["finish_reason"],
-        prompt_token_ids=data["prompt_token_ids"],
-    )
-    return Episode(
-        item_index=row.item_id,
-        completion=completion,
-        reward=row.reward,
-        outcome=row.outcome,
-        policy_version=row.policy_version,
-        passed=row.reward is not None and row.reward >= 1.0,
+def _episodes(rows: list[Trajectory]) -> list[Episode]:
+    """The episodes as the learner needs them: every generated sequence with its behaviour
+    log-probs (a multi-step episode has one per turn), the steps read in one query."""
+    turns: dict[int, list[Completion]] = defaultdict(list)
+    steps = TrajectoryStep.objects.filter(trajectory__in=[row.pk for row in rows])
+    for step in steps.order_by("trajectory", "index"):
+        turns[step.trajectory_id].append(_completion(step.data()))
+    nothing = [Completion(text="", token_ids=[], logprobs=[], finish_reason="error")]  # failed batch
+    return [
+        Episode(
+            item_index=row.item_id,
+            completion=(turns[row.pk] or nothing)[-1],
+            reward=row.reward,
+            outcome=row.outcome,
+            policy_version=row.policy_version,
+            passed=row.reward is not None and row.reward >= 1.0,
+            turns=turns[row.pk] if len(turns[row.pk]) > 1 else [],
+        )
+        for row in rows
+    ]
+
+
+def _completion(data: dict) -> Completion:
+    return Completion(
+        text=data.get("completion", data.get("action", "")),
+        token_ids=data.get("token_ids", []),
+        logprobs=data.get("logprobs", []),
+        finish_reason=data.get("finish_reason", ""),
+        prompt_token_ids=data.get("prompt_token_ids", []),
     )
 
 
@@ -413,7 +435,9 @@ def record_metrics(
 def sampled_entropy(episodes: list[Episode]) -> float:
     """Mean negative log-probability of the sampled tokens: a Monte Carlo estimate of the policy's
     per-token entropy under its own sampling, free because the rollouts recorded the log-probs."""
-    logprobs = [value for episode in episodes for value in episode.completion.logprobs]
+    logprobs = [
+        value for episode in episodes for completion in episode.completions for value in completion.logprobs
+    ]
     return -fmean(logprobs) if logprobs else 0.0
 
 
@@ -432,7 +456,7 @@ def checkpoint(run: Run, learner, config: GRPOConfig, step: int) -> None:
     run_event(run, "checkpoint", f"checkpoint at step {step}", data={"step": step})
 
 
-def _evaluate_later(run_id: int, version: int) -> None:
+def evaluate_later(run_id: int, version: int) -> None:
     from workers import tasks
 
     _send(tasks.eval_policy, run_id, version)

@@ -9,6 +9,7 @@ The policy of the batch's version is loaded from the run's policy folder, once p
 import logging
 import socket
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import lru_cache
 
@@ -20,7 +21,9 @@ from django.utils import timezone
 from rewards.engine import Sample, ScoreResult, score_batch
 from runs import events
 from runs.models import RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
-from workers.generation import SamplingParams
+from sandboxes.sandbox import sandbox_cpu_seconds
+from workers.agent import AgentEpisode, context_fits, episodes_play
+from workers.generation import Completion, SamplingParams
 from workers.policy import policy_load
 from workers.run_store import policy_dir
 from workers.tiers import TierModel, TierSettings, tier_generate, tier_prepare
@@ -99,30 +102,129 @@ def rollout_batch_run(batch_id: int) -> int:
 
 
 def _rollout(batch: RolloutBatch) -> int:
+    """Short episodes (one completion) first, stored as soon as they are scored, then agent
+    episodes in sandbox-pool-sized waves, each stored as it ends: a step that closes at its
+    deadline has the short ones, however long the agents take."""
     run = batch.run
-    items = item_dicts(batch.item_ids)
     group_size = int(run.resolved["group_size"])
+    expanded = [item for item in item_dicts(batch.item_ids) for _ in range(group_size)]
     policy = _policy(run.pk, batch.policy_version)
+    clock = {"generate": 0.0}
+    generator, settings = _generator(run, batch), tier_settings(run)
+    started, cpu_before = time.monotonic(), sandbox_cpu_seconds()
 
-    started = time.monotonic()
-    prompts = [policy.prompt_text(item["prompt"]) for item in items for _ in range(group_size)]
-    generator = _generator(run, batch)
-    completions = tier_generate(policy, prompts, tier_settings(run), generator=generator)
-    generated = time.monotonic()
-    expanded = [item for item in items for _ in range(group_size)]
-    grades = grade(
-        run.reward_rule_version.spec, expanded, [c.text for c in completions], judge=run_judge(run.pk)
-    )
-    scored = time.monotonic()
-    stored = _store(batch, expanded, prompts, completions, grades, group_size, seconds=scored - started)
-    RolloutBatch.objects.filter(pk=batch.pk).update(
+    def generate(prompts: list[str]) -> list[Completion]:
+        began = time.monotonic()
+        completions = tier_generate(policy, prompts, settings, generator=generator)
+        clock["generate"] += time.monotonic() - began
+        return completions
+
+    stored = 0
+    short = [(index, item) for index, item in enumerate(expanded) if item["kind"] != "agent"]
+    if short:
+        stored += _store(batch, _short_play(run, policy, short, generate, group_size))
+    agents = [(index, item) for index, item in enumerate(expanded) if item["kind"] == "agent"]
+    if agents:
+        stored += _agents_play(batch, run, policy, agents, generate, group_size)
+    elapsed, cpu = time.monotonic() - started, sandbox_cpu_seconds() - cpu_before
+    # Only a batch still running ends as done: a rollback may have cancelled it meanwhile, and a
+    # second worker that finished it too (the first was presumed dead) charges nothing twice.
+    finished = RolloutBatch.objects.filter(pk=batch.pk, status=RolloutBatch.Status.RUNNING).update(
         status=RolloutBatch.Status.DONE,
         finished_at=timezone.now(),
-        generate_seconds=generated - started,
-        score_seconds=scored - generated,
+        generate_seconds=clock["generate"],
+        score_seconds=max(0.0, elapsed - clock["generate"]),  # scoring, and agents acting in sandboxes
+        sandbox_cpu_seconds=cpu,
     )
+    if finished:
+        Run.objects.filter(pk=run.pk).update(sandbox_cpu_seconds=F("sandbox_cpu_seconds") + cpu)
     events.run_event(run.pk, "rollout", {"batch": batch.index, "step": batch.step, "episodes": stored})
     return stored
+
+
+@dataclass
+class Played:
+    """One finished episode, ready to store: its steps as (kind, data), and its grade."""
+
+    item: dict
+    sample_index: int
+    steps: list[tuple[str, dict]]
+    result: ScoreResult
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float
+
+
+def _short_play(run: Run, policy, short: list[tuple[int, dict]], generate, group_size: int) -> list[Played]:
+    started = time.monotonic()
+    prompts = [policy.prompt_text(item["prompt"]) for _, item in short]
+    completions = generate(prompts)
+    items = [item for _, item in short]
+    texts = [completion.text for completion in completions]
+    grades = grade(run.reward_rule_version.spec, items, texts, judge=run_judge(run.pk))
+    seconds = (time.monotonic() - started) / len(short)
+    return [
+        Played(
+            item=item,
+            sample_index=index % group_size,
+            steps=[("completion", _completion_record(prompt, completion))],
+            result=result,
+            text=completion.text,
+            prompt_tokens=len(completion.prompt_token_ids),
+            completion_tokens=len(completion.token_ids),
+            seconds=seconds,
+        )
+        for (index, item), prompt, completion, result in zip(short, prompts, completions, grades, strict=True)
+    ]
+
+
+def _completion_record(prompt: str, completion: Completion) -> dict:
+    return {
+        "prompt": prompt,
+        "completion": completion.text,
+        "prompt_token_ids": completion.prompt_token_ids,
+        "token_ids": completion.token_ids,
+        "logprobs": completion.logprobs,
+        "finish_reason": completion.finish_reason,
+    }
+
+
+def _agents_play(batch, run: Run, policy, agents: list[tuple[int, dict]], generate, group_size: int) -> int:
+    """Agent episodes, one wave of sandboxes at a time; each wave is stored when it ends."""
+    samples = [index % group_size for index, _ in agents]  # episodes come back in the items' order
+    stored, done, started = 0, 0, time.monotonic()
+
+    def store(wave: list[AgentEpisode]) -> None:
+        nonlocal stored, done, started
+        seconds = (time.monotonic() - started) / max(1, len(wave))
+        played = [_agent_played(e, samples[done + i], seconds) for i, e in enumerate(wave)]
+        stored, done, started = stored + _store(batch, played), done + len(wave), time.monotonic()
+
+    episodes_play(
+        [item for _, item in agents],
+        generate,
+        rule=run.reward_rule_version.spec,
+        prompt_text=policy.prompt_text,
+        fits=context_fits(policy, int(run.tier_config["max_new_tokens"])),
+        judge=run_judge(run.pk),
+        on_done=store,
+    )
+    return stored
+
+
+def _agent_played(episode: AgentEpisode, sample_index: int, seconds: float) -> Played:
+    turns = episode.turns
+    return Played(
+        item=episode.item,
+        sample_index=sample_index,
+        steps=[("submit" if turn.command is None else "command", turn.record()) for turn in turns],
+        result=episode.grade,
+        text=turns[-1].completion.text if turns else "",
+        prompt_tokens=sum(len(turn.completion.prompt_token_ids) for turn in turns),
+        completion_tokens=sum(len(turn.completion.token_ids) for turn in turns),
+        seconds=seconds,
+    )
 
 
 def rollout_batch_fail(batch: RolloutBatch, why: str) -> None:
@@ -232,26 +334,27 @@ def storable(value):
 
 
 @transaction.atomic
-def _store(batch, items, prompts, completions, grades, group_size, *, seconds: float) -> int:
+def _store(batch: RolloutBatch, played: list[Played]) -> int:
+    """Store finished episodes with their steps; returns how many were stored."""
     trajectories = [
         Trajectory(
             run_id=batch.run_id,
             batch=batch,
-            item_id=item["pk"],
-            sample_index=index % group_size,
+            item_id=episode.item["pk"],
+            sample_index=episode.sample_index,
             policy_version=batch.policy_version,
-            outcome=Trajectory.Outcome.ERRORED if result.errored else Trajectory.Outcome.SCORED,
-            reward=None if result.errored else result.total,
-            components=storable(result.components),
-            errors=storable([vars(error) for error in result.errors]),
-            flags=storable([vars(flag) for flag in result.flags]),
-            completion_text=storable(completion.text),
-            prompt_tokens=len(completion.prompt_token_ids),
-            completion_tokens=len(completion.token_ids),
-            step_count=1,
-            wall_seconds=seconds / max(1, len(items)),
+            outcome=Trajectory.Outcome.ERRORED if episode.result.errored else Trajectory.Outcome.SCORED,
+            reward=None if episode.result.errored else episode.result.total,
+            components=storable(episode.result.components),
+            errors=storable([vars(error) for error in episode.result.errors]),
+            flags=storable([vars(flag) for flag in episode.result.flags]),
+            completion_text=storable(episode.text),
+            prompt_tokens=episode.prompt_tokens,
+            completion_tokens=episode.completion_tokens,
+            step_count=len(episode.steps),
+            wall_seconds=episode.seconds,
         )
-        for index, (item, completion, result) in enumerate(zip(items, completions, grades, strict=True))
+        for episode in played
     ]
     # A batch finished twice (its first worker was presumed dead) keeps the first copy of each episode.
     Trajectory.objects.bulk_create(trajectories, ignore_conflicts=True)
@@ -260,22 +363,14 @@ def _store(batch, items, prompts, completions, grades, group_size, *, seconds: f
         TrajectoryStep.objects.filter(trajectory__batch=batch).values_list("trajectory_id", flat=True)
     )
     steps = []
-    for index, (item, prompt, completion) in enumerate(zip(items, prompts, completions, strict=True)):
-        trajectory = stored[(item["pk"], index % group_size)]
+    for episode in played:
+        trajectory = stored[(episode.item["pk"], episode.sample_index)]
         if trajectory.pk in with_steps:
             continue
-        payload, size = TrajectoryStep.pack(
-            {
-                "prompt": prompt,
-                "completion": completion.text,
-                "prompt_token_ids": completion.prompt_token_ids,
-                "token_ids": completion.token_ids,
-                "logprobs": completion.logprobs,
-                "finish_reason": completion.finish_reason,
-            }
-        )
-        steps.append(
-            TrajectoryStep(trajectory=trajectory, index=0, kind="completion", payload=payload, raw_size=size)
-        )
+        for index, (kind, data) in enumerate(episode.steps):
+            payload, size = TrajectoryStep.pack(data)
+            steps.append(
+                TrajectoryStep(trajectory=trajectory, index=index, kind=kind, payload=payload, raw_size=size)
+            )
     TrajectoryStep.objects.bulk_create(steps)
-    return len(steps)
+    return len({step.trajectory_id for step in steps})

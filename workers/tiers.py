@@ -113,6 +113,12 @@ class TierModel:
     def prompt_text(self, prompt: str) -> str:
         return self.policy.prompt_text(prompt)
 
+    @property
+    def max_context(self) -> int:
+        """Tokens the model attends over: the prompt and what it generates must fit."""
+        positions = getattr(self.model.config, "max_position_embeddings", None)
+        return int(positions or min(self.tokenizer.model_max_length, 1 << 20))
+
 
 # --- precision and loading ---------------------------------------------------------------------
 

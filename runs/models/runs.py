@@ -163,6 +163,7 @@ class RolloutBatch(models.Model):
     error = models.TextField(blank=True, help_text="Why the last attempt failed")
     generate_seconds = models.FloatField(default=0.0)
     score_seconds = models.FloatField(default=0.0)
+    sandbox_cpu_seconds = models.FloatField(default=0.0, help_text="CPU the sandboxed code used")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -199,16 +199,23 @@ def learnable(
 def grpo_batch(
     trajectories: list[Trajectory], keep: list[int], advantages: torch.Tensor, pad_token_id: int
 ) -> GRPOBatch:
-    chosen = [trajectories[index] for index in keep]
-    prompts = [t.completion.prompt_token_ids for t in chosen]
-    sequences = sequence_batch(prompts, [t.completion.token_ids for t in chosen], pad_token_id)
+    """One row per generated sequence: a multi-step episode gives a row per turn, each with the
+    episode's advantage (the reward comes at the end and credits every action that led to it)."""
+    rows = [
+        (index, completion)
+        for index in keep
+        for completion in trajectories[index].completions
+        if completion.token_ids
+    ]
+    chosen = [completion for _, completion in rows]
+    sequences = sequence_batch(
+        [c.prompt_token_ids for c in chosen], [c.token_ids for c in chosen], pad_token_id
+    )
     old = torch.zeros(sequences.input_ids.shape[0], sequences.input_ids.shape[1] - 1)
-    for row, trajectory in enumerate(chosen):
-        start = len(trajectory.completion.prompt_token_ids) - 1
-        old[row, start : start + len(trajectory.completion.logprobs)] = torch.tensor(
-            trajectory.completion.logprobs
-        )
-    return GRPOBatch(sequences, old, advantages[keep].nan_to_num(0.0))
+    for row, completion in enumerate(chosen):
+        start = len(completion.prompt_token_ids) - 1
+        old[row, start : start + len(completion.logprobs)] = torch.tensor(completion.logprobs)
+    return GRPOBatch(sequences, old, advantages[[index for index, _ in rows]].nan_to_num(0.0))
 
 
 def step_items(items: list[dict], config: GRPOConfig, step: int) -> list[dict]:

@@ -2,7 +2,9 @@ import torch
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from runs.models import Run
 from workers.run_learner import learner_main
+from workers.run_offline import offline_main
 
 
 class Command(BaseCommand):
@@ -14,4 +16,6 @@ class Command(BaseCommand):
     def handle(self, *args, run_id: int, **options) -> None:
         if settings.FLYWHEEL_TORCH_THREADS > 0:
             torch.set_num_threads(settings.FLYWHEEL_TORCH_THREADS)
-        learner_main(run_id, log=lambda line: self.stdout.write(line, ending="\n") or self.stdout.flush())
+        method = Run.objects.filter(pk=run_id).values_list("method", flat=True).get()
+        main = learner_main if method == Run.Method.GRPO else offline_main
+        main(run_id, log=lambda line: self.stdout.write(line, ending="\n") or self.stdout.flush())
