@@ -171,8 +171,17 @@ def run_once(staleness: int, owner, project, version, rule, tier) -> dict:
     first_claim = (
         RolloutBatch.objects.filter(run=run).order_by("claimed_at").values_list("claimed_at", flat=True)[0]
     )
+
+    def per_step(name: str) -> float:
+        values = MetricPoint.objects.filter(run=run, name=name).values_list("value", flat=True)
+        return statistics.median(values) if values else 0.0
+
     return {
         "wall_seconds": (run.finished_at - run.started_at).total_seconds(),
+        "learn_s_per_step_p50": per_step("time/learn"),
+        "wait_s_per_step_p50": per_step("time/wait"),
+        "generate_s_per_step_p50": per_step("time/generate"),
+        "score_s_per_step_p50": per_step("time/score"),
         "heldout_pass_rate": MetricPoint.objects.get(run=run, name="heldout/pass_rate", step=STEPS).value,
         "submit_to_first_rollout_s": (first_claim - run.created_at).total_seconds(),
     }

@@ -24,9 +24,9 @@ from runs.hyperparameters import resolve
 from runs.models import Checkpoint, Project, Run, RunEvent, TaskSetVersion, Tier
 from runs.services import StateError
 from runs.tier_rules import looks_like_path, tier_problems
+from webhooks.services import deliveries_enqueue
 
 S = Run.Status
-RUN_LOOP_METHODS = (Run.Method.GRPO,)
 TIER_FIELDS = (
     "base_model",
     "device",
@@ -84,11 +84,6 @@ def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
     problems: dict[str, str] = {}
     if request.method not in Run.Method.values:
         return {}, {"method": f"must be one of {', '.join(Run.Method.values)}"}
-    if request.method not in RUN_LOOP_METHODS:
-        # The SFT and DPO learners exist (manage.py train_learner); the run loop drives GRPO only.
-        return {}, {
-            "method": "runs train with GRPO for now; SFT and DPO train offline with manage.py train_learner"
-        }
     resolved, hyper_problems = resolve(request.method, request.hyperparameters or {})
     problems |= {f"hyperparameters.{name}": message for name, message in hyper_problems.items()}
     problems |= _ownership_problems(request)
@@ -303,9 +298,10 @@ def run_transition(
         current = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
         raise StateError(f"run {run.pk} is {current}; this needs it to be {' or '.join(allowed)}")
     run.refresh_from_db()
-    run_event(
+    event = run_event(
         run, "status", message or to, level=level, data={"status": to, **({"error": error} if error else {})}
     )
+    deliveries_enqueue(run=run, event=event, status=to)
     events.run_event(run.pk, "status", {"status": to})
     return run
 

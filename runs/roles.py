@@ -15,10 +15,15 @@ class Permission(models.TextChoices):
     REVIEW = "review", "annotate trajectories"
     EDIT = "edit", "create task sets, reward rules, tiers and launch runs"
     MANAGE = "manage", "manage members and the project itself"
+    # Apart from MANAGE so that webhooks can be granted separately later: a webhook's URL and
+    # secret reach outside Flywheel, and its deliveries carry every run's status.
+    MANAGE_WEBHOOKS = "manage_webhooks", "manage the project's webhooks and see their deliveries"
 
 
 ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
-    Role.OWNER: frozenset({Permission.VIEW, Permission.REVIEW, Permission.EDIT, Permission.MANAGE}),
+    Role.OWNER: frozenset(
+        {Permission.VIEW, Permission.REVIEW, Permission.EDIT, Permission.MANAGE, Permission.MANAGE_WEBHOOKS}
+    ),
     Role.LAUNCHER: frozenset({Permission.VIEW, Permission.REVIEW, Permission.EDIT}),
     Role.REVIEWER: frozenset({Permission.VIEW, Permission.REVIEW}),
     Role.VIEWER: frozenset({Permission.VIEW}),

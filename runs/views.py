@@ -39,6 +39,7 @@ def _access(user: AbstractBaseUser, project: Project) -> dict[str, Any]:
         "role": role,
         "can_edit": role_allows(role, Permission.EDIT),
         "can_manage": role_allows(role, Permission.MANAGE),
+        "can_manage_webhooks": role_allows(role, Permission.MANAGE_WEBHOOKS),
     }
 
 

@@ -43,6 +43,8 @@ def _cpu_charge(seconds: float) -> None:
     global _cpu_seconds
     with _cpu_lock:
         _cpu_seconds += seconds
+
+
 START_TIMEOUT = 30.0
 OP_TIMEOUT = 10.0
 EXEC_GRACE = 5.0  # beyond the execution's own deadline, for killing and reaping

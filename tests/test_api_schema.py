@@ -13,6 +13,8 @@ from reviews import api_urls as review_api_urls
 from rewards import api_urls as reward_api_urls
 from runs import api_urls, services
 from tests.conftest import api_client_for
+from webhooks import api_urls as webhook_api_urls
+from webhooks import services as webhook_services
 
 HTTP_METHODS = ("get", "post", "put", "patch", "delete")
 
@@ -25,7 +27,12 @@ def schema(db) -> dict:
     return json.loads(response.content)
 
 
-API_PATTERNS = api_urls.urlpatterns + reward_api_urls.urlpatterns + review_api_urls.urlpatterns
+API_PATTERNS = (
+    api_urls.urlpatterns
+    + reward_api_urls.urlpatterns
+    + review_api_urls.urlpatterns
+    + webhook_api_urls.urlpatterns
+)
 
 
 def schema_path(pattern: URLPattern) -> str:
@@ -161,6 +168,46 @@ def test_answers_match_their_declared_shapes(team, schema):
     ]
     for method, path, response in answers:
         assert_matches_schema(schema, response, method, path)
+
+
+def test_webhook_answers_match_their_declared_shapes(team, schema):
+    owner = api_client_for(team["owner"])
+    project = team["project"]
+    hooks = "/api/v1/webhooks"
+    created = owner.post(
+        hooks,
+        {"project": project.pk, "url": "https://hooks.example.com/a", "statuses": ["failed"]},
+        format="json",
+    )
+    hook = created.json()["id"]
+    ping = owner.post(f"{hooks}/{hook}/ping")
+    delivery = ping.json()["id"]
+    pending = owner.post(f"{hooks}/{hook}/deliveries/{delivery}/redeliver")
+    webhook_services.WebhookDelivery.objects.filter(pk=delivery).update(status="failed")
+    answers = [
+        ("post", "/api/v1/webhooks", created),
+        (
+            "post",
+            "/api/v1/webhooks",
+            owner.post(hooks, {"project": project.pk, "url": "ftp://x"}, format="json"),
+        ),
+        ("get", "/api/v1/webhooks", owner.get(f"{hooks}?project={project.pk}")),
+        ("get", "/api/v1/webhooks/{id}", owner.get(f"{hooks}/{hook}")),
+        ("get", "/api/v1/webhooks/{id}", api_client_for(team["viewer"]).get(f"{hooks}/{hook}")),
+        ("patch", "/api/v1/webhooks/{id}", owner.patch(f"{hooks}/{hook}", {"active": False}, format="json")),
+        ("post", "/api/v1/webhooks/{id}/ping", ping),
+        ("post", "/api/v1/webhooks/{id}/ping", owner.post(f"{hooks}/{hook}/ping")),
+        ("get", "/api/v1/webhooks/{id}/deliveries", owner.get(f"{hooks}/{hook}/deliveries")),
+        ("post", "/api/v1/webhooks/{id}/deliveries/{delivery_id}/redeliver", pending),
+    ]
+    owner.patch(f"{hooks}/{hook}", {"active": True}, format="json")
+    redelivered = owner.post(f"{hooks}/{hook}/deliveries/{delivery}/redeliver")
+    answers.append(("post", "/api/v1/webhooks/{id}/deliveries/{delivery_id}/redeliver", redelivered))
+    statuses = [response.status_code for _, _, response in answers]
+    assert statuses == [201, 400, 200, 200, 403, 200, 202, 409, 200, 409, 202]
+    for method, path, response in answers:
+        assert_matches_schema(schema, response, method, path)
+    assert owner.delete(f"{hooks}/{hook}").status_code == 204
 
 
 def test_an_undeclared_field_fails_the_shape_check(team, schema):

@@ -2,7 +2,7 @@
 × an anonymous caller. A role allows the same actions in pages and REST (runs/roles.py);
 websockets are covered by tests/test_websockets.py.
 
-Every URL of runs, rewards and reviews (pages and api_urls) must have a row here: a new route
+Every URL of runs, rewards, reviews and webhooks (pages and api_urls) must have a row here: a new route
 without one fails `test_every_route_is_in_the_matrix`.
 """
 
@@ -25,6 +25,8 @@ from runs import api_urls, services, urls
 from runs.models import StagedImport
 from runs.roles import Role
 from tests.conftest import api_client_for, make_user
+from webhooks import api_urls as webhook_api_urls
+from webhooks import urls as webhook_urls
 
 SELF = "self"  # needs only a signed-in user; acts on the caller's own things
 ROLES = [Role.OWNER, Role.LAUNCHER, Role.REVIEWER, Role.VIEWER, "outsider", "anonymous"]
@@ -34,6 +36,7 @@ ALLOWED = {
     "review": {Role.OWNER, Role.LAUNCHER, Role.REVIEWER},
     "edit": {Role.OWNER, Role.LAUNCHER},
     "manage": {Role.OWNER},
+    "manage_webhooks": {Role.OWNER},
 }
 ITEM = {"id": "q1", "prompt": "What is 1 + 1?", "reference": "2"}
 
@@ -531,7 +534,62 @@ REVIEW_CASES = [
     Case("run-export", "get", "view", lambda w: {"run_id": run_of(w).pk, "export_format": "dpo"}),
 ]
 
-CASES = API_CASES + PAGE_CASES + REWARD_CASES + RUN_CASES + REVIEW_CASES
+
+def webhook_of(w):
+    """A webhook of the project with one failed delivery, made through the ORM the first time."""
+    from webhooks.models import Webhook, WebhookDelivery
+
+    if "webhook" not in w:
+        w["webhook"] = Webhook.objects.create(
+            project=w["project"], url="http://127.0.0.1:9/hook", secret="whsec_matrix"
+        )
+        w["delivery"] = WebhookDelivery.objects.create(
+            webhook=w["webhook"], type="ping", payload={"id": 0}, status="failed", attempts=8
+        )
+    return w["webhook"]
+
+
+def webhook_id(w):
+    return {"id": webhook_of(w).pk}
+
+
+def delivery_ids(w):
+    return {"id": webhook_of(w).pk, "delivery_id": w["delivery"].pk}
+
+
+WEBHOOK_CASES = [
+    Case("api-webhooks", "get", "manage_webhooks", query=lambda w: {"project": w["project"].pk}),
+    Case(
+        "api-webhooks",
+        "post",
+        "manage_webhooks",
+        body=lambda w: {"project": w["project"].pk, "url": "https://hooks.example.com/flywheel"},
+    ),
+    Case("api-webhook", "get", "manage_webhooks", webhook_id),
+    Case("api-webhook", "patch", "manage_webhooks", webhook_id, body=lambda w: {"description": "changed"}),
+    Case("api-webhook", "delete", "manage_webhooks", webhook_id),
+    Case("api-webhook-deliveries", "get", "manage_webhooks", webhook_id),
+    Case("api-webhook-redeliver", "post", "manage_webhooks", delivery_ids),
+    Case("api-webhook-ping", "post", "manage_webhooks", webhook_id),
+    Case("webhook-list", "get", "manage_webhooks", pid),
+    Case(
+        "webhook-list",
+        "post",
+        "manage_webhooks",
+        pid,
+        body=lambda w: {"url": "https://hooks.example.com/flywheel", "description": ""},
+    ),
+    Case("webhook-delete", "post", "manage_webhooks", lambda w: {"webhook_id": webhook_of(w).pk}),
+    Case("webhook-ping", "post", "manage_webhooks", lambda w: {"webhook_id": webhook_of(w).pk}),
+    Case(
+        "webhook-redeliver",
+        "post",
+        "manage_webhooks",
+        lambda w: {"webhook_id": webhook_of(w).pk, "delivery_id": w["delivery"].pk},
+    ),
+]
+
+CASES = API_CASES + PAGE_CASES + REWARD_CASES + RUN_CASES + REVIEW_CASES + WEBHOOK_CASES
 
 
 def route_names(module) -> set[str]:
@@ -546,6 +604,8 @@ def test_every_route_is_in_the_matrix():
     assert sorted(route_names(reward_urls) - covered) == []
     assert sorted(route_names(review_api_urls) - covered) == []
     assert sorted(route_names(review_urls) - covered) == []
+    assert sorted(route_names(webhook_api_urls) - covered) == []
+    assert sorted(route_names(webhook_urls) - covered) == []
 
 
 @pytest.fixture

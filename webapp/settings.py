@@ -83,6 +83,7 @@ INSTALLED_APPS = [
     "runs",
     "rewards",
     "reviews",
+    "webhooks",
     "sandboxes",
     "workers",
 ]
@@ -216,6 +217,10 @@ FLYWHEEL_TORCH_THREADS = env_int("FLYWHEEL_TORCH_THREADS", 1)
 FLYWHEEL_ROLLOUT_CONCURRENCY = env_int("FLYWHEEL_ROLLOUT_CONCURRENCY", 2)
 FLYWHEEL_LEARNER_CONCURRENCY = env_int("FLYWHEEL_LEARNER_CONCURRENCY", 1)
 FLYWHEEL_EVAL_CONCURRENCY = env_int("FLYWHEEL_EVAL_CONCURRENCY", 1)
+# Webhooks (sent by the eval workers): how long one POST may take, and how many attempts a
+# delivery gets (backing off from 10 s to hours) before it is marked failed.
+FLYWHEEL_WEBHOOK_TIMEOUT_SECONDS = env_int("FLYWHEEL_WEBHOOK_TIMEOUT_SECONDS", 5)
+FLYWHEEL_WEBHOOK_MAX_ATTEMPTS = env_int("FLYWHEEL_WEBHOOK_MAX_ATTEMPTS", 8)
 
 # --- sandboxes (sandboxes/config.py reads these; without Django it falls back to the environment)
 
@@ -286,6 +291,8 @@ SPECTACULAR_SETTINGS = {
         "ReviewLabelFilterEnum": "runs.api.run_serializers.REVIEW_LABELS",
         "TierEvaluationStatusEnum": "runs.models.TierEvaluation.Status",
         "RunStatusEnum": "runs.models.Run.Status",
+        "WebhookDeliveryStatusEnum": "webhooks.models.WebhookDelivery.Status",
+        "WebhookDeliveryTypeEnum": "webhooks.models.WebhookDelivery.Type",
     },
     "APPEND_COMPONENTS": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}},
     "SECURITY": [{"bearerAuth": []}],

@@ -16,8 +16,10 @@ urlpatterns = [
     path("api/v1/", include("runs.api_urls")),
     path("api/v1/", include("rewards.api_urls")),
     path("api/v1/", include("reviews.api_urls")),
+    path("api/v1/", include("webhooks.api_urls")),
     path("", include("rewards.urls")),
     path("", include("reviews.urls")),
+    path("", include("webhooks.urls")),
     path("", include("runs.urls")),
 ]
 

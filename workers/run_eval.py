@@ -28,7 +28,7 @@ def item_family(item: dict) -> str:
 
 def held_out_grades(run: Run, policy, items: list[dict], settings) -> list[ScoreResult]:
     """Each item's grade: short items from one completion, agent items from a played episode."""
-    spec, judge = run.reward_rule_version.spec, run_judge(run.pk)
+    spec, judge = run.reward_rule_version.spec, run_judge(run)
     results: dict[int, ScoreResult] = {}
     short = [index for index, item in enumerate(items) if item["kind"] != "agent"]
     if short:

@@ -54,12 +54,17 @@ def rollout_batch_claim(batch_id: int) -> RolloutBatch | None:
     return RolloutBatch.objects.select_related("run").get(pk=batch_id) if changed else None
 
 
+def _policy(run: Run, version: int) -> TierModel:
+    """The version's policy prepared the run's tier's way (precision, draft model), kept per
+    process. Keyed by its folder, which names the run's key: ids are reused by other databases."""
+    return _policy_at(str(policy_dir(run.pk, version)), version, tier_settings(run))
+
+
 @lru_cache(maxsize=2)
-def _policy(run_id: int, version: int) -> TierModel:
-    """The version's policy prepared the run's tier's way (precision, draft model)."""
-    policy = policy_load(policy_dir(run_id, version))
+def _policy_at(path: str, version: int, settings: TierSettings) -> TierModel:
+    policy = policy_load(path)
     policy.version = version
-    return tier_prepare(policy, tier_settings(Run.objects.get(pk=run_id)))
+    return tier_prepare(policy, settings)
 
 
 def tier_settings(run: Run) -> TierSettings:
@@ -108,7 +113,7 @@ def _rollout(batch: RolloutBatch) -> int:
     run = batch.run
     group_size = int(run.resolved["group_size"])
     expanded = [item for item in item_dicts(batch.item_ids) for _ in range(group_size)]
-    policy = _policy(run.pk, batch.policy_version)
+    policy = _policy(run, batch.policy_version)
     clock = {"generate": 0.0}
     generator, settings = _generator(run, batch), tier_settings(run)
     started, cpu_before = time.monotonic(), sandbox_cpu_seconds()
@@ -162,7 +167,7 @@ def _short_play(run: Run, policy, short: list[tuple[int, dict]], generate, group
     completions = generate(prompts)
     items = [item for _, item in short]
     texts = [completion.text for completion in completions]
-    grades = grade(run.reward_rule_version.spec, items, texts, judge=run_judge(run.pk))
+    grades = grade(run.reward_rule_version.spec, items, texts, judge=run_judge(run))
     seconds = (time.monotonic() - started) / len(short)
     return [
         Played(
@@ -207,7 +212,7 @@ def _agents_play(batch, run: Run, policy, agents: list[tuple[int, dict]], genera
         rule=run.reward_rule_version.spec,
         prompt_text=policy.prompt_text,
         fits=context_fits(policy, int(run.tier_config["max_new_tokens"])),
-        judge=run_judge(run.pk),
+        judge=run_judge(run),
         on_done=store,
     )
     return stored
@@ -292,10 +297,14 @@ def rollout_batches_expire(batches) -> int:
     return len(expired)
 
 
-@lru_cache(maxsize=4)
-def run_judge(run_id: int):
+def run_judge(run: Run):
     """The judge for the run's model graders (its project's tiers), kept per process: a judge
     model loads on its first verdict and then stays loaded."""
+    return _run_judge(run.pk, str(run.key))
+
+
+@lru_cache(maxsize=4)
+def _run_judge(run_id: int, key: str):  # the key: ids are reused by other databases
     from rewards.services import project_judge
 
     return project_judge(Run.objects.select_related("project").get(pk=run_id).project)

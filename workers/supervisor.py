@@ -21,6 +21,7 @@ from runs.lifecycle import run_event, run_fail, run_transition
 from runs.models import Run
 from runs.scheduling import runs_admit
 from runs.services import StateError
+from webhooks.services import deliveries_resend
 from workers.run_store import run_dir
 
 logger = logging.getLogger(__name__)
@@ -143,6 +144,8 @@ def _starting_too_long(run: Run) -> bool:
 
 
 def runs_tick() -> None:
-    """The periodic pass: restart what died, then start what the quotas allow."""
+    """The periodic pass: restart what died, start what the quotas allow, and send again the
+    webhook deliveries whose messages were lost."""
     runs_watchdog()
     runs_admit()
+    deliveries_resend()

@@ -40,3 +40,11 @@ def tier_evaluate(evaluation_id: int) -> None:
     from workers.tier_eval import tier_evaluation_run
 
     tier_evaluation_run(evaluation_id)
+
+
+@shared_task(name="workers.eval.webhook", acks_late=True, ignore_result=True)
+def webhook_deliver(delivery_id: int) -> None:
+    """POST one webhook delivery; a duplicated message finds it claimed, settled or not yet due."""
+    from webhooks.services import delivery_attempt
+
+    delivery_attempt(delivery_id=delivery_id)

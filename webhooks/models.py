@@ -1,0 +1,64 @@
+"""Webhooks: a project's subscriptions to run status changes, and one delivery row per event and
+webhook (the outbox the workers send from, retry and record)."""
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from runs.models import Project, Run, RunEvent
+
+
+class Webhook(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="webhooks")
+    url = models.CharField(max_length=2000, help_text="An http:// or https:// URL that receives POSTs")
+    description = models.CharField(max_length=200, blank=True)
+    # Kept as is, not hashed: it is the HMAC key every delivery is signed with. Shown once, at
+    # creation; no serializer or page shows it again.
+    secret = models.CharField(max_length=100, editable=False)
+    statuses = models.JSONField(default=list, blank=True, help_text="Run statuses to send; empty: all")
+    active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    def __str__(self) -> str:
+        return self.url
+
+    def wants(self, status: str) -> bool:
+        return not self.statuses or status in self.statuses
+
+
+class WebhookDelivery(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DELIVERED = "delivered", "Delivered"
+        FAILED = "failed", "Failed"
+
+    class Type(models.TextChoices):
+        RUN_STATUS = "run.status", "A run changed status"
+        PING = "ping", "A test event"
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    event = models.ForeignKey(RunEvent, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    type = models.CharField(max_length=20, choices=Type.choices, default=Type.RUN_STATUS)
+    payload = models.JSONField(help_text="The body sent, exactly")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a pending delivery is due (or its claim runs out)"
+    )
+    last_response_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"]),
+            models.Index(fields=["webhook", "created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} delivery {self.pk} to {self.webhook_id} ({self.status})"

@@ -1,0 +1,77 @@
+"""Webhooks over REST: what a client sends and sees. The secret is in one serializer only, the
+answer to the creating POST."""
+
+from rest_framework import serializers
+
+from runs.models import Run
+from webhooks.models import Webhook, WebhookDelivery
+
+
+def statuses_field() -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.ChoiceField(choices=Run.Status.choices),
+        required=False,
+        help_text="Run statuses to send; empty or absent: every status",
+    )
+
+
+class WebhookFilterSerializer(serializers.Serializer):
+    project = serializers.IntegerField(required=False, min_value=1)
+
+
+class DeliveryFilterSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=WebhookDelivery.Status.choices, required=False)
+
+
+class WebhookCreateSerializer(serializers.Serializer):
+    project = serializers.IntegerField(min_value=1)
+    url = serializers.CharField(help_text="http:// or https://; receives a signed POST per event")
+    description = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    statuses = statuses_field()
+    active = serializers.BooleanField(required=False, default=True)
+
+
+class WebhookUpdateSerializer(serializers.Serializer):
+    url = serializers.CharField(required=False)
+    description = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    statuses = statuses_field()
+    active = serializers.BooleanField(required=False)
+
+
+class WebhookSerializer(serializers.ModelSerializer):
+    statuses = serializers.ListField(child=serializers.ChoiceField(choices=Run.Status.choices))
+
+    class Meta:
+        model = Webhook
+        fields = ["id", "project", "url", "description", "statuses", "active", "created_by", "created_at"]
+
+
+class WebhookCreatedSerializer(WebhookSerializer):
+    secret = serializers.CharField(
+        help_text="The signing secret, shown this once: verify Flywheel-Signature with it"
+    )
+
+    class Meta(WebhookSerializer.Meta):
+        fields = [*WebhookSerializer.Meta.fields, "secret"]
+
+
+class WebhookDeliverySerializer(serializers.ModelSerializer):
+    payload = serializers.DictField(help_text="The JSON body sent: id, type, created_at, data")
+
+    class Meta:
+        model = WebhookDelivery
+        fields = [
+            "id",
+            "webhook",
+            "type",
+            "run",
+            "event",
+            "status",
+            "attempts",
+            "next_attempt_at",
+            "last_response_code",
+            "last_error",
+            "delivered_at",
+            "created_at",
+            "payload",
+        ]

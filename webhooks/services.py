@@ -1,0 +1,340 @@
+"""Writes for webhooks: manage them, record a delivery per matching webhook when a run changes
+status (in the transition's own transaction: an outbox), and send deliveries with retries.
+
+A delivery is sent at least once and, barring a worker dying mid-POST, exactly once: a worker
+claims it with a conditional UPDATE that also pushes its due time past the POST's timeout, so a
+duplicated task message finds nothing due, and a worker that died holding it frees it when the
+claim runs out. Celery's countdown brings short retries; the scheduler's tick sends whatever is
+overdue, so a lost message, a broker outage or a dead worker never loses a delivery.
+"""
+
+import json
+import secrets
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from http.client import HTTPException
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import F
+from django.urls import reverse
+from django.utils import timezone
+
+from runs.models import Project, Run, RunEvent
+from runs.services import StateError
+from webhooks import selectors
+from webhooks.models import Webhook, WebhookDelivery
+from webhooks.signing import signature_header
+
+D = WebhookDelivery.Status
+# Seconds to wait after the n-th failed attempt; the last repeats. 8 attempts span about 10 hours.
+RETRY_DELAYS = (10, 30, 120, 600, 3600, 3 * 3600, 6 * 3600, 12 * 3600)
+# Longer waits are left to the tick: Celery holds a countdown message in a worker's memory.
+COUNTDOWN_MAX_SECONDS = 600
+# A claim outlives the POST's timeout by this much before another worker may take the delivery.
+CLAIM_MARGIN_SECONDS = 60
+USER_AGENT = "Flywheel-Webhooks/1"
+ERROR_MAX_CHARS = 500
+
+
+# --- managing webhooks ---------------------------------------------------------------------
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot receive webhooks, or None.
+
+    >>> url_problem("ftp://example.com/hook")
+    'must start with http:// or https://, not ftp://'
+    >>> url_problem("https://hooks.example.com/flywheel") is None
+    True
+    """
+    if not url or any(ch.isspace() for ch in url):
+        return "must be an http:// or https:// URL without spaces"
+    if len(url) > 2000:
+        return "must be at most 2000 characters"
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        scheme = f"{parts.scheme}://" if parts.scheme else "no scheme"
+        return f"must start with http:// or https://, not {scheme}"
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return "has an invalid port"
+    if not parts.hostname:
+        return "needs a host name"
+    return None
+
+
+def _problems(*, url: str | None, statuses: list[str] | None) -> dict[str, str]:
+    problems = {}
+    if url is not None and (problem := url_problem(url)):
+        problems["url"] = problem
+    unknown = sorted(set(statuses or ()) - set(Run.Status.values))
+    if unknown:
+        problems["statuses"] = f"unknown status {', '.join(unknown)}; use {', '.join(Run.Status.values)}"
+    return problems
+
+
+def secret_generate() -> str:
+    return "whsec_" + secrets.token_urlsafe(32)
+
+
+def webhook_create(
+    *,
+    project: Project,
+    by: AbstractBaseUser,
+    url: str,
+    description: str = "",
+    statuses: list[str] | None = None,
+    active: bool = True,
+) -> Webhook:
+    """A new webhook with a fresh secret (in `.secret`: show it to its creator this once)."""
+    if problems := _problems(url=url, statuses=statuses):
+        raise ValidationError(problems)
+    return Webhook.objects.create(
+        project=project,
+        url=url,
+        description=description,
+        statuses=sorted(set(statuses or ())),
+        active=active,
+        secret=secret_generate(),
+        created_by=by,
+    )
+
+
+def webhook_update(*, webhook: Webhook, **fields: Any) -> Webhook:
+    editable = {"url", "description", "statuses", "active"}
+    if unknown := set(fields) - editable:
+        raise ValidationError({name: "cannot be changed" for name in unknown})
+    if problems := _problems(url=fields.get("url"), statuses=fields.get("statuses")):
+        raise ValidationError(problems)
+    if "statuses" in fields:
+        fields["statuses"] = sorted(set(fields["statuses"]))
+    Webhook.objects.filter(pk=webhook.pk).update(**fields)
+    webhook.refresh_from_db()
+    return webhook
+
+
+def webhook_delete(*, webhook: Webhook) -> None:
+    webhook.delete()  # its deliveries go with it; a worker holding one finds it gone
+
+
+# --- recording deliveries ------------------------------------------------------------------
+
+
+def _timestamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _delivery_create(
+    *, webhook: Webhook, kind: str, data: dict, created_at: datetime, **links: Any
+) -> WebhookDelivery:
+    delivery = WebhookDelivery.objects.create(
+        webhook=webhook, type=kind, payload={}, next_attempt_at=timezone.now(), **links
+    )
+    # The body carries its own id (receivers dedupe on it), so it is written once the row has one.
+    delivery.payload = {"id": delivery.pk, "type": kind, "created_at": _timestamp(created_at), "data": data}
+    delivery.save(update_fields=["payload"])
+    _enqueue(delivery.pk)
+    return delivery
+
+
+def run_payload(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.pk,
+        "name": run.name,
+        "project": run.project_id,
+        "status": run.status,
+        "error": run.error,
+        "url": reverse("api-run", kwargs={"id": run.pk}),
+    }
+
+
+@transaction.atomic
+def deliveries_enqueue(*, run: Run, event: RunEvent, status: str) -> list[WebhookDelivery]:
+    """One pending delivery per active webhook of the run's project that wants `status`, written
+    in the caller's transaction (so a rolled-back transition sends nothing) and handed to the
+    workers once it commits."""
+    webhooks = [w for w in Webhook.objects.filter(project_id=run.project_id, active=True) if w.wants(status)]
+    if not webhooks:
+        return []
+    data = {"run": run_payload(run), "status": status, "message": event.message}
+    return [
+        _delivery_create(
+            webhook=webhook,
+            kind=WebhookDelivery.Type.RUN_STATUS,
+            data=data,
+            created_at=event.created_at,
+            run=run,
+            event=event,
+        )
+        for webhook in webhooks
+    ]
+
+
+@transaction.atomic
+def webhook_ping(*, webhook: Webhook) -> WebhookDelivery:
+    """A test delivery, signed and retried like any other."""
+    if not webhook.active:
+        raise StateError(f"webhook {webhook.pk} is inactive; activate it to send it events")
+    data = {
+        "webhook": webhook.pk,
+        "project": webhook.project_id,
+        "message": "a test event from Flywheel: this webhook is set up",
+    }
+    return _delivery_create(
+        webhook=webhook, kind=WebhookDelivery.Type.PING, data=data, created_at=timezone.now()
+    )
+
+
+@transaction.atomic
+def delivery_redeliver(*, delivery: WebhookDelivery) -> WebhookDelivery:
+    """Send a delivered or failed delivery again, same id and body, with a fresh set of attempts."""
+    if not Webhook.objects.filter(pk=delivery.webhook_id, active=True).exists():
+        raise StateError(f"webhook {delivery.webhook_id} is inactive; activate it to send it events")
+    changed = WebhookDelivery.objects.filter(pk=delivery.pk, status__in=(D.DELIVERED, D.FAILED)).update(
+        status=D.PENDING, attempts=0, next_attempt_at=timezone.now(), delivered_at=None
+    )
+    if not changed:
+        raise StateError(f"delivery {delivery.pk} is still pending; it is retried on its own")
+    _enqueue(delivery.pk)
+    delivery.refresh_from_db()
+    return delivery
+
+
+def _enqueue(delivery_id: int, countdown: int = 0) -> None:
+    from workers import tasks  # workers depends on webhooks; import late to keep the graph one-way
+
+    def send() -> None:
+        tasks.webhook_deliver.apply_async((delivery_id,), countdown=countdown or None)
+
+    # robust: the row is committed either way, and the tick sends it if the broker was down.
+    transaction.on_commit(send, robust=True)
+
+
+# --- sending -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int | None  # the HTTP status, or None when no answer came
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code is not None and 200 <= self.code < 300
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    # A 3xx is the receiver's answer, not a hop: the signature was made for this URL, and a
+    # redirected POST would turn into a GET without its body.
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirects)
+
+
+def delivery_headers(delivery: WebhookDelivery, body: bytes, secret: str) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "Flywheel-Event": delivery.type,
+        "Flywheel-Delivery": str(delivery.pk),
+        "Flywheel-Signature": signature_header(secret, body),
+    }
+
+
+def delivery_body(delivery: WebhookDelivery) -> bytes:
+    return json.dumps(delivery.payload, separators=(",", ":")).encode()
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= ERROR_MAX_CHARS else text[: ERROR_MAX_CHARS - 1] + "…"
+
+
+def http_post(url: str, body: bytes, headers: dict[str, str]) -> Outcome:
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with _opener.open(request, timeout=settings.FLYWHEEL_WEBHOOK_TIMEOUT_SECONDS) as response:
+            return Outcome(response.status)
+    except urllib.error.HTTPError as exc:
+        try:
+            answer = exc.read(200).decode(errors="replace").strip()
+        finally:
+            exc.close()
+        return Outcome(exc.code, _short(f"HTTP {exc.code} {exc.reason}: {answer}".rstrip(": ")))
+    except urllib.error.URLError as exc:
+        return Outcome(None, _short(str(exc.reason)))
+    except (OSError, HTTPException, ValueError) as exc:  # timeouts, resets, garbled answers
+        return Outcome(None, _short(f"{type(exc).__name__}: {exc}"))
+
+
+def delivery_claim(*, delivery_id: int, now: datetime) -> WebhookDelivery | None:
+    """Take a due delivery for one attempt, or None when it is not due, done, or taken."""
+    if not WebhookDelivery.objects.filter(pk=delivery_id, webhook__active=True).exists():
+        return None  # an inactive webhook's deliveries wait until it is active again
+    lease = timedelta(seconds=settings.FLYWHEEL_WEBHOOK_TIMEOUT_SECONDS + CLAIM_MARGIN_SECONDS)
+    # Only columns of the row itself in the WHERE: PostgreSQL re-checks those after waiting on a
+    # concurrent claim's lock (a join would become a subquery it does not re-check).
+    claimed = WebhookDelivery.objects.filter(
+        pk=delivery_id, status=D.PENDING, next_attempt_at__lte=now
+    ).update(attempts=F("attempts") + 1, next_attempt_at=now + lease)
+    if not claimed:
+        return None
+    return WebhookDelivery.objects.select_related("webhook").get(pk=delivery_id)
+
+
+def retry_delay(attempts: int) -> int:
+    """Seconds to wait after the `attempts`-th failed attempt.
+
+    >>> [retry_delay(n) for n in (1, 2, 3, 4, 5, 20)]
+    [10, 30, 120, 600, 3600, 43200]
+    """
+    return RETRY_DELAYS[min(attempts, len(RETRY_DELAYS)) - 1]
+
+
+def delivery_attempt(*, delivery_id: int, now: datetime | None = None) -> WebhookDelivery | None:
+    """POST a due delivery once and record the answer: delivered on a 2xx; otherwise due again
+    after a backoff, or failed after FLYWHEEL_WEBHOOK_MAX_ATTEMPTS. None when nothing was due."""
+    now = now or timezone.now()
+    delivery = delivery_claim(delivery_id=delivery_id, now=now)
+    if delivery is None:  # a duplicated message, not due yet, or already settled
+        return None
+    body = delivery_body(delivery)
+    outcome = http_post(delivery.webhook.url, body, delivery_headers(delivery, body, delivery.webhook.secret))
+    return _record(delivery, outcome, now)
+
+
+def _record(delivery: WebhookDelivery, outcome: Outcome, now: datetime) -> WebhookDelivery:
+    # Only while our claim holds: a redelivery meanwhile reset `attempts` and owns the row now.
+    ours = WebhookDelivery.objects.filter(pk=delivery.pk, status=D.PENDING, attempts=delivery.attempts)
+    answer = {"last_response_code": outcome.code, "last_error": outcome.error}
+    if outcome.ok:
+        ours.update(status=D.DELIVERED, delivered_at=now, next_attempt_at=None, **answer)
+    elif delivery.attempts >= settings.FLYWHEEL_WEBHOOK_MAX_ATTEMPTS:
+        ours.update(status=D.FAILED, next_attempt_at=None, **answer)
+    else:
+        delay = retry_delay(delivery.attempts)
+        retrying = ours.update(next_attempt_at=now + timedelta(seconds=delay), **answer)
+        if retrying and delay <= COUNTDOWN_MAX_SECONDS:
+            _enqueue(delivery.pk, countdown=delay)
+    delivery.refresh_from_db()
+    return delivery
+
+
+def deliveries_resend(*, now: datetime | None = None) -> list[int]:
+    """The tick's part: hand every overdue delivery to the workers again. A delivery whose message
+    is still on its way is sent once anyway: the claim turns the second message away."""
+    from workers import tasks
+
+    due = selectors.deliveries_overdue(now=now or timezone.now())
+    for delivery_id in due:
+        tasks.webhook_deliver.delay(delivery_id)
+    return due

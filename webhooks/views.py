@@ -1,0 +1,79 @@
+"""The webhooks page of a project: list, add (the secret shown once), remove, send a test, and the
+recent deliveries. Owners only, as over REST: non-members get 404, other members 403."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from runs import selectors as run_selectors
+from runs.forms import add_service_errors
+from runs.roles import Permission
+from runs.services import StateError
+from runs.views import _access
+from webhooks import selectors, services
+from webhooks.forms import WebhookForm
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def webhook_list(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = run_selectors.project_for(
+        user=request.user, project_id=project_id, permission=Permission.MANAGE_WEBHOOKS
+    )
+    form = WebhookForm(request.POST if request.method == "POST" else None)
+    created = None
+    if form.is_bound and form.is_valid():
+        try:
+            created = services.webhook_create(project=project, by=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            form = WebhookForm()
+    context = _access(request.user, project) | {
+        "webhooks": selectors.webhooks_of(project=project),
+        "deliveries": selectors.recent_deliveries_of(project=project),
+        "form": form,
+        "created": created,  # its secret is rendered in this one response only
+    }
+    return render(request, "webhooks/webhook_list.html", context)
+
+
+@login_required
+@require_POST
+def webhook_delete(request: HttpRequest, webhook_id: int) -> HttpResponse:
+    webhook = selectors.webhook_for(user=request.user, webhook_id=webhook_id)
+    services.webhook_delete(webhook=webhook)
+    messages.success(request, f"Webhook {webhook.url} removed; it gets no more events.")
+    return redirect("webhook-list", project_id=webhook.project_id)
+
+
+@login_required
+@require_POST
+def webhook_ping(request: HttpRequest, webhook_id: int) -> HttpResponse:
+    webhook = selectors.webhook_for(user=request.user, webhook_id=webhook_id)
+    try:
+        delivery = services.webhook_ping(webhook=webhook)
+    except StateError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request, f"Test event {delivery.pk} queued for {webhook.url}; refresh to see its answer."
+        )
+    return redirect("webhook-list", project_id=webhook.project_id)
+
+
+@login_required
+@require_POST
+def delivery_redeliver(request: HttpRequest, webhook_id: int, delivery_id: int) -> HttpResponse:
+    webhook = selectors.webhook_for(user=request.user, webhook_id=webhook_id)
+    delivery = selectors.delivery_for(webhook=webhook, delivery_id=delivery_id)
+    try:
+        services.delivery_redeliver(delivery=delivery)
+    except StateError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Delivery {delivery.pk} queued again.")
+    return redirect("webhook-list", project_id=webhook.project_id)
