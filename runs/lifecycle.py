@@ -193,7 +193,8 @@ def run_create(
     )
     reward_rule_version_mark_used(version=request.reward_rule_version)
     origin = f" from checkpoint {checkpoint.step} of run {parent.pk}" if checkpoint else ""
-    run_event(run, "status", f"queued{origin}", data={"status": S.QUEUED})
+    event = run_event(run, "status", f"queued{origin}", data={"status": S.QUEUED})
+    deliveries_enqueue(run=run, event=event, status=S.QUEUED)
     _schedule_after_commit()
     return run
 

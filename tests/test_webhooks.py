@@ -91,7 +91,7 @@ def delivered_to(receiver: Receiver) -> list[int]:
 def cancelled_run_delivery(lab, webhook: Webhook) -> WebhookDelivery:
     run = make_run(lab)
     lifecycle.run_cancel(run=run)
-    return WebhookDelivery.objects.get(webhook=webhook, run=run)
+    return WebhookDelivery.objects.get(webhook=webhook, run=run, payload__data__status="cancelled")
 
 
 # --- the outbox: deliveries written with the transition ------------------------------------
@@ -111,7 +111,7 @@ def test_a_status_change_sends_one_signed_delivery_per_matching_webhook(
         with django_capture_on_commit_callbacks(execute=True):
             lifecycle.run_cancel(run=run)
             assert send.call_count == 0  # nothing leaves before the transition commits
-    deliveries = list(WebhookDelivery.objects.order_by("pk"))
+    deliveries = list(WebhookDelivery.objects.filter(payload__data__status="cancelled").order_by("pk"))
     assert [(d.webhook_id, d.run_id, d.status, d.attempts) for d in deliveries] == [
         (every.pk, run.pk, D.PENDING, 0),
         (on_cancel.pk, run.pk, D.PENDING, 0),
@@ -162,6 +162,18 @@ def _fresh(deliveries: list[WebhookDelivery]) -> list[WebhookDelivery]:
     return [WebhookDelivery.objects.get(pk=d.pk) for d in deliveries]
 
 
+def test_a_new_run_announces_itself_as_queued(lab, receiver):
+    webhook = make_webhook(lab, receiver.url, statuses=["queued"])
+    run = make_run(lab)
+    delivery = WebhookDelivery.objects.get()
+    assert (delivery.webhook_id, delivery.run_id, delivery.event.data) == (
+        webhook.pk,
+        run.pk,
+        {"status": "queued"},
+    )
+    assert delivery.payload["data"]["status"] == "queued" and delivery.payload["data"]["message"] == "queued"
+
+
 def test_the_statuses_filter_picks_which_changes_are_sent(lab, receiver):
     endings = make_webhook(lab, receiver.url, statuses=["failed", "succeeded"])
     run = make_run(lab)
@@ -183,7 +195,7 @@ def test_a_transition_rolled_back_leaves_no_delivery(lab, receiver):
     with pytest.raises(RuntimeError), transaction.atomic():
         lifecycle.run_cancel(run=run)
         raise RuntimeError("the caller's transaction fails after the transition")
-    assert WebhookDelivery.objects.count() == 0
+    assert list(WebhookDelivery.objects.values_list("payload__data__status", flat=True)) == ["queued"]
     assert Run.objects.get(pk=run.pk).status == S.QUEUED
 
 
@@ -404,7 +416,8 @@ def test_redelivery_sends_the_same_delivery_again_and_a_pending_one_answers_409(
     assert receiver.requests[0]["body"] == receiver.requests[1]["body"]
     listed = owner.get(f"/api/v1/webhooks/{webhook.pk}/deliveries").json()["results"]
     assert [(d["id"], d["status"], d["attempts"], d["last_response_code"]) for d in listed] == [
-        (delivery.pk, "delivered", 1, 200)
+        (delivery.pk, "delivered", 1, 200),
+        (delivery.pk - 1, "pending", 0, None),  # the run's queued, never sent in this test
     ]
     other = make_webhook(lab, receiver.url)
     assert owner.post(f"/api/v1/webhooks/{other.pk}/deliveries/{delivery.pk}/redeliver").status_code == 404
