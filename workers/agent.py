@@ -141,8 +141,9 @@ def episodes_play(
     on_done: Callable[[list[AgentEpisode]], None] | None = None,
 ) -> list[AgentEpisode]:
     """Play one episode per item (repeat an item for a group) and grade each with `rule`; waves
-    as large as the sandbox pool. `on_done` gets each wave as it finishes, to store it early."""
-    wave = max(1, sandbox_pool().max_sandboxes)
+    one smaller than the sandbox pool. `on_done` gets each wave as it finishes, to store it early."""
+    # One sandbox stays free for graders that need a fresh one (the episodes' own are all held).
+    wave = max(1, sandbox_pool().max_sandboxes - 1)
     episodes: list[AgentEpisode] = []
     for start in range(0, len(items), wave):
         played = _wave_play(items[start : start + wave], generate, rule, prompt_text, fits, judge)
