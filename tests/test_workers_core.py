@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from workers.base_model import BaseModelConfig, base_model_build
 from workers.demo_tasks import demo_task_sets
 from workers.generation import SamplingParams, generate
-from workers.learners.common import completion_logprobs, sequence_batch
+from workers.learners.common import completion_logprobs, sequence_batch, token_logprobs
 from workers.learners.grpo import grpo_loss
 from workers.policy import policy_load
 
@@ -75,3 +75,44 @@ def test_grpo_token_mean_loss_weights_every_completion_token_and_masks_padding()
     assert loss.item() == pytest.approx((-2 + 3) / 5)
     assert logprobs.grad[0, 2].item() == 0.0
     assert metrics["clip_fraction"] == 0.0
+
+
+def test_rows_that_share_a_prompt_get_the_same_logprobs_and_gradients_as_computed_apart(tmp_path: Path):
+    """A GRPO group's prompt runs once and its cache is copied to each row: nothing may change."""
+    base_model_build(tmp_path, TINY, log=lambda line: None)
+    policy = policy_load(tmp_path)
+    prompts = [
+        policy.prompt_text(f"Write a Python function `f(x)` that returns x plus {n}.") for n in (1, 22)
+    ]
+    completions = generate(
+        policy.model,
+        policy.tokenizer,
+        [prompt for prompt in prompts for _ in range(3)],
+        SamplingParams(max_new_tokens=8, temperature=1.0),
+        generator=torch.Generator().manual_seed(1),
+    )
+    batch = sequence_batch(
+        [c.prompt_token_ids for c in completions],
+        [c.token_ids for c in completions],
+        policy.tokenizer.pad_token_id,
+    )
+    assert len({tuple(c.prompt_token_ids) for c in completions}) == 2
+    assert len({len(c.prompt_token_ids) for c in completions}) == 2  # prompts of two lengths
+    model = policy.model.train()
+
+    def logprobs_and_gradients(logprobs_of) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        logprobs, mask = logprobs_of()
+        (logprobs * mask).sum().backward()
+        return (logprobs * mask).detach(), [parameter.grad.clone() for parameter in model.parameters()]
+
+    shared, shared_gradients = logprobs_and_gradients(lambda: completion_logprobs(model, batch))
+    apart, apart_gradients = logprobs_and_gradients(
+        lambda: (token_logprobs(model, batch), batch.completion_mask[:, 1:].float())
+    )
+    assert torch.allclose(shared, apart, atol=1e-5)
+    for one, other in zip(shared_gradients, apart_gradients, strict=True):
+        assert torch.allclose(one, other, rtol=1e-4, atol=1e-5)
+    for row, completion in enumerate(completions):  # and both are what sampling recorded
+        recorded = shared[row][batch.completion_mask[row, 1:].bool()]
+        assert torch.allclose(recorded, torch.tensor(completion.logprobs), atol=1e-4)

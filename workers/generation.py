@@ -87,23 +87,32 @@ def generate(
     *,
     generator: torch.Generator | None = None,
 ) -> list[Completion]:
-    """One completion per prompt (repeat a prompt for a group), decoded together with a KV cache."""
+    """One completion per prompt (repeat a prompt for a group), decoded together with a KV cache.
+    A prompt that repeats is prefilled once and its cache copied to its rows."""
     device = next(model.parameters()).device
-    encoded = tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt").to(device)
-    attention = encoded["attention_mask"]
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    unique = list(dict.fromkeys(prompts))
+    encoded = tokenizer(unique, padding=True, padding_side="left", return_tensors="pt").to(device)
     cache = DynamicCache()
     logits = (
         model(
             input_ids=encoded["input_ids"],
-            attention_mask=attention,
-            position_ids=positions,
+            attention_mask=encoded["attention_mask"],
+            position_ids=(encoded["attention_mask"].cumsum(-1) - 1).clamp(min=0),
             cache=cache,
             use_cache=True,
+            logits_to_keep=1,
         )
         .logits[:, -1]
         .float()
     )
+    index = {prompt: row for row, prompt in enumerate(unique)}
+    rows = torch.tensor([index[prompt] for prompt in prompts], device=device)
+    if len(unique) < len(prompts):
+        cache.batch_select_indices(rows)
+    encoded = {name: tensor[rows] for name, tensor in encoded.items()}
+    logits = logits[rows]
+    attention = encoded["attention_mask"]
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
     batch = len(prompts)
     # Tokens and log-probs stay tensors until the end: moving each step to Python costs more
     # than the tiny models' forward passes.

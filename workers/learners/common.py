@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
 from workers.policy import Policy, policy_load, prompt_text
 
@@ -271,8 +271,67 @@ def completion_render(completion: str | list[dict]) -> str:
 def completion_logprobs(
     model: torch.nn.Module, batch: SequenceBatch, temperature: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token log-probs and the mask of completion tokens, both (B, L-1)."""
-    return token_logprobs(model, batch, temperature), batch.completion_mask[:, 1:].float()
+    """Per-token log-probs and the mask of completion tokens, both (B, L-1); log-probs outside
+    the mask are not meaningful. Rows that share a prompt (a GRPO group, a DPO pair) have it run
+    once, its keys and values copied to each row: the same values and gradients, less compute."""
+    mask = batch.completion_mask[:, 1:].float()
+    prompt_lengths = (batch.completion_mask.cumsum(-1) == 0).sum(-1)
+    prompts = [
+        tuple(row[:length].tolist()) for row, length in zip(batch.input_ids, prompt_lengths, strict=True)
+    ]
+    if len(set(prompts)) == len(prompts) or not bool(batch.completion_mask.any(-1).all()):
+        return token_logprobs(model, batch, temperature), mask
+    return _shared_prompt_logprobs(model, batch, prompts, prompt_lengths, temperature), mask
+
+
+def _shared_prompt_logprobs(
+    model: torch.nn.Module,
+    batch: SequenceBatch,
+    prompts: list[tuple[int, ...]],
+    prompt_lengths: torch.Tensor,
+    temperature: float,
+) -> torch.Tensor:
+    device, (size, length) = batch.input_ids.device, batch.input_ids.shape
+    unique = list(dict.fromkeys(prompts))
+    index = {prompt: row for row, prompt in enumerate(unique)}
+    rows = torch.tensor([index[prompt] for prompt in prompts], device=device)
+    # The distinct prompts, left-padded, once: their cache is then copied to every row.
+    width = max(len(prompt) for prompt in unique)
+    prompt_ids = torch.zeros((len(unique), width), dtype=torch.long, device=device)
+    prompt_mask = torch.zeros((len(unique), width), dtype=torch.long, device=device)
+    for row, prompt in enumerate(unique):
+        prompt_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        prompt_mask[row, width - len(prompt) :] = 1
+    cache = DynamicCache()
+    first = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[:, -1]
+    cache.batch_select_indices(rows)
+    # Each row's completion, right-padded, continuing its prompt's positions.
+    completion_lengths = batch.completion_mask.sum(-1)
+    steps = torch.arange(int(completion_lengths.max()), device=device)
+    valid = steps[None, :] < completion_lengths[:, None]
+    source = (prompt_lengths[:, None] + steps[None, :]).clamp(max=length - 1)
+    completion_ids = batch.input_ids.gather(1, source) * valid
+    rest = model(
+        input_ids=completion_ids,
+        attention_mask=torch.cat([prompt_mask[rows], valid.long()], dim=1),
+        position_ids=prompt_lengths[:, None] + steps[None, :],
+        cache=cache,
+        use_cache=True,
+    ).logits
+    logits = torch.cat([first[rows][:, None], rest[:, :-1]], dim=1).float() / temperature
+    logprobs = logits.log_softmax(-1).gather(-1, completion_ids[..., None]).squeeze(-1) * valid
+    # Back to the (B, L-1) layout: completion token j of a row stands at its prompt length + j.
+    target = (prompt_lengths[:, None] - 1 + steps[None, :]).clamp(max=length - 2)
+    return torch.zeros((size, length - 1), dtype=logprobs.dtype, device=device).scatter_add(
+        1, target, logprobs
+    )
 
 
 def sequence_logprob_sums(model: torch.nn.Module, batch: SequenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
