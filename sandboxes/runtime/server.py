@@ -68,6 +68,7 @@ class Server:
         self.ctl_out = ctl_out
         self.pristine: list[tuple[str, int, bytes]] = []
         self.nproc_overhead = 1
+        self.oom_kills_seen = oom_kills()  # OOM kills only happen while code runs: read once after each
 
     # -- framing -------------------------------------------------------------------------------
 
@@ -329,7 +330,6 @@ class Execution:
 
     def run(self) -> dict:
         pipes = {name: os.pipe() for name in ("stdin", "stdout", "stderr", "report")}
-        oom_before = oom_kills()
         started = time.monotonic()
         pid = os.fork()
         if pid == 0:
@@ -337,9 +337,9 @@ class Execution:
         for name, (read_end, write_end) in pipes.items():
             os.close(read_end if name == "stdin" else write_end)
         status, usage = self.supervise(pid, pipes, started + self.head["timeout"])
-        wall = time.monotonic() - started
-        kill_everything()
-        return self.result(status, usage, wall, oom_kills() > oom_before)
+        wall = time.monotonic() - started  # supervise killed and reaped everything the code started
+        before, self.server.oom_kills_seen = self.server.oom_kills_seen, oom_kills()
+        return self.result(status, usage, wall, self.server.oom_kills_seen > before)
 
     def supervise(self, pid: int, pipes: dict, deadline: float) -> tuple[int, object]:
         pidfd = os.pidfd_open(pid)
@@ -505,8 +505,6 @@ def apply_limits(limits: dict, nproc_overhead: int) -> None:
 def prepare_python(workspace: str) -> None:
     random.seed()
     sys.dont_write_bytecode = True
-    os.environ.clear()
-    os.environ.update(CHILD_ENV)
     sys.argv = [""]
     sys.path.insert(0, workspace)
     main = types.ModuleType("__main__")
@@ -666,6 +664,9 @@ def control_channel(argv: list[str]) -> tuple[int, int]:
 
 def main() -> None:
     ctl_in, ctl_out = control_channel(sys.argv)
+    # What the code sees, set once here so that no fork pays for it (the server needs none).
+    os.environ.clear()
+    os.environ.update(CHILD_ENV)
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
