@@ -2,12 +2,13 @@
 the learner's step closes on them (masked from learning) instead of waiting forever."""
 
 import pytest
+import torch
 
 from runs import lifecycle
 from runs.models import RolloutBatch, Run, RunEvent, Trajectory
 from tests.test_run_lifecycle import setup  # noqa: F401  (a fixture: a run whose model folder is empty)
 from workers.learners.grpo import learnable
-from workers.run_learner import grpo_config, wait_for_step
+from workers.run_learner import grpo_config, mark_learned, wait_for_step
 from workers.run_rollout import MAX_ATTEMPTS, rollout_batch_run, rollout_batches_expire
 
 GROUP = 4
@@ -62,3 +63,21 @@ def test_a_batch_whose_worker_died_on_every_attempt_is_ended_by_the_learner(batc
     assert batch.status == RolloutBatch.Status.FAILED and "stopped answering" in batch.error
     assert Trajectory.objects.filter(batch=batch, outcome=Trajectory.Outcome.ERRORED).count() == 2 * GROUP
     assert rollout_batches_expire(RolloutBatch.objects.filter(run=batch.run)) == 0
+
+
+def test_learned_trajectories_are_claimed_once_with_their_advantages(batch):
+    rows = [
+        Trajectory.objects.create(
+            run=batch.run, batch=batch, item_id=batch.item_ids[0], sample_index=index, policy_version=0
+        )
+        for index in range(4)
+    ]
+    mark_learned(rows, [0, 2, 3], torch.tensor([0.5, 9.0, -0.25, 1.5]), step=0)
+    mark_learned(rows, [0, 1], torch.tensor([7.0, 7.0, 7.0, 7.0]), step=1)  # 0 was claimed already
+    claimed = Trajectory.objects.filter(batch=batch).order_by("sample_index")
+    assert list(claimed.values_list("learned_in_step", "advantage")) == [
+        (0, 0.5),
+        (1, 7.0),
+        (0, -0.25),
+        (0, 1.5),
+    ]

@@ -26,7 +26,7 @@ from statistics import fmean, pstdev
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, FloatField, Q, Value, When
 from django.utils import timezone
 
 from runs import events, monitors
@@ -385,11 +385,17 @@ def _completion(data: dict) -> Completion:
 
 
 def mark_learned(rows: list[Trajectory], keep: list[int], advantages, step: int) -> None:
-    """Claim the learned trajectories for this step; a trajectory is only ever claimed once."""
-    for index in keep:
-        Trajectory.objects.filter(pk=rows[index].pk, learned_in_step__isnull=True).update(
-            learned_in_step=step, advantage=float(advantages[index])
-        )
+    """Claim the learned trajectories for this step, in one statement; a trajectory is only ever
+    claimed once."""
+    if not keep:
+        return
+    advantage = Case(
+        *(When(pk=rows[index].pk, then=Value(float(advantages[index]))) for index in keep),
+        output_field=FloatField(),
+    )
+    Trajectory.objects.filter(pk__in=[rows[index].pk for index in keep], learned_in_step__isnull=True).update(
+        learned_in_step=step, advantage=advantage
+    )
 
 
 # --- metrics, checkpoints, evaluation ------------------------------------------------------
