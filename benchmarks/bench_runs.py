@@ -95,6 +95,7 @@ def workload(model: Path):
 
 def start_workers(env: dict[str, str]) -> list[subprocess.Popen]:
     from webapp.embedded_redis import redis_start
+    from webapp.stack import solo_worker_argv
 
     redis_start(home=Path(env["FLYWHEEL_HOME"]), port=int(env["FLYWHEEL_REDIS_PORT"]))
     processes = []
@@ -104,26 +105,7 @@ def start_workers(env: dict[str, str]) -> list[subprocess.Popen]:
         ("rollout", "rollout-2"),
         ("eval", "eval"),
     ):
-        argv = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "webapp",
-            "worker",
-            "-Q",
-            queues,
-            "-n",
-            f"{name}@bench",
-            "-c",
-            "1",
-            "--pool",
-            "solo",
-            "--without-gossip",
-            "--without-mingle",
-            "--loglevel",
-            "INFO",
-        ]
+        argv = solo_worker_argv(queues, f"{name}@bench")
         process = subprocess.Popen(
             argv,
             cwd=ROOT,

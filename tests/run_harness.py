@@ -20,6 +20,7 @@ from rewards import services as reward_services
 from runs import services
 from runs.models import Run
 from tests.conftest import make_project, make_user
+from webapp.stack import solo_worker_argv
 from workers.base_model import BaseModelConfig, base_model_build
 from workers.demo_tasks import demo_task_sets
 
@@ -79,26 +80,7 @@ class Host:
 
     def worker(self, queues: str) -> subprocess.Popen:
         name = f"{queues.replace(',', '-')}-{uuid.uuid4().hex[:6]}@test"
-        argv = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "webapp",
-            "worker",
-            "-Q",
-            queues,
-            "-n",
-            name,
-            "-c",
-            "1",
-            "--pool",
-            "solo",
-            "--without-gossip",
-            "--without-mingle",
-            "--loglevel",
-            "INFO",
-        ]
+        argv = solo_worker_argv(queues, name)
         process = subprocess.Popen(
             argv,
             cwd=settings.BASE_DIR,

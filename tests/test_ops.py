@@ -17,6 +17,7 @@ from django.core.management.base import CommandError
 from runs.demo import DEMO_PROJECT, demo_ensure
 from runs.models import ApiToken, Project, TaskSetVersion, Tier
 from tests.conftest import api_client_for, make_project, make_user
+from webapp.stack import solo_worker_argv
 
 WORKER_STOP_SECONDS = 20
 
@@ -26,26 +27,7 @@ def worker_name():
     """A real Celery worker on every queue, named uniquely so a running `make up` stack
     sharing this Redis cannot be mistaken for it."""
     name = f"test-{uuid.uuid4().hex[:8]}@healthz"
-    argv = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "webapp",
-        "worker",
-        "-Q",
-        "rollout,learner,eval",
-        "-n",
-        name,
-        "-c",
-        "1",
-        "--pool",
-        "solo",
-        "--loglevel",
-        "INFO",
-        "--without-gossip",
-        "--without-mingle",
-    ]
+    argv = solo_worker_argv("rollout,learner,eval", name)
     # Earlier tests leave messages on these queues (runs scheduled after commit); this worker is
     # here to be seen, not to work, so it starts on empty queues.
     purge = [sys.executable, "-m", "celery", "-A", "webapp", "purge", "-f", "-Q", "rollout,learner,eval"]

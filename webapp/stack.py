@@ -21,6 +21,31 @@ class Service:
     argv: list[str]
 
 
+def solo_worker_argv(queues: str, name: str) -> list[str]:
+    """One Celery worker process serving `queues` itself (solo pool, no peers to sync with): how
+    tests and benchmarks stand up a worker host they can kill."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "webapp",
+        "worker",
+        "-Q",
+        queues,
+        "-n",
+        name,
+        "-c",
+        "1",
+        "--pool",
+        "solo",
+        "--without-gossip",
+        "--without-mingle",
+        "--loglevel",
+        "INFO",
+    ]
+
+
 def services() -> list[Service]:
     python = sys.executable
     celery = [python, "-m", "celery", "-A", "webapp", "worker", "--loglevel", "INFO", "--without-gossip"]
