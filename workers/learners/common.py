@@ -9,8 +9,9 @@ function of (seed, step); and sampling uses a generator seeded from (seed, step)
 import json
 import random
 import shutil
+import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -157,6 +158,36 @@ def final_save(learner: Learner, config: LearnerConfig) -> Path:
         model.save_pretrained(path)
         learner.tokenizer.save_pretrained(path)
     return path
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    seconds: float
+    history: list[dict] = field(default_factory=list)
+
+
+def train_steps(
+    learner: Learner, config: LearnerConfig, step: Callable[[int], dict[str, float]], *, log: Log
+) -> TrainResult:
+    """The offline loop SFT and DPO share: resume from the last checkpoint if there is one, then
+    `step(n)` until `config.steps` (logging, checkpointing on schedule), then save the final policy."""
+    if checkpoint_resume(learner, config):
+        log(f"resumed at step {learner.state.step} from {config.output_dir}")
+    result, started = TrainResult(steps=learner.state.step, seconds=0.0), time.monotonic()
+    learner.model.train()
+    while learner.state.step < config.steps:
+        number = learner.state.step
+        metrics = step(number)
+        learner.state.step += 1
+        result.history.append({"step": number, **metrics, "seconds": time.monotonic() - started})
+        if number % config.log_every == 0:
+            log(metrics_line(number, metrics))
+        if checkpoint_due(learner, config):
+            log(f"checkpoint {checkpoint_save(learner, config)}")
+    final_save(learner, config)
+    result.steps, result.seconds = learner.state.step, time.monotonic() - started
+    return result
 
 
 def step_rng(seed: int, step: int) -> random.Random:

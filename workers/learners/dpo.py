@@ -15,8 +15,7 @@ evaluation render it; `apply_chat_template=False` uses them as they are, as TRL 
 conversations (lists of messages, TRL's conversational format).
 """
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -26,19 +25,16 @@ from workers.learners.common import (
     LearnerConfig,
     Log,
     SequenceBatch,
-    checkpoint_due,
-    checkpoint_resume,
-    checkpoint_save,
+    TrainResult,
     completion_render,
     epoch_rows,
-    final_save,
     learner_create,
-    metrics_line,
     optimizer_step,
     prompt_render,
     reference_create,
     sequence_logprob_sums,
     text_batch,
+    train_steps,
 )
 
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
@@ -57,13 +53,6 @@ class DPOConfig(LearnerConfig):
             raise ValueError(f"beta must be positive; got {self.beta}")
         if not 0 <= self.label_smoothing < 0.5:
             raise ValueError(f"label_smoothing must be in [0, 0.5); got {self.label_smoothing}")
-
-
-@dataclass
-class DPOResult:
-    steps: int
-    seconds: float
-    history: list[dict] = field(default_factory=list)
 
 
 def dpo_pairs_check(pairs: list[dict]) -> list[dict]:
@@ -154,28 +143,18 @@ def dpo_step(
     return {name: value / max(1, count) for name, value in totals.items()}
 
 
-def train_dpo(config: DPOConfig, pairs: list[dict], *, log: Log = print) -> DPOResult:
+def train_dpo(config: DPOConfig, pairs: list[dict], *, log: Log = print) -> TrainResult:
     """Optimise the policy's preferences on `pairs`, against a frozen reference; resumes if it can."""
     pairs = dpo_pairs_check(pairs)
     learner, _ = learner_create(config)
     reference = reference_create(config, learner.accelerator)
-    if checkpoint_resume(learner, config):
-        log(f"resumed at step {learner.state.step} from {config.output_dir}")
-    result, started = DPOResult(steps=learner.state.step, seconds=0.0), time.monotonic()
-    learner.model.train()
-    while learner.state.step < config.steps:
-        step = learner.state.step
-        rows = epoch_rows(len(pairs), config.batch_size, config.seed, step)
-        metrics = dpo_step(learner, reference, pairs, rows, config)
-        learner.state.step += 1
-        result.history.append({"step": step, **metrics, "seconds": time.monotonic() - started})
-        if step % config.log_every == 0:
-            log(metrics_line(step, metrics))
-        if checkpoint_due(learner, config):
-            log(f"checkpoint {checkpoint_save(learner, config)}")
-    final_save(learner, config)
-    result.steps, result.seconds = learner.state.step, time.monotonic() - started
-    return result
+
+    def step(number: int) -> dict[str, float]:
+        return dpo_step(
+            learner, reference, pairs, epoch_rows(len(pairs), config.batch_size, config.seed, number), config
+        )
+
+    return train_steps(learner, config, step, log=log)
 
 
 @torch.no_grad()

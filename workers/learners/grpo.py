@@ -11,7 +11,7 @@ The loss is TRL's for the same settings (tests/test_workers_parity.py): "sequenc
 """
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -21,6 +21,7 @@ from workers.learners.common import (
     LearnerConfig,
     Log,
     SequenceBatch,
+    TrainResult,
     checkpoint_due,
     checkpoint_resume,
     checkpoint_save,
@@ -87,13 +88,6 @@ class GRPOBatch:
     sequences: SequenceBatch
     old_logprobs: torch.Tensor  # (B, L-1) behaviour log-probs at completion positions
     advantages: torch.Tensor  # (B,)
-
-
-@dataclass
-class GRPOResult:
-    steps: int
-    seconds: float
-    history: list[dict] = field(default_factory=list)
 
 
 # -- advantages and the loss (pure functions, compared with TRL's in the tests) -----------------
@@ -261,13 +255,13 @@ def learn_on_batch(
     return metrics
 
 
-def train_grpo(config: GRPOConfig, items: list[dict], *, pool=None, log: Log = print) -> GRPOResult:
+def train_grpo(config: GRPOConfig, items: list[dict], *, pool=None, log: Log = print) -> TrainResult:
     """Train with GRPO on `items` (code task items graded by their unit tests); resumes if it can."""
     learner, policy = learner_create(config)
     reference = reference_create(config, learner.accelerator) if config.beta else None
     if checkpoint_resume(learner, config):
         log(f"resumed at step {learner.state.step} from {config.output_dir}")
-    result, started = GRPOResult(steps=learner.state.step, seconds=0.0), time.monotonic()
+    result, started = TrainResult(steps=learner.state.step, seconds=0.0), time.monotonic()
     while learner.state.step < config.steps:
         step = learner.state.step
         learner.model.eval()

@@ -10,8 +10,7 @@ conversational messages); `sft_examples` also turns code task items into example
 `reference_solution`.
 """
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -19,18 +18,15 @@ from workers.learners.common import (
     Learner,
     LearnerConfig,
     Log,
-    checkpoint_due,
-    checkpoint_resume,
-    checkpoint_save,
+    TrainResult,
     completion_logprobs,
     completion_render,
     epoch_rows,
-    final_save,
     learner_create,
-    metrics_line,
     optimizer_step,
     prompt_render,
     text_batch,
+    train_steps,
 )
 
 
@@ -38,13 +34,6 @@ from workers.learners.common import (
 class SFTConfig(LearnerConfig):
     learning_rate: float = 1e-3
     batch_size: int = 16  # examples per optimiser step (split over the accumulation micro-batches)
-
-
-@dataclass
-class SFTResult:
-    steps: int
-    seconds: float
-    history: list[dict] = field(default_factory=list)
 
 
 def sft_examples(records: list[dict]) -> list[dict]:
@@ -88,25 +77,14 @@ def sft_step(learner: Learner, examples: list[dict], rows: list[int], config: SF
     return {"loss": sum(losses) / max(1, len(losses)), "lr": learner.scheduler.get_last_lr()[0]}
 
 
-def train_sft(config: SFTConfig, examples: list[dict], *, log: Log = print) -> SFTResult:
+def train_sft(config: SFTConfig, examples: list[dict], *, log: Log = print) -> TrainResult:
     """Fine-tune on prompt / completion examples (see `sft_examples`); resumes if it can."""
     examples = sft_examples(examples)
     learner, _ = learner_create(config)
-    if checkpoint_resume(learner, config):
-        log(f"resumed at step {learner.state.step} from {config.output_dir}")
-    result, started = SFTResult(steps=learner.state.step, seconds=0.0), time.monotonic()
-    learner.model.train()
-    while learner.state.step < config.steps:
-        step = learner.state.step
-        metrics = sft_step(
-            learner, examples, epoch_rows(len(examples), config.batch_size, config.seed, step), config
+
+    def step(number: int) -> dict[str, float]:
+        return sft_step(
+            learner, examples, epoch_rows(len(examples), config.batch_size, config.seed, number), config
         )
-        learner.state.step += 1
-        result.history.append({"step": step, **metrics, "seconds": time.monotonic() - started})
-        if step % config.log_every == 0:
-            log(metrics_line(step, metrics))
-        if checkpoint_due(learner, config):
-            log(f"checkpoint {checkpoint_save(learner, config)}")
-    final_save(learner, config)
-    result.steps, result.seconds = learner.state.step, time.monotonic() - started
-    return result
+
+    return train_steps(learner, config, step, log=log)
