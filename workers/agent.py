@@ -12,6 +12,7 @@ sandbox pool lends sandboxes. Model output is untrusted: it only ever runs insid
 """
 
 import re
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ class AgentEpisode:
     submitted: bool = False
     error: str | None = None  # the infrastructure failed; the episode is errored
     grade: ScoreResult | None = None
+    seconds: float = 0.0  # wall time, acting and graded
 
     @property
     def done(self) -> bool:
@@ -138,22 +140,24 @@ def episodes_play(
     prompt_text: Callable[[str], str] = lambda text: text,
     fits: Callable[[str], bool] = lambda text: True,
     judge=None,
-    on_done: Callable[[list[AgentEpisode]], None] | None = None,
+    on_done: Callable[[int, list[AgentEpisode]], None] | None = None,
 ) -> list[AgentEpisode]:
     """Play one episode per item (repeat an item for a group) and grade each with `rule`; waves
-    one smaller than the sandbox pool. `on_done` gets each wave as it finishes, to store it early."""
+    one smaller than the sandbox pool. `on_done(first item's index, wave)` gets each wave as it
+    finishes, to store it early."""
     # One sandbox stays free for graders that need a fresh one (the episodes' own are all held).
     wave = max(1, sandbox_pool().max_sandboxes - 1)
     episodes: list[AgentEpisode] = []
     for start in range(0, len(items), wave):
         played = _wave_play(items[start : start + wave], generate, rule, prompt_text, fits, judge)
         if on_done is not None:
-            on_done(played)
+            on_done(start, played)
         episodes += played
     return episodes
 
 
 def _wave_play(items, generate: Generate, rule: dict, prompt_text, fits, judge) -> list[AgentEpisode]:
+    started = time.monotonic()
     episodes = [AgentEpisode(item) for item in items]
     with ExitStack() as stack:
         sandboxes = [
@@ -169,6 +173,8 @@ def _wave_play(items, generate: Generate, rule: dict, prompt_text, fits, judge) 
                 )
         for episode, sandbox in zip(episodes, sandboxes, strict=True):
             episode.grade = _grade(episode, sandbox, rule, judge)
+    for episode in episodes:  # a wave's episodes play side by side: each took the wave's time
+        episode.seconds = time.monotonic() - started
     return episodes
 
 

@@ -198,13 +198,11 @@ def _completion_record(prompt: str, completion: Completion) -> dict:
 def _agents_play(batch, run: Run, policy, agents: list[tuple[int, dict]], generate, group_size: int) -> int:
     """Agent episodes, one wave of sandboxes at a time; each wave is stored when it ends."""
     samples = [index % group_size for index, _ in agents]  # episodes come back in the items' order
-    stored, done, started = 0, 0, time.monotonic()
+    stored = 0
 
-    def store(wave: list[AgentEpisode]) -> None:
-        nonlocal stored, done, started
-        seconds = (time.monotonic() - started) / max(1, len(wave))
-        played = [_agent_played(e, samples[done + i], seconds) for i, e in enumerate(wave)]
-        stored, done, started = stored + _store(batch, played), done + len(wave), time.monotonic()
+    def store(first: int, wave: list[AgentEpisode]) -> None:
+        nonlocal stored
+        stored += _store(batch, [_agent_played(e, samples[first + i]) for i, e in enumerate(wave)])
 
     episodes_play(
         [item for _, item in agents],
@@ -218,7 +216,7 @@ def _agents_play(batch, run: Run, policy, agents: list[tuple[int, dict]], genera
     return stored
 
 
-def _agent_played(episode: AgentEpisode, sample_index: int, seconds: float) -> Played:
+def _agent_played(episode: AgentEpisode, sample_index: int) -> Played:
     turns = episode.turns
     return Played(
         item=episode.item,
@@ -228,7 +226,7 @@ def _agent_played(episode: AgentEpisode, sample_index: int, seconds: float) -> P
         text=turns[-1].completion.text if turns else "",
         prompt_tokens=sum(len(turn.completion.prompt_token_ids) for turn in turns),
         completion_tokens=sum(len(turn.completion.token_ids) for turn in turns),
-        seconds=seconds,
+        seconds=episode.seconds,
     )
 
 
