@@ -172,6 +172,7 @@ def test_a_runs_agent_batch_stores_every_turn_and_the_learner_reads_them_back(ag
         assert {step.kind for step in steps[:-1]} <= {"command"}
         first = steps[0].data()
         assert first["observation"].startswith("Write 7 into answer.txt.") and first["token_ids"]
+    assert all(row.wall_seconds > 0 for row in rows)
     assert Run.objects.get(pk=agent_run.pk).sandbox_cpu_seconds == pytest.approx(batch.sandbox_cpu_seconds)
     episodes = _episodes(rows)
     assert [len(episode.completions) for episode in episodes] == [row.step_count for row in rows]
