@@ -7,6 +7,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 
 class StopReason(StrEnum):
@@ -79,7 +80,7 @@ class SandboxSpec:
         """Specs with the same environment share warm sandboxes; only the initial files differ."""
         return (self.backend, self.image, self.limits)
 
-    @property
+    @cached_property
     def files_digest(self) -> str:
         digest = hashlib.sha256()
         for path, content in self.files:

@@ -5,6 +5,7 @@ a caller does goes through the server's channel, so both behave the same way.
 """
 
 import ast
+import functools
 import json
 import secrets
 import threading
@@ -251,13 +252,14 @@ def exec_result(reply: dict) -> ExecResult:
     )
 
 
-def plan_tests(source: str, path: str) -> tuple[str, list[str]]:
+@functools.lru_cache(maxsize=256)  # a task's test file is planned once, not on every run
+def plan_tests(source: str, path: str) -> tuple[str, tuple[str, ...]]:
     """("functions", names of top-level test_* functions), else ("asserts", ["line N", ...]).
 
     >>> plan_tests("def test_a():\\n    assert 1\\n", "t.py")
-    ('functions', ['test_a'])
+    ('functions', ('test_a',))
     >>> plan_tests("x = 1\\nassert x == 1\\nassert x\\n", "t.py")
-    ('asserts', ['line 2', 'line 3'])
+    ('asserts', ('line 2', 'line 3'))
     """
     try:
         tree = ast.parse(source, path)
@@ -267,12 +269,12 @@ def plan_tests(source: str, path: str) -> tuple[str, list[str]]:
         node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test")
     ]
     if functions:
-        return "functions", list(dict.fromkeys(functions))
-    return "asserts", [f"line {node.lineno}" for node in tree.body if isinstance(node, ast.Assert)]
+        return "functions", tuple(dict.fromkeys(functions))
+    return "asserts", tuple(f"line {node.lineno}" for node in tree.body if isinstance(node, ast.Assert))
 
 
 def assemble_tests(
-    names: list[str], report: str, nonce: str, execution: ExecResult
+    names: Sequence[str], report: str, nonce: str, execution: ExecResult
 ) -> tuple[TestCaseResult, ...]:
     """One result per expected test, from the report lines that carry this run's nonce."""
     results: dict[str, TestCaseResult] = {}

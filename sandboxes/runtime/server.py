@@ -24,7 +24,7 @@ import itertools  # noqa: F401
 import json
 import math
 import os
-import random
+import random  # noqa: F401  (pre-imported warm; its fork hook gives every child a fresh seed)
 import re  # noqa: F401
 import resource
 import select
@@ -67,8 +67,11 @@ class Server:
         self.ctl_in = ctl_in
         self.ctl_out = ctl_out
         self.pristine: list[tuple[str, int, bytes]] = []
+        self.compiled: dict[tuple[str, str, str], object] = {}
         self.nproc_overhead = 1
-        self.oom_kills_seen = oom_kills()  # OOM kills only happen while code runs: read once after each
+        self.oom = OomCounter()
+        cache_import_finder(workspace)
+        self.oom_kills_seen = self.oom.read()  # OOM kills only happen while code runs: read once after each
 
     # -- framing -------------------------------------------------------------------------------
 
@@ -122,6 +125,7 @@ class Server:
             files.append((path, mode, blob[offset : offset + size]))
             offset += size
         self.pristine = files
+        self.compiled = precompile_tests(files)
         self.nproc_overhead = head.get("nproc_overhead", 1)
         return self.op_reset(head, b"")
 
@@ -300,20 +304,43 @@ def kill_everything() -> None:
             return
 
 
-def oom_kills() -> int:
-    """OOM kills recorded by the memory cgroup the sandbox sits in, where it can see one."""
-    if not MEMORY_CGROUP_VISIBLE:
-        return 0
-    for path, key in CGROUP_OOM_FILES:
+def cache_import_finder(directory: str) -> None:
+    """Make the import system's finder for directory here, once, so that children (which import
+    the code under test from there) inherit it rather than each building their own."""
+    for hook in sys.path_hooks:
         try:
-            with open(path) as handle:
-                for line in handle:
-                    name, _, value = line.partition(" ")
-                    if name == key:
-                        return int(value)
-        except OSError:
+            sys.path_importer_cache[directory] = hook(directory)
+            return
+        except ImportError:
             continue
-    return 0
+
+
+class OomCounter:
+    """OOM kills recorded by the memory cgroup the sandbox sits in, where it can see one. The file
+    stays open and is read again from its start: opening it anew would cost a tenth of a run."""
+
+    def __init__(self) -> None:
+        self.fd, self.key = -1, b""
+        for path, key in CGROUP_OOM_FILES:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue
+            self.fd, self.key = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100), key.encode() + b" "
+            os.close(fd)
+            return
+
+    def read(self) -> int:
+        if self.fd < 0:
+            return 0
+        try:
+            data = os.pread(self.fd, 4096, 0)
+        except OSError:
+            return 0
+        for line in data.splitlines():
+            if line.startswith(self.key):
+                return int(line[len(self.key) :])
+        return 0
 
 
 class Execution:
@@ -338,7 +365,7 @@ class Execution:
             os.close(read_end if name == "stdin" else write_end)
         status, usage = self.supervise(pid, pipes, started + self.head["timeout"])
         wall = time.monotonic() - started  # supervise killed and reaped everything the code started
-        before, self.server.oom_kills_seen = self.server.oom_kills_seen, oom_kills()
+        before, self.server.oom_kills_seen = self.server.oom_kills_seen, self.server.oom.read()
         return self.result(status, usage, wall, self.server.oom_kills_seen > before)
 
     def supervise(self, pid: int, pipes: dict, deadline: float) -> tuple[int, object]:
@@ -468,7 +495,7 @@ def child_main(server: Server, head: dict, pipes: dict) -> None:
                 os.write(2, f"{head['argv'][0]}: {exc.strerror}\n".encode())
                 os._exit(127)
         prepare_python(server.workspace)
-        code = run_snippet(head["code"]) if kind == "python" else run_tests(head)
+        code = run_snippet(head["code"]) if kind == "python" else run_tests(head, server.compiled)
     except BaseException:  # noqa: BLE001  (the child must never return into the server loop)
         try:
             traceback.print_exc()
@@ -506,7 +533,6 @@ def apply_limits(limits: dict, nproc_overhead: int) -> None:
 
 
 def prepare_python(workspace: str) -> None:
-    random.seed()
     sys.dont_write_bytecode = True
     sys.argv = [""]
     sys.path.insert(0, workspace)
@@ -555,9 +581,48 @@ def on_alarm(signum: int, frame: object) -> None:
     raise TestTimeout
 
 
-def run_tests(head: dict) -> int:
+def test_style(source: str, path: str) -> str:
+    """ "functions" when the file has top-level test_* functions, else "asserts" (the host's rule)."""
+    tree = ast.parse(source, path)
+    functions = (node for node in tree.body if isinstance(node, ast.FunctionDef))
+    return "functions" if any(node.name.startswith("test") for node in functions) else "asserts"
+
+
+def compile_tests(source: str, path: str, style: str) -> object:
+    """The test file compiled for its style: the whole module ("functions"), or (line, is_assert,
+    code) for each top-level statement ("asserts": each assert is a test, the rest is setup)."""
+    if style == "functions":
+        return compile(source, path, "exec")
+    return [
+        (
+            statement.lineno,
+            isinstance(statement, ast.Assert),
+            compile(ast.Module(body=[statement], type_ignores=[]), path, "exec"),
+        )
+        for statement in ast.parse(source, path).body
+    ]
+
+
+def precompile_tests(files: list[tuple[str, int, bytes]]) -> dict[tuple[str, str, str], object]:
+    """The pristine test files, compiled once here so that no child parses or compiles them: the
+    compiler's allocations in a child would copy pages of the server's heap on every run."""
+    compiled = {}
+    for path, _, content in files:
+        name = os.path.basename(path)
+        if not (name.endswith(".py") and (name.startswith("test") or name.endswith("_test.py"))):
+            continue
+        try:
+            source = content.decode()
+            style = test_style(source, path)
+            compiled[(path, style, source)] = compile_tests(source, path, style)
+        except (UnicodeDecodeError, SyntaxError, ValueError):
+            continue  # the child compiles it and reports the error as the run's
+    return compiled
+
+
+def run_tests(head: dict, compiled: dict) -> int:
     """Run the pristine test source the host sent, one report line per test, each with the nonce."""
-    nonce, path, names = head["nonce"], head["path"], head["names"]
+    nonce, path, names, style = head["nonce"], head["path"], head["names"], head["style"]
     source = head["source"]
     module = types.ModuleType(os.path.splitext(os.path.basename(path))[0])
     module.__file__ = os.path.join("/workspace", path)
@@ -566,7 +631,6 @@ def run_tests(head: dict) -> int:
     sys.path.insert(0, os.path.dirname(module.__file__))
     signal.signal(signal.SIGALRM, on_alarm)
     per_test = head.get("per_test_seconds") or 0
-    tree = ast.parse(source, path)
 
     def one(name: str, call: typing.Callable[[], None]) -> None:
         report({"nonce": nonce, "event": "start", "name": name})
@@ -601,9 +665,10 @@ def run_tests(head: dict) -> int:
             }
         )
 
-    if head["style"] == "functions":
+    program = compiled.get((path, style, source))
+    if style == "functions":
         try:
-            exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102
+            exec(program or compile_tests(source, path, style), module.__dict__)  # noqa: S102
         except BaseException as exc:  # noqa: BLE001
             report({"nonce": nonce, "event": "collect_error", "message": describe(exc)})
             return 1
@@ -623,15 +688,14 @@ def run_tests(head: dict) -> int:
                     }
                 )
         return 0
-    for statement in tree.body:
-        code = compile(ast.Module(body=[statement], type_ignores=[]), path, "exec")
-        if isinstance(statement, ast.Assert):
-            one(f"line {statement.lineno}", functools.partial(exec, code, module.__dict__))
+    for line, is_assert, code in program or compile_tests(source, path, style):
+        if is_assert:
+            one(f"line {line}", functools.partial(exec, code, module.__dict__))
             continue
         try:
             exec(code, module.__dict__)  # noqa: S102
         except BaseException as exc:  # noqa: BLE001
-            message = f"setup at line {statement.lineno} failed: {describe(exc)}"
+            message = f"setup at line {line} failed: {describe(exc)}"
             report({"nonce": nonce, "event": "collect_error", "message": message})
             return 1
     return 0
