@@ -2,7 +2,9 @@
 
 Read-only /usr (and the merged-/usr links), a synthetic /etc of three files, its own /proc and
 /dev, tmpfs workspace and /tmp, uid 65534 inside mapped to a host uid of its own (when the worker
-is root; otherwise the worker's uid), no environment, no network at all, no new privileges.
+is root; otherwise the worker's uid), no environment, no network at all, no new privileges. Where
+the host allows (a root worker, a writable cgroup filesystem), the sandbox also runs in a cgroup of
+its own that bounds the memory, processes and CPU of all its processes together (`cgroups.py`).
 """
 
 import os
@@ -10,10 +12,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .cgroups import SandboxCgroup, cgroup_create, sandbox_memory_bytes
 from .channel import PipeTransport
 from .config import SandboxSettings
 from .interface import InfrastructureError, SandboxSpec
-from .sandbox import SERVER_SOURCE, Sandbox
+from .sandbox import SERVER_MEMORY_MB, SERVER_PIDS, SERVER_SOURCE, Sandbox
 from .uids import UidLease, uid_claim
 
 SANDBOX_UID = 65534
@@ -26,6 +29,8 @@ ETC_FILES = {
     "hostname": "sandbox\n",
 }
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/workspace", "LANG": "C.UTF-8"}
+# $1...: the group's cgroup.procs files, then "--" and the command to run inside the group.
+JOIN_CGROUP = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 
 
 def bwrap_missing_message(path: str) -> str:
@@ -41,6 +46,7 @@ class BubblewrapSandbox(Sandbox):
         self.settings = settings
         self.process: subprocess.Popen | None = None
         self.lease: UidLease | None = None
+        self.cgroup: SandboxCgroup | None = None
         self.log_path = ""
 
     def _launch(self) -> PipeTransport:
@@ -50,23 +56,45 @@ class BubblewrapSandbox(Sandbox):
         as_root = os.geteuid() == 0
         if as_root:
             self.lease = uid_claim(base=self.settings.uid_base, state_dir=self.settings.state_dir)
+            if self.settings.cgroups == "auto":
+                self.cgroup = self._cgroup_create(self.lease.uid)
         logs = Path(self.settings.state_dir) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         self.log_path = str(logs / f"bwrap-{os.getpid()}-{id(self)}.log")
+        argv, env, uid = self.argv(etc), {}, self.lease.uid if self.lease else None
+        if self.cgroup is not None:
+            # A root shell joins the cgroup, then becomes the sandbox's uid and runs bwrap: all the
+            # sandbox's processes are forked inside the group, none before it.
+            argv = ["/bin/sh", "-c", JOIN_CGROUP, "join-cgroup", *self.cgroup.procs_files, "--"]
+            argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *self.argv(etc)]
+            env, uid = {"PATH": "/usr/bin:/bin"}, None
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                self.argv(etc),
+                argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
                 cwd="/",
-                env={},
-                user=self.lease.uid if self.lease else None,
-                group=self.lease.uid if self.lease else None,
-                extra_groups=[] if as_root else None,
+                env=env,
+                user=uid,
+                group=uid,
+                extra_groups=[] if uid is not None else None,
                 start_new_session=True,
             )
         return PipeTransport(self.process.stdin, self.process.stdout, self.log_path)
+
+    def _cgroup_create(self, uid: int) -> SandboxCgroup | None:
+        try:
+            return cgroup_create(
+                f"sandbox-{uid}",
+                self.limits,
+                memory_bytes=sandbox_memory_bytes(self.limits, SERVER_MEMORY_MB),
+                pids_max=self.limits.max_processes + SERVER_PIDS,
+            )
+        except OSError as exc:
+            raise InfrastructureError(
+                f"could not set up the sandbox's cgroup ({exc}): FLYWHEEL_SANDBOX_CGROUPS=off goes without"
+            ) from None
 
     def argv(self, etc: Path) -> list[str]:
         workspace_size = str(self.limits.workspace_mb << 20)
@@ -86,6 +114,8 @@ class BubblewrapSandbox(Sandbox):
         args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
         args += ["--ro-bind-try", "/etc/alternatives", "/etc/alternatives"]
         args += ["--proc", "/proc", "--dev", "/dev"]
+        if self.cgroup is not None:  # the server reads its OOM-kill counter there
+            args += ["--ro-bind", *self.cgroup.oom_file]
         args += [
             "--size",
             workspace_size,
@@ -110,6 +140,9 @@ class BubblewrapSandbox(Sandbox):
                 self.process.kill()
                 self.process.wait()
             self.process = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
         if self.lease is not None:
             self.lease.release()
             self.lease = None

@@ -19,14 +19,14 @@ import threading
 import time
 from pathlib import Path
 
+from .cgroups import sandbox_memory_bytes
 from .channel import DockerAttachTransport, PipeTransport, Transport
 from .config import SandboxSettings
 from .interface import InfrastructureError, SandboxSpec
-from .sandbox import SERVER_SOURCE, Sandbox
+from .sandbox import SERVER_MEMORY_MB, SERVER_PIDS, SERVER_SOURCE, Sandbox
 from .uids import UidLease, uid_claim
 
 LABEL = "org.flywheel.sandbox"
-SERVER_MEMORY_MB = 64  # the server itself and the page cache of a small workspace
 CONTROL_MOUNT = "/run/flywheel"
 CONNECT_TIMEOUT = 30.0
 PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
@@ -110,7 +110,7 @@ class DockerSandbox(Sandbox):
     def _container_options(self, local: bool) -> dict:
         uid, limits = self.lease.uid, self.limits
         tmpfs = f"rw,exec,nosuid,nodev,size={limits.workspace_mb}m,uid={uid},gid={uid}"
-        memory = (limits.memory_mb + 2 * limits.workspace_mb + SERVER_MEMORY_MB) << 20
+        memory = sandbox_memory_bytes(limits, SERVER_MEMORY_MB)
         options = {
             "user": f"{uid}:{uid}",
             "working_dir": "/workspace",
@@ -121,7 +121,7 @@ class DockerSandbox(Sandbox):
             "tmpfs": {"/workspace": tmpfs + ",mode=0755", "/tmp": tmpfs + ",mode=1777"},
             "mem_limit": memory,
             "memswap_limit": memory,
-            "pids_limit": limits.max_processes + 8,
+            "pids_limit": limits.max_processes + SERVER_PIDS,
             "nano_cpus": int(limits.cpus * 1e9),
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],

@@ -13,8 +13,10 @@ DEFAULTS = {
     "FLYWHEEL_SANDBOX_POOL_WARM": "2",
     "FLYWHEEL_SANDBOX_UID_BASE": "200000",
     "FLYWHEEL_SANDBOX_STATE_DIR": "/tmp/flywheel-sandboxes",
+    "FLYWHEEL_SANDBOX_CGROUPS": "auto",
 }
 BACKENDS = ("bubblewrap", "docker")
+CGROUP_MODES = ("auto", "off")
 DOCKER_SOCKET = "unix:///var/run/docker.sock"
 
 
@@ -48,6 +50,7 @@ class SandboxSettings:
     pool_warm: int
     uid_base: int
     state_dir: str
+    cgroups: str = "auto"  # bubblewrap: a cgroup per sandbox where the host allows ("auto"), or "off"
 
 
 def sandbox_settings() -> SandboxSettings:
@@ -64,4 +67,12 @@ def sandbox_settings() -> SandboxSettings:
         pool_warm=setting_int("FLYWHEEL_SANDBOX_POOL_WARM"),
         uid_base=setting_int("FLYWHEEL_SANDBOX_UID_BASE"),
         state_dir=setting("FLYWHEEL_SANDBOX_STATE_DIR"),
+        cgroups=cgroup_mode(),
     )
+
+
+def cgroup_mode() -> str:
+    mode = setting("FLYWHEEL_SANDBOX_CGROUPS")
+    if mode not in CGROUP_MODES:
+        raise ValueError(f"FLYWHEEL_SANDBOX_CGROUPS must be one of {', '.join(CGROUP_MODES)}, got {mode!r}")
+    return mode

@@ -51,7 +51,7 @@ class Limits:
     max_output_bytes: int = 1 << 20  # per stream; past it the code is stopped (OUTPUT_CAP)
     wall_seconds: float = 10.0
     workspace_mb: int = 64  # the writable workspace (and /tmp), each a tmpfs of this size
-    cpus: float = 1.0  # cores (Docker and cgroup hosts only)
+    cpus: float = 1.0  # cores (Docker, and bubblewrap where the host gives it cgroups)
 
 
 FileMap = Mapping[str, bytes | str]

@@ -46,6 +46,8 @@ def _cpu_charge(seconds: float) -> None:
         _cpu_seconds += seconds
 
 
+SERVER_MEMORY_MB = 64  # what a sandbox's memory budget adds for the server and a small workspace's cache
+SERVER_PIDS = 8  # what its process budget adds to max_processes: the server, bwrap's monitor, headroom
 START_TIMEOUT = 30.0
 OP_TIMEOUT = 10.0
 EXEC_GRACE = 5.0  # beyond the execution's own deadline, for killing and reaping

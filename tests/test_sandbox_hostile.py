@@ -47,6 +47,31 @@ def test_a_memory_bomb_in_a_child_program_stops_out_of_memory(sandbox, neighbour
     assert_unaffected(sandbox, neighbour)
 
 
+SPREAD_MEMORY = """
+import os, time
+children = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        block = b"x" * (100 << 20)  # each process stays under memory_mb
+        time.sleep(1)
+        os._exit(0)
+    children.append(pid)
+print([os.waitpid(pid, 0)[1] for pid in children])
+"""
+
+
+def test_memory_spread_over_processes_stops_out_of_memory(sandbox, neighbour):
+    """Three processes of 100 MB each pass the sandbox's memory (160 + 2 × 8 + 64 MB) together:
+    the sandbox's cgroup takes one of them, never the server."""
+    if sandbox.backend == "bubblewrap" and sandbox.cgroup is None:
+        pytest.skip("this host gives the worker no cgroups: memory is bounded per process only")
+    result = sandbox.run_python(SPREAD_MEMORY, timeout=10)
+    assert result.stop_reason == StopReason.OUT_OF_MEMORY
+    assert result.stdout.count("9") == 1  # one child SIGKILLed, the two others exited 0
+    assert_unaffected(sandbox, neighbour)
+
+
 def test_a_cpu_spin_stops_at_the_cpu_limit(sandbox, neighbour):
     result = sandbox.run_python("while True:\n    pass", timeout=30)
     assert result.stop_reason == StopReason.TIMEOUT

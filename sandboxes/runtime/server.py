@@ -54,6 +54,10 @@ CGROUP_OOM_FILES = (
     ("/sys/fs/cgroup/memory.events", "oom_kill"),
     ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),
 )
+try:
+    LIBC = ctypes.CDLL(None, use_errno=True)
+except OSError:
+    LIBC = None
 MEMORY_CGROUP_VISIBLE = any(os.path.exists(path) for path, _ in CGROUP_OOM_FILES)
 
 
@@ -521,15 +525,25 @@ def apply_limits(limits: dict, nproc_overhead: int) -> None:
     fsize = limits["max_file_size_mb"] * mb
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if MEMORY_CGROUP_VISIBLE:  # only a cgroup's OOM killer reads it: the code dies, not the server
-        try:  # raw system calls: Python's open() would cost a third of a fork here
-            fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
-            try:
-                os.write(fd, b"1000")
-            finally:
-                os.close(fd)
-        except OSError:
-            pass
+    if MEMORY_CGROUP_VISIBLE:
+        prefer_as_oom_victim()
+
+
+def prefer_as_oom_victim() -> None:
+    """Make this child the first the cgroup's OOM killer takes: the code dies, never the server.
+
+    The server made itself non-dumpable, which children inherit and which gives their /proc files
+    to root; the child, the code's own process, becomes dumpable again first (the server stays
+    protected). Raw system calls: Python's open() would cost a third of a fork here."""
+    try:
+        LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(fd, b"1000")
+        finally:
+            os.close(fd)
+    except (OSError, AttributeError):
+        pass
 
 
 def prepare_python(workspace: str) -> None:
@@ -739,7 +753,7 @@ def main() -> None:
     os.dup2(null, 1)
     os.close(null)
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     except (OSError, AttributeError):
         pass
     # As PID 1, only signals it handles reach it; the host stops it by closing the channel or by

@@ -1,0 +1,149 @@
+"""A control group per bubblewrap sandbox, where the host allows one.
+
+Rlimits bound each process alone; a cgroup bounds all of a sandbox's processes together: its memory
+(page cache and tmpfs workspace included), how many processes it runs, and its share of the CPU.
+It also counts the OOM kills in it, which the fork server reads (through a read-only bind of that one
+file) to report `out_of_memory` for a kill by the cgroup's OOM killer.
+
+Needs a writable cgroup filesystem, so a worker running as root. Both layouts are handled:
+cgroup v2 (one unified tree, `/sys/fs/cgroup/cgroup.controllers` present) and v1 (a tree per
+controller, `/sys/fs/cgroup/memory`, `pids`, `cpu`). Groups live under `<tree>/flywheel/` and are
+named after the sandbox's leased uid, which no two live sandboxes share; a group a dead worker left
+behind is emptied and reused.
+"""
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .interface import Limits
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PARENT = "flywheel"
+CFS_PERIOD_US = 100_000
+V1_CONTROLLERS = ("memory", "pids", "cpu")
+V2_CONTROLLERS = ("memory", "pids", "cpu")
+# Where the fork server looks for the OOM counter (see CGROUP_OOM_FILES in runtime/server.py).
+OOM_FILE_INSIDE = {1: "/sys/fs/cgroup/memory/memory.oom_control", 2: "/sys/fs/cgroup/memory.events"}
+
+
+@dataclass(frozen=True)
+class SandboxCgroup:
+    version: int
+    directories: tuple[Path, ...]  # v2: one; v1: one per controller, memory first
+
+    @property
+    def procs_files(self) -> tuple[str, ...]:
+        """Write a pid to each to move that process (and the children it then forks) in."""
+        return tuple(str(directory / "cgroup.procs") for directory in self.directories)
+
+    @property
+    def oom_file(self) -> tuple[str, str]:
+        """(host path, path inside the sandbox) of the file that counts this group's OOM kills."""
+        name = "memory.oom_control" if self.version == 1 else "memory.events"
+        return str(self.directories[0] / name), OOM_FILE_INSIDE[self.version]
+
+    def pids(self) -> list[int]:
+        found: set[int] = set()
+        for directory in self.directories:
+            try:
+                found.update(int(line) for line in (directory / "cgroup.procs").read_text().split())
+            except OSError:
+                continue
+        return sorted(found)
+
+    def remove(self) -> None:
+        """Kill anything still inside, then remove the group (best effort: a busy group stays and
+        is emptied and reused by the next sandbox with this uid)."""
+        for attempt in range(50):
+            for pid in self.pids():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                for directory in self.directories:
+                    if directory.exists():
+                        directory.rmdir()
+                return
+            except OSError:
+                time.sleep(0.01 * (attempt + 1))  # killed processes leave the group as they exit
+
+
+def cgroup_version(root: Path = CGROUP_ROOT) -> int:
+    """2 or 1 where this process may create groups with a memory controller, else 0."""
+    if os.geteuid() != 0:
+        return 0
+    if (root / "cgroup.controllers").exists():
+        available = (root / "cgroup.controllers").read_text().split()
+        return 2 if all(name in available for name in V2_CONTROLLERS) else 0
+    if all((root / name / "cgroup.procs").exists() for name in V1_CONTROLLERS):
+        return 1
+    return 0
+
+
+def sandbox_memory_bytes(limits: Limits, server_mb: int) -> int:
+    """A sandbox's whole memory: one execution's `memory_mb`, its two tmpfs (workspace and /tmp),
+    and the server."""
+    return (limits.memory_mb + 2 * limits.workspace_mb + server_mb) << 20
+
+
+def cgroup_create(
+    name: str, limits: Limits, *, memory_bytes: int, pids_max: int, root: Path = CGROUP_ROOT
+) -> SandboxCgroup | None:
+    """The group for one sandbox with its limits written, or None where the host allows none."""
+    version = cgroup_version(root)
+    if version == 0:
+        return None
+    quota = max(1000, int(limits.cpus * CFS_PERIOD_US))
+    if version == 2:
+        parent = root / PARENT
+        parent.mkdir(exist_ok=True)
+        enable = " ".join(f"+{name}" for name in V2_CONTROLLERS)
+        (root / "cgroup.subtree_control").write_text(enable)
+        (parent / "cgroup.subtree_control").write_text(enable)
+        directory = parent / name
+        directory.mkdir(exist_ok=True)
+        group = SandboxCgroup(2, (directory,))
+        leftover_kill(group)
+        write(directory / "memory.max", memory_bytes)
+        write(directory / "memory.swap.max", 0, optional=True)
+        write(directory / "pids.max", pids_max)
+        (directory / "cpu.max").write_text(f"{quota} {CFS_PERIOD_US}")
+        return group
+    directories = []
+    for controller in V1_CONTROLLERS:
+        directory = root / controller / PARENT / name
+        directory.mkdir(parents=True, exist_ok=True)
+        directories.append(directory)
+    group = SandboxCgroup(1, tuple(directories))
+    leftover_kill(group)
+    memory, pids, cpu = directories
+    # memory+swap may never be under memory: lift it first, as a reused group may hold a lower one.
+    write(memory / "memory.memsw.limit_in_bytes", -1, optional=True)
+    write(memory / "memory.limit_in_bytes", memory_bytes)
+    write(memory / "memory.memsw.limit_in_bytes", memory_bytes, optional=True)  # with swap accounting
+    write(memory / "memory.swappiness", 0, optional=True)
+    write(pids / "pids.max", pids_max)
+    write(cpu / "cpu.cfs_period_us", CFS_PERIOD_US)
+    write(cpu / "cpu.cfs_quota_us", quota)
+    return group
+
+
+def leftover_kill(group: SandboxCgroup) -> None:
+    """A group reused from a worker that died may still hold its sandbox's processes."""
+    for pid in group.pids():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def write(path: Path, value: int, *, optional: bool = False) -> None:
+    try:
+        path.write_text(str(value))
+    except FileNotFoundError:
+        if not optional:
+            raise
