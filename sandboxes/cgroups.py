@@ -76,10 +76,11 @@ def cgroup_version(root: Path = CGROUP_ROOT) -> int:
     """2 or 1 where this process may create groups with a memory controller, else 0."""
     if os.geteuid() != 0:
         return 0
-    if (root / "cgroup.controllers").exists():
+    if (root / "cgroup.controllers").exists():  # a read-only tree (a container's, often) allows none
         available = (root / "cgroup.controllers").read_text().split()
-        return 2 if all(name in available for name in V2_CONTROLLERS) else 0
-    if all((root / name / "cgroup.procs").exists() for name in V1_CONTROLLERS):
+        usable = all(name in available for name in V2_CONTROLLERS) and os.access(root, os.W_OK)
+        return 2 if usable else 0
+    if all(os.access(root / name / "cgroup.procs", os.W_OK) for name in V1_CONTROLLERS):
         return 1
     return 0
 
