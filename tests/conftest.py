@@ -7,6 +7,7 @@ from rest_framework.test import APIClient
 from runs import services
 from runs.models import Project
 from runs.roles import Role
+from webapp import stack
 from webapp.embedded_redis import redis_start
 
 
@@ -33,9 +34,14 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="session", autouse=True)
 def redis_server():
-    """On the embedded default the tests use the same private Redis that `make up` starts."""
-    if settings.EMBEDDED_REDIS:
-        redis_start(home=settings.FLYWHEEL_HOME, port=settings.FLYWHEEL_REDIS_PORT)
+    """On the embedded default the tests use the same private Redis that `make up` starts: started
+    here when none runs, and then stopped at the end (a running one, `make up`'s, is left alone)."""
+    started = settings.EMBEDDED_REDIS and redis_start(
+        home=settings.FLYWHEEL_HOME, port=settings.FLYWHEEL_REDIS_PORT
+    )
+    yield
+    if started:
+        stack.process_stop("redis")
 
 
 @pytest.fixture(autouse=True)

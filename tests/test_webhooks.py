@@ -13,6 +13,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -78,6 +79,12 @@ def closed_port_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}/hook"
+
+
+@pytest.fixture(autouse=True)
+def private_receivers_allowed(settings):
+    """The receivers here listen on 127.0.0.1; the guard against private addresses is tested last."""
+    settings.FLYWHEEL_WEBHOOK_ALLOW_PRIVATE = True
 
 
 def make_webhook(lab, url: str, **fields) -> Webhook:
@@ -505,3 +512,45 @@ def test_the_readme_receiver_snippet_agrees_with_the_signer():
     assert not verify("whsec_readme", header, b'{"id":2}')
     assert not verify("whsec_other", header, b'{"id":1}')
     assert not verify("whsec_readme", signature_header("whsec_readme", b"{}", timestamp=1), b"{}")
+
+
+# --- only public addresses, unless allowed -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "address"),
+    [
+        ("http://127.0.0.1:8000/hook", "127.0.0.1"),
+        ("http://localhost/hook", "127.0.0.1"),
+        ("http://[::1]/hook", "::1"),
+        ("http://[::ffff:10.1.2.3]/hook", "::ffff:a01:203"),
+        ("http://169.254.169.254/latest/meta-data", "169.254.169.254"),
+        ("https://192.168.1.20/hook", "192.168.1.20"),
+    ],
+)
+def test_a_private_address_is_refused_at_registration(lab, settings, url, address):
+    settings.FLYWHEEL_WEBHOOK_ALLOW_PRIVATE = False
+    with pytest.raises(ValidationError) as refused:
+        make_webhook(lab, url)
+    assert refused.value.message_dict == {
+        "url": [f"points to {address}, a private address (FLYWHEEL_WEBHOOK_ALLOW_PRIVATE=true allows those)"]
+    }
+    assert not Webhook.objects.exists()
+    assert make_webhook(lab, "https://hooks.example.com/flywheel").url == "https://hooks.example.com/flywheel"
+
+
+def test_a_name_that_resolves_to_a_private_address_gets_nothing_sent(lab, receiver, settings):
+    """Checked where the connection is made: the receiver, reachable, hears nothing."""
+    settings.FLYWHEEL_WEBHOOK_ALLOW_PRIVATE = False
+    by_name = receiver.url.replace("127.0.0.1", "localhost")
+    webhook = Webhook.objects.create(project=lab["project"], url=by_name, secret="whsec_x")  # as if older
+    delivery = services.webhook_ping(webhook=webhook)
+    attempted = services.delivery_attempt(delivery_id=delivery.pk)
+    assert receiver.requests == []
+    assert (attempted.status, attempted.attempts, attempted.last_response_code) == (D.PENDING, 1, None)
+    assert attempted.last_error.startswith("localhost resolves to ")
+    assert "a private address; webhooks go to public ones" in attempted.last_error
+
+    settings.FLYWHEEL_WEBHOOK_ALLOW_PRIVATE = True
+    again = services.delivery_attempt(delivery_id=delivery.pk, now=timezone.now() + timedelta(hours=1))
+    assert (again.status, delivered_to(receiver)) == (D.DELIVERED, [delivery.pk])

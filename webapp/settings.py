@@ -221,6 +221,9 @@ FLYWHEEL_EVAL_CONCURRENCY = env_int("FLYWHEEL_EVAL_CONCURRENCY", 1)
 # delivery gets (backing off from 10 s to hours) before it is marked failed.
 FLYWHEEL_WEBHOOK_TIMEOUT_SECONDS = env_int("FLYWHEEL_WEBHOOK_TIMEOUT_SECONDS", 5)
 FLYWHEEL_WEBHOOK_MAX_ATTEMPTS = env_int("FLYWHEEL_WEBHOOK_MAX_ATTEMPTS", 8)
+# Webhooks go to public addresses only: a URL on the deployment's own network (127.0.0.1, 10.x,
+# 169.254.169.254, ...) is refused unless this is set (a receiver on a private network).
+FLYWHEEL_WEBHOOK_ALLOW_PRIVATE = env_bool("FLYWHEEL_WEBHOOK_ALLOW_PRIVATE", False)
 
 # --- sandboxes (sandboxes/config.py reads these; without Django it falls back to the environment)
 

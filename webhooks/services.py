@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from runs.models import Project, Run, RunEvent
 from runs.services import StateError
-from webhooks import selectors
+from webhooks import egress, selectors
 from webhooks.models import Webhook, WebhookDelivery
 from webhooks.signing import signature_header
 
@@ -68,7 +68,7 @@ def url_problem(url: str) -> str | None:
         return "has an invalid port"
     if not parts.hostname:
         return "needs a host name"
-    return None
+    return egress.literal_address_problem(parts.hostname)
 
 
 def _problems(*, url: str | None, statuses: list[str] | None) -> dict[str, str]:
@@ -231,16 +231,6 @@ class Outcome:
         return self.code is not None and 200 <= self.code < 300
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    # A 3xx is the receiver's answer, not a hop: the signature was made for this URL, and a
-    # redirected POST would turn into a GET without its body.
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_opener = urllib.request.build_opener(_NoRedirects)
-
-
 def delivery_headers(delivery: WebhookDelivery, body: bytes, secret: str) -> dict[str, str]:
     return {
         "Content-Type": "application/json",
@@ -262,7 +252,7 @@ def _short(text: str) -> str:
 def http_post(url: str, body: bytes, headers: dict[str, str]) -> Outcome:
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
-        with _opener.open(request, timeout=settings.FLYWHEEL_WEBHOOK_TIMEOUT_SECONDS) as response:
+        with egress.opener.open(request, timeout=settings.FLYWHEEL_WEBHOOK_TIMEOUT_SECONDS) as response:
             return Outcome(response.status)
     except urllib.error.HTTPError as exc:
         try:
