@@ -571,6 +571,7 @@ WEBHOOK_CASES = [
     Case("api-webhook-deliveries", "get", "manage_webhooks", webhook_id),
     Case("api-webhook-redeliver", "post", "manage_webhooks", delivery_ids),
     Case("api-webhook-ping", "post", "manage_webhooks", webhook_id),
+    Case("api-webhook-rotate", "post", "manage_webhooks", webhook_id),
     Case("webhook-list", "get", "manage_webhooks", pid),
     Case(
         "webhook-list",
@@ -581,6 +582,7 @@ WEBHOOK_CASES = [
     ),
     Case("webhook-delete", "post", "manage_webhooks", lambda w: {"webhook_id": webhook_of(w).pk}),
     Case("webhook-ping", "post", "manage_webhooks", lambda w: {"webhook_id": webhook_of(w).pk}),
+    Case("webhook-rotate", "post", "manage_webhooks", lambda w: {"webhook_id": webhook_of(w).pk}),
     Case(
         "webhook-redeliver",
         "post",

@@ -554,3 +554,49 @@ def test_a_name_that_resolves_to_a_private_address_gets_nothing_sent(lab, receiv
     settings.FLYWHEEL_WEBHOOK_ALLOW_PRIVATE = True
     again = services.delivery_attempt(delivery_id=delivery.pk, now=timezone.now() + timedelta(hours=1))
     assert (again.status, delivered_to(receiver)) == (D.DELIVERED, [delivery.pk])
+
+
+# --- rotating the signing secret -----------------------------------------------------------
+
+
+def test_rotating_the_secret_signs_with_both_for_a_day_then_with_the_new_one(lab, receiver):
+    webhook = make_webhook(lab, receiver.url)
+    old = webhook.secret
+    t0 = timezone.now()
+    new = services.webhook_secret_rotate(webhook=webhook, now=t0)
+    webhook.refresh_from_db()
+    assert new.startswith("whsec_") and new != old and webhook.secret == new
+    assert webhook.previous_secret_expires_at == t0 + timedelta(hours=24)
+
+    ping = services.webhook_ping(webhook=webhook)
+    during = services.delivery_attempt(delivery_id=ping.pk, now=t0 + timedelta(minutes=1))
+    after = services.webhook_ping(webhook=webhook)
+    services.delivery_attempt(delivery_id=after.pk, now=t0 + timedelta(hours=24, seconds=1))
+    assert [d.status for d in (during, WebhookDelivery.objects.get(pk=after.pk))] == [D.DELIVERED] * 2
+    (first, second) = receiver.requests
+    for request, secrets in ((first, [new, old]), (second, [new])):
+        header = request["headers"]["Flywheel-Signature"]
+        assert header.count("v1=") == len(secrets)
+        assert all(signature_verify(secret, header, request["body"]) for secret in secrets)
+    assert not signature_verify(old, second["headers"]["Flywheel-Signature"], second["body"])
+
+
+def test_the_new_secret_is_shown_once_over_rest_and_on_the_page(lab):
+    webhook = make_webhook(lab, "https://hooks.example.com/a")
+    owner = api_client_for(lab["owner"])
+    answer = owner.post(f"/api/v1/webhooks/{webhook.pk}/rotate-secret", format="json")
+    assert answer.status_code == 200
+    webhook.refresh_from_db()
+    assert answer.json()["secret"] == webhook.secret
+    assert answer.json()["webhook"]["id"] == webhook.pk
+    assert "secret" not in owner.get(f"/api/v1/webhooks/{webhook.pk}").json()
+
+    from django.test import Client
+
+    page = Client()
+    page.force_login(lab["owner"])
+    response = page.post(f"/webhooks/{webhook.pk}/rotate-secret/")
+    webhook.refresh_from_db()
+    assert response.status_code == 200
+    assert webhook.secret in response.content.decode()
+    assert webhook.secret not in page.get(f"/projects/{lab['project'].pk}/webhooks/").content.decode()

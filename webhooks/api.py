@@ -100,3 +100,16 @@ class WebhookPingView(ApiView):
     def post(self, request: Request, id: int) -> Response:
         webhook = selectors.webhook_for(user=request.user, webhook_id=id)
         return Response(s.WebhookDeliverySerializer(services.webhook_ping(webhook=webhook)).data, status=202)
+
+
+class WebhookSecretRotateView(ApiView):
+    @extend_schema(
+        request=None,
+        responses=s.WebhookSecretSerializer,
+        summary="A new signing secret (owners), in `secret` this once; the old one also signs for 24 h",
+    )
+    @idempotent(secret_fields=("secret",))
+    def post(self, request: Request, id: int) -> Response:
+        webhook = selectors.webhook_for(user=request.user, webhook_id=id)
+        secret = services.webhook_secret_rotate(webhook=webhook)
+        return Response(s.WebhookSecretSerializer({"webhook": webhook, "secret": secret}).data)

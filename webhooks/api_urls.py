@@ -16,4 +16,5 @@ urlpatterns = [
         name="api-webhook-redeliver",
     ),
     path("webhooks/<int:id>/ping", api.WebhookPingView.as_view(), name="api-webhook-ping"),
+    path("webhooks/<int:id>/rotate-secret", api.WebhookSecretRotateView.as_view(), name="api-webhook-rotate"),
 ]

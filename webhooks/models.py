@@ -15,6 +15,10 @@ class Webhook(models.Model):
     # Kept as is, not hashed: it is the HMAC key every delivery is signed with. Shown once, at
     # creation; no serializer or page shows it again.
     secret = models.CharField(max_length=100, editable=False)
+    # After a rotation, deliveries are signed with the old secret too, until it expires: receivers
+    # switch to the new one without a delivery they cannot verify.
+    previous_secret = models.CharField(max_length=100, blank=True, editable=False)
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
     statuses = models.JSONField(default=list, blank=True, help_text="Run statuses to send; empty: all")
     active = models.BooleanField(default=True)
     created_by = models.ForeignKey(
@@ -27,6 +31,12 @@ class Webhook(models.Model):
 
     def wants(self, status: str) -> bool:
         return not self.statuses or status in self.statuses
+
+    def signing_secrets(self, now) -> list[str]:
+        """The secrets a delivery sent at `now` is signed with: the current one, and the one it
+        replaced while that is still honoured."""
+        previous = self.previous_secret_expires_at is not None and now < self.previous_secret_expires_at
+        return [self.secret, self.previous_secret] if previous and self.previous_secret else [self.secret]
 
 
 class WebhookDelivery(models.Model):

@@ -55,6 +55,15 @@ class WebhookCreatedSerializer(WebhookSerializer):
         fields = [*WebhookSerializer.Meta.fields, "secret"]
 
 
+class WebhookSecretSerializer(serializers.Serializer):
+    webhook = WebhookSerializer()
+    secret = serializers.CharField(help_text="The new signing secret, shown this once")
+    previous_secret_expires_at = serializers.DateTimeField(
+        source="webhook.previous_secret_expires_at",
+        help_text="Until then deliveries carry a signature with the old secret as well (a second v1=)",
+    )
+
+
 class WebhookDeliverySerializer(serializers.ModelSerializer):
     payload = serializers.DictField(help_text="The JSON body sent: id, type, created_at, data")
 

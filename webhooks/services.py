@@ -37,6 +37,8 @@ D = WebhookDelivery.Status
 RETRY_DELAYS = (10, 30, 120, 600, 3600, 3 * 3600, 6 * 3600, 12 * 3600)
 # Longer waits are left to the tick: Celery holds a countdown message in a worker's memory.
 COUNTDOWN_MAX_SECONDS = 600
+# How long deliveries stay signed with a rotated-out secret as well as the new one.
+SECRET_OVERLAP = timedelta(hours=24)
 # A claim outlives the POST's timeout by this much before another worker may take the delivery.
 CLAIM_MARGIN_SECONDS = 60
 USER_AGENT = "Flywheel-Webhooks/1"
@@ -119,6 +121,18 @@ def webhook_update(*, webhook: Webhook, **fields: Any) -> Webhook:
     Webhook.objects.filter(pk=webhook.pk).update(**fields)
     webhook.refresh_from_db()
     return webhook
+
+
+def webhook_secret_rotate(*, webhook: Webhook, now: datetime | None = None) -> str:
+    """A new signing secret, returned this once. For SECRET_OVERLAP more, deliveries carry a
+    signature with the old one too, so receivers switch over without missing one."""
+    now = now or timezone.now()
+    new = secret_generate()
+    Webhook.objects.filter(pk=webhook.pk).update(
+        secret=new, previous_secret=webhook.secret, previous_secret_expires_at=now + SECRET_OVERLAP
+    )
+    webhook.refresh_from_db()
+    return new
 
 
 def webhook_delete(*, webhook: Webhook) -> None:
@@ -231,13 +245,13 @@ class Outcome:
         return self.code is not None and 200 <= self.code < 300
 
 
-def delivery_headers(delivery: WebhookDelivery, body: bytes, secret: str) -> dict[str, str]:
+def delivery_headers(delivery: WebhookDelivery, body: bytes, secrets: list[str]) -> dict[str, str]:
     return {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
         "Flywheel-Event": delivery.type,
         "Flywheel-Delivery": str(delivery.pk),
-        "Flywheel-Signature": signature_header(secret, body),
+        "Flywheel-Signature": signature_header(secrets, body),
     }
 
 
@@ -298,7 +312,8 @@ def delivery_attempt(*, delivery_id: int, now: datetime | None = None) -> Webhoo
     if delivery is None:  # a duplicated message, not due yet, or already settled
         return None
     body = delivery_body(delivery)
-    outcome = http_post(delivery.webhook.url, body, delivery_headers(delivery, body, delivery.webhook.secret))
+    secrets_now = delivery.webhook.signing_secrets(now)
+    outcome = http_post(delivery.webhook.url, body, delivery_headers(delivery, body, secrets_now))
     return _record(delivery, outcome, now)
 
 

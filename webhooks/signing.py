@@ -5,6 +5,7 @@ signed text lets a receiver refuse replays of an old delivery."""
 import hashlib
 import hmac
 import time
+from collections.abc import Sequence
 
 
 def signature(secret: str, timestamp: int, body: bytes) -> str:
@@ -17,9 +18,15 @@ def signature(secret: str, timestamp: int, body: bytes) -> str:
     return hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
 
 
-def signature_header(secret: str, body: bytes, timestamp: int | None = None) -> str:
+def signature_header(secrets: str | Sequence[str], body: bytes, timestamp: int | None = None) -> str:
+    """`t=<timestamp>,v1=<hex>`, with one `v1=` per secret (the old and the new one, after a rotation).
+
+    >>> signature_header(["whsec_new", "whsec_old"], b"{}", timestamp=1700000000).count(",v1=")
+    2
+    """
     timestamp = int(time.time()) if timestamp is None else timestamp
-    return f"t={timestamp},v1={signature(secret, timestamp, body)}"
+    keys = [secrets] if isinstance(secrets, str) else list(secrets)
+    return f"t={timestamp}," + ",".join(f"v1={signature(key, timestamp, body)}" for key in keys)
 
 
 def signature_verify(

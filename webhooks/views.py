@@ -32,13 +32,26 @@ def webhook_list(request: HttpRequest, project_id: int) -> HttpResponse:
             add_service_errors(form, exc)
         else:
             form = WebhookForm()
+    return _list_page(request, project, form, created=created)
+
+
+def _list_page(request: HttpRequest, project, form: WebhookForm, **shown_once) -> HttpResponse:
     context = _access(request.user, project) | {
         "webhooks": selectors.webhooks_of(project=project),
         "deliveries": selectors.recent_deliveries_of(project=project),
         "form": form,
-        "created": created,  # its secret is rendered in this one response only
+        **shown_once,  # a new secret, rendered in this one response only
     }
     return render(request, "webhooks/webhook_list.html", context)
+
+
+@login_required
+@require_POST
+def webhook_rotate(request: HttpRequest, webhook_id: int) -> HttpResponse:
+    """A new signing secret, shown in this response only (so no redirect)."""
+    webhook = selectors.webhook_for(user=request.user, webhook_id=webhook_id)
+    secret = services.webhook_secret_rotate(webhook=webhook)
+    return _list_page(request, webhook.project, WebhookForm(), rotated={"webhook": webhook, "secret": secret})
 
 
 @login_required
