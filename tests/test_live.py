@@ -11,6 +11,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from runs import events, lifecycle, monitors, selectors
@@ -291,14 +292,18 @@ def test_step_k_of_a_million_token_trajectory_opens_in_under_100_ms(lab):
     client.get(url, {"index": 0})  # warm: the first request pays for imports and connections
     timings = []
     for k in (1, 37, 73, 99):
-        started = time.perf_counter()
-        response = client.get(url, {"index": k})
-        timings.append(time.perf_counter() - started)
+        with CaptureQueriesContext(connection) as queries:
+            started = time.perf_counter()
+            response = client.get(url, {"index": k})
+            timings.append(time.perf_counter() - started)
+        # Only step k is read: what the time depends on is the step's size, not the trajectory's.
+        payload_reads = [q["sql"] for q in queries if "payload" in q["sql"] and "trajectorystep" in q["sql"]]
+        assert len(payload_reads) == 1 and f'"index" = {k})' in payload_reads[0], payload_reads
         step = response.json()["results"][0]
         assert (step["index"], len(step["data"]["token_ids"]), step["data"]["action"]) == (
             k,
             tokens_per_step,
             f"command {k}",
         )
+    # The median, as the figure is stated: one request slowed by a busy machine is noise, not a failure.
     assert statistics.median(timings) < 0.1, timings
-    assert max(timings) < 0.25, timings
