@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .cgroups import SandboxCgroup, cgroup_create, sandbox_memory_bytes
+from .cgroups import SandboxCgroup, cgroup_create, cgroups_sweep_once, sandbox_memory_bytes
 from .channel import PipeTransport
 from .config import SandboxSettings
 from .interface import InfrastructureError, SandboxSpec
@@ -85,6 +85,7 @@ class BubblewrapSandbox(Sandbox):
 
     def _cgroup_create(self, uid: int) -> SandboxCgroup | None:
         try:
+            cgroups_sweep_once(state_dir=self.settings.state_dir)
             return cgroup_create(
                 f"sandbox-{uid}",
                 self.limits,

@@ -9,16 +9,18 @@ Needs a writable cgroup filesystem, so a worker running as root. Both layouts ar
 cgroup v2 (one unified tree, `/sys/fs/cgroup/cgroup.controllers` present) and v1 (a tree per
 controller, `/sys/fs/cgroup/memory`, `pids`, `cpu`). Groups live under `<tree>/flywheel/` and are
 named after the sandbox's leased uid, which no two live sandboxes share; a group a dead worker left
-behind is emptied and reused.
+behind is emptied and reused, and each worker process sweeps away the unleased ones once.
 """
 
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .interface import Limits
+from .uids import uid_try
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PARENT = "flywheel"
@@ -131,6 +133,47 @@ def cgroup_create(
     write(cpu / "cpu.cfs_period_us", CFS_PERIOD_US)
     write(cpu / "cpu.cfs_quota_us", quota)
     return group
+
+
+def cgroups_sweep(*, state_dir: str, root: Path = CGROUP_ROOT) -> int:
+    """Remove the groups that sandboxes of workers that died left behind: those whose uid no live
+    sandbox leases (a live one holds its lease for its whole life). Returns how many."""
+    version = cgroup_version(root)
+    if version == 0:
+        return 0
+    parents = [root / PARENT] if version == 2 else [root / name / PARENT for name in V1_CONTROLLERS]
+    names = {
+        entry.name
+        for parent in parents
+        if parent.is_dir()
+        for entry in parent.iterdir()
+        if entry.is_dir() and entry.name.startswith("sandbox-")
+    }
+    removed = 0
+    for name in sorted(names):
+        uid = name.removeprefix("sandbox-")
+        lease = uid_try(int(uid), state_dir=state_dir) if uid.isdigit() else None
+        if lease is None:
+            continue  # a live sandbox's, or not one of ours
+        try:
+            SandboxCgroup(version, tuple(parent / name for parent in parents)).remove()
+            removed += 1
+        finally:
+            lease.release()
+    return removed
+
+
+_swept: set[str] = set()
+_sweep_lock = threading.Lock()
+
+
+def cgroups_sweep_once(*, state_dir: str) -> None:
+    """cgroups_sweep, the first time a process asks (it starts sandboxes many times)."""
+    with _sweep_lock:
+        if state_dir in _swept:
+            return
+        _swept.add(state_dir)
+    cgroups_sweep(state_dir=state_dir)
 
 
 def leftover_kill(group: SandboxCgroup) -> None:

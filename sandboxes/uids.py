@@ -22,16 +22,22 @@ class UidLease:
 
 
 def uid_claim(*, base: int, state_dir: str) -> UidLease:
-    folder = Path(state_dir) / "uids"
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     start = os.getpid() % UID_COUNT  # spread processes out so that claims rarely collide
     for step in range(UID_COUNT):
-        uid = base + (start + step) % UID_COUNT
-        fd = os.open(folder / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        return UidLease(uid, fd)
+        lease = uid_try(base + (start + step) % UID_COUNT, state_dir=state_dir)
+        if lease is not None:
+            return lease
     raise InfrastructureError(f"all {UID_COUNT} sandbox uids from {base} are in use on this host")
+
+
+def uid_try(uid: int, *, state_dir: str) -> UidLease | None:
+    """The lease of this very uid, or None while a live sandbox holds it."""
+    folder = Path(state_dir) / "uids"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(folder / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return UidLease(uid, fd)

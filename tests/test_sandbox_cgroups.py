@@ -10,7 +10,7 @@ import pytest
 from sandbox_fixtures import LIMITS, backend_ready, make_spec
 
 from sandboxes.backend_bubblewrap import BubblewrapSandbox
-from sandboxes.cgroups import cgroup_create, cgroup_version, sandbox_memory_bytes
+from sandboxes.cgroups import cgroup_create, cgroup_version, cgroups_sweep, sandbox_memory_bytes
 from sandboxes.config import sandbox_settings
 from sandboxes.interface import Limits
 from sandboxes.sandbox import SERVER_MEMORY_MB, SERVER_PIDS
@@ -77,6 +77,17 @@ def test_a_group_left_by_a_dead_worker_is_emptied_and_reused():
         stray.kill()
         group.remove()
     assert not any(directory.exists() for directory in group.directories)
+
+
+def test_the_sweep_removes_the_groups_of_dead_sandboxes_and_keeps_live_ones(bwrap_sandbox):
+    """The leases of this host's sandboxes decide: a group whose uid nobody leases is a dead one's."""
+    state_dir = sandbox_settings().state_dir
+    dead = cgroup_create("sandbox-190001", Limits(), memory_bytes=64 << 20, pids_max=8)  # never leased
+    live = bwrap_sandbox.cgroup
+    assert cgroups_sweep(state_dir=state_dir) >= 1
+    assert not any(directory.exists() for directory in dead.directories)
+    assert all(directory.is_dir() for directory in live.directories)
+    assert bwrap_sandbox.run_python("print(2 + 2)").stdout == "4\n"
 
 
 def test_cgroups_off_runs_without_one():
