@@ -56,7 +56,7 @@ class BubblewrapSandbox(Sandbox):
         as_root = os.geteuid() == 0
         if as_root:
             self.lease = uid_claim(base=self.settings.uid_base, state_dir=self.settings.state_dir)
-            if self.settings.cgroups == "auto":
+            if self.settings.cgroups == "auto" and shutil.which("setpriv"):  # util-linux's, to drop root
                 self.cgroup = self._cgroup_create(self.lease.uid)
         logs = Path(self.settings.state_dir) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
