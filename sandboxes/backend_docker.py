@@ -80,6 +80,7 @@ class DockerSandbox(Sandbox):
     def _launch(self) -> Transport:
         client = docker_client(self.settings.docker_host)
         docker_image_check(self.settings, self.image)
+        docker_sweep_once(self.settings)
         self.lease = uid_claim(base=self.settings.uid_base, state_dir=self.settings.state_dir)
         local = self._engine_is_local()
         listener = self._control_listen() if local else None
@@ -195,6 +196,21 @@ class DockerSandbox(Sandbox):
         if self.control_dir is not None:
             shutil.rmtree(self.control_dir, ignore_errors=True)
             self.control_dir = None
+
+
+_swept: set[str] = set()
+
+
+def docker_sweep_once(settings: SandboxSettings) -> None:
+    """docker_sweep, the first time a process starts a sandbox on an engine (best effort)."""
+    with _clients_lock:
+        if settings.docker_host in _swept:
+            return
+        _swept.add(settings.docker_host)
+    try:
+        docker_sweep(settings)
+    except Exception:  # noqa: BLE001,S110  (a leftover is harmless; the sandbox start must not fail on it)
+        pass
 
 
 def docker_sweep(settings: SandboxSettings) -> int:

@@ -284,3 +284,20 @@ def test_the_docker_control_socket_accepts_only_the_sandbox_uid(state_dir):
     finally:
         sandbox.close()
     assert not any(state_dir.glob("docker-*"))
+
+
+def test_the_docker_sweep_removes_stopped_sandbox_containers_only():
+    """Left by a worker that died before its container's auto-removal: swept once per process."""
+    from sandboxes.backend_docker import LABEL, docker_client, docker_sweep
+
+    backend_ready("docker")
+    settings = sandbox_settings()
+    client = docker_client(settings.docker_host)
+    stopped = client.containers.create(settings.image, command=["true"], labels={LABEL: "1"})
+    running = client.containers.run(settings.image, command=["sleep", "60"], labels={LABEL: "1"}, detach=True)
+    try:
+        assert docker_sweep(settings) >= 1
+        ids = {container.id for container in client.containers.list(all=True, filters={"label": LABEL})}
+        assert stopped.id not in ids and running.id in ids
+    finally:
+        running.remove(force=True)
