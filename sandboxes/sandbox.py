@@ -155,12 +155,14 @@ class Sandbox:
         timeout: float | None = None,
         output_cap: int | None = None,
         stdin: bytes | str = b"",
+        files: FileMap | None = None,
     ) -> ExecResult:
-        """Run a shell command (a string, through /bin/sh -c) or an argv list inside the sandbox."""
+        """Run a shell command (a string, through /bin/sh -c) or an argv list inside the sandbox.
+        `files` are written to the workspace first, in the same round trip."""
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         if not argv:
             raise ValueError("exec needs a command")
-        reply = self._execute({"kind": "argv", "argv": argv}, timeout, output_cap, as_bytes(stdin))
+        reply = self._execute({"kind": "argv", "argv": argv}, timeout, output_cap, as_bytes(stdin), files)
         return exec_result(reply)
 
     def run_python(
@@ -170,11 +172,12 @@ class Sandbox:
         timeout: float | None = None,
         output_cap: int | None = None,
         stdin: bytes | str = b"",
+        files: FileMap | None = None,
     ) -> ExecResult:
-        """Run a Python snippet in a fresh child forked from the warm server (no interpreter start)."""
-        return exec_result(
-            self._execute({"kind": "python", "code": code}, timeout, output_cap, as_bytes(stdin))
-        )
+        """Run a Python snippet in a fresh child forked from the warm server (no interpreter start).
+        `files` are written to the workspace first, in the same round trip."""
+        head = {"kind": "python", "code": code}
+        return exec_result(self._execute(head, timeout, output_cap, as_bytes(stdin), files))
 
     def run_tests(
         self,
@@ -184,6 +187,7 @@ class Sandbox:
         timeout: float | None = None,
         per_test_seconds: float | None = None,
         output_cap: int | None = None,
+        files: FileMap | None = None,
     ) -> TestRunResult:
         """Run a test file and return one result per test.
 
@@ -191,6 +195,7 @@ class Sandbox:
         from the spec, never the workspace copy the code under test could have rewritten. A file
         with `test_*` functions runs each of them; otherwise each top-level assert is a test named
         "line N". A test that never reports (the code exited first) is an error, never a pass.
+        `files` (the solution, say) are written to the workspace first, in the same round trip.
         """
         source = self.pristine_source(path) if source is None else source
         style, names = plan_tests(source, path)
@@ -204,7 +209,7 @@ class Sandbox:
             "nonce": nonce,
             "per_test_seconds": per_test_seconds,
         }
-        reply = self._execute(head, timeout, output_cap, b"")
+        reply = self._execute(head, timeout, output_cap, b"", files)
         execution = exec_result(reply)
         return TestRunResult(
             tests=assemble_tests(names, reply["report"], nonce, execution), execution=execution
@@ -218,12 +223,16 @@ class Sandbox:
             f"{path} is not one of the sandbox's initial files; pass source= with the tests to run"
         )
 
-    def _execute(self, head: dict, timeout: float | None, output_cap: int | None, stdin: bytes) -> dict:
+    def _execute(
+        self, head: dict, timeout: float | None, output_cap: int | None, stdin: bytes, files: FileMap | None
+    ) -> dict:
         limits = self.limits
+        pairs = [(path, as_bytes(content)) for path, content in (files or {}).items()]
         wall = limits.wall_seconds if timeout is None else timeout
         head = {
             "op": "exec",
             **head,
+            "files": [[path, 0o644, len(content)] for path, content in pairs],
             "timeout": wall,
             "output_cap": limits.max_output_bytes if output_cap is None else output_cap,
             "limits": {
@@ -234,7 +243,8 @@ class Sandbox:
                 "max_file_size_mb": limits.max_file_size_mb,
             },
         }
-        reply, _ = self._call(head, stdin, timeout=wall + EXEC_GRACE)
+        blob = b"".join(content for _, content in pairs) + stdin  # the files, then stdin
+        reply, _ = self._call(head, blob, timeout=wall + EXEC_GRACE)
         _cpu_charge(float(reply.get("cpu_seconds") or 0.0))
         return reply
 

@@ -163,6 +163,21 @@ def test_run_tests_of_a_file_that_is_not_an_initial_file_needs_its_source(sandbo
         sandbox.run_tests("test_mine.py")
 
 
+def test_files_given_with_an_execution_are_written_first_in_the_same_request(sandbox):
+    run = sandbox.run_tests("test_solution.py", files={"solution.py": "def add(a, b):\n    return a + b\n"})
+    assert [test.outcome for test in run.tests] == [Outcome.PASS, Outcome.PASS]
+    assert sandbox.read_file("solution.py") == b"def add(a, b):\n    return a + b\n"
+    result = sandbox.exec("cat note.txt; cat -", files={"note.txt": "from files "}, stdin="and stdin")
+    assert result.stdout == "from files and stdin"
+    assert sandbox.run_python("print(open('x.py').read())", files={"x.py": "x = 1"}).stdout == "x = 1\n"
+
+
+def test_a_refused_path_among_the_files_runs_nothing(sandbox):
+    with pytest.raises(SandboxPathError, match="'..' is refused"):
+        sandbox.run_python("open('ran.txt', 'w').write('yes')", files={"../escape.py": "x = 1"})
+    assert "ran.txt" not in [entry.path for entry in sandbox.list_files()]
+
+
 def test_the_pool_reuses_a_warm_sandbox_for_another_task(pool, backend):
     with pool.acquire(make_spec(backend, {"a.txt": "a"})) as first:
         pid = first.server_pid

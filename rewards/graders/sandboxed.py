@@ -85,9 +85,9 @@ def unit_tests(
     spec = SandboxSpec(files=files, limits=limits(timeout))
     with pool_of(context).acquire(spec) as sandbox:
         write_sample_files(sandbox, context.sample.files, {solution_file})
-        sandbox.write_file(solution_file, solution_source(context.sample, solution_file))
+        solution = {solution_file: solution_source(context.sample, solution_file)}
         try:
-            result = sandbox.run_tests(TEST_FILE, per_test_seconds=per_test_seconds)
+            result = sandbox.run_tests(TEST_FILE, per_test_seconds=per_test_seconds, files=solution)
         except ValueError as exc:  # the item's tests do not parse
             raise GradingError("grader_exception", str(exc)) from None
     context.notes["test_run"] = result

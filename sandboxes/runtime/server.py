@@ -178,7 +178,11 @@ class Server:
         return {"ok": True, "entries": entries}, b""
 
     def op_exec(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
-        return Execution(self, head, blob).run(), b""
+        offset = 0
+        for path, mode, size in head.get("files", ()):  # written first; a refused path runs nothing
+            self.write(path, blob[offset : offset + size], mode)
+            offset += size
+        return Execution(self, head, blob[offset:]).run(), b""
 
     # -- helpers -------------------------------------------------------------------------------
 
