@@ -4,6 +4,7 @@ process, real sandboxes and the tiny model; metrics, trajectories and checkpoint
 
 import json
 
+import psutil
 import pytest
 
 from runs.models import Checkpoint, MetricPoint, Run, Trajectory
@@ -110,3 +111,45 @@ def test_sft_and_dpo_runs_train_on_the_task_set_through_the_learner_and_succeed(
         "the final held-out evaluation on the eval queue",
         timeout=60,
     )
+
+
+def sft_body(setup: dict) -> dict:
+    return run_body(setup, steps=2) | {
+        "method": "sft",
+        "hyperparameters": {
+            "batch_size": 4,
+            "epochs": 1,
+            "checkpoint_every": 2,
+            "eval_every": 2,
+            "eval_items": 4,
+        },
+    }
+
+
+def spare_learners(worker) -> list[psutil.Process]:
+    children = psutil.Process(worker.pid).children()
+    return [child for child in children if "--wait" in child.cmdline() and "run_learner" in child.cmdline()]
+
+
+def test_the_next_run_starts_on_the_spare_learner_its_worker_loaded(tiny_model):
+    """Once a learner of a worker has exited, the worker keeps one learner process loaded: the next
+    run's learner is that process, which skips the seconds of loading Python, Django and torch."""
+    host = Host(worker_env())
+    worker = host.worker("learner")
+    rollout_host = Host(worker_env())
+    rollout_host.worker("rollout,eval")
+    try:
+        setup = demo_project(tiny_model)
+        client = api_client_for(setup["owner"])
+        first = wait_for_terminal(client.post("/api/v1/runs", sft_body(setup), format="json").json()["id"])
+        assert first.status == Run.Status.SUCCEEDED, first.error
+        wait_until(
+            lambda: len(spare_learners(worker)) == 1, "the worker to start a spare learner", timeout=60
+        )
+        (spare,) = spare_learners(worker)
+        second = wait_for_terminal(client.post("/api/v1/runs", sft_body(setup), format="json").json()["id"])
+        assert second.status == Run.Status.SUCCEEDED, second.error
+        assert (first.learner_pid != spare.pid, second.learner_pid) == (True, spare.pid)
+    finally:
+        host.kill()
+        rollout_host.kill()

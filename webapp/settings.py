@@ -208,6 +208,9 @@ FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS = env_int("FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS", 1
 FLYWHEEL_LEARNER_MAX_RESTARTS = env_int("FLYWHEEL_LEARNER_MAX_RESTARTS", 3)
 # A live run whose learner has not reported for this long is restarted by the watchdog.
 FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT = env_int("FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT", 60)
+# Each worker process that supervises learners keeps one spare learner loaded (about 400 MB), so
+# a run's learner starts without the seconds of loading Python, Django, torch and transformers.
+FLYWHEEL_LEARNER_SPARE = env_bool("FLYWHEEL_LEARNER_SPARE", True)
 # Rollout work still pending (or whose worker's lease ran out) this long is sent again.
 FLYWHEEL_ROLLOUT_RESEND_SECONDS = env_int("FLYWHEEL_ROLLOUT_RESEND_SECONDS", 30)
 FLYWHEEL_ROLLOUT_LEASE_SECONDS = env_int("FLYWHEEL_ROLLOUT_LEASE_SECONDS", 300)

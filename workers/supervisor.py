@@ -66,20 +66,57 @@ def learner_supervise(run_id: int) -> None:
 
 
 def _learner_run(run: Run) -> int:
-    log_path = learner_log(run.pk)
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "run_learner", str(run.pk)],
-            cwd=settings.BASE_DIR,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # outlives a killed worker child; the watchdog covers the rest
-        )
+    process = _spare_take(run.pk) or _learner_spawn(str(run.pk), learner_log(run.pk))
     Run.objects.filter(pk=run.pk).update(
         learner_pid=process.pid, learner_host=socket.gethostname(), heartbeat_at=timezone.now()
     )
-    return process.wait()
+    code = process.wait()
+    if settings.FLYWHEEL_LEARNER_SPARE:
+        _spare_refill()  # loads now that this learner is done (not beside it), for the next start
+    return code
+
+
+def _learner_spawn(argument: str, log_path: Path, stdin: int = subprocess.DEVNULL) -> subprocess.Popen:
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "run_learner", argument],
+            cwd=settings.BASE_DIR,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=stdin,
+            start_new_session=True,  # outlives a killed worker child; the watchdog covers the rest
+        )
+
+
+# A learner process started ahead of need: its interpreter, Django, torch and transformers loaded
+# (about five seconds of a run's start), waiting on its stdin for a run id. One per worker process
+# that supervises learners, started when a learner of that process exits (so the first run of a
+# worker starts cold); it exits by itself when that worker process goes (its stdin closes).
+_spare: subprocess.Popen | None = None
+
+
+def _spare_refill() -> None:
+    global _spare
+    if _spare is None or _spare.poll() is not None:
+        spare_log = Path(settings.FLYWHEEL_HOME) / "logs" / "learner-spare.log"
+        spare_log.parent.mkdir(parents=True, exist_ok=True)
+        _spare = _learner_spawn("--wait", spare_log, stdin=subprocess.PIPE)
+
+
+def _spare_take(run_id: int) -> subprocess.Popen | None:
+    """The spare, handed run_id, when there is a live one; else None."""
+    global _spare
+    spare, _spare = _spare, None
+    if spare is None or spare.poll() is not None:
+        return None
+    try:
+        spare.stdin.write(f"{run_id}\n".encode())
+        spare.stdin.close()
+    except OSError:  # it died just now
+        spare.kill()
+        spare.wait()
+        return None
+    return spare
 
 
 def _restart_or_fail(run: Run, why: str) -> bool:
