@@ -130,11 +130,14 @@ def spare_settle(learner_worker: subprocess.Popen, timeout: float = 60.0) -> Non
 
     deadline, last = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
-        spares = [
-            child for child in psutil.Process(learner_worker.pid).children() if "--wait" in child.cmdline()
-        ]
-        used = sum(sum(child.cpu_times()[:2]) for child in spares) if spares else None
-        if spares and used == last:
+        used = None
+        for child in psutil.Process(learner_worker.pid).children():
+            try:
+                if "--wait" in child.cmdline():
+                    used = sum(child.cpu_times()[:2])
+            except (psutil.ZombieProcess, psutil.NoSuchProcess):
+                continue  # the learner that has just exited, not reaped yet
+        if used is not None and used == last:
             return
         last = used
         time.sleep(1.0)  # sampling the spare's CPU time, not synchronising

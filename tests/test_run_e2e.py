@@ -127,8 +127,15 @@ def sft_body(setup: dict) -> dict:
 
 
 def spare_learners(worker) -> list[psutil.Process]:
-    children = psutil.Process(worker.pid).children()
-    return [child for child in children if "--wait" in child.cmdline() and "run_learner" in child.cmdline()]
+    spares = []
+    for child in psutil.Process(worker.pid).children():
+        try:
+            argv = child.cmdline()
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue  # a learner that has just exited, not reaped yet
+        if "run_learner" in argv and "--wait" in argv:
+            spares.append(child)
+    return spares
 
 
 def test_the_next_run_starts_on_the_spare_learner_its_worker_loaded(tiny_model):
