@@ -6,10 +6,10 @@ sandboxes and learner. The workload mixes short and long episodes: a quarter of 
 tasks carry tests that take two seconds to run in the sandbox, as slow test suites (or agents
 waiting on tools) do. Reports
 the wall time to a fixed number of learner steps, the final held-out pass rate of each run, the
-ratio, and the time from submit to the learner running and to the first rollout: the first run's
-learner starts cold, the second's on the spare learner its worker loaded meanwhile (as runs minutes
-apart find it), so the pair shows what the spare saves. Ends with one line of JSON. Runs on a fresh
-SQLite database under a temporary FLYWHEEL_HOME unless DATABASE_URL is set.
+ratio, and the time from submit to the learner running and to the first rollout. Each run starts
+once the learner worker's spare learner has loaded, as runs minutes apart find it;
+FLYWHEEL_LEARNER_SPARE=false measures cold learners instead. Ends with one line of JSON. Runs on a
+fresh SQLite database under a temporary FLYWHEEL_HOME unless DATABASE_URL is set.
 """
 
 import json
@@ -128,6 +128,8 @@ def spare_settle(learner_worker: subprocess.Popen, timeout: float = 60.0) -> Non
     """Wait until the learner worker's spare learner has loaded: its CPU time stops growing."""
     import psutil
 
+    if os.environ.get("FLYWHEEL_LEARNER_SPARE", "true").lower() in ("0", "false", "no", "off"):
+        return
     deadline, last = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
         used = None
@@ -201,9 +203,10 @@ def main() -> None:
     setup = workload(model)
     workers = start_workers(env)
     try:
-        sync = run_once(0, *setup)  # its learner starts cold: the worker has no spare yet
-        spare_settle(workers[0])  # runs minutes apart find the spare loaded; let this one finish too
-        asynchronous = run_once(1, *setup)  # its learner is the spare
+        spare_settle(workers[0])  # runs minutes apart find the worker's spare learner loaded
+        sync = run_once(0, *setup)
+        spare_settle(workers[0])
+        asynchronous = run_once(1, *setup)
     finally:
         for process in workers:
             process.terminate()
@@ -222,8 +225,7 @@ def main() -> None:
                 "sync_k0": {k: round(v, 3) for k, v in sync.items()},
                 "async_k1": {k: round(v, 3) for k, v in asynchronous.items()},
                 "speedup": round(sync["wall_seconds"] / asynchronous["wall_seconds"], 2),
-                "submit_to_first_rollout_cold_s": round(sync["submit_to_first_rollout_s"], 3),
-                "submit_to_first_rollout_spare_s": round(asynchronous["submit_to_first_rollout_s"], 3),
+                "learner_spare": os.environ.get("FLYWHEEL_LEARNER_SPARE", "true"),
                 "submit_to_first_rollout_p50_s": round(
                     statistics.median(
                         [sync["submit_to_first_rollout_s"], asynchronous["submit_to_first_rollout_s"]]

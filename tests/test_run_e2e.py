@@ -138,25 +138,28 @@ def spare_learners(worker) -> list[psutil.Process]:
     return spares
 
 
-def test_the_next_run_starts_on_the_spare_learner_its_worker_loaded(tiny_model):
-    """Once a learner of a worker has exited, the worker keeps one learner process loaded: the next
+def test_runs_start_on_the_spare_learner_their_worker_keeps_loaded(tiny_model):
+    """A learner worker loads a spare learner when it starts, and another after each learner: each
     run's learner is that process, which skips the seconds of loading Python, Django and torch."""
     host = Host(worker_env())
     worker = host.worker("learner")
     rollout_host = Host(worker_env())
     rollout_host.worker("rollout,eval")
     try:
+        wait_until(lambda: len(spare_learners(worker)) == 1, "a spare learner loaded at start", timeout=60)
+        (at_start,) = spare_learners(worker)
         setup = demo_project(tiny_model)
         client = api_client_for(setup["owner"])
         first = wait_for_terminal(client.post("/api/v1/runs", sft_body(setup), format="json").json()["id"])
-        assert first.status == Run.Status.SUCCEEDED, first.error
+        assert (first.status, first.learner_pid) == (Run.Status.SUCCEEDED, at_start.pid), first.error
         wait_until(
-            lambda: len(spare_learners(worker)) == 1, "the worker to start a spare learner", timeout=60
+            lambda: [spare.pid for spare in spare_learners(worker)] not in ([], [at_start.pid]),
+            "another spare learner once the first run's learner exited",
+            timeout=60,
         )
-        (spare,) = spare_learners(worker)
+        (after_first,) = spare_learners(worker)
         second = wait_for_terminal(client.post("/api/v1/runs", sft_body(setup), format="json").json()["id"])
-        assert second.status == Run.Status.SUCCEEDED, second.error
-        assert (first.learner_pid != spare.pid, second.learner_pid) == (True, spare.pid)
+        assert (second.status, second.learner_pid) == (Run.Status.SUCCEEDED, after_first.pid), second.error
     finally:
         host.kill()
         rollout_host.kill()

@@ -22,3 +22,16 @@ def limit_torch_threads(**kwargs) -> None:
         import torch
 
         torch.set_num_threads(settings.FLYWHEEL_TORCH_THREADS)
+
+
+@worker_process_init.connect
+def learner_spare_load(**kwargs) -> None:
+    """A worker process that supervises learners loads a spare learner at once: even its first
+    run's learner starts loaded. (Sent in each pool process, and in a solo worker's own.)"""
+    from celery import current_app
+    from django.conf import settings
+
+    if settings.FLYWHEEL_LEARNER_SPARE and "learner" in (current_app.amqp.queues.consume_from or {}):
+        from workers.supervisor import learner_spare_refill
+
+        learner_spare_refill()

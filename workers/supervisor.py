@@ -72,7 +72,7 @@ def _learner_run(run: Run) -> int:
     )
     code = process.wait()
     if settings.FLYWHEEL_LEARNER_SPARE:
-        _spare_refill()  # loads now that this learner is done (not beside it), for the next start
+        learner_spare_refill()  # loads now that this learner is done (not beside it), for the next start
     return code
 
 
@@ -90,12 +90,12 @@ def _learner_spawn(argument: str, log_path: Path, stdin: int = subprocess.DEVNUL
 
 # A learner process started ahead of need: its interpreter, Django, torch and transformers loaded
 # (about five seconds of a run's start), waiting on its stdin for a run id. One per worker process
-# that supervises learners, started when a learner of that process exits (so the first run of a
-# worker starts cold); it exits by itself when that worker process goes (its stdin closes).
+# that supervises learners, started with that process (webapp/celery.py) and again each time one of
+# its learners exits; it exits by itself when that worker process goes (its stdin closes).
 _spare: subprocess.Popen | None = None
 
 
-def _spare_refill() -> None:
+def learner_spare_refill() -> None:
     global _spare
     if _spare is None or _spare.poll() is not None:
         spare_log = Path(settings.FLYWHEEL_HOME) / "logs" / "learner-spare.log"
