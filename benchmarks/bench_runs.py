@@ -127,8 +127,9 @@ def start_workers(env: dict[str, str]) -> list[subprocess.Popen]:
 def spare_settle(learner_worker: subprocess.Popen, timeout: float = 60.0) -> None:
     """Wait until the learner worker's spare learner has loaded: its CPU time stops growing."""
     import psutil
+    from django.conf import settings
 
-    if os.environ.get("FLYWHEEL_LEARNER_SPARE", "true").lower() in ("0", "false", "no", "off"):
+    if not settings.FLYWHEEL_LEARNER_SPARE:
         return
     deadline, last = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
@@ -196,6 +197,7 @@ def run_once(staleness: int, owner, project, version, rule, tier) -> dict:
 def main() -> None:
     env = setup_environment()
     django_setup()
+    from django.conf import settings
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
@@ -225,7 +227,7 @@ def main() -> None:
                 "sync_k0": {k: round(v, 3) for k, v in sync.items()},
                 "async_k1": {k: round(v, 3) for k, v in asynchronous.items()},
                 "speedup": round(sync["wall_seconds"] / asynchronous["wall_seconds"], 2),
-                "learner_spare": os.environ.get("FLYWHEEL_LEARNER_SPARE", "true"),
+                "learner_spare": settings.FLYWHEEL_LEARNER_SPARE,
                 "submit_to_first_rollout_p50_s": round(
                     statistics.median(
                         [sync["submit_to_first_rollout_s"], asynchronous["submit_to_first_rollout_s"]]

@@ -16,7 +16,7 @@ from .cgroups import SandboxCgroup, cgroup_create, cgroups_sweep_once, sandbox_m
 from .channel import PipeTransport
 from .config import SandboxSettings
 from .interface import InfrastructureError, SandboxSpec
-from .sandbox import SERVER_MEMORY_MB, SERVER_PIDS, SERVER_SOURCE, Sandbox
+from .sandbox import SERVER_PIDS, SERVER_SOURCE, Sandbox
 from .uids import UidLease, uid_claim
 
 SANDBOX_UID = 65534
@@ -89,7 +89,7 @@ class BubblewrapSandbox(Sandbox):
             return cgroup_create(
                 f"sandbox-{uid}",
                 self.limits,
-                memory_bytes=sandbox_memory_bytes(self.limits, SERVER_MEMORY_MB),
+                memory_bytes=sandbox_memory_bytes(self.limits),
                 pids_max=self.limits.max_processes + SERVER_PIDS,
             )
         except OSError as exc:

@@ -23,7 +23,7 @@ from .cgroups import sandbox_memory_bytes
 from .channel import DockerAttachTransport, PipeTransport, Transport
 from .config import SandboxSettings
 from .interface import InfrastructureError, SandboxSpec
-from .sandbox import SERVER_MEMORY_MB, SERVER_PIDS, SERVER_SOURCE, Sandbox
+from .sandbox import SERVER_PIDS, SERVER_SOURCE, Sandbox
 from .uids import UidLease, uid_claim
 
 LABEL = "org.flywheel.sandbox"
@@ -111,7 +111,7 @@ class DockerSandbox(Sandbox):
     def _container_options(self, local: bool) -> dict:
         uid, limits = self.lease.uid, self.limits
         tmpfs = f"rw,exec,nosuid,nodev,size={limits.workspace_mb}m,uid={uid},gid={uid}"
-        memory = sandbox_memory_bytes(limits, SERVER_MEMORY_MB)
+        memory = sandbox_memory_bytes(limits)
         options = {
             "user": f"{uid}:{uid}",
             "working_dir": "/workspace",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .interface import Limits
+from .sandbox import SERVER_MEMORY_MB
 from .uids import uid_try
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -56,15 +57,19 @@ class SandboxCgroup:
                 continue
         return sorted(found)
 
+    def kill(self) -> None:
+        """SIGKILL every process inside (a group reused from a dead worker may still hold some)."""
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     def remove(self) -> None:
         """Kill anything still inside, then remove the group (best effort: a busy group stays and
         is emptied and reused by the next sandbox with this uid)."""
         for attempt in range(50):
-            for pid in self.pids():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            self.kill()
             try:
                 for directory in self.directories:
                     if directory.exists():
@@ -87,10 +92,10 @@ def cgroup_version(root: Path = CGROUP_ROOT) -> int:
     return 0
 
 
-def sandbox_memory_bytes(limits: Limits, server_mb: int) -> int:
+def sandbox_memory_bytes(limits: Limits) -> int:
     """A sandbox's whole memory: one execution's `memory_mb`, its two tmpfs (workspace and /tmp),
     and the server."""
-    return (limits.memory_mb + 2 * limits.workspace_mb + server_mb) << 20
+    return (limits.memory_mb + 2 * limits.workspace_mb + SERVER_MEMORY_MB) << 20
 
 
 def cgroup_create(
@@ -110,7 +115,7 @@ def cgroup_create(
         directory = parent / name
         directory.mkdir(exist_ok=True)
         group = SandboxCgroup(2, (directory,))
-        leftover_kill(group)
+        group.kill()
         write(directory / "memory.max", memory_bytes)
         write(directory / "memory.swap.max", 0, optional=True)
         write(directory / "pids.max", pids_max)
@@ -122,7 +127,7 @@ def cgroup_create(
         directory.mkdir(parents=True, exist_ok=True)
         directories.append(directory)
     group = SandboxCgroup(1, tuple(directories))
-    leftover_kill(group)
+    group.kill()
     memory, pids, cpu = directories
     # memory+swap may never be under memory: lift it first, as a reused group may hold a lower one.
     write(memory / "memory.memsw.limit_in_bytes", -1, optional=True)
@@ -174,15 +179,6 @@ def cgroups_sweep_once(*, state_dir: str) -> None:
             return
         _swept.add(state_dir)
     cgroups_sweep(state_dir=state_dir)
-
-
-def leftover_kill(group: SandboxCgroup) -> None:
-    """A group reused from a worker that died may still hold its sandbox's processes."""
-    for pid in group.pids():
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def write(path: Path, value: int, *, optional: bool = False) -> None:

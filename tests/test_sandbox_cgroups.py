@@ -13,7 +13,7 @@ from sandboxes.backend_bubblewrap import BubblewrapSandbox
 from sandboxes.cgroups import cgroup_create, cgroup_version, cgroups_sweep, sandbox_memory_bytes
 from sandboxes.config import sandbox_settings
 from sandboxes.interface import Limits
-from sandboxes.sandbox import SERVER_MEMORY_MB, SERVER_PIDS
+from sandboxes.sandbox import SERVER_PIDS
 
 pytestmark = pytest.mark.skipif(
     cgroup_version() == 0, reason="this host gives the worker no cgroups (not root, or no cgroupfs)"
@@ -35,7 +35,7 @@ def read(path) -> str:
 def test_a_sandbox_runs_in_its_own_cgroup_with_its_limits(bwrap_sandbox):
     group = bwrap_sandbox.cgroup
     assert group is not None and group.directories[0].name == f"sandbox-{bwrap_sandbox.lease.uid}"
-    memory = sandbox_memory_bytes(LIMITS, SERVER_MEMORY_MB)
+    memory = sandbox_memory_bytes(LIMITS)
     assert memory == (160 + 2 * 8 + 64) << 20
     if group.version == 1:
         memory_dir, pids_dir, cpu_dir = group.directories

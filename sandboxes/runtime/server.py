@@ -74,7 +74,6 @@ class Server:
         self.compiled: dict[tuple[str, str, str], object] = {}
         self.nproc_overhead = 1
         self.oom = OomCounter()
-        cache_import_finder(workspace)
         self.oom_kills_seen = self.oom.read()  # OOM kills only happen while code runs: read once after each
 
     # -- framing -------------------------------------------------------------------------------
@@ -310,17 +309,6 @@ def kill_everything() -> None:
                 pass
         except ChildProcessError:
             return
-
-
-def cache_import_finder(directory: str) -> None:
-    """Make the import system's finder for directory here, once, so that children (which import
-    the code under test from there) inherit it rather than each building their own."""
-    for hook in sys.path_hooks:
-        try:
-            sys.path_importer_cache[directory] = hook(directory)
-            return
-        except ImportError:
-            continue
 
 
 class OomCounter:
