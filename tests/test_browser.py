@@ -72,6 +72,8 @@ def sign_in(page: Page, username: str) -> None:
     page.get_by_label("Username").fill(username)
     page.get_by_label("Password").fill("pw-123456")
     page.get_by_role("button", name="Sign in").click()
+    # Wait for the page signed in to, with its deferred scripts run, before anything acts on it.
+    page.wait_for_url(lambda url: "/accounts/login/" not in url, wait_until="load")
 
 
 def upload(page: Page, name: str, content: bytes) -> None:

@@ -211,6 +211,8 @@ class InertModelOutputTest(ChannelsLiveServerTestCase):
             page.goto(f"{self.live_server_url}/trajectories/{trajectory.pk}/")
             sign_in(page, "ada")
             expect(page.locator("#completion")).to_have_text(HOSTILE)
+            # The replay has drawn its first step: its buttons are wired (Plotly, deferred, loads first).
+            expect(page.locator("#replay-step .observation")).to_have_text("Write add(a, b).")
             page.locator("#replay-jump").fill("3")
             page.get_by_role("button", name="Go").click()
             expect(page.locator("#replay-step .action")).to_have_text(HOSTILE)
