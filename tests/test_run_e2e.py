@@ -3,6 +3,7 @@ workers (a learner host and a rollout/eval host, as separate machines would be),
 process, real sandboxes and the tiny model; metrics, trajectories and checkpoints are recorded."""
 
 import json
+from pathlib import Path
 
 import psutil
 import pytest
@@ -163,3 +164,20 @@ def test_runs_start_on_the_spare_learner_their_worker_keeps_loaded(tiny_model):
     finally:
         host.kill()
         rollout_host.kill()
+
+
+def mapped_files(process) -> set[str]:
+    return {Path(mapping.path).name for mapping in psutil.Process(process.pid).memory_maps()}
+
+
+def test_workers_that_sample_import_transformers_before_their_first_batch():
+    """A rollout or eval worker has imported transformers (and so mapped the tokenizers library) by
+    the time it says it is ready; a worker that only supervises learners has not."""
+    host = Host(worker_env(FLYWHEEL_LEARNER_SPARE="false"))
+    try:
+        rollout, evaluation, learner = host.worker("rollout"), host.worker("eval"), host.worker("learner")
+        assert "tokenizers.abi3.so" in mapped_files(rollout)
+        assert "tokenizers.abi3.so" in mapped_files(evaluation)
+        assert "tokenizers.abi3.so" not in mapped_files(learner)
+    finally:
+        host.kill()

@@ -24,6 +24,19 @@ def limit_torch_threads(**kwargs) -> None:
         torch.set_num_threads(settings.FLYWHEEL_TORCH_THREADS)
 
 
+@worker_init.connect
+def generation_modules_load(**kwargs) -> None:
+    """A worker that samples from policies (rollout, eval) imports transformers and its own sampling
+    code before its pool forks: ~3 s its first batch would otherwise wait, paid once per host and
+    shared by the pool's processes. (Sent after the worker has chosen its queues.)"""
+    from celery import current_app
+
+    if {"rollout", "eval"} & set(current_app.amqp.queues.consume_from or {}):
+        from workers.policy import policy_modules_load
+
+        policy_modules_load()
+
+
 @worker_process_init.connect
 def learner_spare_load(**kwargs) -> None:
     """A worker process that supervises learners loads a spare learner at once: even its first

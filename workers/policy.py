@@ -42,6 +42,18 @@ def prompt_text(tokenizer: PreTrainedTokenizerBase, prompt: str) -> str:
     return prompt
 
 
+def policy_modules_load() -> None:
+    """Import everything a rollout or eval worker needs before its first batch: its task code and the
+    modules transformers imports lazily on a first load (Auto classes, Llama, the base model's
+    architecture)."""
+    import transformers.models.auto.modeling_auto  # noqa: F401
+    import transformers.models.auto.tokenization_auto  # noqa: F401
+    import transformers.models.llama.modeling_llama  # noqa: F401
+
+    import workers.run_eval  # noqa: F401
+    import workers.run_rollout  # noqa: F401
+
+
 def policy_load(source: str | Path, *, device: str = "cpu", dtype: str = "float32") -> Policy:
     """Load a causal LM and its tokenizer; a tokenizer without a pad token pads with its EOS."""
     if dtype not in DTYPES:
