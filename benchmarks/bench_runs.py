@@ -202,9 +202,9 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     model = base_model(Path(env["FLYWHEEL_HOME"]))
-    setup = workload(model)
-    workers = start_workers(env)
+    workers = start_workers(env)  # with the embedded Redis, which the workload's events go to
     try:
+        setup = workload(model)
         spare_settle(workers[0])  # runs minutes apart find the worker's spare learner loaded
         sync = run_once(0, *setup)
         spare_settle(workers[0])
