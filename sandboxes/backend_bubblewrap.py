@@ -16,7 +16,7 @@ from .cgroups import SandboxCgroup, cgroup_create, cgroups_sweep_once, sandbox_m
 from .channel import PipeTransport
 from .config import SandboxSettings
 from .interface import InfrastructureError, SandboxSpec
-from .sandbox import SERVER_PIDS, SERVER_SOURCE, Sandbox
+from .sandbox import SERVER_PIDS, Sandbox, server_command
 from .uids import UidLease, uid_claim
 
 SANDBOX_UID = 65534
@@ -130,7 +130,7 @@ class BubblewrapSandbox(Sandbox):
         args += ["--chmod", "1777", "/tmp", "--remount-ro", "/", "--chdir", "/workspace"]
         for name, value in ENV.items():
             args += ["--setenv", name, value]
-        return args + [self.settings.python, "-I", "-c", SERVER_SOURCE, "/workspace"]
+        return args + server_command(self.settings.python, seccomp=self.settings.seccomp)
 
     def _terminate(self) -> None:
         if self.process is not None:

@@ -23,7 +23,7 @@ from .cgroups import sandbox_memory_bytes
 from .channel import DockerAttachTransport, PipeTransport, Transport
 from .config import SandboxSettings
 from .interface import InfrastructureError, SandboxSpec
-from .sandbox import SERVER_PIDS, SERVER_SOURCE, Sandbox
+from .sandbox import SERVER_PIDS, Sandbox, server_command
 from .uids import UidLease, uid_claim
 
 LABEL = "org.flywheel.sandbox"
@@ -84,7 +84,7 @@ class DockerSandbox(Sandbox):
         self.lease = uid_claim(base=self.settings.uid_base, state_dir=self.settings.state_dir)
         local = self._engine_is_local()
         listener = self._control_listen() if local else None
-        command = [self.settings.python, "-I", "-c", SERVER_SOURCE, "/workspace"]
+        command = server_command(self.settings.python, seccomp=self.settings.seccomp)
         if listener is not None:
             command += ["--connect", f"{CONTROL_MOUNT}/ctl.sock"]
         attach = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -128,7 +128,9 @@ class DockerSandbox(Sandbox):
             "security_opt": ["no-new-privileges"],
             "ipc_mode": "private",
             "tty": False,
-            "auto_remove": True,
+            # Not auto_remove: a server that dies at start leaves its output for _startup_check.
+            # Closing the sandbox removes the container; the sweep removes a dead worker's.
+            "auto_remove": False,
             "labels": {LABEL: "1"},
         }
         if local:
@@ -174,7 +176,7 @@ class DockerSandbox(Sandbox):
         try:
             self.container.reload()
             status, logs = self.container.status, self.container.logs(tail=20)
-        except Exception:  # noqa: BLE001  (gone already: auto_remove after it exited)
+        except Exception:  # noqa: BLE001  (gone already: removed by someone else)
             status, logs = "removed", b""
         if status in ("exited", "dead", "removed"):
             tail = logs.decode(errors="replace").strip()
@@ -187,7 +189,7 @@ class DockerSandbox(Sandbox):
         if self.container is not None:
             try:
                 self.container.remove(force=True)
-            except Exception:  # noqa: BLE001,S110  (already gone: auto_remove beat us to it)
+            except Exception:  # noqa: BLE001,S110  (already gone: a sweep or the engine removed it)
                 pass
             self.container = None
         if self.lease is not None:

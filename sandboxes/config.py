@@ -14,9 +14,11 @@ DEFAULTS = {
     "FLYWHEEL_SANDBOX_UID_BASE": "200000",
     "FLYWHEEL_SANDBOX_STATE_DIR": "/tmp/flywheel-sandboxes",
     "FLYWHEEL_SANDBOX_CGROUPS": "auto",
+    "FLYWHEEL_SANDBOX_SECCOMP": "on",
 }
 BACKENDS = ("bubblewrap", "docker")
 CGROUP_MODES = ("auto", "off")
+SECCOMP_MODES = ("on", "off")
 DOCKER_SOCKET = "unix:///var/run/docker.sock"
 
 
@@ -51,6 +53,7 @@ class SandboxSettings:
     uid_base: int
     state_dir: str
     cgroups: str = "auto"  # bubblewrap: a cgroup per sandbox where the host allows ("auto"), or "off"
+    seccomp: str = "on"  # Flywheel's seccomp filter in every sandbox ("on"), or "off"
 
 
 def sandbox_settings() -> SandboxSettings:
@@ -68,6 +71,7 @@ def sandbox_settings() -> SandboxSettings:
         uid_base=setting_int("FLYWHEEL_SANDBOX_UID_BASE"),
         state_dir=setting("FLYWHEEL_SANDBOX_STATE_DIR"),
         cgroups=cgroup_mode(),
+        seccomp=seccomp_mode(),
     )
 
 
@@ -75,4 +79,11 @@ def cgroup_mode() -> str:
     mode = setting("FLYWHEEL_SANDBOX_CGROUPS")
     if mode not in CGROUP_MODES:
         raise ValueError(f"FLYWHEEL_SANDBOX_CGROUPS must be one of {', '.join(CGROUP_MODES)}, got {mode!r}")
+    return mode
+
+
+def seccomp_mode() -> str:
+    mode = setting("FLYWHEEL_SANDBOX_SECCOMP")
+    if mode not in SECCOMP_MODES:
+        raise ValueError(f"FLYWHEEL_SANDBOX_SECCOMP must be one of {', '.join(SECCOMP_MODES)}, got {mode!r}")
     return mode

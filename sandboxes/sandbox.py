@@ -27,6 +27,7 @@ from .interface import (
     TestRunResult,
     as_bytes,
 )
+from .seccomp import SeccompUnavailableError, seccomp_program
 
 SERVER_SOURCE = (Path(__file__).parent / "runtime" / "server.py").read_text()
 _cpu_lock = threading.Lock()
@@ -51,6 +52,17 @@ SERVER_PIDS = 8  # what its process budget adds to max_processes: the server, bw
 START_TIMEOUT = 30.0
 OP_TIMEOUT = 10.0
 EXEC_GRACE = 5.0  # beyond the execution's own deadline, for killing and reaping
+
+
+def server_command(python: str, *, seccomp: str) -> list[str]:
+    """How a backend starts the server in the sandbox: with the seccomp filter, unless it is off."""
+    command = [python, "-I", "-c", SERVER_SOURCE, "/workspace"]
+    if seccomp == "off":
+        return command
+    try:
+        return command + ["--seccomp", seccomp_program()]
+    except SeccompUnavailableError as exc:
+        raise InfrastructureError(str(exc)) from None
 
 
 class Sandbox:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the sandbox backends need and makes sure a Docker engine answers. Idempotent.
-#  - Debian's bubblewrap and docker.io, when missing (needs root);
+#  - Debian's bubblewrap, docker.io and libseccomp2 (the sandboxes' seccomp filter), when missing
+#    (needs root);
 #  - dockerd in the background, when no engine answers at FLYWHEEL_SANDBOX_DOCKER_HOST
 #    (default unix:///var/run/docker.sock), with its data under FLYWHEEL_DOCKER_DATA_ROOT
 #    (default /var/lib/docker) and its log in /var/log/flywheel-dockerd.log.
@@ -13,6 +14,7 @@ LOG=/var/log/flywheel-dockerd.log
 missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v dockerd >/dev/null || missing+=(docker.io)
+ldconfig -p | grep -q 'libseccomp\.so\.2 ' || missing+=(libseccomp2)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "sandboxes need: sudo apt-get install -y ${missing[*]}" >&2

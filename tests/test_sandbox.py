@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import psutil
+import pyseccomp
 import pytest
 from sandbox_fixtures import (  # noqa: F401
     LIMITS,
@@ -316,3 +317,47 @@ def test_the_docker_sweep_removes_stopped_sandbox_containers_only():
         assert stopped.id not in ids and running.id in ids
     finally:
         running.remove(force=True)
+
+
+KEYRING_PROBE = (
+    "import ctypes, errno\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "failed = libc.syscall({number}, 0, -3, 0) < 0\n"  # keyctl: the session keyring's id
+    "print(errno.errorcode[ctypes.get_errno()] if failed else 'ok')\n"
+)
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("on", "EPERM\n"), ("off", "ok\n")])
+def test_the_seccomp_filter_is_what_refuses_the_kernel_keyring(backend, settings, mode, expected):
+    """Docker's own profile refuses keyctl too; under bubblewrap only Flywheel's filter does."""
+    settings.FLYWHEEL_SANDBOX_SECCOMP = mode
+    if backend == "docker" and mode == "off":
+        expected = "EPERM\n"
+    probe = KEYRING_PROBE.format(number=pyseccomp.resolve_syscall(pyseccomp.system_arch(), "keyctl"))
+    pool = SandboxPool(max_sandboxes=1, warm=0)
+    try:
+        with pool.acquire(make_spec(backend)) as sandbox:
+            assert sandbox.run_python(probe).stdout == expected
+    finally:
+        pool.close()
+
+
+def test_an_unknown_seccomp_setting_is_refused(settings):
+    settings.FLYWHEEL_SANDBOX_SECCOMP = "auto"
+    with pytest.raises(ValueError, match="FLYWHEEL_SANDBOX_SECCOMP must be one of on, off, got 'auto'"):
+        sandbox_settings()
+
+
+def test_a_seccomp_filter_the_server_cannot_load_fails_the_sandbox_as_infrastructure(
+    backend, settings, monkeypatch
+):
+    """A filter that does not load never means a sandbox without one: the server refuses to start."""
+    settings.FLYWHEEL_SANDBOX_SECCOMP = "on"
+    monkeypatch.setattr("sandboxes.sandbox.seccomp_program", lambda: "AAAA")  # 3 bytes: no whole instruction
+    pool = SandboxPool(max_sandboxes=1, warm=0)
+    try:
+        with pytest.raises(InfrastructureError, match="cannot load the seccomp filter"):
+            with pool.acquire(make_spec(backend)):
+                pass
+    finally:
+        pool.close()

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import pyseccomp
 import pytest
 from django.conf import settings
 from sandbox_fixtures import LIMITS, assert_unaffected, backend, make_spec, neighbour, pool, sandbox  # noqa: F401
@@ -258,3 +259,56 @@ def test_rewriting_the_test_file_does_not_change_the_tests_that_run(sandbox):
     sandbox.write_file("test_solution.py", "assert True\n")
     run = sandbox.run_tests("test_solution.py")
     assert run.outcomes() == {"line 3": Outcome.FAIL, "line 4": Outcome.FAIL}
+
+
+PROBED = (
+    "keyctl",
+    "add_key",
+    "io_uring_setup",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "unshare",
+    "mount",
+    "ptrace",
+)
+
+
+def kernel_probe() -> str:
+    """Code that calls each system call Flywheel's seccomp filter refuses (harmless arguments: a
+    call the filter lets through just fails or succeeds) and prints each one's errno, or "ok"."""
+    numbers = {name: pyseccomp.resolve_syscall(pyseccomp.system_arch(), name) for name in PROBED}
+    return (
+        "import ctypes, errno, json, threading\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "buffer = ctypes.create_string_buffer(256)\n"
+        "def call(number, *args):\n"
+        "    ctypes.set_errno(0)\n"
+        "    failed = libc.syscall(number, *args) < 0\n"
+        "    return errno.errorcode[ctypes.get_errno()] if failed else 'ok'\n"
+        f"numbers = {numbers!r}\n"
+        "calls = {\n"
+        "    'keyctl': (0, -3, 0),\n"  # KEYCTL_GET_KEYRING_ID of the session keyring
+        "    'add_key': (b'user', b'flywheel', b'x', 1, -4),\n"  # a key in the uid's user keyring
+        "    'io_uring_setup': (1, buffer),\n"
+        "    'bpf': (0, buffer, 64),\n"
+        "    'perf_event_open': (buffer, 0, -1, -1, 0),\n"
+        "    'userfaultfd': (0,),\n"
+        "    'unshare': (0x10000000,),\n"  # CLONE_NEWUSER
+        "    'mount': (b'none', b'/tmp', b'tmpfs', 0, None),\n"
+        "    'ptrace': (16, 1, 0, 0),\n"  # PTRACE_ATTACH to the server
+        "}\n"
+        "result = {name: call(numbers[name], *args) for name, args in calls.items()}\n"
+        "thread = threading.Thread(target=lambda: result.update(thread='ran'))\n"  # clone3 → clone
+        "thread.start(); thread.join()\n"
+        "print(json.dumps(result, sort_keys=True))\n"
+    )
+
+
+def test_kernel_interfaces_no_check_needs_are_refused(sandbox, neighbour):
+    """Keyrings (a key outlives the sandbox under its uid, for the next lease to read), io_uring,
+    eBPF, perf events, userfaultfd, namespaces, mounts and ptrace all fail with EPERM; threads still
+    start (libc falls back from the refused clone3 to clone)."""
+    result = sandbox.run_python(kernel_probe())
+    assert json.loads(result.stdout) == {name: "EPERM" for name in PROBED} | {"thread": "ran"}
+    assert_unaffected(sandbox, neighbour)

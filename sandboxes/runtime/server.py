@@ -1,6 +1,8 @@
 """The fork server: the one long-lived process inside a sandbox.
 
-The host starts it once per sandbox as `python3 -I -c <this source> <workspace>`; it runs as PID 1 of
+The host starts it once per sandbox as `python3 -I -c <this source> <workspace> [--connect PATH]
+[--seccomp BPF]`; it installs the seccomp filter it is given (base64 BPF) before anything else, so
+that every process in the sandbox inherits it, and runs as PID 1 of
 the sandbox's PID namespace, so code inside cannot kill it (init ignores signals it has no handler
 for) nor ptrace it (it makes itself non-dumpable). It speaks framed messages on the stdin/stdout it
 was started with (or on a unix socket the host listens on), and for every execution forks a fresh
@@ -10,6 +12,7 @@ Stdlib only, single-threaded, never imported by the host: model-written code run
 """
 
 import ast
+import base64
 import bisect  # noqa: F401  (pre-imported so that the children start warm)
 import collections  # noqa: F401
 import ctypes
@@ -50,6 +53,9 @@ CHILD_ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
 }
 PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 CGROUP_OOM_FILES = (
     ("/sys/fs/cgroup/memory.events", "oom_kill"),
     ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),
@@ -723,12 +729,33 @@ def failure_message(exc: AssertionError, source: str, path: str) -> str:
     return "AssertionError"
 
 
-def control_channel(argv: list[str]) -> tuple[int, int]:
+def server_options(argv: list[str]) -> dict[str, str]:
+    """`<workspace> [--connect PATH] [--seccomp BPF]` as {"workspace": …, "connect": …, "seccomp": …}."""
+    options = {name.lstrip("-"): value for name, value in zip(argv[2::2], argv[3::2], strict=True)}
+    return {"workspace": argv[1]} | options
+
+
+def seccomp_install(program: str) -> None:
+    """Load the host's filter (base64 BPF) on this process; its children inherit it. A filter that
+    cannot be loaded ends the server: the sandbox never runs code without it."""
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    code = base64.b64decode(program)
+    prog = SockFprog(len(code) // 8, code)
+    if LIBC is None or LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise SystemExit("sandbox server: cannot set no_new_privs for the seccomp filter")
+    if LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        raise SystemExit(f"sandbox server: cannot load the seccomp filter: {os.strerror(ctypes.get_errno())}")
+
+
+def control_channel(connect: str | None) -> tuple[int, int]:
     """The host's channel: stdin/stdout by default, or `--connect PATH`, a unix socket the host
     listens on (Docker: a direct socket keeps the engine's stream proxy off every message)."""
-    if len(argv) > 3 and argv[2] == "--connect":
+    if connect:
         channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        channel.connect(argv[3])
+        channel.connect(connect)
         fd = fcntl.fcntl(channel.fileno(), fcntl.F_DUPFD_CLOEXEC, 100)
         channel.close()
         return fd, fd
@@ -736,7 +763,10 @@ def control_channel(argv: list[str]) -> tuple[int, int]:
 
 
 def main() -> None:
-    ctl_in, ctl_out = control_channel(sys.argv)
+    options = server_options(sys.argv)
+    if options.get("seccomp"):
+        seccomp_install(options["seccomp"])
+    ctl_in, ctl_out = control_channel(options.get("connect"))
     # What the code sees, set once here so that no fork pays for it (the server needs none).
     os.environ.clear()
     os.environ.update(CHILD_ENV)
@@ -756,7 +786,7 @@ def main() -> None:
     # copy-on-write) the whole inherited heap, which is most of what a fork costs.
     gc.collect()
     gc.freeze()
-    Server(sys.argv[1], ctl_in, ctl_out).serve()
+    Server(options["workspace"], ctl_in, ctl_out).serve()
 
 
 if __name__ == "__main__":
