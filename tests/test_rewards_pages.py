@@ -315,6 +315,7 @@ def test_the_form_editor_and_the_json_view_stay_in_sync_and_validate_as_you_type
         page_.fill("input[name=username]", "editor")
         page_.fill("input[name=password]", "pw-123456")
         page_.click("button[type=submit]")
+        page_.wait_for_url(lambda url: "/accounts/login/" not in url)  # signed in: the session cookie is set
         page_.goto(live_server.url + reverse("reward-rule-create", args=[project.pk]))
         page_.wait_for_selector("#spec-status[data-state=valid]")
         # form -> JSON: make the rule a multi of unit tests and steps, with a formula
