@@ -8,8 +8,12 @@ A line of JSONL is one object. Common fields: `kind` (answer, code or agent; def
 the seeded rule), `metadata` (any object). Then, by kind:
 
 - answer: `prompt`, `reference`
-- code: `prompt`, `tests`, `entry_point`, optional `reference_solution`, `setup_files`
-- agent: `instructions`, `check_command`, `max_steps`, optional `files`
+- code: `prompt`, `tests`, `entry_point`, optional `reference_solution`, `setup_files`, `sandbox`
+- agent: `instructions`, `check_command`, `max_steps`, optional `files`, `sandbox`
+
+`sandbox` says what the item's code needs of its sandbox: `image` (a local Docker image; Docker
+backend only) and `limits` (any of the sandbox limits, e.g. {"wall_seconds": 60, "memory_mb": 2048}),
+which replace the grader's or the episode's defaults for that item.
 """
 
 import csv
@@ -22,7 +26,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandboxes.interface import image_problem, limits_problems
+
 KINDS = ("answer", "code", "agent")
+ARTICLE = {"answer": "an", "code": "a", "agent": "an"}
 SPLITS = ("train", "heldout")
 COMMON_FIELDS = {"kind", "id", "split", "metadata"}
 MAX_ID_LENGTH = 200
@@ -43,12 +50,14 @@ KIND_FIELDS: dict[str, dict[str, FieldSpec]] = {
         "entry_point": FieldSpec(True, str),
         "reference_solution": FieldSpec(False, str),
         "setup_files": FieldSpec(False, dict),
+        "sandbox": FieldSpec(False, dict),
     },
     "agent": {
         "instructions": FieldSpec(True, str),
         "check_command": FieldSpec(True, str),
         "max_steps": FieldSpec(True, int),
         "files": FieldSpec(False, dict),
+        "sandbox": FieldSpec(False, dict),
     },
 }
 TEXT_FIELD = {"answer": "prompt", "code": "prompt", "agent": "instructions"}
@@ -104,12 +113,12 @@ def validate_item(line: int, raw: Any) -> tuple[ParsedItem | None, list[ItemErro
     specs = KIND_FIELDS[kind]
     errors: list[ItemError] = []
     for name in sorted(set(raw) - COMMON_FIELDS - set(specs)):
-        errors.append(ItemError(line, name, f"unknown field for a {kind} item"))
+        errors.append(ItemError(line, name, f"unknown field for {ARTICLE[kind]} {kind} item"))
     for name, spec in specs.items():
         value = raw.get(name)
         if value is None:
             if spec.required:
-                errors.append(ItemError(line, name, f"is required for a {kind} item"))
+                errors.append(ItemError(line, name, f"is required for {ARTICLE[kind]} {kind} item"))
             continue
         if not isinstance(value, spec.kind) or isinstance(value, bool):
             errors.append(ItemError(line, name, f"must be {_type_name(spec.kind)}"))
@@ -144,18 +153,29 @@ def _check_common(line: int, raw: dict[str, Any]) -> list[ItemError]:
     return errors
 
 
+def _check_sandbox(line: int, sandbox: dict[str, Any]) -> list[ItemError]:
+    errors = [
+        ItemError(line, f"sandbox.{name}", "unknown field (known: image, limits)")
+        for name in sorted(set(sandbox) - {"image", "limits"})
+    ]
+    if "image" in sandbox and (problem := image_problem(sandbox["image"])):
+        errors.append(ItemError(line, "sandbox.image", problem))
+    for name, problem in limits_problems(sandbox.get("limits", {})):
+        errors.append(ItemError(line, f"sandbox.limits.{name}".rstrip("."), problem))
+    return errors
+
+
 def _check_kind_rules(line: int, kind: str, raw: dict[str, Any]) -> list[ItemError]:
+    errors = _check_sandbox(line, raw.get("sandbox") or {})
     if kind == "code":
-        errors = []
         if not IDENTIFIER.match(raw["entry_point"]):
             errors.append(ItemError(line, "entry_point", "must be a Python identifier"))
         return errors + _check_files(line, "setup_files", raw.get("setup_files") or {})
     if kind == "agent":
-        errors = []
         if raw["max_steps"] < 1:
             errors.append(ItemError(line, "max_steps", "must be at least 1"))
         return errors + _check_files(line, "files", raw.get("files") or {})
-    return []
+    return errors
 
 
 def derived_id(kind: str, data: dict[str, Any]) -> str:

@@ -4,8 +4,9 @@ Rollouts and graders run untrusted code through this interface and nothing else.
 """
 
 import hashlib
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
 
@@ -52,6 +53,63 @@ class Limits:
     wall_seconds: float = 10.0
     workspace_mb: int = 64  # the writable workspace (and /tmp), each a tmpfs of this size
     cpus: float = 1.0  # cores (Docker, and bubblewrap where the host gives it cgroups)
+
+
+# What a task may ask of its sandbox, at most: beyond it is a mistake, not a need.
+LIMIT_BOUNDS: dict[str, tuple[float, float]] = {
+    "cpu_seconds": (0.1, 3600),
+    "memory_mb": (32, 65536),
+    "max_processes": (1, 4096),
+    "max_open_files": (16, 65536),
+    "max_file_size_mb": (1, 16384),
+    "max_output_bytes": (1024, 1 << 30),
+    "wall_seconds": (0.1, 3600),
+    "workspace_mb": (1, 65536),
+    "cpus": (0.1, 64),
+}
+IMAGE_NAME = re.compile(r"^[a-z0-9][A-Za-z0-9._\-/:@]{0,254}$")  # a local Docker image's name or id
+
+
+def limits_problems(raw: object) -> list[tuple[str, str]]:
+    """What is wrong with a task's limits object, as (field, message) pairs; [] when nothing is.
+
+    >>> limits_problems({"wall_seconds": 30, "memory_mb": 16, "cpus": "2"})
+    [('memory_mb', 'must be between 32 and 65536'), ('cpus', 'must be a number')]
+    """
+    if not isinstance(raw, Mapping):
+        return [("", "must be an object")]
+    problems = []
+    for name, value in raw.items():
+        if name not in LIMIT_BOUNDS:
+            problems.append((name, f"is not a sandbox limit (known: {', '.join(LIMIT_BOUNDS)})"))
+            continue
+        integral = isinstance(Limits.__dataclass_fields__[name].default, int)
+        low, high = LIMIT_BOUNDS[name]
+        if isinstance(value, bool) or not isinstance(value, int if integral else (int, float)):
+            problems.append((name, "must be an integer" if integral else "must be a number"))
+        elif not low <= value <= high:
+            problems.append((name, f"must be between {low:g} and {high:g}"))
+    return problems
+
+
+def image_problem(image: object) -> str | None:
+    """What is wrong with a task's image name, or None.
+
+    >>> image_problem("flywheel-sandbox:py311"), image_problem("--privileged")
+    (None, 'must be a Docker image name such as flywheel-sandbox:latest')
+    """
+    if isinstance(image, str) and IMAGE_NAME.match(image):
+        return None
+    return "must be a Docker image name such as flywheel-sandbox:latest"
+
+
+def limits_with(base: Limits, overrides: Mapping[str, float]) -> Limits:
+    """base with the fields a task names replaced (checked with limits_problems first).
+
+    >>> limits_with(Limits(wall_seconds=5), {"wall_seconds": 60}).wall_seconds
+    60
+    """
+    return replace(base, **overrides)
 
 
 FileMap = Mapping[str, bytes | str]
@@ -144,3 +202,16 @@ class FileEntry:
     path: str
     kind: str  # "file", "dir", "symlink" or "other"; symlinks are listed, never followed
     size: int
+
+
+def task_spec(files: FileMap, limits: Limits, asked: Mapping | None = None) -> SandboxSpec:
+    """The spec for a task's code: its files, the caller's limits with those the task asks for
+    replacing them, and the task's image if it names one (`asked` is an item's `sandbox` object).
+
+    >>> spec = task_spec({"a.py": "x = 1"}, Limits(wall_seconds=10), {"limits": {"wall_seconds": 60}})
+    >>> spec.limits.wall_seconds, spec.image
+    (60, '')
+    """
+    asked = asked or {}
+    limits = limits_with(limits, asked.get("limits", {}))
+    return SandboxSpec(image=asked.get("image", ""), files=files, limits=limits)

@@ -22,6 +22,12 @@ def sandbox_create(spec: SandboxSpec, settings: SandboxSettings) -> Sandbox:
     if backend == "bubblewrap":
         from .backend_bubblewrap import BubblewrapSandbox
 
+        if spec.image:  # never silently run a task meant for its own image on the host's system
+            raise InfrastructureError(
+                f"the task asks for the image {spec.image!r}, but bubblewrap sandboxes run this host's "
+                "own system: images need FLYWHEEL_SANDBOX_BACKEND=docker"
+            )
+
         return BubblewrapSandbox(spec, settings).start()
     if backend == "docker":
         from .backend_docker import DockerSandbox

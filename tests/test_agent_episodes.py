@@ -10,6 +10,7 @@ from rewards import services as reward_services
 from runs import lifecycle, services
 from runs.lifecycle import RunRequest
 from runs.models import MetricPoint, RolloutBatch, Run, Trajectory, TrajectoryStep
+from sandboxes.interface import StopReason
 from sandboxes.services import sandbox_pool
 from tests.conftest import make_project, make_user
 from tests.run_harness import tiny_model
@@ -82,6 +83,14 @@ def test_an_agents_commands_stay_inside_its_sandbox():
     result = episode.turns[0].result
     assert "root:" not in result.stdout and result.stdout.splitlines()[0] == ""  # no host variables
     assert result.stdout.splitlines()[1] != "0"  # not root
+    assert episode.grade.total == 0.0
+
+
+def test_an_items_sandbox_limits_bound_its_agents_commands():
+    """The item asks for 0.5 s a command (the default is 5 s): a one-second sleep is stopped."""
+    item = ITEM | {"sandbox": {"limits": {"wall_seconds": 0.5}}}
+    [episode] = episodes_play([item], scripted("sleep 1; echo 7 > answer.txt", "submit"), rule=CHECK_RULE)
+    assert episode.turns[0].result.stop_reason == StopReason.TIMEOUT
     assert episode.grade.total == 0.0
 
 

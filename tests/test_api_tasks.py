@@ -140,7 +140,7 @@ def test_a_file_with_errors_answers_400_with_every_line_and_imports_nothing(task
     assert error["code"] == "invalid_request" and error["param"] == "file"
     assert error["error_count"] == 4
     assert error["details"] == [
-        {"line": 2, "param": "reference", "message": "is required for a answer item"},
+        {"line": 2, "param": "reference", "message": "is required for an answer item"},
         {"line": 3, "param": "tests", "message": "is required for a code item"},
         {"line": 3, "param": "entry_point", "message": "is required for a code item"},
         {
@@ -151,7 +151,7 @@ def test_a_file_with_errors_answers_400_with_every_line_and_imports_nothing(task
     ]
     assert (
         error["message"]
-        == "nothing imported: line 2, field 'reference': is required for a answer item (and 3 more)"
+        == "nothing imported: line 2, field 'reference': is required for an answer item (and 3 more)"
     )
     assert TaskSetVersion.objects.count() == 0 and TaskItem.objects.count() == 0
 

@@ -105,7 +105,7 @@ def test_a_launcher_imports_a_task_set_and_creates_a_tier(
     upload(page, "broken.jsonl", jsonl(BROKEN))
     errors = page.locator("#errors tbody tr")
     expect(errors).to_have_count(1)
-    expect(errors.first.locator("td")).to_have_text(["2", "reference", "is required for a answer item"])
+    expect(errors.first.locator("td")).to_have_text(["2", "reference", "is required for an answer item"])
     expect(page.locator("#error-summary")).to_have_text("1 error in total; nothing was imported.")
 
     page.get_by_role("link", name="Upload a corrected file").click()

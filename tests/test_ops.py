@@ -139,5 +139,5 @@ def test_import_tasks_command_imports_a_file_and_reports_errors_by_line(db, tmp_
             stdout=StringIO(),
             stderr=err,
         )
-    assert "line 1, field 'reference': is required for a answer item" in err.getvalue()
+    assert "line 1, field 'reference': is required for an answer item" in err.getvalue()
     assert TaskSetVersion.objects.count() == 1

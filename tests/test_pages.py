@@ -252,7 +252,7 @@ def test_the_preview_of_a_broken_file_lists_numbered_errors_and_imports_nothing(
     assert '<th class="num">Line</th><th>Field</th><th>Message</th>' in body
     assert (
         '<td class="num">2</td>\n            <td><code>reference</code></td>\n'
-        "            <td>is required for a answer item</td>"
+        "            <td>is required for an answer item</td>"
     ) in body
     assert '<td class="num">3</td>' in body and "not valid JSON: Expecting property name" in body
     assert "2 errors in total; nothing was imported." in body

@@ -139,6 +139,48 @@ def test_graded_code_that_times_out_scores_zero_with_a_sandbox_timeout_error_and
     assert [(error.grader, error.kind) for error in result.errors] == [("tests", "sandbox_timeout")]
 
 
+def test_an_items_sandbox_limits_replace_the_rules_for_that_item(pool):
+    """The rule allows 1 s; an item whose tests need 1.5 s of sleep asks for 5 and passes."""
+    slow = CODE_ITEM | {"tests": "import time\ntime.sleep(1.5)\n" + TESTS}
+    rule = {"type": "unit_tests", "name": "tests", "timeout": 1}
+    honest = Sample(files={"solution.py": HONEST})
+    short = score(rule, slow, honest, pool=pool)
+    assert [(error.grader, error.kind) for error in short.errors] == [("tests", "sandbox_timeout")]
+    asked = slow | {"sandbox": {"limits": {"wall_seconds": 5}}}
+    assert score(rule, asked, honest, pool=pool).total == 1.0
+
+
+def test_an_item_asking_for_an_image_bubblewrap_cannot_give_is_errored_with_the_reason(pool):
+    item = CODE_ITEM | {"sandbox": {"image": "swe-task-17:latest"}}
+    result = score(
+        {"type": "unit_tests", "name": "tests"}, item, Sample(files={"solution.py": HONEST}), pool=pool
+    )
+    assert (result.total, result.errored, result.errors[0].kind) == (None, True, "sandbox_error")
+    assert "'swe-task-17:latest'" in result.errors[0].message and "FLYWHEEL_SANDBOX_BACKEND=docker" in (
+        result.errors[0].message
+    )
+
+
+def test_an_items_image_is_the_one_docker_starts():
+    settings = dataclasses.replace(sandbox_settings(), backend="docker")
+    docker = SandboxPool(settings=settings, max_sandboxes=1, warm=0)
+    honest = Sample(files={"solution.py": HONEST})
+    try:
+        own = score(
+            {"type": "unit_tests", "name": "tests"},
+            CODE_ITEM | {"sandbox": {"image": settings.image}},
+            honest,
+            pool=docker,
+        )
+        missing = CODE_ITEM | {"sandbox": {"image": "flywheel-sandbox:no-such-tag"}}
+        absent = score({"type": "unit_tests", "name": "tests"}, missing, honest, pool=docker)
+    finally:
+        docker.close()
+    assert own.total == 1.0
+    assert (absent.total, absent.errored) == (None, True)
+    assert "flywheel-sandbox:no-such-tag" in absent.errors[0].message
+
+
 def test_an_infrastructure_failure_is_errored_never_scored():
     settings = dataclasses.replace(
         sandbox_settings(), backend="docker", image="flywheel-sandbox:no-such-image"

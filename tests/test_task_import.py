@@ -120,3 +120,40 @@ def test_csv_answers_import_with_line_numbers(task_set):
 def test_duplicate_ids_are_refused_with_the_first_line(task_set):
     report = do_import(task_set, jsonl(ANSWERS[0], ANSWERS[0]))
     assert [str(e) for e in report.errors] == ["line 2, field 'id': duplicate id 'q0'; first used on line 1"]
+
+
+def test_code_and_agent_items_can_say_what_their_sandbox_needs(task_set):
+    sandbox = {"image": "flywheel-sandbox:py311", "limits": {"wall_seconds": 60, "memory_mb": 2048}}
+    report = do_import(
+        task_set, jsonl(CODE | {"sandbox": sandbox}, AGENT | {"sandbox": {"limits": {"cpus": 2}}})
+    )
+    assert report.ok, report.errors
+    stored = dict(TaskItem.objects.values_list("external_id", "data__sandbox"))
+    assert stored == {"add": sandbox, "fix": {"limits": {"cpus": 2}}}
+
+
+def test_a_bad_sandbox_field_names_the_line_and_the_limit_and_imports_nothing(task_set):
+    bad_limits = {"limits": {"wall_seconds": 0, "memory_mb": "lots", "gpus": 1}, "network": True}
+    report = do_import(
+        task_set,
+        jsonl(
+            CODE | {"sandbox": bad_limits},
+            AGENT | {"sandbox": {"image": "--privileged"}},
+            ANSWERS[0] | {"sandbox": {}},
+        ),
+    )
+    assert not report.ok
+    assert [(e.line, e.field, e.message) for e in report.errors] == [
+        (1, "sandbox.network", "unknown field (known: image, limits)"),
+        (1, "sandbox.limits.wall_seconds", "must be between 0.1 and 3600"),
+        (1, "sandbox.limits.memory_mb", "must be an integer"),
+        (
+            1,
+            "sandbox.limits.gpus",
+            "is not a sandbox limit (known: cpu_seconds, memory_mb, max_processes, "
+            "max_open_files, max_file_size_mb, max_output_bytes, wall_seconds, workspace_mb, cpus)",
+        ),
+        (2, "sandbox.image", "must be a Docker image name such as flywheel-sandbox:latest"),
+        (3, "sandbox", "unknown field for an answer item"),
+    ]
+    assert TaskItem.objects.count() == 0

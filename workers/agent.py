@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from rewards.engine import Sample, ScoreResult, score
 from rewards.graders.base import GraderError
-from sandboxes.interface import ExecResult, InfrastructureError, Limits, SandboxSpec
+from sandboxes.interface import ExecResult, InfrastructureError, Limits, task_spec
 from sandboxes.services import sandbox_acquire, sandbox_pool
 from workers.generation import Completion
 
@@ -160,10 +160,8 @@ def _wave_play(items, generate: Generate, rule: dict, prompt_text, fits, judge) 
     started = time.monotonic()
     episodes = [AgentEpisode(item) for item in items]
     with ExitStack() as stack:
-        sandboxes = [
-            stack.enter_context(sandbox_acquire(SandboxSpec(files=item.get("files") or {}, limits=LIMITS)))
-            for item in items
-        ]
+        specs = [task_spec(item.get("files") or {}, LIMITS, item.get("sandbox")) for item in items]
+        sandboxes = [stack.enter_context(sandbox_acquire(spec)) for spec in specs]
         while live := [index for index, episode in enumerate(episodes) if not episode.done]:
             observations = [observation(episodes[index], fits) for index in live]
             completions = generate([prompt_text(text) for text in observations])
@@ -184,7 +182,7 @@ def _act(episode: AgentEpisode, sandbox, turn: Turn) -> None:
         episode.submitted = True
         return
     try:
-        turn.result = sandbox.exec(turn.command, timeout=COMMAND_SECONDS)
+        turn.result = sandbox.exec(turn.command)  # the item's wall_seconds if it asks, else COMMAND_SECONDS
     except InfrastructureError as exc:  # the machinery failed, not the policy: the episode is errored
         episode.error = f"the sandbox failed at turn {len(episode.turns)}: {exc}"
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from rewards.graders.base import Field, GradingError, as_number, grader
 from rewards.graders.workspace import SOLUTION_FILE, TEST_FILE, protected_files, solution_source
-from sandboxes.interface import Limits, Outcome, SandboxPathError, SandboxSpec, StopReason
+from sandboxes.interface import Limits, Outcome, SandboxPathError, SandboxSpec, StopReason, task_spec
 
 DEFAULT_SECONDS = 10.0
 
@@ -82,7 +82,7 @@ def unit_tests(
     if item.get("kind") != "code" or not isinstance(item.get("tests"), str):
         raise GradingError("grader_exception", "unit_tests grades code items: this item has no tests")
     files = {**(item.get("setup_files") or {}), TEST_FILE: item["tests"]}
-    spec = SandboxSpec(files=files, limits=limits(timeout))
+    spec = task_spec(files, limits(timeout), item.get("sandbox"))
     with pool_of(context).acquire(spec) as sandbox:
         write_sample_files(sandbox, context.sample.files, {solution_file})
         solution = {solution_file: solution_source(context.sample, solution_file)}
@@ -119,19 +119,18 @@ def agent_check(context: Any, timeout: float | None = None) -> float:
             "grader_exception", "agent_check grades agent items: this item has no check_command"
         )
     pristine = {path: content for path, content in protected_files(item).items() if content}
+    spec = task_spec(item.get("files") or {}, limits(timeout), item.get("sandbox"))
+    seconds = spec.limits.wall_seconds  # the item's, if it asks for some, else the rule's
     if context.sandbox is not None:
         for path, content in pristine.items():
             context.sandbox.write_file(path, content)
-        result = context.sandbox.exec(command, timeout=float(timeout or DEFAULT_SECONDS))
+        result = context.sandbox.exec(command, timeout=seconds)
     else:
-        spec = SandboxSpec(files=item.get("files") or {}, limits=limits(timeout))
         with pool_of(context).acquire(spec) as sandbox:
             write_sample_files(sandbox, context.sample.files, set(pristine))
             result = sandbox.exec(command)
     if result.stop_reason == StopReason.TIMEOUT:
-        raise GradingError(
-            "sandbox_timeout", f"the check command ran past {timeout or DEFAULT_SECONDS:g} s", score=0.0
-        )
+        raise GradingError("sandbox_timeout", f"the check command ran past {seconds:g} s", score=0.0)
     return 1.0 if result.ok else 0.0
 
 
