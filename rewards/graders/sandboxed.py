@@ -170,7 +170,8 @@ def check_python(spec: dict) -> list[tuple[str, str]]:
     timeout=Field((int, float), required=False, default=DEFAULT_SECONDS),
 )
 def python(context: Any, source: str, image_tag: str | None = None, timeout: float | None = None) -> float:
-    """What the rule author's grade(sample, item) returns, run inside a sandbox.
+    """What the rule author's grade(sample, item) returns, run inside a sandbox. (`image_tag`, OpenAI's
+    choice of image, is kept for the round trip but not used: the configured sandbox runs it.)
 
     >>> python.__name__
     'python'
