@@ -66,6 +66,36 @@ def test_healthz_reports_database_redis_and_the_live_worker_of_each_queue(client
         assert worker_name in body["queues"][queue]["names"]
 
 
+def test_healthz_shows_each_sandbox_workers_start_up_check_and_degrades_on_a_failed_one(
+    client, db, settings, worker_name
+):
+    from django.core.cache import cache
+
+    from tests.run_harness import wait_until
+
+    def sandboxes() -> tuple[int, dict]:
+        cache.delete("healthz:workers")
+        response = client.get("/healthz")
+        return response.status_code, response.json()["sandboxes"].get(worker_name, {})
+
+    wait_until(lambda: sandboxes()[1].get("ok") is not None, "the worker's sandbox check", timeout=60)
+    status, check = sandboxes()
+    (backend,) = check["backends"]
+    assert (status, check["ok"]) == (200, True)
+    assert (backend["backend"], backend["detail"]) == (settings.FLYWHEEL_SANDBOX_BACKEND, "graded right")
+    # The same worker's host losing bubblewrap: what its check records turns /healthz degraded.
+    settings.FLYWHEEL_SANDBOX_BWRAP = "/nonexistent/bwrap"
+    with pytest.raises(CommandError):
+        call_command("check_sandboxes", "--backend", "bubblewrap", "--record", worker_name, stdout=StringIO())
+    status, check = sandboxes()
+    assert (status, check["ok"], check["backends"][0]["backend"]) == (503, False, "bubblewrap")
+    assert "is not installed: run `make sandbox-deps`" in check["backends"][0]["detail"]
+    settings.FLYWHEEL_SANDBOX_BWRAP = "/usr/bin/bwrap"
+    call_command("check_sandboxes", "--backend", "bubblewrap", "--record", worker_name, stdout=StringIO())
+    status, check = sandboxes()
+    assert (status, check["ok"], check["backends"][0]["detail"]) == (200, True, "graded right")
+
+
 def test_healthz_answers_503_when_redis_is_unreachable(client, db, settings):
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
     response = client.get("/healthz")

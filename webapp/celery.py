@@ -3,7 +3,7 @@
 import os
 
 from celery import Celery
-from celery.signals import worker_init, worker_process_init
+from celery.signals import worker_init, worker_process_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
@@ -48,3 +48,25 @@ def learner_spare_load(**kwargs) -> None:
         from workers.supervisor import learner_spare_refill
 
         learner_spare_refill()
+
+
+@worker_ready.connect
+def sandbox_check_start(sender, **kwargs) -> None:
+    """A worker that runs sandboxes (rollout, eval) checks them once it is ready, in a process of its
+    own (nothing forks from a thread here), and /healthz shows what it found under its name."""
+    import subprocess
+    import sys
+    import threading
+
+    from celery import current_app
+    from django.conf import settings
+
+    if not settings.FLYWHEEL_SANDBOX_WORKER_CHECK:
+        return
+    if not {"rollout", "eval"} & set(current_app.amqp.queues.consume_from or {}):
+        return
+    manage = str(settings.BASE_DIR / "manage.py")
+    argv = [sys.executable, manage, "check_sandboxes", "--record", sender.hostname]
+    # Its stderr is the worker's: a failing check says why in the worker's log too.
+    check = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    threading.Thread(target=check.wait, name="sandbox-check-reaper", daemon=True).start()

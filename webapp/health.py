@@ -1,4 +1,7 @@
-"""/healthz: the database, Redis, and the live Celery workers of each queue."""
+"""/healthz: the database, Redis, the live Celery workers of each queue, and whether the sandboxes
+of each rollout and eval worker work (each checks them when it starts: `manage.py check_sandboxes`)."""
+
+import json
 
 from django.conf import settings
 from django.core.cache import cache
@@ -10,6 +13,9 @@ from webapp.celery import app as celery_app
 
 WORKER_PROBE_SECONDS = 1.0
 WORKER_CACHE_SECONDS = 5
+SANDBOX_CHECK_KEY = "flywheel:sandbox-check:{worker}"
+SANDBOX_CHECK_KEEP_SECONDS = 30 * 24 * 3600  # only live workers' checks are shown; this drops the rest
+SANDBOX_QUEUES = ("rollout", "eval")  # the workers that run sandboxes
 
 
 def database_ok() -> tuple[bool, str]:
@@ -23,7 +29,7 @@ def database_ok() -> tuple[bool, str]:
 
 def redis_ok() -> tuple[bool, str]:
     try:
-        Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1).ping()
+        redis_client().ping()
         return True, "ok"
     except Exception as exc:  # noqa: BLE001
         return False, f"{type(exc).__name__}: {exc}"
@@ -43,11 +49,34 @@ def workers_by_queue() -> dict[str, list[str]]:
     return queues
 
 
+def redis_client() -> Redis:
+    return Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
+
+
+def sandbox_check_record(worker: str, checks: list[dict]) -> None:
+    """What a worker's sandbox check found, for /healthz to show while the worker lives."""
+    value = json.dumps({"ok": all(check["ok"] for check in checks), "backends": checks})
+    redis_client().set(SANDBOX_CHECK_KEY.format(worker=worker), value, ex=SANDBOX_CHECK_KEEP_SECONDS)
+
+
+def sandbox_checks(workers: list[str]) -> dict[str, dict]:
+    """Each live sandbox worker's last check; `ok: null` until its first one is in."""
+    if not workers:
+        return {}
+    values = redis_client().mget([SANDBOX_CHECK_KEY.format(worker=worker) for worker in workers])
+    pending = {"ok": None, "backends": []}
+    checks = zip(workers, values, strict=True)
+    return {worker: json.loads(value) if value else pending for worker, value in checks}
+
+
 def healthz(request: HttpRequest) -> JsonResponse:
     db_ok, db_detail = database_ok()
     r_ok, r_detail = redis_ok()
     queues = workers_by_queue() if r_ok else {name: [] for name in settings.CELERY_WORKER_QUEUES}
+    sandbox_workers = sorted({worker for queue in SANDBOX_QUEUES for worker in queues.get(queue, [])})
+    sandboxes = sandbox_checks(sandbox_workers) if r_ok else {}
     healthy = db_ok and r_ok and all(queues.get(name) for name in settings.CELERY_WORKER_QUEUES)
+    healthy = healthy and all(check["ok"] is not False for check in sandboxes.values())
     body = {
         "status": "ok" if healthy else "degraded",
         "database": {"ok": db_ok, "detail": db_detail},
@@ -55,5 +84,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
         "queues": {
             name: {"workers": len(workers), "names": sorted(workers)} for name, workers in queues.items()
         },
+        "sandboxes": sandboxes,
     }
     return JsonResponse(body, status=200 if healthy else 503)

@@ -30,6 +30,7 @@ class Command(BaseCommand):
             help="which backend to check (default: the configured FLYWHEEL_SANDBOX_BACKEND)",
         )
         parser.add_argument("--json", action="store_true", help="print one line of JSON instead")
+        parser.add_argument("--record", metavar="WORKER", help="keep the result for /healthz under WORKER")
 
     def handle(self, *args, **options) -> None:
         chosen = options["backend"] or sandbox_settings().backend
@@ -39,6 +40,10 @@ class Command(BaseCommand):
         else:
             for check in checks:
                 self.stdout.write(describe(check))
+        if options["record"]:
+            from webapp.health import sandbox_check_record
+
+            sandbox_check_record(options["record"], [check.as_dict() for check in checks])
         failed = [check.backend for check in checks if not check.ok]
         if failed:
             raise CommandError(f"sandboxes not usable on this host: {', '.join(failed)}")
