@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint format bench venv browser-deps sandbox-deps sandbox-image bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers
+.PHONY: up down demo test lint format bench venv browser-deps sandbox-deps sandbox-image sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers
 
 venv: $(INSTALLED)
 
@@ -42,6 +42,9 @@ sandbox-deps:
 # The default Docker sandbox image, built locally from this host's Debian packages (no registry).
 sandbox-image: sandbox-deps
 	scripts/build-sandbox-image.sh
+
+sandbox-check: venv sandbox-image
+	$(PY) manage.py check_sandboxes --backend all
 
 # pytest exits 5 when it collected no test: a suite that ran nothing must not pass.
 test: venv browser-deps sandbox-image
