@@ -11,6 +11,13 @@ app = Celery("flywheel")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+SAMPLING_QUEUES = ("rollout", "eval")  # their workers load policies and run sandboxes
+
+
+def consumes(*queues: str) -> bool:
+    """Whether this worker consumes any of `queues` (known from worker_init on: -Q is applied first)."""
+    return bool(set(queues) & set(app.amqp.queues.consume_from or {}))
+
 
 @worker_init.connect
 @worker_process_init.connect
@@ -29,9 +36,7 @@ def generation_modules_load(**kwargs) -> None:
     """A worker that samples from policies (rollout, eval) imports transformers and its own sampling
     code before its pool forks: ~3 s its first batch would otherwise wait, paid once per host and
     shared by the pool's processes. (Sent after the worker has chosen its queues.)"""
-    from celery import current_app
-
-    if {"rollout", "eval"} & set(current_app.amqp.queues.consume_from or {}):
+    if consumes(*SAMPLING_QUEUES):
         from workers.policy import policy_modules_load
 
         policy_modules_load()
@@ -41,10 +46,9 @@ def generation_modules_load(**kwargs) -> None:
 def learner_spare_load(**kwargs) -> None:
     """A worker process that supervises learners loads a spare learner at once: even its first
     run's learner starts loaded. (Sent in each pool process, and in a solo worker's own.)"""
-    from celery import current_app
     from django.conf import settings
 
-    if settings.FLYWHEEL_LEARNER_SPARE and "learner" in (current_app.amqp.queues.consume_from or {}):
+    if settings.FLYWHEEL_LEARNER_SPARE and consumes("learner"):
         from workers.supervisor import learner_spare_refill
 
         learner_spare_refill()
@@ -58,12 +62,9 @@ def sandbox_check_start(sender, **kwargs) -> None:
     import sys
     import threading
 
-    from celery import current_app
     from django.conf import settings
 
-    if not settings.FLYWHEEL_SANDBOX_WORKER_CHECK:
-        return
-    if not {"rollout", "eval"} & set(current_app.amqp.queues.consume_from or {}):
+    if not (settings.FLYWHEEL_SANDBOX_WORKER_CHECK and consumes(*SAMPLING_QUEUES)):
         return
     manage = str(settings.BASE_DIR / "manage.py")
     argv = [sys.executable, manage, "check_sandboxes", "--record", sender.hostname]

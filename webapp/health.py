@@ -9,13 +9,13 @@ from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from redis import Redis
 
+from webapp.celery import SAMPLING_QUEUES
 from webapp.celery import app as celery_app
 
 WORKER_PROBE_SECONDS = 1.0
 WORKER_CACHE_SECONDS = 5
 SANDBOX_CHECK_KEY = "flywheel:sandbox-check:{worker}"
 SANDBOX_CHECK_KEEP_SECONDS = 30 * 24 * 3600  # only live workers' checks are shown; this drops the rest
-SANDBOX_QUEUES = ("rollout", "eval")  # the workers that run sandboxes
 
 
 def database_ok() -> tuple[bool, str]:
@@ -73,7 +73,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     db_ok, db_detail = database_ok()
     r_ok, r_detail = redis_ok()
     queues = workers_by_queue() if r_ok else {name: [] for name in settings.CELERY_WORKER_QUEUES}
-    sandbox_workers = sorted({worker for queue in SANDBOX_QUEUES for worker in queues.get(queue, [])})
+    sandbox_workers = sorted({worker for queue in SAMPLING_QUEUES for worker in queues.get(queue, [])})
     sandboxes = sandbox_checks(sandbox_workers) if r_ok else {}
     healthy = db_ok and r_ok and all(queues.get(name) for name in settings.CELERY_WORKER_QUEUES)
     healthy = healthy and all(check["ok"] is not False for check in sandboxes.values())

@@ -735,13 +735,15 @@ def server_options(argv: list[str]) -> dict[str, str]:
     return {"workspace": argv[1]} | options
 
 
+class SockFprog(ctypes.Structure):
+    """struct sock_fprog: a BPF program's length in instructions and the instructions."""
+
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
 def seccomp_install(program: str) -> None:
     """Load the host's filter (base64 BPF) on this process; its children inherit it. A filter that
     cannot be loaded ends the server: the sandbox never runs code without it."""
-
-    class SockFprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
-
     code = base64.b64decode(program)
     prog = SockFprog(len(code) // 8, code)
     if LIBC is None or LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
