@@ -11,11 +11,12 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from runs.routing import websocket_urlpatterns  # noqa: E402
+from webapp.limits import BodyLimitMiddleware  # noqa: E402
 from webapp.ws_auth import SessionOrTokenAuthMiddleware  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodyLimitMiddleware(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             SessionOrTokenAuthMiddleware(URLRouter(websocket_urlpatterns))
         ),

@@ -98,6 +98,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "webapp.metrics.RequestMetricsMiddleware",
+    "webapp.errors.OutOfRangeMiddleware",
 ]
 
 ROOT_URLCONF = "webapp.urls"
@@ -156,9 +157,13 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+# Request bodies (webapp/limits.py): a file upload (multipart) may be FLYWHEEL_MAX_UPLOAD_MB, any
+# other body FLYWHEEL_MAX_BODY_MB; bigger ones are refused with 413 before they are read.
+FLYWHEEL_MAX_UPLOAD_MB = env_int("FLYWHEEL_MAX_UPLOAD_MB", 100)
+FLYWHEEL_MAX_BODY_MB = env_int("FLYWHEEL_MAX_BODY_MB", 10)
 # Uploads above this size stream to a temporary file instead of memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
-DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = FLYWHEEL_MAX_BODY_MB * 1024 * 1024
 FLYWHEEL_IMPORT_MAX_ERRORS = env_int("FLYWHEEL_IMPORT_MAX_ERRORS", 50)
 
 # --- Redis: broker, channel layer, cache ---------------------------------------------------
@@ -279,7 +284,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {"user": FLYWHEEL_API_RATE},
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "webapp.api_parsers.StrictJSONParser",
         "rest_framework.parsers.MultiPartParser",
         "rest_framework.parsers.FormParser",
     ],

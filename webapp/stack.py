@@ -63,7 +63,7 @@ def services() -> list[Service]:
         [
             python,
             "-m",
-            "daphne",
+            "webapp.serve",  # Daphne, with request bodies bounded before they are read
             "-b",
             settings.FLYWHEEL_BIND,
             "-p",

@@ -23,5 +23,6 @@ urlpatterns = [
     path("", include("runs.urls")),
 ]
 
+handler400 = "webapp.errors.bad_request"
 handler404 = "webapp.errors.not_found"
 handler500 = "webapp.errors.server_error"
