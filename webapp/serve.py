@@ -25,6 +25,11 @@ class BoundedRequest(WebRequest):
     refused = False
     received = 0
 
+    def __init__(self, *args, **kwargs) -> None:
+        # Twisted would read a whole form or multipart body into memory to parse it into `args`,
+        # which Daphne never uses (and answer a bad one with an empty 400): Django parses bodies.
+        super().__init__(*args, parsePOSTFormSubmission=False, **kwargs)
+
     def gotLength(self, length: int | None) -> None:  # noqa: N802 (Twisted's name)
         from webapp.limits import body_limit
 

@@ -41,6 +41,14 @@ class ApiView(APIView):
     schema = FlywheelAutoSchema()
     pagination_class = NewestFirstCursorPagination  # read by the schema generator
 
+    def finalize_response(self, request: Request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if isinstance(response, Response) and response.status_code >= 400:
+            # An error is the one JSON error shape, whatever the endpoint streams when it succeeds.
+            response.accepted_renderer = JSONRenderer()
+            response.accepted_media_type = JSONRenderer.media_type
+        return response
+
     def validated(self, serializer_class: type[serializers.Serializer], partial: bool = False) -> dict:
         serializer = bounded_integers(serializer_class(data=self.request.data, partial=partial))
         serializer.is_valid(raise_exception=True)
