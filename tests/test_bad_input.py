@@ -4,6 +4,7 @@ parameter the schema declares, JSON nested 10,000 deep, NaN, huge formulas and n
 
 import doctest
 import json
+import time
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -257,3 +258,75 @@ def test_a_rule_page_refuses_json_nested_too_deep_and_saves_nothing(team, client
     assert response.status_code == 200
     assert "nested deeper than 100 levels" in response.content.decode()
     assert RewardRule.objects.count() == 0
+
+
+# --- templates: bounded in time and output -------------------------------------------------
+
+LOOP_10_TO_THE_10 = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
+FIFTY_MB = "{% for a in range(100000) %}{{ item.reference }}{% endfor %}"  # 500-char reference
+
+
+@pytest.mark.parametrize(
+    ("template", "reason"),
+    [
+        (LOOP_10_TO_THE_10, "rendering took longer than 1 s"),
+        (FIFTY_MB, "the rendered text would be 10,000,500 characters (at most 10,000,000)"),
+        ('{{ "x" * 50000000 }}', "a repeated value would be 50,000,000 characters (at most 10,000,000)"),
+        ('{{ "%50000000d" | format(1) }}', "a formatted field would be 50,000,000 characters"),
+        ('{{ "{:>50000000}".format(1) }}', "a formatted field would be 50,000,000 characters"),
+        ("{{ item.reference | center(50000000) }}", "a call or filter was given 50,000,000"),
+        ("{{ 9 ** 999999 }}", "9 ** 999999 is too large a number"),
+    ],
+)
+def test_a_template_that_would_run_away_fails_its_dry_run_with_bad_template(
+    owner_client, team, template, reason
+):
+    spec = {"type": "string_check", "operation": "eq", "input": template, "reference": "x"}
+    rule = create_rule(owner_client, team, spec)
+    assert rule.status_code == 201, rule.json()
+    url = f"/api/v1/reward-rules/{rule.json()['id']}/dry-run"
+    body = {"items": [{"id": "i", "prompt": "p", "reference": "r" * 500}], "samples": ["x"]}
+    owner_client.patch(
+        f"/api/v1/reward-rules/{rule.json()['id']}", {"spec": spec | {"input": "x"}}, format="json"
+    )
+    owner_client.post(url, body | {"version": 2}, format="json")  # the first dry-run imports the graders
+    started = time.monotonic()
+    response = owner_client.post(url, body | {"version": 1}, format="json")
+    assert time.monotonic() - started < 5  # bounded: the limit, not the template, decides
+    assert response.status_code == 200
+    result = response.json()["results"][0]["result"]
+    (error,) = result["errors"]
+    assert error["kind"] == "bad_template" and reason in error["message"], error
+    assert result["total"] is None
+
+
+def test_an_ordinary_template_with_a_loop_and_formatting_renders_as_before():
+    from rewards.templating import compile_template
+
+    template = compile_template(
+        '{% for s in sample.steps %}{{ "%03d" | format(s) }} {% endfor %}{{ "ab" * 2 }}'
+    )
+    assert template.repeats is True
+    assert template.render({"sample": {"steps": [1, 22]}}) == "001 022 abab"
+
+
+# --- error shapes ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url", ["/api/v1/task-sets/{id}/versions/9/export", "/api/v1/reviews/export?run=999999&kind=sft"]
+)
+def test_an_export_endpoint_answers_its_errors_as_json_even_when_ndjson_is_asked_for(
+    owner_client, task_set, url
+):
+    response = owner_client.get(url.format(id=task_set.pk), HTTP_ACCEPT="application/x-ndjson")
+    assert response.status_code in (400, 404)
+    assert response["Content-Type"] == "application/json"
+    assert set(error_of(response)) == {"code", "message", "param", "details"}
+
+
+def test_the_trajectory_group_answers_the_list_its_schema_declares(schema, objects, owner_client):
+    declared = schema["paths"]["/api/v1/trajectories/{id}/group"]["get"]["responses"]["200"]
+    assert declared["content"]["application/json"]["schema"]["type"] == "array"
+    body = owner_client.get(f"/api/v1/trajectories/{objects['trajectories']}/group").json()
+    assert [row["id"] for row in body] == [objects["trajectories"]]
