@@ -3,10 +3,12 @@ workers/tier_eval.py). Views, REST and the learner call these; reads go through 
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from runs.model_sources import model_source_problem
 from runs.models import Run, TaskItem, TaskSetVersion, Tier, TierEvaluation
 from runs.tier_rules import model_reference_problem
 
@@ -41,6 +43,9 @@ def checkpoint_resolve(
         raise ValidationError({"version": "a policy version needs a run"})
     checkpoint = (checkpoint or "").strip() or tier.base_model
     if (problem := model_reference_problem(checkpoint)) is not None:
+        raise ValidationError({"checkpoint": problem})
+    timeout = settings.FLYWHEEL_HUB_TIMEOUT_SECONDS
+    if settings.FLYWHEEL_HUB_CHECK and (problem := model_source_problem(checkpoint, timeout=timeout)):
         raise ValidationError({"checkpoint": problem})
     return checkpoint, None, None
 

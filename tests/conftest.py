@@ -50,6 +50,13 @@ def fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def made_up_hub_models(settings):
+    """Tests give tiers made-up hub ids (org/model) they never load; whether a hub id can be
+    loaded is checked at creation, and tested on its own (tests/test_bad_input.py)."""
+    settings.FLYWHEEL_HUB_CHECK = False
+
+
 def make_user(username: str, password: str = "pw-123456"):
     return services.User.objects.create_user(username=username, password=password)
 

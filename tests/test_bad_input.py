@@ -330,3 +330,73 @@ def test_the_trajectory_group_answers_the_list_its_schema_declares(schema, objec
     assert declared["content"]["application/json"]["schema"]["type"] == "array"
     body = owner_client.get(f"/api/v1/trajectories/{objects['trajectories']}/group").json()
     assert [row["id"] for row in body] == [objects["trajectories"]]
+
+
+# --- a tier's model must be loadable ---------------------------------------------------------
+
+
+@pytest.fixture
+def hub_check(settings, monkeypatch, tmp_path):
+    """The check on, a local cache of our own, and a hub that accepts connections and never answers."""
+    import socket
+
+    from huggingface_hub import constants
+
+    settings.FLYWHEEL_HUB_CHECK = True
+    settings.FLYWHEEL_HUB_TIMEOUT_SECONDS = 1
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    yield tmp_path
+    silent.close()
+
+
+def create_tier(client, team, base_model: str):
+    body = {"project": team["project"].pk, "name": "t", "base_model": base_model}
+    return client.post("/api/v1/tiers", body, format="json")
+
+
+def test_a_hub_model_that_cannot_be_reached_is_refused_at_creation_without_hanging(
+    owner_client, team, hub_check
+):
+    from runs.models import Tier
+
+    started = time.monotonic()
+    response = create_tier(owner_client, team, "someorg/some-model")
+    assert time.monotonic() - started < 4  # the 1 s timeout, not the hub, decides
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["param"] == "base_model"
+    assert error["message"].startswith("base_model: someorg/some-model is not a local directory nor in the")
+    assert "the hub could not be reached" in error["message"] and error["message"].endswith(
+        "give a local path"
+    )
+    assert Tier.objects.count() == 0
+
+
+def test_with_the_hub_off_a_hub_model_is_refused_at_once(owner_client, team, hub_check, monkeypatch):
+    from huggingface_hub import constants
+
+    from runs.models import Tier
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    response = create_tier(owner_client, team, "someorg/some-model")
+    assert response.status_code == 400 and "the hub is off (HF_HUB_OFFLINE)" in error_of(response)["message"]
+    assert Tier.objects.count() == 0
+
+
+def test_a_hub_model_in_the_local_cache_or_a_directory_of_that_name_is_accepted(
+    owner_client, team, hub_check, monkeypatch
+):
+    snapshot = hub_check / "hf-cache" / "models--someorg--cached" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("abc123")
+    assert create_tier(owner_client, team, "someorg/cached").status_code == 201
+    monkeypatch.chdir(hub_check)
+    (hub_check / "someorg" / "local").mkdir(parents=True)
+    body = {"project": team["project"].pk, "name": "t2", "base_model": "someorg/local"}
+    assert owner_client.post("/api/v1/tiers", body, format="json").status_code == 201

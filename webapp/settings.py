@@ -248,6 +248,14 @@ FLYWHEEL_SANDBOX_CGROUPS = env_str("FLYWHEEL_SANDBOX_CGROUPS", "auto")
 FLYWHEEL_SANDBOX_SECCOMP = env_str("FLYWHEEL_SANDBOX_SECCOMP", "on")
 FLYWHEEL_SANDBOX_WORKER_CHECK = env_bool("FLYWHEEL_SANDBOX_WORKER_CHECK", True)
 
+# --- models
+
+# A tier naming a hub id that cannot be loaded (not a local directory, not in the local Hugging
+# Face cache) is refused at creation if the hub does not answer for it within this many seconds
+# (runs/model_sources.py). Off for workers that load models from caches the web host lacks.
+FLYWHEEL_HUB_CHECK = env_bool("FLYWHEEL_HUB_CHECK", True)
+FLYWHEEL_HUB_TIMEOUT_SECONDS = env_int("FLYWHEEL_HUB_TIMEOUT_SECONDS", 5)
+
 # --- rewards
 
 # A local sentence-embedding model for text_similarity's cosine metric; empty turns cosine off.
