@@ -57,6 +57,16 @@ def made_up_hub_models(settings):
     settings.FLYWHEEL_HUB_CHECK = False
 
 
+@pytest.fixture(autouse=True)
+def no_sign_in_lockout_carried_over():
+    """Every test client comes from 127.0.0.1: a few failed sign-ins per test must not add up,
+    over a suite or its reruns, into a lockout of later tests (webapp/lockout.py)."""
+    yield
+    from webapp import lockout
+
+    lockout.forget("127.0.0.1")
+
+
 def make_user(username: str, password: str = "pw-123456"):
     return services.User.objects.create_user(username=username, password=password)
 

@@ -10,6 +10,7 @@ from rest_framework.request import Request
 from runs import selectors
 from runs.models import ApiToken
 from runs.services import token_digest
+from webapp import lockout
 
 
 class BearerTokenAuthentication(BaseAuthentication):
@@ -21,9 +22,13 @@ class BearerTokenAuthentication(BaseAuthentication):
             return None
         if len(parts) != 2:
             raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'")
+        address = lockout.client_address(request._request)
+        if (left := lockout.locked_for(address)) > 0:
+            raise exceptions.Throttled(wait=left, detail=f"{lockout.lockout_message(left)} (this address)")
         digest = token_digest(parts[1].decode("latin-1"))
         user = selectors.user_for_token(digest=digest)
         if user is None:
+            lockout.failure_record(address, what="API token")
             raise exceptions.AuthenticationFailed("the token is unknown or revoked")
         ApiToken.objects.filter(digest=digest).update(last_used_at=timezone.now())
         return user, digest

@@ -3,7 +3,7 @@
 import time
 from collections.abc import Callable, Iterator
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -57,4 +57,12 @@ REGISTRY.register(_collector)
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
+    from webapp.api import error_body
+    from webapp.ops_access import ops_allowed
+
+    if not ops_allowed(request):
+        message = "the metrics need the operations token (Authorization: Bearer <FLYWHEEL_OPS_TOKEN>)"
+        response = JsonResponse(error_body(401, message), status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
     return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
