@@ -26,7 +26,8 @@ pytestmark = pytest.mark.browser
 RECORD_VIOLATIONS = """
 window.__csp = [];
 document.addEventListener("securitypolicyviolation", (e) => {
-  window.__csp.push(`${e.violatedDirective} ${e.blockedURI} ${e.sample || ""} ${(e.target && e.target.outerHTML || "").slice(0, 80)}`);
+  const element = ((e.target && e.target.outerHTML) || "").slice(0, 80);
+  window.__csp.push(`${e.violatedDirective} ${e.blockedURI} ${e.sample || ""} ${element}`);
 });
 """
 
