@@ -6,7 +6,6 @@ Every change is recorded as a RunEvent, and announced after the transaction comm
 """
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +20,7 @@ from rewards.models import RewardRuleVersion
 from rewards.services import reward_rule_version_mark_used
 from runs import events
 from runs.hyperparameters import resolve
+from runs.model_sources import is_directory
 from runs.models import Checkpoint, Project, Run, RunEvent, TaskSetVersion, Tier
 from runs.services import StateError
 from runs.tier_rules import looks_like_path, tier_problems
@@ -144,7 +144,7 @@ def _tier_problems(tier: Tier, method: str) -> dict[str, str]:
         problems["tier.temperature"] = (
             "GRPO compares sampled completions; a greedy tier (temperature 0) samples one"
         )
-    if looks_like_path(tier.base_model) and not Path(tier.base_model).expanduser().exists():
+    if looks_like_path(tier.base_model) and not is_directory(tier.base_model):
         problems["tier.base_model"] = (
             f"no model at {tier.base_model}; build the demo model with `python manage.py build_base_model`"
         )

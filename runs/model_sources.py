@@ -19,10 +19,16 @@ from runs.tier_rules import looks_like_path
 def model_source_problem(reference: str, *, timeout: float) -> str | None:
     """Why the model `reference` cannot be loaded here, or None when it can (or is a path)."""
     reference = reference.strip()
-    if not reference or looks_like_path(reference) or Path(reference).is_dir():
+    if not reference or looks_like_path(reference) or is_directory(reference):
         return None
     from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
 
+    try:
+        validate_repo_id(reference)
+    except HFValidationError as exc:
+        return f"is not a hub id the hub accepts: {str(exc).split(':')[0]}"
     if isinstance(try_to_load_from_cache(reference, "config.json"), str):
         return None
     if constants.HF_HUB_OFFLINE:
@@ -31,6 +37,14 @@ def model_source_problem(reference: str, *, timeout: float) -> str | None:
             "off (HF_HUB_OFFLINE): give a local path, or download the model where a hub is reachable"
         )
     return hub_problem(reference, timeout=timeout)
+
+
+def is_directory(reference: str) -> bool:
+    """Whether a directory of that name exists here (a name too long for the system is none)."""
+    try:
+        return Path(reference).expanduser().is_dir()
+    except OSError:
+        return False
 
 
 def hub_problem(reference: str, *, timeout: float) -> str | None:

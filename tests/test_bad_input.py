@@ -340,7 +340,7 @@ def hub_check(settings, monkeypatch, tmp_path):
     """The check on, a local cache of our own, and a hub that accepts connections and never answers."""
     import socket
 
-    from huggingface_hub import constants
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache  # noqa: F401 (imported: timed apart)
 
     settings.FLYWHEEL_HUB_CHECK = True
     settings.FLYWHEEL_HUB_TIMEOUT_SECONDS = 1
@@ -400,3 +400,20 @@ def test_a_hub_model_in_the_local_cache_or_a_directory_of_that_name_is_accepted(
     (hub_check / "someorg" / "local").mkdir(parents=True)
     body = {"project": team["project"].pk, "name": "t2", "base_model": "someorg/local"}
     assert owner_client.post("/api/v1/tiers", body, format="json").status_code == 201
+
+
+def test_a_model_name_too_long_for_the_hub_or_the_file_system_is_refused_not_a_500(
+    owner_client,
+    team,
+    hub_check,
+    lab,  # noqa: F811
+):
+    response = create_tier(owner_client, team, "0" * 500)
+    assert response.status_code == 400
+    assert error_of(response)["message"].startswith("base_model: is not a hub id the hub accepts")
+    tier = lab["tier"]
+    tier.base_model = "/" + "a" * 499  # a path component longer than the system allows
+    tier.save()
+    run = owner_client.post("/api/v1/runs", lab["launch"], format="json")
+    assert run.status_code == 400
+    assert error_of(run)["param"] == "tier.base_model"
