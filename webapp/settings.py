@@ -213,7 +213,9 @@ FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT = env_int("FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT
 FLYWHEEL_LEARNER_SPARE = env_bool("FLYWHEEL_LEARNER_SPARE", True)
 # Rollout work still pending (or whose worker's lease ran out) this long is sent again.
 FLYWHEEL_ROLLOUT_RESEND_SECONDS = env_int("FLYWHEEL_ROLLOUT_RESEND_SECONDS", 30)
-FLYWHEEL_ROLLOUT_LEASE_SECONDS = env_int("FLYWHEEL_ROLLOUT_LEASE_SECONDS", 300)
+# The worker holding a rollout batch renews its lease every third of this; a batch not renewed for
+# this long lost its worker and is claimed again. Keep it well under the episode deadline.
+FLYWHEEL_ROLLOUT_LEASE_SECONDS = env_int("FLYWHEEL_ROLLOUT_LEASE_SECONDS", 30)
 # Threads each worker and learner process gives torch (0: torch's default, one per core). One by
 # default: a host runs several workers and learners, and oversubscribed threads slow them all.
 FLYWHEEL_TORCH_THREADS = env_int("FLYWHEEL_TORCH_THREADS", 1)
