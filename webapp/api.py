@@ -12,6 +12,8 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.http import Http404
 from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
+from redis.exceptions import RedisError
 from rest_framework import exceptions
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
@@ -45,6 +47,7 @@ CODES = {
     415: "unsupported_media_type",
     422: "unprocessable",
     429: "rate_limited",
+    503: "service_unavailable",
 }
 
 
@@ -98,6 +101,10 @@ def validation_response(detail: Any, status_code: int = 400) -> Response:
 
 
 def error_handler(exc: Exception, context: dict) -> Response | None:
+    if isinstance(exc, (RedisError, KombuOperationalError)):  # Redis went away mid-request
+        return Response(
+            error_body(503, f"Redis is unreachable: {exc}", code="service_unavailable"), status=503
+        )
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
         return validation_response(detail)

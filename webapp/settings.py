@@ -12,6 +12,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from webapp.web_server import default_web_workers
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -66,6 +68,8 @@ ALLOWED_HOSTS = env_list("FLYWHEEL_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("FLYWHEEL_CSRF_TRUSTED_ORIGINS", "")
 PORT = env_int("PORT", 8000)
 FLYWHEEL_BIND = env_str("FLYWHEEL_BIND", "127.0.0.1")
+# Processes of the web server (uvicorn: HTTP and websockets); see webapp/web_server.py.
+FLYWHEEL_WEB_WORKERS = env_int("FLYWHEEL_WEB_WORKERS", default_web_workers())
 
 INSTALLED_APPS = [
     "daphne",
@@ -91,6 +95,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "webapp.outage.RedisOutageMiddleware",  # writes answer 503 while Redis is unreachable
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -169,9 +174,11 @@ REDIS_URL = env_str("REDIS_URL", f"redis://127.0.0.1:{FLYWHEEL_REDIS_PORT}/0")
 
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        # Fails open while Redis is unreachable (an empty cache): the throttle lets reads through.
+        "BACKEND": "webapp.outage.FailOpenRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "flywheel",
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
     }
 }
 
