@@ -378,7 +378,7 @@
       setLive("polling", "live updates off · refreshing every 5 s");
       pollWhileOffline();
       retries += 1;
-      window.setTimeout(connect, Math.min(30000, 500 * Math.pow(2, Math.min(retries, 6))));
+      window.setTimeout(connect, Math.min(8000, 500 * Math.pow(2, retries)));
     };
   }
 
