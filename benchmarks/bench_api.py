@@ -24,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +35,7 @@ from webapp.web_server import default_web_workers  # noqa: E402
 
 CLIENTS = int(os.environ.get("BENCH_API_CLIENTS", "50"))
 DURATION = float(os.environ.get("BENCH_API_SECONDS", "8"))
-WARMUP = 2.0
+WARMUP = 3.0
 REPEATS = int(os.environ.get("BENCH_API_REPEATS", "3"))
 RUNS = 50
 ENDPOINTS = {"list": "/api/v1/runs?limit=20", "metrics": "/metrics"}
@@ -64,9 +66,9 @@ task_set = services.task_set_create(project=project, name="bench", by=user)
 lines = [json.dumps({{"id": f"q{{n}}", "prompt": f"{{n}} + 1?", "reference": str(n + 1)}}).encode() + b"\\n"
          for n in range(40)]
 version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=user).version
-rule = rewards.reward_rule_create(project=project, name="exact", by=user,
-                                  spec={{"type": "string_check", "name": "exact", "operation": "eq",
-                                         "input": "{{{{sample.output_text}}}}", "reference": "{{{{item.reference}}}}"}})
+spec = {{"type": "string_check", "name": "exact", "operation": "eq",
+        "input": "{{{{sample.output_text}}}}", "reference": "{{{{item.reference}}}}"}}
+rule = rewards.reward_rule_create(project=project, name="exact", by=user, spec=spec)
 Run.objects.bulk_create([
     Run(project=project, name=f"run {{n}}", task_set_version=version, reward_rule_version=rule.versions.get(),
         tier_config={{}}, max_steps=10, status="succeeded", created_by=user)
@@ -106,15 +108,17 @@ def serve(argv: list[str], env: dict[str, str], port: int, log: Path) -> subproc
         server = subprocess.Popen(
             argv, cwd=ROOT, env=env | {"PORT": str(port)}, stdout=output, stderr=subprocess.STDOUT
         )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        try:  # an HTTP answer, not only a listening socket: the workers have loaded Django
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5):
                 return server
+        except urllib.error.HTTPError:  # 503: no Celery workers here, but it answers
+            return server
         except OSError:
-            time.sleep(0.1)
+            time.sleep(0.2)
     server.kill()
-    raise RuntimeError(f"the server did not listen on {port}; see {log}")
+    raise RuntimeError(f"the server did not answer on {port}; see {log}")
 
 
 def stop(server: subprocess.Popen) -> None:

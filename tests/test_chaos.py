@@ -213,7 +213,7 @@ def test_the_supervisor_restarts_a_killed_redis_web_server_and_worker_within_10_
         "FLYWHEEL_HOME": str(home),
         "PORT": str(port),
         "FLYWHEEL_REDIS_PORT": str(redis_port),
-        "FLYWHEEL_WEB_WORKERS": "2",
+        "FLYWHEEL_WEB_WORKERS": "1",
         "FLYWHEEL_SANDBOX_WORKER_CHECK": "false",
     }
     base = f"http://127.0.0.1:{port}"

@@ -235,7 +235,7 @@ class Supervised:
         now = time.monotonic()
         if self.process is not None and self.process.poll() is not None:
             code, pid = self.process.returncode, self.process.pid
-            _signal_group(pid, signal.SIGKILL)  # children of a killed parent must not hold its port
+            _kill_session(pid)  # children of a killed parent must not hold its port
             self.process = None
             self.failures = self.failures + 1 if now - self.started_at < STABLE_SECONDS else 0
             delay = min(MAX_BACKOFF_SECONDS, 2.0 ** (self.failures - 1)) if self.failures else 0.0
@@ -261,6 +261,15 @@ class Supervised:
             self.process.wait()
         (run_dir() / f"{self.service.name}.pid").unlink(missing_ok=True)
         logger.info("%s: stopped", self.service.name)
+
+
+def _kill_session(leader: int) -> None:
+    """SIGKILL what is left of a dead service: it led a session and group of its own (its pid is
+    their id), which its orphaned children are still in."""
+    try:
+        os.killpg(leader, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def supervise(chosen: list[Service]) -> None:
