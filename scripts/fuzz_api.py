@@ -3,7 +3,7 @@
 A fresh embedded Flywheel (SQLite and a private Redis in a temporary FLYWHEEL_HOME) is seeded
 with a project, a launcher (not an owner) and what the endpoints act on (a task set version, a
 reward rule, a tier, a run with a trajectory, a review queue, a webhook); the real web server
-(`python -m webapp.serve`) serves it; schemathesis generates requests from /api/v1/schema/ with
+(uvicorn, as `make up` runs it) serves it; schemathesis generates requests from /api/v1/schema/ with
 the launcher's token: schema examples, boundary values, and random valid and invalid input. The
 run fails on any 5xx, any answer outside its declared schema or content type, and any crash.
 

@@ -48,16 +48,20 @@ def chunks(size: int, chunk: int = MB):
 
 
 class PeakMemory:
-    """Samples a process's resident memory in a thread while a block runs; `growth` is the peak
-    over what it held before."""
+    """Samples the resident memory of a server (its process and any worker processes) in a thread
+    while a block runs; `growth` is the peak over what it held before."""
 
     def __init__(self, pid: int) -> None:
         self.process = psutil.Process(pid)
         self.before = self.peak = 0
         self.running = False
 
+    def rss(self) -> int:
+        processes = [self.process, *self.process.children(recursive=True)]
+        return sum(process.memory_info().rss for process in processes)
+
     def __enter__(self) -> "PeakMemory":
-        self.before = self.peak = self.process.memory_info().rss
+        self.before = self.peak = self.rss()
         self.running = True
         self.thread = threading.Thread(target=self._sample, daemon=True)
         self.thread.start()
@@ -65,13 +69,13 @@ class PeakMemory:
 
     def _sample(self) -> None:
         while self.running:
-            self.peak = max(self.peak, self.process.memory_info().rss)
+            self.peak = max(self.peak, self.rss())
             time.sleep(0.005)
 
     def __exit__(self, *exc_info) -> None:
         self.running = False
         self.thread.join()
-        self.peak = max(self.peak, self.process.memory_info().rss)
+        self.peak = max(self.peak, self.rss())
 
     @property
     def growth(self) -> int:

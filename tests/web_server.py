@@ -1,5 +1,6 @@
-"""A real web server process (`python -m webapp.serve`, what `make up` runs) for tests that must
-measure it from outside (its memory) or talk to it over real sockets (the API fuzzer)."""
+"""A real web server process (uvicorn with the stack's own arguments, webapp/web_server.py) for
+tests that must measure it from outside (its memory) or talk to it over real sockets (the API
+fuzzer)."""
 
 import os
 import signal
@@ -10,6 +11,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from webapp import web_server
 
 START_SECONDS = 60.0
 STOP_SECONDS = 15.0
@@ -25,18 +28,21 @@ def free_port() -> int:
 class WebServer:
     """`with WebServer(env) as server:` starts the server and waits until it answers."""
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path, workers: int = 1) -> None:
         self.env = env
         self.log = log
+        self.workers = workers
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> "WebServer":
-        argv = [sys.executable, "-m", "webapp.serve", "-b", "127.0.0.1", "-p", str(self.port)]
+        argv = web_server.web_argv(
+            python=sys.executable, bind="127.0.0.1", port=self.port, workers=self.workers
+        )
         with open(self.log, "ab") as output:
             self.process = subprocess.Popen(
-                [*argv, "webapp.asgi:application"],
+                argv,
                 cwd=ROOT,
                 env=self.env,
                 stdout=output,

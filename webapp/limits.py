@@ -3,12 +3,11 @@
 Two limits, by what the body is: a file upload (`multipart/form-data`: task set and reward rule
 imports) may be `FLYWHEEL_MAX_UPLOAD_MB`; any other body (JSON, forms) `FLYWHEEL_MAX_BODY_MB`.
 A body over its limit is answered 413 in the API's error shape and never read:
-
-- `BodyLimitMiddleware` wraps the ASGI application: a declared `Content-Length` over the limit is
-  refused before the application runs; a body without one (chunked) is counted as it arrives and
-  cut off at the limit.
-- `webapp.serve` does the same inside Daphne, which otherwise receives a whole body and queues it
-  in memory before the application sees the request.
+`BodyLimitMiddleware` wraps the ASGI application, so a declared `Content-Length` over the limit is
+refused before Django (authentication included) runs, and a body without one (chunked) is
+counted as it arrives and cut off at the limit. The server (uvicorn) hands the application a body
+as it reads it, holding back the client while the application does not read: nothing of a
+refused body is kept. (Daphne, by contrast, reads a whole body and queues it in memory first.)
 """
 
 import json
