@@ -202,6 +202,7 @@ def test_every_answer_carries_the_content_security_policy_and_no_hsts_over_plain
             and "'unsafe-inline'" not in policy
         )
         assert response["X-Frame-Options"] == "DENY" and response["X-Content-Type-Options"] == "nosniff"
+        assert response["Referrer-Policy"] == "same-origin"
         assert "Strict-Transport-Security" not in response
 
 
