@@ -84,7 +84,6 @@ INSTALLED_APPS = [
     "rewards",
     "reviews",
     "webhooks",
-    "sandboxes",
     "workers",
 ]
 

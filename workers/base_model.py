@@ -23,7 +23,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from workers import demo_tasks
+from runs import demo_tasks
 
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"
