@@ -1,5 +1,6 @@
-"""Requesting tier evaluations: a checkpoint measured under several tiers (runs on the eval queue,
-workers/tier_eval.py). Views, REST and the learner call these; reads go through runs.selectors."""
+"""Requesting tier evaluations: a checkpoint measured under several tiers (the task beside these,
+runs/tasks.py, runs workers/tier_eval.py on the eval queue). Views, REST and the learner call these;
+reads go through runs.selectors."""
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
