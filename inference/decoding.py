@@ -365,8 +365,8 @@ class _Batch:
     stats: GenerationStats
     mode: str  # "none", "prompt_lookup" or "draft_model"
     k: int  # tokens proposed per step
-    target: "RaggedDecoder"
-    draft: "RaggedDecoder | None"
+    target: RaggedDecoder
+    draft: RaggedDecoder | None
     prompt_ids: list[list[int]]
     started: float
     tokens: list[list[int]] = field(init=False)
