@@ -88,7 +88,6 @@ INSTALLED_APPS = [
     "rewards",
     "reviews",
     "webhooks",
-    "sandboxes",
     "workers",
 ]
 
