@@ -18,9 +18,10 @@ from django.core.files import File
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from inference.model_sources import model_source_problem
+from inference.settings import TIER_FIELDS, tier_problems, tier_snapshot
 from runs import events
 from runs.leases import process_gone, process_identity
-from runs.model_sources import model_source_problem
 from runs.models import (
     ApiToken,
     Membership,
@@ -41,7 +42,6 @@ from runs.task_format import (
     read_items,
     stable_split,
 )
-from runs.tier_rules import tier_problems
 
 User = get_user_model()
 IMPORT_BATCH_SIZE = 2000
@@ -437,27 +437,6 @@ def _without_split(line: str) -> str:
 
 # --- tiers ---------------------------------------------------------------------------------
 
-TIER_FIELDS = (
-    "name",
-    "description",
-    "base_model",
-    "device",
-    "precision",
-    "speculation",
-    "draft_model",
-    "speculative_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "stop",
-    "max_new_tokens",
-    "batch_size",
-)
-
-
-def _tier_values(tier: Tier) -> dict[str, Any]:
-    return {name: getattr(tier, name) for name in TIER_FIELDS}
-
 
 MODEL_FIELDS = ("base_model", "draft_model")
 
@@ -490,7 +469,7 @@ def tier_create(*, project: Project, by: AbstractBaseUser, **values: Any) -> Tie
     if unknown:
         raise ValidationError({name: "unknown tier setting" for name in sorted(unknown)})
     tier = Tier(project=project, created_by=by, **values)
-    _check_tier(project, _tier_values(tier))
+    _check_tier(project, tier_snapshot(tier))
     tier.save()
     return tier
 
@@ -499,7 +478,7 @@ def tier_update(*, tier: Tier, **values: Any) -> Tier:
     unknown = set(values) - set(TIER_FIELDS)
     if unknown:
         raise ValidationError({name: "unknown tier setting" for name in sorted(unknown)})
-    merged = _tier_values(tier) | values
+    merged = tier_snapshot(tier) | values
     changed = [name for name in MODEL_FIELDS if name in values and values[name] != getattr(tier, name)]
     _check_tier(tier.project, merged, exclude_pk=tier.pk, models=changed)
     for name, value in values.items():

@@ -93,7 +93,6 @@ INSTALLED_APPS = [
     "rewards",
     "reviews",
     "webhooks",
-    "sandboxes",
     "workers",
 ]
 
@@ -310,7 +309,7 @@ FLYWHEEL_SANDBOX_WORKER_CHECK = env_bool("FLYWHEEL_SANDBOX_WORKER_CHECK", True)
 
 # A tier naming a hub id that cannot be loaded (not a local directory, not in the local Hugging
 # Face cache) is refused at creation if the hub does not answer for it within this many seconds
-# (runs/model_sources.py). Off for workers that load models from caches the web host lacks.
+# (inference/model_sources.py). Off for workers that load models from caches the web host lacks.
 FLYWHEEL_HUB_CHECK = env_bool("FLYWHEEL_HUB_CHECK", True)
 FLYWHEEL_HUB_TIMEOUT_SECONDS = env_int("FLYWHEEL_HUB_TIMEOUT_SECONDS", 5)
 

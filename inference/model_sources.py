@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
-from runs.tier_rules import looks_like_path
+from inference.settings import looks_like_path
 
 
 def model_source_problem(reference: str, *, timeout: float) -> str | None:
