@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint format bench venv browser-deps sandbox-deps sandbox-image sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers bench-api
+.PHONY: up down demo test lint format fuzz bench venv browser-deps sandbox-deps sandbox-image sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers bench-api
 
 venv: $(INSTALLED)
 
@@ -58,6 +58,12 @@ lint: venv
 format: venv
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# The REST API fuzzed from its live schema (schemathesis) on a fresh embedded Flywheel, with a
+# launcher's token; fails on any 5xx or answer outside the schema. FUZZ_MAX_EXAMPLES,
+# FUZZ_MAX_SECONDS and FUZZ_SEED bound and reproduce it.
+fuzz: venv
+	$(PY) scripts/fuzz_api.py
 
 # Benchmarks are not tests: each prints its figures as one line of JSON at the end.
 bench: venv

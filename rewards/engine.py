@@ -73,6 +73,8 @@ __all__ = [
 
 RULE_FIELDS = ("hacking_penalty",)  # allowed at the top level only
 MULTI_FIELDS = {"type", "name", "graders", "calculate_output"}
+# Compiling and scoring recurse once per multi: a bound checked with the rule keeps them in stack.
+MAX_MULTI_DEPTH = 16
 
 
 @dataclass
@@ -141,12 +143,16 @@ def place(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
-def grader_problems(spec: Any, path: str, item_fields: set[str] | None) -> list[RuleProblem]:
+def grader_problems(
+    spec: Any, path: str, item_fields: set[str] | None, multi_depth: int = 0
+) -> list[RuleProblem]:
     if not isinstance(spec, dict):
         return [RuleProblem(path, "must be a grader: an object with a type")]
     type_name = spec.get("type")
     if type_name == MULTI:
-        return multi_problems(spec, path, item_fields)
+        if multi_depth >= MAX_MULTI_DEPTH:
+            return [RuleProblem(path, f"multi graders nest at most {MAX_MULTI_DEPTH} deep")]
+        return multi_problems(spec, path, item_fields, multi_depth + 1)
     kind = REGISTRY.get(type_name) if isinstance(type_name, str) else None
     if kind is None:
         known = ", ".join(grader_types())
@@ -190,7 +196,9 @@ def field_problems(
     return []
 
 
-def multi_problems(spec: dict, path: str, item_fields: set[str] | None) -> list[RuleProblem]:
+def multi_problems(
+    spec: dict, path: str, item_fields: set[str] | None, multi_depth: int = 1
+) -> list[RuleProblem]:
     problems = [
         RuleProblem(
             place(path, name),
@@ -212,7 +220,7 @@ def multi_problems(spec: dict, path: str, item_fields: set[str] | None) -> list[
                     where, "a sub-grader's key must be a name a formula can use (not a function name)"
                 )
             )
-        problems += grader_problems(sub, where, item_fields)
+        problems += grader_problems(sub, where, item_fields, multi_depth)
     if "calculate_output" not in spec:
         problems.append(RuleProblem(place(path, "calculate_output"), "is required for a multi grader"))
     else:

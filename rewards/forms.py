@@ -1,7 +1,6 @@
 """Page forms: they parse and type the input (JSON text into objects); the services decide whether
 the rule may be stored (rewards.engine.validate_rule), and their refusals land next to the field."""
 
-import json
 from typing import Any
 
 from django import forms
@@ -9,16 +8,20 @@ from django.core.exceptions import ValidationError
 
 from rewards.backtest import BACKTEST_DEFAULT_LIMIT, BACKTEST_MAX_LIMIT
 from rewards.services import DRY_RUN_MAX_PAIRS
+from webapp import strict_json
 
 SPEC_ROWS = 24
 
 
 def parse_json(text: str, what: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
+        return strict_json.loads(text)
+    except strict_json.JsonInputError as exc:
+        if exc.lineno is None:  # JSON, but refused: NaN, too deep, ...
+            raise ValidationError(f"{what} is refused: {exc.reason}") from None
+        reason = exc.reason.removeprefix("not valid JSON: ")
         raise ValidationError(
-            f"{what} is not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            f"{what} is not valid JSON: line {exc.lineno}, column {exc.colno}: {reason}"
         ) from None
 
 
@@ -33,9 +36,9 @@ def parse_jsonl(text: str, what: str) -> list[Any]:
         if not line.strip():
             continue
         try:
-            values.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ValidationError(f"{what}, line {number}: not valid JSON: {exc.msg}") from None
+            values.append(strict_json.loads(line))
+        except strict_json.JsonInputError as exc:
+            raise ValidationError(f"{what}, line {number}: {exc.reason}") from None
     return values
 
 

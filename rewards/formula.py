@@ -16,6 +16,10 @@ from typing import Any
 from simpleeval import InvalidExpression, SimpleEval
 
 MAX_POWER = 1000.0
+# What scoring can evaluate, checked when the rule is: the evaluator recurses once per operation,
+# so a formula may nest at most MAX_FORMULA_DEPTH operations (a sum of n terms nests n - 1).
+MAX_FORMULA_LENGTH = 10_000
+MAX_FORMULA_DEPTH = 100
 
 
 def clamp(value: float, low: float, high: float) -> float:
@@ -117,6 +121,8 @@ class Formula:
             raise FormulaError(f"{self.source}: division by zero") from None
         except (ArithmeticError, ValueError, TypeError, InvalidExpression) as exc:
             raise FormulaError(f"{self.source}: {exc}") from None
+        except RecursionError:  # validation bounds the depth; a deep caller stack could still hit it
+            raise FormulaError(f"{self.source}: nests too deeply to evaluate") from None
         if isinstance(result, bool):
             return float(result)
         if not isinstance(result, (int, float)) or not math.isfinite(result):
@@ -136,17 +142,45 @@ def parse_formula(source: str, names: set[str]) -> tuple[Formula | None, list[st
     """
     if not isinstance(source, str) or not source.strip():
         return None, ["must be a non-empty formula, e.g. 0.5 * a + 0.5 * b"]
+    if len(source) > MAX_FORMULA_LENGTH:
+        return None, [f"is too long: {len(source):,} characters (at most {MAX_FORMULA_LENGTH:,})"]
     try:
         # OpenAI's formulas write powers as a ^ b, binding tighter than * (formulas hold no strings)
         expression = ast.parse(source.strip().replace("^", "**"), mode="eval")
     except SyntaxError as exc:
         return None, [f"does not parse at column {exc.offset}: {exc.msg}"]
+    except (RecursionError, MemoryError):
+        return None, [f"does not parse: it nests too deeply (at most {MAX_FORMULA_DEPTH} operations)"]
+    depth = nesting_depth(expression.body)
+    if depth > MAX_FORMULA_DEPTH:
+        return None, [
+            f"nests {depth} operations deep; scoring evaluates at most {MAX_FORMULA_DEPTH} "
+            "(a sum of n terms nests n - 1: use fewer terms, or group them in sub-graders)"
+        ]
     problems = construct_problems(expression) + name_problems(expression, names)
     if problems:
         return None, problems
     tree = ast.Expr(expression.body)  # the node simpleeval evaluates
     used = frozenset(node.id for node in ast.walk(expression) if isinstance(node, ast.Name))
     return Formula(source, tree, used), []
+
+
+def nesting_depth(node: ast.AST) -> int:
+    """How many operations nest inside each other at the deepest point, without recursion.
+
+    >>> [nesting_depth(ast.parse(text, mode="eval").body) for text in ("a + b * c", "a", "-(-a)")]
+    [2, 0, 2]
+    """
+    deepest = 0
+    stack = [(node, 0)]
+    while stack:
+        current, depth = stack.pop()
+        if isinstance(current, (ast.Name, ast.Constant)):
+            continue
+        depth += isinstance(current, ast.expr)
+        deepest = max(deepest, depth)
+        stack.extend((child, depth) for child in ast.iter_child_nodes(current))
+    return deepest
 
 
 def construct_problems(expression: ast.Expression) -> list[str]:

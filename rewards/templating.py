@@ -7,12 +7,20 @@ empty string. Objects and lists render as JSON, None as an empty string.
 
 A template that is one plain variable path (the common case) is rendered by a direct lookup that
 gives the same result as Jinja, at a fraction of the cost.
+
+Rendering is bounded, since a template is user text run in the web process (dry-runs) and the
+workers: at most MAX_RENDER_SECONDS of work and MAX_RENDER_CHARS of output, and no single
+operation (`"x" * n`, `9 ** 9 ** 9`, `"%99999999d" | format(1)`, `center(n)`) may build more.
+A template over a bound fails with TemplateRenderError (GraderError "bad_template"), saying which.
 """
 
 import json
 import re
+import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, wraps
 from typing import Any
 
 from jinja2 import StrictUndefined, TemplateError, nodes
@@ -22,11 +30,123 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from rewards.graders.base import SAMPLE_FIELDS
 
 NAMESPACES = ("item", "sample")
+MAX_RENDER_SECONDS = 1.0
+MAX_RENDER_CHARS = 10_000_000
+MAX_POWER_BITS = 100_000  # 2 ** 100_000 has 30,103 digits: more than any reward needs
+# A width or precision in a %-format or a format spec: "%99999999d", "{:>99999999}".
+FORMAT_WIDTHS = re.compile(r"%[-+ #0*]*(\d+)|%[-+ #0*]*\d*\.(\d+)|\{[^{}]*:[^{}]*?(\d+)")
 PLAIN_PATH = re.compile(r"^\{\{\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\}\}$")
 
 
 class TemplateRenderError(Exception):
     """A template named something the item or sample does not have, or failed to render."""
+
+
+class RenderLimitError(Exception):
+    """A template went past a bound on its work or its output."""
+
+
+def too_big(count: int, what: str) -> None:
+    if count > MAX_RENDER_CHARS:
+        raise RenderLimitError(f"{what} would be {count:,} characters (at most {MAX_RENDER_CHARS:,})")
+
+
+def check_format_widths(text: Any) -> None:
+    if isinstance(text, str) and ("%" in text or "{" in text):
+        for match in FORMAT_WIDTHS.finditer(text):
+            too_big(max(int(group) for group in match.groups() if group), "a formatted field")
+
+
+def check_arguments(args: tuple, kwargs: dict) -> None:
+    """A number in a call (`center(n)`, `indent(n)`, `ljust(n)`) sizes what it builds."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_RENDER_CHARS:
+            raise RenderLimitError(
+                f"a call or filter was given {value:,}: more than a rendered text may hold "
+                f"({MAX_RENDER_CHARS:,} characters)"
+            )
+
+
+class BoundedSandbox(ImmutableSandboxedEnvironment):
+    """The sandbox, with the operators and calls that can build huge values checked first."""
+
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.filters = {name: bounded_filter(function) for name, function in self.filters.items()}
+
+    def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            for sequence, count in ((left, right), (right, left)):
+                if isinstance(sequence, (str, list, tuple)) and isinstance(count, int):
+                    too_big(len(sequence) * count, "a repeated value")
+        elif operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1:
+            if right * abs(left).bit_length() > MAX_POWER_BITS:
+                raise RenderLimitError(f"{left} ** {right} is too large a number")
+        elif operator == "%":
+            check_format_widths(left)
+        return super().call_binop(context, operator, left, right)
+
+    def call(__self, __context, __obj, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 (Jinja's names)
+        check_arguments(args, kwargs)
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def wrap_str_format(self, value: Any):
+        wrapped = super().wrap_str_format(value)  # a str's format or format_map, sandboxed
+        if wrapped is not None:
+            check_format_widths(value.__self__)
+        return wrapped
+
+
+def bounded_filter(function):
+    @wraps(function)
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        check_arguments(args[1:], kwargs)  # args[0] is the value filtered (or the environment)
+        if function.__name__ == "do_format":
+            check_format_widths(next((arg for arg in args if isinstance(arg, str)), ""))
+        return function(*args, **kwargs)
+
+    return bounded
+
+
+def render_bounded(compiled: Any, variables: dict, *, repeats: bool) -> str:
+    """Render within MAX_RENDER_SECONDS and MAX_RENDER_CHARS, or raise RenderLimitError.
+
+    A template that `repeats` (loops, macros) has its time checked on every line of its compiled
+    code (a trace function on the template's frames only), so even a loop that outputs nothing
+    stops at the deadline; one without runs each of its few statements once, untraced.
+    """
+    if not repeats:
+        return collect(compiled.generate(variables))
+    deadline = time.monotonic() + MAX_RENDER_SECONDS
+
+    def on_line(frame, event: str, arg: Any):
+        if time.monotonic() > deadline:
+            raise RenderLimitError(f"rendering took longer than {MAX_RENDER_SECONDS:g} s")
+        return on_line
+
+    def on_call(frame, event: str, arg: Any):
+        return on_line if frame.f_code.co_filename == "<template>" else None
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        return collect(compiled.generate(variables))
+    finally:
+        sys.settrace(previous)
+
+
+def collect(parts: Iterator[str]) -> str:
+    kept, size = [], 0
+    for part in parts:
+        size += len(part)
+        too_big(size, "the rendered text")
+        kept.append(part)
+    return "".join(kept)
+
+
+REPEATING = (nodes.For, nodes.Macro, nodes.CallBlock)
 
 
 def finalize(value: Any) -> Any:
@@ -37,7 +157,7 @@ def finalize(value: Any) -> Any:
     return value
 
 
-ENVIRONMENT = ImmutableSandboxedEnvironment(
+ENVIRONMENT = BoundedSandbox(
     undefined=StrictUndefined, autoescape=False, finalize=finalize, keep_trailing_newline=True
 )
 
@@ -47,6 +167,7 @@ class Template:
     source: str
     path: tuple[str, ...] | None  # a plain `{{ a.b }}`: rendered by lookup
     compiled: Any  # a jinja2.Template, or None for literal text and plain paths
+    repeats: bool = False  # it loops or defines macros: its rendering time is watched
 
     def render(self, variables: dict) -> str:
         """The text, with item and sample values in place.
@@ -61,11 +182,19 @@ class Template:
         if self.compiled is None:
             return self.source
         try:
-            return self.compiled.render(variables)
+            return render_bounded(self.compiled, variables, repeats=self.repeats)
+        except RenderLimitError as exc:
+            raise TemplateRenderError(f"template {shown(self.source)}: {exc}") from None
         except TemplateError as exc:
-            raise TemplateRenderError(f"template {self.source!r}: {exc.message}") from None
+            raise TemplateRenderError(f"template {shown(self.source)}: {exc.message}") from None
         except Exception as exc:  # noqa: BLE001  (a filter on a wrong type: the rule's template is at fault)
-            raise TemplateRenderError(f"template {self.source!r}: {type(exc).__name__}: {exc}") from None
+            message = f"{type(exc).__name__}: {exc}"
+            raise TemplateRenderError(f"template {shown(self.source)}: {message}") from None
+
+
+def shown(source: str, limit: int = 200) -> str:
+    """The template as an error message quotes it: its start, when it is long."""
+    return repr(source if len(source) <= limit else source[:limit] + "...")
 
 
 def lookup(path: tuple[str, ...], variables: dict) -> str:
@@ -89,7 +218,8 @@ def compile_template(source: str) -> Template:
     if "{{" not in source and "{%" not in source and "{#" not in source:
         return Template(source, None, None)
     try:
-        return Template(source, None, ENVIRONMENT.from_string(source))
+        repeats = ENVIRONMENT.parse(source).find(REPEATING) is not None
+        return Template(source, None, ENVIRONMENT.from_string(source), repeats)
     except TemplateError as exc:
         raise TemplateRenderError(f"template {source!r}: {exc.message}") from None
 

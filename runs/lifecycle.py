@@ -6,7 +6,6 @@ Every change is recorded as a RunEvent, and announced after the transaction comm
 """
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -16,6 +15,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from inference.model_sources import is_directory
 from inference.settings import looks_like_path, tier_problems, tier_snapshot
 from rewards import engine as reward_engine
 from rewards.models import RewardRuleVersion
@@ -126,7 +126,7 @@ def _tier_problems(tier: Tier, method: str) -> dict[str, str]:
         problems["tier.temperature"] = (
             "GRPO compares sampled completions; a greedy tier (temperature 0) samples one"
         )
-    if looks_like_path(tier.base_model) and not Path(tier.base_model).expanduser().exists():
+    if looks_like_path(tier.base_model) and not is_directory(tier.base_model):
         problems["tier.base_model"] = (
             f"no model at {tier.base_model}; build the demo model with `python manage.py build_base_model`"
         )

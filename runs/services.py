@@ -18,6 +18,7 @@ from django.core.files import File
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from inference.model_sources import model_source_problem
 from inference.settings import TIER_FIELDS, tier_problems, tier_snapshot
 from runs import events
 from runs.leases import process_gone, process_identity
@@ -437,13 +438,28 @@ def _without_split(line: str) -> str:
 # --- tiers ---------------------------------------------------------------------------------
 
 
-def _check_tier(project: Project, values: dict[str, Any], exclude_pk: int | None = None) -> None:
+MODEL_FIELDS = ("base_model", "draft_model")
+
+
+def _check_tier(
+    project: Project,
+    values: dict[str, Any],
+    exclude_pk: int | None = None,
+    models: Iterable[str] = MODEL_FIELDS,
+) -> None:
+    """Refuse settings that cannot run together, a taken name, and a hub model (among `models`,
+    the fields being set) that cannot be loaded here."""
     problems = tier_problems(values)
     name = (values.get("name") or "").strip()
     if not name:
         problems["name"] = "is required"
     elif Tier.objects.filter(project=project, name=name).exclude(pk=exclude_pk).exists():
         problems["name"] = f"this project already has a tier named {name!r}"
+    for field_name in models if settings.FLYWHEEL_HUB_CHECK else ():
+        if field_name not in problems and values.get(field_name):
+            timeout = settings.FLYWHEEL_HUB_TIMEOUT_SECONDS
+            if problem := model_source_problem(values[field_name], timeout=timeout):
+                problems[field_name] = problem
     if problems:
         raise ValidationError(problems)
 
@@ -463,7 +479,8 @@ def tier_update(*, tier: Tier, **values: Any) -> Tier:
     if unknown:
         raise ValidationError({name: "unknown tier setting" for name in sorted(unknown)})
     merged = tier_snapshot(tier) | values
-    _check_tier(tier.project, merged, exclude_pk=tier.pk)
+    changed = [name for name in MODEL_FIELDS if name in values and values[name] != getattr(tier, name)]
+    _check_tier(tier.project, merged, exclude_pk=tier.pk, models=changed)
     for name, value in values.items():
         setattr(tier, name, value)
     tier.save()

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandboxes.interface import image_problem, limits_problems
+from webapp import strict_json
 
 KINDS = ("answer", "code", "agent")
 ARTICLE = {"answer": "an", "code": "a", "agent": "an"}
@@ -193,9 +194,10 @@ def read_jsonl(lines: Iterable[str]) -> Iterator[tuple[ParsedItem | None, list[I
         if not line.strip():
             continue
         try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield None, [ItemError(number, None, f"not valid JSON: {exc.msg} at column {exc.colno}")]
+            raw = strict_json.loads(line)  # NaN, overflowing numbers, 10,000-deep nesting: refused
+        except strict_json.JsonInputError as exc:
+            where = f" at column {exc.colno}" if exc.colno is not None else ""
+            yield None, [ItemError(number, None, f"{exc.reason}{where}")]
             continue
         yield validate_item(number, raw)
 

@@ -2,10 +2,12 @@
 runs/tasks.py, runs workers/tier_eval.py on the eval queue). Views, REST and the learner call these;
 reads go through runs.selectors."""
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from inference.model_sources import model_source_problem
 from inference.settings import model_reference_problem, tier_snapshot
 from runs import tasks
 from runs.models import Run, TaskItem, TaskSetVersion, Tier, TierEvaluation
@@ -34,6 +36,9 @@ def checkpoint_resolve(
         raise ValidationError({"version": "a policy version needs a run"})
     checkpoint = (checkpoint or "").strip() or tier.base_model
     if (problem := model_reference_problem(checkpoint)) is not None:
+        raise ValidationError({"checkpoint": problem})
+    timeout = settings.FLYWHEEL_HUB_TIMEOUT_SECONDS
+    if settings.FLYWHEEL_HUB_CHECK and (problem := model_source_problem(checkpoint, timeout=timeout)):
         raise ValidationError({"checkpoint": problem})
     return checkpoint, None, None
 

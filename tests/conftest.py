@@ -50,6 +50,23 @@ def fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def made_up_hub_models(settings):
+    """Tests give tiers made-up hub ids (org/model) they never load; whether a hub id can be
+    loaded is checked at creation, and tested on its own (tests/test_bad_input.py)."""
+    settings.FLYWHEEL_HUB_CHECK = False
+
+
+@pytest.fixture(autouse=True)
+def no_sign_in_lockout_carried_over():
+    """Every test client comes from 127.0.0.1: a few failed sign-ins per test must not add up,
+    over a suite or its reruns, into a lockout of later tests (webapp/lockout.py)."""
+    yield
+    from webapp import lockout
+
+    lockout.forget("127.0.0.1")
+
+
 def make_user(username: str, password: str = "pw-123456"):
     return services.User.objects.create_user(username=username, password=password)
 

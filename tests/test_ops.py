@@ -22,6 +22,11 @@ from webapp.stack import solo_worker_argv
 WORKER_STOP_SECONDS = 20
 
 
+def ops() -> dict[str, str]:
+    """The operations token, which /healthz's detail and /metrics ask for (webapp/ops_access.py)."""
+    return {"HTTP_AUTHORIZATION": f"Bearer {settings.FLYWHEEL_OPS_TOKEN}"}
+
+
 @pytest.fixture(scope="module")
 def worker_name():
     """A real Celery worker on every queue, named uniquely so a running `make up` stack
@@ -60,7 +65,7 @@ def test_healthz_reports_database_redis_and_the_live_worker_of_each_queue(client
     from django.core.cache import cache
 
     cache.delete("healthz:workers")
-    body = client.get("/healthz").json()
+    body = client.get("/healthz", **ops()).json()
     assert body["database"]["ok"] is True and body["redis"]["ok"] is True
     for queue in ("rollout", "learner", "eval"):
         assert worker_name in body["queues"][queue]["names"]
@@ -75,7 +80,7 @@ def test_healthz_shows_each_sandbox_workers_start_up_check_and_degrades_on_a_fai
 
     def sandboxes() -> tuple[int, dict]:
         cache.delete("healthz:workers")
-        response = client.get("/healthz")
+        response = client.get("/healthz", **ops())
         return response.status_code, response.json()["sandboxes"].get(worker_name, {})
 
     wait_until(lambda: sandboxes()[1].get("ok") is not None, "the worker's sandbox check", timeout=60)
@@ -98,7 +103,7 @@ def test_healthz_shows_each_sandbox_workers_start_up_check_and_degrades_on_a_fai
 
 def test_healthz_answers_503_when_redis_is_unreachable(client, db, settings):
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    response = client.get("/healthz")
+    response = client.get("/healthz", **ops())
     assert response.status_code == 503
     body = response.json()
     assert body["status"] == "degraded" and body["redis"]["ok"] is False
@@ -109,7 +114,7 @@ def test_metrics_are_served_in_prometheus_format(client, db):
     owner = make_user("m")
     make_project(owner)
     client.get("/healthz")
-    text = client.get("/metrics").content.decode()
+    text = client.get("/metrics", **ops()).content.decode()
     assert "flywheel_projects 1.0" in text
     assert 'flywheel_http_requests_total{method="GET",status=' in text
 

@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from runs import selectors
 from runs.models import ApiToken
 from runs.services import token_digest
+from webapp import lockout
 
 # A read must not write on every request (on SQLite a write waits for any other writer): a token's
 # last use is recorded to the minute.
@@ -58,9 +59,13 @@ class BearerTokenAuthentication(BaseAuthentication):
             return None
         if len(parts) != 2:
             raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'")
+        address = lockout.client_address(request._request)
+        if (left := lockout.locked_for(address)) > 0:
+            raise exceptions.Throttled(wait=left, detail=f"{lockout.lockout_message(left)} (this address)")
         digest = token_digest(parts[1].decode("latin-1"))
         token = selectors.token_for(digest=digest)
         if token is None:
+            lockout.failure_record(address, what="API token")
             raise exceptions.AuthenticationFailed("the token is unknown or revoked")
         token_used(token)
         return token.user, digest

@@ -8,15 +8,15 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from runs.routing import websocket_urlpatterns  # noqa: E402
-from webapp.ws_auth import SessionOrTokenAuthMiddleware  # noqa: E402
+from webapp.limits import BodyLimitMiddleware  # noqa: E402
+from webapp.ws_auth import OriginValidatorUnlessBearer, SessionOrTokenAuthMiddleware  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
+        "http": BodyLimitMiddleware(django_asgi_app),
+        "websocket": OriginValidatorUnlessBearer(
             SessionOrTokenAuthMiddleware(URLRouter(websocket_urlpatterns))
         ),
     }

@@ -4,7 +4,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -77,4 +77,12 @@ def scrape_registry() -> CollectorRegistry:
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
+    from webapp.api import error_body
+    from webapp.ops_access import ops_allowed
+
+    if not ops_allowed(request):
+        message = "the metrics need the operations token (Authorization: Bearer <FLYWHEEL_OPS_TOKEN>)"
+        response = JsonResponse(error_body(401, message), status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
     return HttpResponse(generate_latest(scrape_registry()), content_type=CONTENT_TYPE_LATEST)

@@ -11,6 +11,7 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONCE, NONE, SELF
 
 from webapp.web_server import default_web_workers
 
@@ -48,21 +49,25 @@ def env_list(name: str, default: str) -> list[str]:
 
 FLYWHEEL_HOME = Path(env_str("FLYWHEEL_HOME", str(BASE_DIR / ".flywheel"))).resolve()
 FLYWHEEL_HOME.mkdir(parents=True, exist_ok=True)
+if FLYWHEEL_HOME.stat().st_uid == os.getuid():
+    FLYWHEEL_HOME.chmod(0o700)  # the database, secrets, uploads and logs: for this user only
 
 
-def _secret_key() -> str:
-    """The key from the environment, else one generated once and kept under FLYWHEEL_HOME."""
-    from_env = os.environ.get("FLYWHEEL_SECRET_KEY")
-    if from_env:
-        return from_env
-    key_file = FLYWHEEL_HOME / "secret_key"
-    if not key_file.exists():
-        key_file.write_text(secrets.token_urlsafe(50))
-        key_file.chmod(0o600)
-    return key_file.read_text().strip()
+def _generated_once(name: str) -> str:
+    """A secret generated once into FLYWHEEL_HOME/<name>, readable by its owner only."""
+    path = FLYWHEEL_HOME / name
+    if not path.exists():
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+    path.chmod(0o600)  # also tightens a file an older version left world-readable
+    return path.read_text().strip()
 
 
-SECRET_KEY = _secret_key()
+SECRET_KEY = os.environ.get("FLYWHEEL_SECRET_KEY") or _generated_once("secret_key")
+# /healthz's detail and /metrics: for this bearer token or these addresses (webapp/ops_access.py).
+FLYWHEEL_OPS_TOKEN = os.environ.get("FLYWHEEL_OPS_TOKEN") or _generated_once("ops_token")
+FLYWHEEL_OPS_ALLOW = env_list("FLYWHEEL_OPS_ALLOW", "")
 DEBUG = env_bool("FLYWHEEL_DEBUG", False)
 ALLOWED_HOSTS = env_list("FLYWHEEL_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("FLYWHEEL_CSRF_TRUSTED_ORIGINS", "")
@@ -93,6 +98,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "webapp.outage.RedisOutageMiddleware",  # writes answer 503 while Redis is unreachable
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -102,6 +108,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "webapp.metrics.RequestMetricsMiddleware",
+    "webapp.errors.OutOfRangeMiddleware",
 ]
 
 ROOT_URLCONF = "webapp.urls"
@@ -123,6 +130,43 @@ TEMPLATES = [
     },
 ]
 
+# --- the front door -----------------------------------------------------------------------
+
+# Content-Security-Policy on every answer: scripts and styles from this origin only (plus the one
+# nonce'd empty <style> Plotly writes its rules into), no plugins, no framing, forms post here.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, NONCE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+# Behind a TLS-terminating proxy: HSTS, cookies only over HTTPS, and the proxy's
+# X-Forwarded-Proto: https taken as the request's scheme (the proxy must set it, and strip it
+# from clients). Off by default: the embedded default serves plain HTTP on 127.0.0.1.
+FLYWHEEL_HTTPS = env_bool("FLYWHEEL_HTTPS", False)
+if FLYWHEEL_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]  # probes from inside, over plain HTTP
+    SECURE_HSTS_SECONDS = 365 * 24 * 3600
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+
 # --- storage -------------------------------------------------------------------------------
 
 SQLITE_PATH = FLYWHEEL_HOME / "db.sqlite3"
@@ -130,6 +174,12 @@ DATABASES = {
     "default": dj_database_url.parse(env_str("DATABASE_URL", f"sqlite:///{SQLITE_PATH}"), conn_max_age=0)
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Readable by this user only; SQLite gives its -wal and -shm files the database file's mode.
+    sqlite_file = Path(DATABASES["default"]["NAME"])
+    if sqlite_file.is_absolute() and sqlite_file.parent.is_dir():
+        os.close(os.open(sqlite_file, os.O_CREAT | os.O_WRONLY, 0o600))
+        if sqlite_file.stat().st_uid == os.getuid():
+            sqlite_file.chmod(0o600)
     # WAL lets the web process read while a worker writes; IMMEDIATE takes the write lock at
     # BEGIN so two writers queue on busy_timeout instead of failing with "database is locked".
     DATABASES["default"]["OPTIONS"] = {
@@ -160,9 +210,13 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+# Request bodies (webapp/limits.py): a file upload (multipart) may be FLYWHEEL_MAX_UPLOAD_MB, any
+# other body FLYWHEEL_MAX_BODY_MB; bigger ones are refused with 413 before they are read.
+FLYWHEEL_MAX_UPLOAD_MB = env_int("FLYWHEEL_MAX_UPLOAD_MB", 100)
+FLYWHEEL_MAX_BODY_MB = env_int("FLYWHEEL_MAX_BODY_MB", 10)
 # Uploads above this size stream to a temporary file instead of memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
-DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = FLYWHEEL_MAX_BODY_MB * 1024 * 1024
 FLYWHEEL_IMPORT_MAX_ERRORS = env_int("FLYWHEEL_IMPORT_MAX_ERRORS", 50)
 
 # --- Redis: broker, channel layer, cache ---------------------------------------------------
@@ -251,6 +305,14 @@ FLYWHEEL_SANDBOX_CGROUPS = env_str("FLYWHEEL_SANDBOX_CGROUPS", "auto")
 FLYWHEEL_SANDBOX_SECCOMP = env_str("FLYWHEEL_SANDBOX_SECCOMP", "on")
 FLYWHEEL_SANDBOX_WORKER_CHECK = env_bool("FLYWHEEL_SANDBOX_WORKER_CHECK", True)
 
+# --- models
+
+# A tier naming a hub id that cannot be loaded (not a local directory, not in the local Hugging
+# Face cache) is refused at creation if the hub does not answer for it within this many seconds
+# (inference/model_sources.py). Off for workers that load models from caches the web host lacks.
+FLYWHEEL_HUB_CHECK = env_bool("FLYWHEEL_HUB_CHECK", True)
+FLYWHEEL_HUB_TIMEOUT_SECONDS = env_int("FLYWHEEL_HUB_TIMEOUT_SECONDS", 5)
+
 # --- rewards
 
 # A local sentence-embedding model for text_similarity's cosine metric; empty turns cosine off.
@@ -258,6 +320,11 @@ FLYWHEEL_EMBEDDING_MODEL = env_str("FLYWHEEL_EMBEDDING_MODEL", "")
 
 # --- auth ----------------------------------------------------------------------------------
 
+# Failed sign-ins (passwords, API tokens) per account and per address: this many within the window
+# lock both out for the window (webapp/lockout.py).
+AUTHENTICATION_BACKENDS = ["webapp.lockout.LockoutModelBackend"]
+FLYWHEEL_LOGIN_MAX_FAILURES = env_int("FLYWHEEL_LOGIN_MAX_FAILURES", 10)
+FLYWHEEL_LOGIN_LOCKOUT_SECONDS = env_int("FLYWHEEL_LOGIN_LOCKOUT_SECONDS", 900)
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -287,7 +354,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {"user": FLYWHEEL_API_RATE},
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "webapp.api_parsers.StrictJSONParser",
         "rest_framework.parsers.MultiPartParser",
         "rest_framework.parsers.FormParser",
     ],

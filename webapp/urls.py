@@ -1,18 +1,27 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from webapp import health, metrics
+from webapp.lockout import LockoutAuthenticationForm
 
 urlpatterns = [
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(authentication_form=LockoutAuthenticationForm),
+        name="login",
+    ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path(
+        "api/v1/docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="api-schema", template_name="api_docs.html"),
+        name="api-docs",
+    ),
     path("api/v1/", include("runs.api_urls")),
     path("api/v1/", include("rewards.api_urls")),
     path("api/v1/", include("reviews.api_urls")),
@@ -23,5 +32,6 @@ urlpatterns = [
     path("", include("runs.urls")),
 ]
 
+handler400 = "webapp.errors.bad_request"
 handler404 = "webapp.errors.not_found"
 handler500 = "webapp.errors.server_error"

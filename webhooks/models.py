@@ -6,18 +6,19 @@ from django.db import models
 from django.utils import timezone
 
 from runs.models import Project, Run, RunEvent
+from webapp.encryption import EncryptedCharField
 
 
 class Webhook(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="webhooks")
     url = models.CharField(max_length=2000, help_text="An http:// or https:// URL that receives POSTs")
     description = models.CharField(max_length=200, blank=True)
-    # Kept as is, not hashed: it is the HMAC key every delivery is signed with. Shown once, at
-    # creation; no serializer or page shows it again.
-    secret = models.CharField(max_length=100, editable=False)
+    # Not hashed, since it is the HMAC key every delivery is signed with, but encrypted at rest
+    # (webapp/encryption.py). Shown once, at creation; no serializer or page shows it again.
+    secret = EncryptedCharField(max_length=500, editable=False)
     # After a rotation, deliveries are signed with the old secret too, until it expires: receivers
     # switch to the new one without a delivery they cannot verify.
-    previous_secret = models.CharField(max_length=100, blank=True, editable=False)
+    previous_secret = EncryptedCharField(max_length=500, blank=True, editable=False)
     previous_secret_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
     statuses = models.JSONField(default=list, blank=True, help_text="Run statuses to send; empty: all")
     active = models.BooleanField(default=True)

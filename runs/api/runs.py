@@ -219,6 +219,8 @@ class TrajectoryListView(ApiView):
 
 
 class TrajectoryGroupView(ApiView):
+    pagination_class = None  # a group is one batch's few samples: a plain list, and declared so
+
     @extend_schema(
         responses=s.TrajectoryDetailSerializer(many=True),
         summary="Every completion for the same prompt in the same batch, in sample order",

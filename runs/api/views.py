@@ -22,7 +22,7 @@ from runs.api.schema import FlywheelAutoSchema
 from runs.roles import Permission
 from runs.services import ImportReport
 from runs.task_format import guess_format
-from webapp.api import NewestFirstCursorPagination, error_body, idempotent
+from webapp.api import NewestFirstCursorPagination, bounded_integers, error_body, idempotent
 from webapp.streaming import streamed
 
 NO_CONTENT = {204: OpenApiResponse(description="Done; no body")}
@@ -41,13 +41,21 @@ class ApiView(APIView):
     schema = FlywheelAutoSchema()
     pagination_class = NewestFirstCursorPagination  # read by the schema generator
 
+    def finalize_response(self, request: Request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if isinstance(response, Response) and response.status_code >= 400:
+            # An error is the one JSON error shape, whatever the endpoint streams when it succeeds.
+            response.accepted_renderer = JSONRenderer()
+            response.accepted_media_type = JSONRenderer.media_type
+        return response
+
     def validated(self, serializer_class: type[serializers.Serializer], partial: bool = False) -> dict:
-        serializer = serializer_class(data=self.request.data, partial=partial)
+        serializer = bounded_integers(serializer_class(data=self.request.data, partial=partial))
         serializer.is_valid(raise_exception=True)
         return serializer.validated_data
 
     def query(self, serializer_class: type[serializers.Serializer]) -> dict:
-        serializer = serializer_class(data=self.request.query_params)
+        serializer = bounded_integers(serializer_class(data=self.request.query_params))
         serializer.is_valid(raise_exception=True)
         return serializer.validated_data
 

@@ -52,7 +52,10 @@ class Command(BaseCommand):
         last = "no answer yet"
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(f"{url}/healthz", timeout=5) as response:
+                # The operations token: the detail of /healthz, not only its status.
+                headers = {"Authorization": f"Bearer {settings.FLYWHEEL_OPS_TOKEN}"}
+                probe = urllib.request.Request(f"{url}/healthz", headers=headers)
+                with urllib.request.urlopen(probe, timeout=5) as response:
                     return json.loads(response.read())
             except urllib.error.HTTPError as exc:  # 503 while workers are still starting
                 last = exc.read().decode(errors="replace")
