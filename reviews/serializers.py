@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from reviews.exports import FORMATS
 from reviews.models import Preference, QueueItem, Review, ReviewQueue
-from runs.api.run_serializers import TrajectoryFilterSerializer, TrajectorySerializer
+from runs.api.run_serializers import RunDetailSerializer, TrajectoryFilterSerializer, TrajectorySerializer
 
 # --- query parameters ----------------------------------------------------------------------
 
@@ -116,3 +116,71 @@ class QueueItemSerializer(serializers.ModelSerializer):
 
 class AssignResultSerializer(serializers.Serializer):
     assigned = serializers.IntegerField(help_text="Items dealt")
+
+
+# --- train on reviews ----------------------------------------------------------------------
+
+
+class TrainOnReviewsInputSerializer(serializers.Serializer):
+    method = serializers.ChoiceField(
+        choices=[("sft", "SFT"), ("dpo", "DPO")],
+        help_text="sft: on completions labelled good; dpo: on preferences and good-over-bad pairs",
+    )
+    name = serializers.CharField(max_length=100, required=False, help_text="The new run's name")
+    max_steps = serializers.IntegerField(
+        min_value=1, max_value=100_000, required=False, help_text="Learner steps (default 10)"
+    )
+    hyperparameters = serializers.DictField(
+        required=False,
+        help_text="The method's hyperparameters by name; by default the parent's eval_items, "
+        "pass_threshold and seed, and enough epochs for max_steps",
+    )
+    task_set_name = serializers.CharField(
+        max_length=100,
+        required=False,
+        help_text='The task set that gets the new version (default: "<the run\'s task set> reviews")',
+    )
+
+
+class SkippedCountsSerializer(serializers.Serializer):
+    empty = serializers.IntegerField(help_text="An empty completion")
+    identical = serializers.IntegerField(help_text="A pair whose two completions are the same text")
+    duplicate = serializers.IntegerField(help_text="A repeat of a record already taken")
+    multi_step = serializers.IntegerField(help_text="An agent episode: not one completion")
+
+
+class TrainingCountsSerializer(serializers.Serializer):
+    examples = serializers.IntegerField(required=False, help_text="SFT: good completions")
+    pairs = serializers.IntegerField(required=False, help_text="DPO: preference pairs")
+    from_preferences = serializers.IntegerField(required=False, help_text="DPO: pairs a reviewer chose")
+    from_labels = serializers.IntegerField(required=False, help_text="DPO: good-over-bad pairs from labels")
+    heldout_items = serializers.IntegerField(help_text="The parent's held-out items, kept for evaluation")
+    skipped = SkippedCountsSerializer()
+
+
+class TrainingPreviewSerializer(serializers.Serializer):
+    run = serializers.IntegerField()
+    checkpoint = serializers.IntegerField(
+        allow_null=True, help_text="The checkpoint a new run would start from; null: none yet"
+    )
+    sft = TrainingCountsSerializer()
+    dpo = TrainingCountsSerializer()
+
+
+class NewVersionSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    task_set = serializers.IntegerField()
+    task_set_name = serializers.CharField()
+    number = serializers.IntegerField()
+    item_count = serializers.IntegerField()
+    split_counts = serializers.DictField(child=serializers.IntegerField())
+    created = serializers.BooleanField(help_text="false: identical to the set's latest version, reused")
+
+
+class TrainOnReviewsSerializer(serializers.Serializer):
+    run = RunDetailSerializer(help_text="The new run, as GET runs/{id} shows it")
+    parent = serializers.IntegerField(help_text="The reviewed run")
+    checkpoint = serializers.IntegerField(help_text="The parent's checkpoint the new run starts from")
+    task_set_version = NewVersionSerializer()
+    counts = TrainingCountsSerializer()
+    compare_url = serializers.CharField(help_text="The page comparing the new run with its parent")

@@ -10,12 +10,13 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from reviews import exports, selectors, services
+from reviews import exports, selectors, services, training
 from reviews.api import export_response
 from reviews.models import Review
 from runs import selectors as run_selectors
 from runs.models import Membership
 from runs.roles import Permission, role_allows
+from runs.services import StateError
 from runs.views import _access
 
 FILTER_FIELDS = ("outcome", "policy_version", "min_reward", "max_reward", "step", "task", "flagged", "label")
@@ -193,3 +194,37 @@ def run_export(request: HttpRequest, run_id: int, export_format: str) -> HttpRes
     if export_format not in exports.FORMATS:
         raise Http404(f"no export format {export_format}; known: {', '.join(exports.FORMATS)}")
     return export_response(request, run, export_format)
+
+
+@login_required
+@require_POST
+def train_on_reviews(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The run page's Train on reviews: a new version and a run on it, then that run's page."""
+    run = run_selectors.run_for(user=request.user, run_id=run_id, permission=Permission.EDIT)
+    steps = request.POST.get("max_steps", "")
+    try:
+        if steps and (not steps.isdigit() or not 1 <= int(steps) <= 100_000):
+            raise ValidationError({"max_steps": "must be a whole number from 1 to 100000"})
+        result = training.train_on_reviews(
+            run=run,
+            by=request.user,
+            method=request.POST.get("method", ""),
+            max_steps=int(steps) if steps else None,
+        )
+    except (ValidationError, StateError) as exc:
+        reason = _refusal(exc) if isinstance(exc, ValidationError) else str(exc)
+        messages.error(request, f"Not launched: {reason}")
+        return redirect("run-detail", run_id=run.pk)
+    counts, version = result.counts, result.version
+    what = (
+        f"{counts['examples']} good completions"
+        if "examples" in counts
+        else f"{counts['pairs']} preference pairs ({counts['from_preferences']} chosen, "
+        f"{counts['from_labels']} from labels)"
+    )
+    messages.success(
+        request,
+        f"{version} holds {what} and {counts['heldout_items']} held-out items; "
+        f"run {result.run.name} starts from {run.name}'s checkpoint {result.run.parent_checkpoint.step}.",
+    )
+    return redirect("run-detail", run_id=result.run.pk)

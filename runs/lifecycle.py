@@ -128,14 +128,92 @@ def _data_problems(request: RunRequest, resolved: dict[str, Any]) -> dict[str, s
     if request.method == Run.Method.SFT and items.filter(kind="agent").exists():
         problems["method"] = "SFT needs reference solutions; agent items have none"
     if request.method == Run.Method.SFT:
-        missing = items.filter(kind="code").exclude(data__has_key="reference_solution").count()
+        missing = [
+            external_id
+            for external_id, data in items.filter(kind="code").values_list("external_id", "data")
+            if not isinstance(solution := data.get("reference_solution"), str) or not solution.strip()
+        ]
         if missing:
-            problems["method"] = f"SFT needs a reference solution for every code item; {missing} have none"
+            problems["method"] = (
+                f"SFT needs a reference solution for every code item; {len(missing)} have none "
+                f"({_some(missing)})"
+            )
     if request.method == Run.Method.DPO:
-        pairs = items.filter(data__metadata__has_key="chosen").filter(data__metadata__has_key="rejected")
-        if not pairs.exists():
-            problems["method"] = "DPO needs preference pairs: items whose metadata holds chosen and rejected"
+        problems |= _pair_problems(items)
     return problems
+
+
+def _some(names: list[str], shown: int = 5) -> str:
+    listed = ", ".join(names[:shown])
+    return listed + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def pair_field_problem(value: Any) -> str | None:
+    """Why a DPO pair's `chosen` or `rejected` is not a completion the learner can read, or None.
+
+    A completion is a non-blank string, or a conversation (TRL's format: a list of messages with
+    string `role` and `content`) holding an assistant message with text.
+
+    >>> pair_field_problem("x = 1") is None
+    True
+    >>> pair_field_problem({"run": 3})
+    'must be a text (a string or a list of messages), not an object'
+    >>> pair_field_problem([{"role": "user", "content": "hi"}])
+    'holds no assistant message with text'
+    """
+    if isinstance(value, str):
+        return None if value.strip() else "is empty"
+    if not isinstance(value, list):
+        return f"must be a text (a string or a list of messages), not {_json_type(value)}"
+    for index, message in enumerate(value):
+        if not isinstance(message, dict) or not all(
+            isinstance(message.get(key), str) for key in ("role", "content")
+        ):
+            return f"message {index} must be an object with a string role and content"
+    if not any(m["role"] == "assistant" and m["content"].strip() for m in value):
+        return "holds no assistant message with text"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", bool: "a boolean", int: "a number", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _text_of(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return "".join(m["content"] for m in value if m["role"] == "assistant")
+
+
+def _pair_problems(items) -> dict[str, str]:
+    """DPO trains on items whose metadata holds `chosen` and `rejected` completions; anything the
+    learner could not read, or a pair that teaches nothing (the same text twice), is refused here
+    rather than at its first step."""
+    pairs = items.filter(data__metadata__has_key="chosen").filter(data__metadata__has_key="rejected")
+    bad: list[str] = []
+    found = 0
+    for external_id, kind, data in pairs.values_list("external_id", "kind", "data"):
+        found += 1
+        metadata = data["metadata"]
+        if kind == "agent":
+            bad.append(f"{external_id}: an agent item has no single prompt to pair completions for")
+            continue
+        fields = {name: pair_field_problem(metadata[name]) for name in ("chosen", "rejected")}
+        wrong = [f"metadata.{name} {problem}" for name, problem in fields.items() if problem]
+        if not wrong and _text_of(metadata["chosen"]) == _text_of(metadata["rejected"]):
+            wrong = ["metadata.chosen and metadata.rejected are the same text"]
+        if wrong:
+            bad.append(f"{external_id}: {'; '.join(wrong)}")
+    if not found:
+        return {"method": "DPO needs preference pairs: items whose metadata holds chosen and rejected"}
+    if bad:
+        return {
+            "task_set_version": f"{len(bad)} of {found} preference pairs cannot be trained on: "
+            + " | ".join(bad[:5])
+            + (f" | and {len(bad) - 5} more" if len(bad) > 5 else "")
+        }
+    return {}
 
 
 def _tier_problems(tier: Tier, method: str) -> dict[str, str]:
