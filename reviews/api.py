@@ -13,10 +13,12 @@ from rest_framework.response import Response
 
 from reviews import exports, selectors, services, training
 from reviews import serializers as s
+from reviews.models import ReviewQueue
 from runs import selectors as run_selectors
 from runs.api.runs import StepOrderPagination
 from runs.api.views import NO_CONTENT, ApiView, NdjsonRenderer
 from runs.roles import Permission
+from traces import selectors as trace_selectors
 from webapp.api import idempotent
 from webapp.streaming import streamed
 
@@ -41,6 +43,7 @@ class ReviewListView(ApiView):
         wanted = {
             "trajectory__run_id": filters.get("run"),
             "trajectory_id": filters.get("trajectory"),
+            "trace_id": filters.get("trace"),
             "label": filters.get("label"),
             "reviewer_id": filters.get("reviewer"),
         }
@@ -50,16 +53,25 @@ class ReviewListView(ApiView):
     @extend_schema(
         request=s.ReviewInputSerializer,
         responses={201: s.ReviewSerializer},
-        summary="Label a trajectory (reviewers); the caller's earlier label on it is replaced",
+        summary="Label a trajectory or a trace (reviewers); the caller's earlier label on it is replaced",
     )
     @idempotent
     def post(self, request: Request) -> Response:
         data = self.validated(s.ReviewInputSerializer)
-        trajectory = run_selectors.trajectory_for(
-            user=request.user, trajectory_id=data["trajectory"], permission=Permission.REVIEW
-        )
+        if "trace" in data:
+            subject = {
+                "trace": trace_selectors.trace_for(
+                    user=request.user, trace_id=data["trace"], permission=Permission.REVIEW
+                )
+            }
+        else:
+            subject = {
+                "trajectory": run_selectors.trajectory_for(
+                    user=request.user, trajectory_id=data["trajectory"], permission=Permission.REVIEW
+                )
+            }
         review = services.review_save(
-            trajectory=trajectory, by=request.user, label=data["label"], comment=data["comment"]
+            **subject, by=request.user, label=data["label"], comment=data["comment"]
         )
         return Response(s.ReviewSerializer(review).data, status=201)
 
@@ -144,32 +156,50 @@ class PreferenceListView(ApiView):
 
 class QueueListView(ApiView):
     @extend_schema(
-        parameters=[s.RunScopeSerializer],
+        parameters=[s.QueueScopeSerializer],
         responses=s.ReviewQueueSerializer(many=True),
         summary="Review queues with their progress, newest first",
     )
     def get(self, request: Request) -> Response:
         queues = selectors.queues_for(user=request.user)
-        if (run := self.query(s.RunScopeSerializer).get("run")) is not None:
+        scope = self.query(s.QueueScopeSerializer)
+        if (run := scope.get("run")) is not None:
             queues = queues.filter(run_id=run)
+        if (project := scope.get("project")) is not None:
+            queues = queues.filter(project_id=project)
+        if source := scope.get("source"):
+            queues = queues.filter(source=source)
         return self.paginated(queues, s.ReviewQueueSerializer)
 
     @extend_schema(
         request=s.QueueInputSerializer,
         responses={201: s.ReviewQueueSerializer},
-        summary="A queue of a run's trajectories matching the filters, oldest first (reviewers)",
+        summary="A queue of a run's trajectories, or a project's traces, matching the filters, oldest "
+        "first (reviewers)",
     )
     @idempotent
     def post(self, request: Request) -> Response:
         data = self.validated(s.QueueInputSerializer)
-        run = run_selectors.run_for(user=request.user, run_id=data["run"], permission=Permission.REVIEW)
-        queue = services.queue_create(
-            run=run,
-            name=data["name"],
-            filters=dict(data["filters"]),
-            by=request.user,
-            limit=data.get("limit"),
-        )
+        if data["source"] == ReviewQueue.Source.TRACES:
+            project = run_selectors.project_for(
+                user=request.user, project_id=data["project"], permission=Permission.REVIEW
+            )
+            queue = services.queue_create_over_traces(
+                project=project,
+                name=data["name"],
+                filters=dict(data["trace_filters"]),
+                by=request.user,
+                limit=data.get("limit"),
+            )
+        else:
+            run = run_selectors.run_for(user=request.user, run_id=data["run"], permission=Permission.REVIEW)
+            queue = services.queue_create(
+                run=run,
+                name=data["name"],
+                filters=dict(data["filters"]),
+                by=request.user,
+                limit=data.get("limit"),
+            )
         queue = selectors.queue_for(user=request.user, queue_id=queue.pk)
         return Response(s.ReviewQueueSerializer(queue).data, status=201)
 

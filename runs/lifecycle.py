@@ -139,7 +139,7 @@ def _data_problems(request: RunRequest, resolved: dict[str, Any]) -> dict[str, s
                 f"({_some(missing)})"
             )
     if request.method == Run.Method.DPO:
-        problems |= _pair_problems(items)
+        problems |= pair_problems(items)
     return problems
 
 
@@ -186,7 +186,7 @@ def _text_of(value: Any) -> str:
     return "".join(m["content"] for m in value if m["role"] == "assistant")
 
 
-def _pair_problems(items) -> dict[str, str]:
+def pair_problems(items) -> dict[str, str]:
     """DPO trains on items whose metadata holds `chosen` and `rejected` completions; anything the
     learner could not read, or a pair that teaches nothing (the same text twice), is refused here
     rather than at its first step."""
