@@ -5,14 +5,14 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-INSTALLED := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
+INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint format bench venv browser-deps sandbox-deps sandbox-image sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers
+.PHONY: up down demo test lint format bench venv browser-deps sandbox-deps sandbox-image sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers bench-traces
 
 venv: $(INSTALLED)
 
-$(INSTALLED): requirements.txt
+$(INSTALLED): requirements.txt client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
@@ -74,6 +74,9 @@ bench-runs: venv sandbox-deps
 
 bench-tiers: venv sandbox-deps
 	$(PY) benchmarks/bench_tiers.py
+
+bench-traces: venv
+	$(PY) benchmarks/bench_traces.py
 
 bench-learner: venv sandbox-image
 	$(PY) benchmarks/bench_learner.py

@@ -2,8 +2,8 @@
 × an anonymous caller. A role allows the same actions in pages and REST (runs/roles.py);
 websockets are covered by tests/test_websockets.py.
 
-Every URL of runs, rewards, reviews, traces and webhooks (pages and api_urls) must have a row here: a new route
-without one fails `test_every_route_is_in_the_matrix`.
+Every URL of runs, rewards, reviews, traces and webhooks (pages and api_urls) must have a row here: a
+new route without one fails `test_every_route_is_in_the_matrix`.
 """
 
 import json
