@@ -38,10 +38,11 @@ def follow(transport: Transport, run_id: int, *, reconnects: int = 20) -> Iterat
     yield {"event": "run", "payload": run}
     failures = 0
     while True:
+        # The run first, then its events: a run seen terminal has all its events in the record.
+        run = transport.json("GET", f"/api/v1/runs/{run_id}")
         for event in _events_since(transport, run_id, last_event):
             last_event = max(last_event, event["id"])
             yield {"event": "event", "payload": event}
-        run = transport.json("GET", f"/api/v1/runs/{run_id}")
         if run["status"] in TERMINAL:
             yield {"event": "run", "payload": run}
             return

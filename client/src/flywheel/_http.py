@@ -68,7 +68,8 @@ class Transport:
         headers = {}
         if method == "POST":
             headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
-        params = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
+        # None, not {}: an empty params would replace the query of a `next` page's URL.
+        params = {k: _query_value(v) for k, v in (params or {}).items() if v is not None} or None
         attempt = 0
         while True:
             attempt += 1

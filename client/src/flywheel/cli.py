@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                 line = f"line {detail['line']}: " if detail.get("line") else ""
                 print(f"  {line}{where + ': ' if where else ''}{detail.get('message', '')}", file=sys.stderr)
         return 2
-    except FlywheelError as exc:
+    except (FlywheelError, OSError) as exc:
         print(f"flywheel: {exc}", file=sys.stderr)
         return 2
 
