@@ -20,6 +20,7 @@ from rewards import engine as reward_engine
 from rewards.models import RewardRuleVersion
 from rewards.services import reward_rule_version_mark_used
 from runs import events
+from runs import monitors as run_monitors
 from runs.hyperparameters import resolve
 from runs.models import Checkpoint, Project, Run, RunEvent, TaskSetVersion, Tier
 from runs.services import StateError
@@ -73,6 +74,8 @@ class RunRequest:
     priority: int = 0
     train_split: str = "train"
     eval_split: str = "heldout"
+    monitors: dict[str, float] | None = None
+    monitor_actions: dict[str, str] | None = None
 
 
 def tier_snapshot(tier: Tier) -> dict[str, Any]:
@@ -100,7 +103,23 @@ def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
         problems["max_sandbox_cpu_seconds"] = "must be more than 0"
     if not request.name.strip():
         problems["name"] = "is required"
+    problems |= _monitor_problems(request)
     return resolved, problems
+
+
+def _monitor_problems(request: RunRequest) -> dict[str, str]:
+    problems = {}
+    for name, value in (
+        ("monitors", lambda: run_monitors.thresholds_clean(request.monitors or {})),
+        ("monitor_actions", lambda: run_monitors.actions_clean(request.monitor_actions or {})),
+    ):
+        try:
+            value()
+        except ValidationError as exc:
+            problems |= {
+                f"{name}.{key.removeprefix('actions.')}": " ".join(m) for key, m in exc.message_dict.items()
+            }
+    return problems
 
 
 def _ownership_problems(request: RunRequest) -> dict[str, str]:
@@ -268,6 +287,8 @@ def run_create(
         parent=parent,
         parent_checkpoint=checkpoint,
         created_by=by,
+        monitors=run_monitors.thresholds_clean(request.monitors or {}),
+        monitor_actions=run_monitors.actions_clean(request.monitor_actions or {}),
     )
     reward_rule_version_mark_used(version=request.reward_rule_version)
     origin = f" from checkpoint {checkpoint.step} of run {parent.pk}" if checkpoint else ""
@@ -295,6 +316,8 @@ def run_request_from(run: Run, **overrides: Any) -> RunRequest:
         "priority": run.priority,
         "train_split": run.train_split,
         "eval_split": run.eval_split,
+        "monitors": dict(run.monitors or {}),
+        "monitor_actions": dict(run.monitor_actions or {}),
     }
     return RunRequest(**(fields | overrides))
 
