@@ -12,6 +12,7 @@ from runs import monitors
 from runs.models import MetricPoint, Run
 from tests.conftest import api_client_for
 from tests.run_fixtures import lab, make_run, make_trajectory, set_status  # noqa: F401
+from tests.run_harness import tiny_model  # noqa: F401
 from tests.test_webhooks import private_receivers_allowed, receiver  # noqa: F401
 from webhooks import services as webhook_services
 from webhooks.models import WebhookDelivery
@@ -125,3 +126,52 @@ def test_the_run_page_sets_a_monitor_to_pause(client, lab):
     assert 'name="action-reward_hacking"' in page
     client.post(f"/runs/{run.pk}/monitors/", {"action-reward_hacking": "pause"})
     assert Run.objects.get(pk=run.pk).monitor_actions == {"reward_hacking": "pause"}
+
+
+# --- through the real workers --------------------------------------------------------------
+
+
+@pytest.fixture
+def hosts():
+    from tests.run_harness import Host, worker_env
+
+    learner_host, rollout_host = Host(worker_env()), Host(worker_env())
+    learner_host.worker("learner")
+    rollout_host.worker("rollout,eval")
+    yield
+    learner_host.kill()
+    rollout_host.kill()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(600)
+def test_a_run_whose_monitor_fires_pauses_itself_after_that_step(tiny_model, hosts):
+    """Every item names a Docker image the bubblewrap backend refuses to run, so every episode is
+    an infrastructure error: the errored-rate monitor fires on step 1 and, set to pause, stops the
+    run there with a checkpoint, long before its last step."""
+    from runs import services
+    from tests.run_harness import demo_project, run_body, wait_until
+
+    setup = demo_project(tiny_model)
+    lines = []
+    for item in setup["version"].items.order_by("position"):
+        data = item.data | {"id": item.external_id, "kind": item.kind, "split": item.split}
+        lines.append((json.dumps(data | {"sandbox": {"image": "flywheel-missing:none"}}) + "\n").encode())
+    task_set = setup["version"].task_set
+    version = services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=setup["owner"]
+    ).version
+    body = run_body(setup | {"version": version}, steps=6) | {"monitor_actions": {"errored_rate": "pause"}}
+    response = api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json")
+    assert response.status_code == 201, response.json()
+    run_id = response.json()["id"]
+    wait_until(
+        lambda: Run.objects.get(pk=run_id).status in ("paused", "failed", "succeeded"), "the run to stop"
+    )
+    run = Run.objects.get(pk=run_id)
+    assert (run.status, run.learner_step) == ("paused", 1), run.error
+    alert = run.events.get(kind="alert")
+    assert (alert.data["monitor"], alert.data["step"], alert.data["action"]) == ("errored_rate", 1, "pause")
+    assert alert.data["evidence"] == {"episodes/errored_rate": [[1, 1.0]]}
+    assert run.checkpoints.filter(step=1).exists()
+    assert run.events.filter(kind="status").last().message == "paused at step 1"
