@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint format bench venv browser-deps sandbox-deps sandbox-image sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers bench-traces
+.PHONY: up down demo test lint format bench venv browser-deps sandbox-deps sandbox-image sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers bench-api bench-traces
 
 venv: $(INSTALLED)
 
@@ -71,6 +71,9 @@ bench-rewards: venv sandbox-image
 
 bench-runs: venv sandbox-deps
 	$(PY) benchmarks/bench_runs.py
+
+bench-api: venv
+	$(PY) benchmarks/bench_api.py
 
 bench-tiers: venv sandbox-deps
 	$(PY) benchmarks/bench_tiers.py

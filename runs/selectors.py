@@ -136,7 +136,9 @@ def _items_filtered(
 def items_for(
     *, user: AbstractBaseUser, split: str | None = None, kind: str | None = None, query: str | None = None
 ) -> QuerySet[TaskItem]:
-    items = TaskItem.objects.filter(version__task_set__project_id__in=visible_project_ids(user=user))
+    items = TaskItem.objects.filter(
+        version__task_set__project_id__in=visible_project_ids(user=user), version__published=True
+    )
     return _items_filtered(items, split=split, kind=kind, query=query)
 
 
@@ -181,10 +183,16 @@ def tokens_of(*, user: AbstractBaseUser) -> QuerySet[ApiToken]:
 
 
 def user_for_token(*, digest: str) -> AbstractBaseUser | None:
+    token = token_for(digest=digest)
+    return None if token is None else token.user
+
+
+def token_for(*, digest: str) -> ApiToken | None:
+    """The live token with this digest, its user loaded; None if unknown, revoked or inactive."""
     token = ApiToken.objects.select_related("user").filter(digest=digest, revoked_at__isnull=True).first()
     if token is None or not token.user.is_active:
         return None
-    return token.user
+    return token
 
 
 # --- runs and their record -------------------------------------------------------------------

@@ -19,6 +19,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from runs import events
+from runs.leases import process_gone, process_identity
 from runs.models import (
     ApiToken,
     Membership,
@@ -221,7 +222,11 @@ def task_set_import(
 ) -> ImportReport:
     """Stream a JSONL or CSV file into a new version; all of it or, on any error, none of it.
 
-    Identical content (same items, same splits) as the latest version creates no new version.
+    The items go in under a draft version, a short transaction per batch (other writers, and on
+    SQLite every writer, get their turn between batches), and the draft is published in one
+    short transaction at the end; a failed import deletes its draft, and drafts whose import
+    died are swept (`task_set_drafts_sweep`). Identical content (same items, same splits) as
+    the latest version creates no new version.
     """
     if file_format not in ("jsonl", "csv"):
         raise ValidationError({"format": "must be jsonl or csv"})
@@ -229,48 +234,93 @@ def task_set_import(
     seed = default_seed if split_seed is None else split_seed
     fraction = default_fraction if heldout_fraction is None else heldout_fraction
     _check_split_settings(seed, fraction)
-    with transaction.atomic():
-        locked = TaskSet.objects.select_for_update().get(pk=task_set.pk)
-        latest = locked.versions.first()
-        report = ImportReport()
-        version = None
-        if not dry_run:
-            version = TaskSetVersion.objects.create(
-                task_set=locked,
-                number=(latest.number + 1) if latest else 1,
-                content_hash="",
-                item_count=0,
-                split_seed=seed,
-                heldout_fraction=fraction,
-                source_name=source_name[:255],
-                created_by=by,
-            )
+    task_set_drafts_sweep(task_set=task_set)
+    report = ImportReport()
+    draft = None if dry_run else _draft_create(task_set, seed, fraction, source_name, by)
+    try:
         try:
-            items = read_items(stream, file_format)
-            _store_items(report, version, items, seed=seed, fraction=fraction)
+            _store_items(report, draft, read_items(stream, file_format), seed=seed, fraction=fraction)
         except FileFormatError as exc:
             report.add_error(exc.error)
         if report.ok and report.item_count == 0:
             report.add_error(ItemError(0, None, "the file holds no items"))
         if dry_run or not report.ok:
-            transaction.set_rollback(True)
             return report
-        if latest is not None and latest.content_hash == report.content_hash:
-            transaction.set_rollback(True)
-            report.version = latest
-            return report
-        version.content_hash = report.content_hash
-        version.item_count = report.item_count
-        version.kind_counts = report.kind_counts
-        version.split_counts = report.split_counts
-        version.save(update_fields=["content_hash", "item_count", "kind_counts", "split_counts"])
-        report.version, report.created = version, True
+        _draft_publish(task_set, draft, report)
+    finally:
+        if draft is not None and report.version != draft:
+            _draft_discard(draft.pk)
+    if report.created:
         events.project_event(
             task_set.project_id,
             "task_set.version_created",
-            {"task_set": task_set.pk, "version": version.number, "items": version.item_count},
+            {"task_set": task_set.pk, "version": draft.number, "items": draft.item_count},
         )
     return report
+
+
+def _draft_create(
+    task_set: TaskSet, seed: int, fraction: float, source_name: str, by: AbstractBaseUser
+) -> TaskSetVersion:
+    return TaskSetVersion.all_objects.create(
+        task_set=task_set,
+        number=None,
+        published=False,
+        draft_owner=process_identity(),
+        content_hash="",
+        item_count=0,
+        split_seed=seed,
+        heldout_fraction=fraction,
+        source_name=source_name[:255],
+        created_by=by,
+    )
+
+
+@transaction.atomic
+def _draft_publish(task_set: TaskSet, draft: TaskSetVersion, report: ImportReport) -> None:
+    """Number and publish the draft, unless the latest version has the same content."""
+    locked = TaskSet.objects.select_for_update().get(pk=task_set.pk)
+    latest = locked.versions.first()
+    if latest is not None and latest.content_hash == report.content_hash:
+        report.version = latest
+        return
+    draft.number = (latest.number + 1) if latest else 1
+    draft.published, draft.draft_owner, draft.created_at = True, "", timezone.now()
+    draft.content_hash = report.content_hash
+    draft.item_count = report.item_count
+    draft.kind_counts = report.kind_counts
+    draft.split_counts = report.split_counts
+    draft.save()
+    report.version, report.created = draft, True
+
+
+def _draft_discard(draft_id: int) -> None:
+    """Delete a draft and its items, a batch per transaction."""
+    items = TaskItem.objects.filter(version_id=draft_id)
+    while batch := list(items.values_list("pk", flat=True)[:IMPORT_BATCH_SIZE]):
+        TaskItem.objects.filter(pk__in=batch).delete()
+    TaskSetVersion.all_objects.filter(pk=draft_id, published=False).delete()
+
+
+DRAFT_MAX_AGE = timedelta(hours=6)
+
+
+def task_set_drafts_sweep(*, task_set: TaskSet | None = None) -> int:
+    """Delete the drafts of imports that died: their process is gone from this host, or they are
+    older than any import takes. Returns how many. (Each import sweeps its task set first, and
+    the scheduler's tick sweeps them all.)"""
+    drafts = TaskSetVersion.all_objects.filter(published=False)
+    if task_set is not None:
+        drafts = drafts.filter(task_set=task_set)
+    old = timezone.now() - DRAFT_MAX_AGE
+    dead = [
+        pk
+        for pk, owner, created in drafts.values_list("pk", "draft_owner", "created_at")
+        if created < old or process_gone(owner)
+    ]
+    for pk in dead:
+        _draft_discard(pk)
+    return len(dead)
 
 
 def _store_items(

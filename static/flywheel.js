@@ -42,6 +42,7 @@
     var bannerText = document.getElementById("live-banner-text");
     var retries = 0;
     var everOpened = false;
+    var pollTimer = null;
 
     function setStatus(state, text) {
       if (!status) return;
@@ -85,6 +86,8 @@
         if (everOpened) reloadSection(null); // events sent while away are lost: re-fetch
         everOpened = true;
         retries = 0;
+        if (pollTimer) window.clearInterval(pollTimer);
+        pollTimer = null;
         setStatus("on", "live");
       };
       socket.onmessage = function (message) {
@@ -97,11 +100,17 @@
         reloadSection(data.event);
       };
       socket.onclose = function (event) {
-        setStatus("off", "live updates off");
         // 4401 and 4404: not signed in or not a member; retrying will not help.
-        if (event.code === 4401 || event.code === 4404 || retries >= 5) return;
+        if (event.code === 4401 || event.code === 4404) {
+          setStatus("off", "live updates off");
+          return;
+        }
+        // Without the websocket (Redis down), re-render from the server every 15 s, and keep
+        // trying to reconnect.
+        setStatus("polling", "live updates off · refreshing every 15 s");
+        if (!pollTimer) pollTimer = window.setInterval(function () { reloadSection(null); }, 15000);
         retries += 1;
-        window.setTimeout(connect, Math.min(30000, 1000 * Math.pow(2, retries)));
+        window.setTimeout(connect, Math.min(30000, 1000 * Math.pow(2, Math.min(retries, 5))));
       };
     }
 

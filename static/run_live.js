@@ -333,6 +333,19 @@
     ]);
   }
 
+  // Without the websocket (Redis down, a proxy that drops it) the page polls the same REST
+  // endpoints it re-fetches on connect, and keeps trying to reconnect: it never goes stale.
+  var POLL_MS = 5000;
+  var pollTimer = null;
+  function pollWhileOffline() {
+    if (pollTimer) return;
+    pollTimer = window.setInterval(function () { refetchAll(); }, POLL_MS);
+  }
+  function stopPolling() {
+    if (pollTimer) window.clearInterval(pollTimer);
+    pollTimer = null;
+  }
+
   var retries = 0;
   function connect() {
     var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
@@ -340,11 +353,13 @@
     try {
       socket = new WebSocket(scheme + window.location.host + config.ws);
     } catch (error) {
-      setLive("off", "live updates off");
+      setLive("off", "live updates off · refreshing every 5 s");
+      pollWhileOffline();
       return;
     }
     socket.onopen = function () {
       retries = 0;
+      stopPolling();
       setLive("on", "live");
       refetchAll(); // whatever was sent while away is in the record
     };
@@ -355,10 +370,15 @@
       if (handler) handler(data.payload || {});
     };
     socket.onclose = function (event) {
-      setLive("off", "live updates off");
-      if (event.code === 4401 || event.code === 4404 || retries >= 8) return;
+      // 4401 and 4404: not signed in or not a member; retrying will not help.
+      if (event.code === 4401 || event.code === 4404) {
+        setLive("off", "live updates off");
+        return;
+      }
+      setLive("polling", "live updates off · refreshing every 5 s");
+      pollWhileOffline();
       retries += 1;
-      window.setTimeout(connect, Math.min(30000, 500 * Math.pow(2, retries)));
+      window.setTimeout(connect, Math.min(8000, 500 * Math.pow(2, retries)));
     };
   }
 
@@ -367,6 +387,9 @@
   document.addEventListener("DOMContentLoaded", function () {
     if (document.getElementById("charts")) loadMetrics().catch(function () {});
     if ("WebSocket" in window) connect();
-    else setLive("off", "live updates off");
+    else {
+      setLive("polling", "live updates off · refreshing every 5 s");
+      pollWhileOffline();
+    }
   });
 })();

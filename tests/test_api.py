@@ -1,6 +1,9 @@
 """The REST API: auth, the error shape, projects, members, tiers, tokens, pagination, idempotency."""
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs import services
@@ -426,6 +429,89 @@ def test_a_key_still_in_flight_answers_409(team, owner_client):
     assert response.status_code == 409
     assert error_of(response)["code"] == "idempotency_in_flight"
     assert Project.objects.filter(name="gamma").count() == 1
+
+
+def dead_process_identity() -> str:
+    """The identity a process of this host had, after it exited."""
+    import subprocess
+    import sys
+
+    child = subprocess.run(
+        [sys.executable, "-c", "from runs.leases import process_identity; print(process_identity())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return child.stdout.strip()
+
+
+def in_flight(key: str, **marker) -> None:
+    IdempotencyKey.objects.filter(key=key).update(response_status=None, response_body=None, **marker)
+
+
+def test_a_key_whose_request_died_with_its_process_is_released_at_once(team, owner_client):
+    body = {"name": "gamma"}
+    owner_client.post("/api/v1/projects", body, format="json", HTTP_IDEMPOTENCY_KEY="k-dead")
+    Project.objects.filter(name="gamma").delete()  # the dead request never got that far
+    lease_left = timezone.now() + timedelta(hours=1)  # a lease cannot save a process that is gone
+    in_flight("k-dead", owner=dead_process_identity(), lease_until=lease_left)
+    response = owner_client.post("/api/v1/projects", body, format="json", HTTP_IDEMPOTENCY_KEY="k-dead")
+    assert response.status_code == 201, response.json()
+    assert Project.objects.filter(name="gamma").count() == 1
+    again = owner_client.post("/api/v1/projects", body, format="json", HTTP_IDEMPOTENCY_KEY="k-dead")
+    assert again.status_code == 201 and again["Idempotent-Replayed"] == "true"
+    assert again.json() == response.json() and Project.objects.filter(name="gamma").count() == 1
+
+
+def test_a_key_held_by_another_host_waits_for_its_lease_to_lapse(team, owner_client):
+    body = {"name": "gamma"}
+    owner_client.post("/api/v1/projects", body, format="json", HTTP_IDEMPOTENCY_KEY="k-far")
+    Project.objects.filter(name="gamma").delete()
+    elsewhere = "another-host:4242:1700000000.000"
+    in_flight("k-far", owner=elsewhere, lease_until=timezone.now() + timedelta(seconds=20))
+    response = owner_client.post("/api/v1/projects", body, format="json", HTTP_IDEMPOTENCY_KEY="k-far")
+    assert response.status_code == 409 and error_of(response)["code"] == "idempotency_in_flight"
+    assert not Project.objects.filter(name="gamma").exists()
+    in_flight("k-far", owner=elsewhere, lease_until=timezone.now() - timedelta(seconds=1))
+    response = owner_client.post("/api/v1/projects", body, format="json", HTTP_IDEMPOTENCY_KEY="k-far")
+    assert response.status_code == 201
+    assert Project.objects.filter(name="gamma").count() == 1
+    marker = IdempotencyKey.objects.get(key="k-far")
+    assert marker.response_status == 201 and marker.owner != elsewhere
+
+
+def test_a_running_request_renews_its_lease_and_keeps_its_key(
+    transactional_db, team, owner_client, monkeypatch
+):
+    """A request longer than the lease keeps its key: its thread renews the lease as it runs."""
+    from threading import Event
+
+    from webapp import api
+
+    monkeypatch.setattr(api, "IN_FLIGHT_LEASE_SECONDS", 0.6)
+    renewed, leases = Event(), []
+    real_renew = api._renew_key
+
+    def renew(claimed):
+        result = real_renew(claimed)
+        leases.append(IdempotencyKey.objects.get(pk=claimed.pk).lease_until)
+        if len(leases) >= 3:
+            renewed.set()
+        return result
+
+    monkeypatch.setattr(api, "_renew_key", renew)
+    real_create = services.project_create
+
+    def slow_create(**kwargs):
+        assert renewed.wait(10), "the lease was not renewed while the request ran"
+        return real_create(**kwargs)
+
+    monkeypatch.setattr(services, "project_create", slow_create)
+    response = owner_client.post(
+        "/api/v1/projects", {"name": "slow"}, format="json", HTTP_IDEMPOTENCY_KEY="k-slow"
+    )
+    assert response.status_code == 201
+    assert leases == sorted(leases) and len(set(leases)) >= 3
 
 
 def test_a_replayed_token_creation_never_shows_the_secret_again(team, owner_client):

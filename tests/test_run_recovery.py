@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from runs import lifecycle
 from runs.models import MetricPoint, RolloutBatch, Run, Trajectory
@@ -37,7 +38,9 @@ def submit(setup: dict, **hyperparameters) -> Run:
 
 def assert_learned_exactly_once(run: Run) -> None:
     """Every step has its own batch, learned in that step only; no episode was stored twice;
-    only episodes of rolled-back policy versions were cancelled; one metric point per step."""
+    every episode of a step reached its learner step (learned, or dropped for a stated reason:
+    a step that closed on half its groups fails here); only episodes of rolled-back policy
+    versions were cancelled; one metric point per step."""
     assert run.status == Run.Status.SUCCEEDED, run.error
     live = Trajectory.objects.filter(run=run).exclude(outcome=Trajectory.Outcome.CANCELLED)
     for step in range(STEPS):
@@ -52,6 +55,14 @@ def assert_learned_exactly_once(run: Run) -> None:
     assert not RolloutBatch.objects.filter(run=run, status=RolloutBatch.Status.RUNNING).exists()
     steps = list(MetricPoint.objects.filter(run=run, name="reward/mean").values_list("step", flat=True))
     assert sorted(steps) == list(range(1, STEPS + 1))
+    for step in range(1, STEPS + 1):
+        counted = MetricPoint.objects.filter(run=run, step=step, name__in=CONSUMED_METRICS)
+        assert sum(counted.values_list("value", flat=True)) == BATCH * GROUP, f"step {step}"
+    assert not run.events.filter(kind="straggler").exists()
+
+
+# What the learner did with each episode of a step: learned it, or dropped it with the reason.
+CONSUMED_METRICS = ("episodes/learned", "dropped/errored", "dropped/zero_variance", "dropped/stale")
 
 
 @pytest.fixture
@@ -95,17 +106,31 @@ def test_a_learner_killed_mid_run_resumes_from_its_last_checkpoint(tiny_model, h
     assert_learned_exactly_once(run)
 
 
-def test_a_rollout_worker_killed_mid_batch_is_replaced_and_nothing_is_lost(tiny_model, hosts):
-    learner_host, first_rollout_host = hosts(), hosts()
+def test_a_rollout_worker_killed_mid_batch_is_reclaimed_within_the_deadline_and_nothing_is_lost(
+    tiny_model, hosts
+):
+    """The production lease (30 s, renewed every 10 s by the worker) against the default episode
+    deadline (120 s): the orphan batch is claimed again one lease after the kill, its step waits
+    for it, and every episode of every step is generated and learned exactly once."""
+    lease = 30
+    learner_host, first_rollout_host = hosts(FLYWHEEL_ROLLOUT_LEASE_SECONDS=str(lease)), hosts()
     learner_host.worker("learner")
     first_rollout_host.worker("rollout,eval")
     run = submit(demo_project(tiny_model))
+    assert run.resolved["episode_deadline_seconds"] == 120.0
     wait_until(lambda: frozen_holding_a_batch(first_rollout_host, run), "a batch of step 1+ in progress")
+    orphans = list(RolloutBatch.objects.filter(run=run, step__gte=1, status=RolloutBatch.Status.RUNNING))
     first_rollout_host.kill()
-    hosts().worker("rollout,eval")
+    killed_at = timezone.now()
+    hosts(FLYWHEEL_ROLLOUT_LEASE_SECONDS=str(lease)).worker("rollout,eval")
     run = wait_for_terminal(run.pk)
     assert run.restarts == 0
-    assert RolloutBatch.objects.filter(run=run, attempts__gt=1).exists()  # claimed again after the lease
+    for orphan in orphans:
+        again = RolloutBatch.objects.get(pk=orphan.pk)
+        assert again.attempts == orphan.attempts + 1 and again.status == RolloutBatch.Status.DONE
+        reclaimed_after = (again.claimed_at - killed_at).total_seconds()
+        # One lease after its last renewal, found within half a lease by the learner's check.
+        assert reclaimed_after < lease * 1.5 + 5 < run.resolved["episode_deadline_seconds"], reclaimed_after
     assert_learned_exactly_once(run)
 
 

@@ -157,3 +157,103 @@ def test_a_bad_sandbox_field_names_the_line_and_the_limit_and_imports_nothing(ta
         (3, "sandbox", "unknown field for an answer item"),
     ]
     assert TaskItem.objects.count() == 0
+
+
+# --- a large import beside other users ------------------------------------------------------
+
+
+def many_answers(count: int, *, broken_last: bool = False) -> list[bytes]:
+    lines = jsonl(*({"id": f"q{n}", "prompt": f"{n} + 1?", "reference": str(n + 1)} for n in range(count)))
+    if broken_last:
+        lines[-1] = b'{"id": "broken", "prompt": "no reference"}\n'
+    return lines
+
+
+@pytest.mark.django_db(transaction=True)
+def test_another_users_read_is_answered_promptly_while_a_large_import_writes():
+    """The import writes in short transactions under a draft: the reader's request (whose bearer
+    token is due a last-used write) never waits for the whole import, on SQLite either."""
+    import threading
+    import time
+
+    from django.db import connection
+
+    from runs.models import ApiToken
+    from tests.conftest import api_client_for
+
+    importer = make_user("importer")
+    task_set = services.task_set_create(project=make_project(importer), name="big", by=importer)
+    reader = make_user("reader")
+    make_project(reader, name="theirs")
+    client = api_client_for(reader)
+    assert client.get("/api/v1/runs").status_code == 200  # loaded and warm before the import
+    finished = threading.Event()
+
+    def run_import() -> None:
+        try:
+            services.task_set_import(
+                task_set=task_set, stream=many_answers(100_000), file_format="jsonl", by=importer
+            )
+        finally:
+            finished.set()
+            connection.close()
+
+    threading.Thread(target=run_import).start()
+    drafts = TaskSetVersion.all_objects.filter(task_set=task_set, published=False)
+    deadline = time.monotonic() + 120
+    while not TaskItem.objects.filter(version__in=drafts).exists():
+        assert time.monotonic() < deadline and not finished.is_set(), "the import never started writing"
+        time.sleep(0.05)
+    waits = []
+    while not finished.is_set() and len(waits) < 10:
+        ApiToken.objects.filter(user=reader).update(last_used_at=None)  # due a write on this request
+        started = time.monotonic()
+        response = client.get("/api/v1/runs")
+        waits.append(time.monotonic() - started)
+        assert response.status_code == 200
+    assert waits and not finished.is_set(), "the import ended before the reads: make it larger"
+    assert max(waits) < 1.5, waits  # one batch's transaction at most, never the whole import
+    assert not TaskSetVersion.objects.filter(task_set=task_set).exists()  # unpublished until it ends
+    finished.wait(300)
+    version = TaskSetVersion.objects.get(task_set=task_set)
+    assert (version.number, version.item_count, version.items.count()) == (1, 100_000, 100_000)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_large_import_that_fails_on_its_last_line_leaves_nothing():
+    importer = make_user("importer")
+    task_set = services.task_set_create(project=make_project(importer), name="big", by=importer)
+    report = services.task_set_import(
+        task_set=task_set, stream=many_answers(20_000, broken_last=True), file_format="jsonl", by=importer
+    )
+    assert not report.ok and report.errors[0].line == 20_000
+    assert not TaskSetVersion.all_objects.filter(task_set=task_set).exists()
+    assert not TaskItem.objects.exists()
+
+
+def test_the_draft_of_an_import_that_died_is_swept(task_set):
+    from tests.test_api import dead_process_identity
+
+    draft = TaskSetVersion.all_objects.create(
+        task_set=task_set,
+        number=None,
+        published=False,
+        draft_owner=dead_process_identity(),
+        content_hash="",
+        item_count=0,
+    )
+    TaskItem.objects.create(
+        version=draft, position=0, external_id="q0", kind="answer", split="train", text="x", data={}
+    )
+    alive = TaskSetVersion.all_objects.create(
+        task_set=task_set,
+        number=None,
+        published=False,
+        draft_owner=services.process_identity(),
+        content_hash="",
+        item_count=0,
+    )
+    assert services.task_set_drafts_sweep() == 1
+    assert list(TaskSetVersion.all_objects.values_list("pk", flat=True)) == [alive.pk]
+    assert not TaskItem.objects.filter(version=draft).exists()
+    assert not TaskSetVersion.objects.exists()  # a draft is never a version anyone sees

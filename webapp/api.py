@@ -12,12 +12,15 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.http import Http404
 from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
+from redis.exceptions import RedisError
 from rest_framework import exceptions
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
+from runs.leases import lease_kept, process_gone, process_identity
 from runs.models import IdempotencyKey
 from runs.services import StateError
 
@@ -44,6 +47,7 @@ CODES = {
     415: "unsupported_media_type",
     422: "unprocessable",
     429: "rate_limited",
+    503: "service_unavailable",
 }
 
 
@@ -98,6 +102,10 @@ def validation_response(detail: Any, status_code: int = 400) -> Response:
 
 
 def error_handler(exc: Exception, context: dict) -> Response | None:
+    if isinstance(exc, (RedisError, KombuOperationalError)):  # Redis went away mid-request
+        return Response(
+            error_body(503, f"Redis is unreachable: {exc}", code="service_unavailable"), status=503
+        )
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
         return validation_response(detail)
@@ -139,9 +147,16 @@ def _content_digest(upload) -> str:
     return digest.hexdigest()
 
 
+# An in-flight marker's lease: renewed every third of it while its request runs, so a request
+# that died with its server (kill -9, a lost host) releases its key within this, not in 24 hours.
+IN_FLIGHT_LEASE_SECONDS = 30
+
+
 def idempotent(handler=None, *, secret_fields: tuple[str, ...] = ()):
     """Wrap a creating POST: the same Idempotency-Key replays the first response; the same key
-    with another body answers 422; while the first request is still running, 409.
+    with another body answers 422; while the first request is still running, 409. A first
+    request whose process died (its host sees the pid gone, or its lease lapsed) does not count
+    as running: the key is taken over and the request runs again.
 
     `secret_fields` (a token shown once) are never stored with the response: a replay shows null.
     """
@@ -161,8 +176,10 @@ def idempotent(handler=None, *, secret_fields: tuple[str, ...] = ()):
         claimed = _claim_key(request.user, key, fingerprint)
         if isinstance(claimed, Response):
             return claimed
+        every = IN_FLIGHT_LEASE_SECONDS / 3
         try:
-            response = handler(view, request, *args, **kwargs)
+            with lease_kept(lambda: _renew_key(claimed), every=every, name=f"idempotency-{claimed.pk}"):
+                response = handler(view, request, *args, **kwargs)
         except Exception:
             claimed.delete()  # nothing was created; let the client retry with the same key
             raise
@@ -173,7 +190,7 @@ def idempotent(handler=None, *, secret_fields: tuple[str, ...] = ()):
         if isinstance(body, dict):
             body.update({name: None for name in secret_fields if name in body})
         IdempotencyKey.objects.filter(pk=claimed.pk).update(
-            response_status=response.status_code, response_body=body
+            response_status=response.status_code, response_body=body, lease_until=None
         )
         return response
 
@@ -182,12 +199,47 @@ def idempotent(handler=None, *, secret_fields: tuple[str, ...] = ()):
     return wrapper
 
 
+def _lease_end():
+    return timezone.now() + timedelta(seconds=IN_FLIGHT_LEASE_SECONDS)
+
+
+def _renew_key(claimed: IdempotencyKey) -> bool:
+    in_flight = IdempotencyKey.objects.filter(pk=claimed.pk, response_status=None, owner=claimed.owner)
+    return bool(in_flight.update(lease_until=_lease_end()))
+
+
+def _abandoned(marker: IdempotencyKey) -> bool:
+    """The request holding this in-flight marker died: its process is gone, or it stopped renewing."""
+    if process_gone(marker.owner):
+        return True
+    lapsed_at = marker.lease_until or marker.created_at + timedelta(seconds=IN_FLIGHT_LEASE_SECONDS)
+    return lapsed_at < timezone.now()
+
+
+def _take_over(marker: IdempotencyKey) -> IdempotencyKey | None:
+    """Claim a dead request's marker for this request; None if another request took it first."""
+    me = process_identity()
+    taken = IdempotencyKey.objects.filter(
+        pk=marker.pk, response_status=None, owner=marker.owner, lease_until=marker.lease_until
+    ).update(owner=me, lease_until=_lease_end())
+    if not taken:
+        return None
+    marker.owner = me
+    return marker
+
+
 def _claim_key(user, key: str, fingerprint: str) -> IdempotencyKey | Response:
     expired_before = timezone.now() - timedelta(hours=settings.FLYWHEEL_IDEMPOTENCY_TTL_HOURS)
     IdempotencyKey.objects.filter(user=user, key=key, created_at__lt=expired_before).delete()
     try:
         with transaction.atomic():
-            return IdempotencyKey.objects.create(user=user, key=key, request_fingerprint=fingerprint)
+            return IdempotencyKey.objects.create(
+                user=user,
+                key=key,
+                request_fingerprint=fingerprint,
+                owner=process_identity(),
+                lease_until=_lease_end(),
+            )
     except IntegrityError:
         pass
     existing = IdempotencyKey.objects.filter(user=user, key=key).first()
@@ -205,6 +257,8 @@ def _claim_key(user, key: str, fingerprint: str) -> IdempotencyKey | Response:
             ),
             status=422,
         )
+    if existing.in_flight and _abandoned(existing) and (taken := _take_over(existing)) is not None:
+        return taken
     if existing.in_flight:
         return Response(
             error_body(

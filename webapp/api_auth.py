@@ -1,6 +1,11 @@
 """Bearer token authentication for REST clients. Kept apart from webapp.api because DRF imports
 authentication classes while its own views module is still loading."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+from django.db import OperationalError, connection
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
@@ -10,6 +15,38 @@ from rest_framework.request import Request
 from runs import selectors
 from runs.models import ApiToken
 from runs.services import token_digest
+
+# A read must not write on every request (on SQLite a write waits for any other writer): a token's
+# last use is recorded to the minute.
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+def token_used(token: ApiToken) -> None:
+    """Record the token's use, best effort: on SQLite a request never queues behind another
+    writer (a long import) for this bookkeeping; a later request records it instead."""
+    now = timezone.now()
+    if token.last_used_at is not None and now - token.last_used_at < LAST_USED_RESOLUTION:
+        return
+    try:
+        with _short_lock_wait():
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    except OperationalError:  # the database is locked by a writer right now
+        pass
+
+
+@contextmanager
+def _short_lock_wait(milliseconds: int = 200) -> Iterator[None]:
+    if connection.vendor != "sqlite":
+        yield
+        return
+    usual = int(connection.settings_dict.get("OPTIONS", {}).get("timeout", 5) * 1000)
+    with connection.cursor() as cursor:
+        cursor.execute(f"PRAGMA busy_timeout = {milliseconds}")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA busy_timeout = {usual}")
 
 
 class BearerTokenAuthentication(BaseAuthentication):
@@ -22,11 +59,11 @@ class BearerTokenAuthentication(BaseAuthentication):
         if len(parts) != 2:
             raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'")
         digest = token_digest(parts[1].decode("latin-1"))
-        user = selectors.user_for_token(digest=digest)
-        if user is None:
+        token = selectors.token_for(digest=digest)
+        if token is None:
             raise exceptions.AuthenticationFailed("the token is unknown or revoked")
-        ApiToken.objects.filter(digest=digest).update(last_used_at=timezone.now())
-        return user, digest
+        token_used(token)
+        return token.user, digest
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="api"'

@@ -23,6 +23,26 @@ def redis_ping(port: int) -> bool:
         return False
 
 
+def redis_argv(*, home: Path, port: int) -> list[str]:
+    """The private Redis in the foreground, keeping an append-only file under FLYWHEEL_HOME so
+    queued work survives a restart."""
+    data_dir = home / "redis"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        redis_binary(),
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dir",
+        str(data_dir),
+        "--appendonly",
+        "yes",
+        "--save",
+        "",
+    ]
+
+
 def redis_start(*, home: Path, port: int) -> bool:
     """Start the private Redis unless one already answers on the port; True if this call started it.
 

@@ -40,7 +40,10 @@ def workers_by_queue() -> dict[str, list[str]]:
     cached = cache.get("healthz:workers")
     if cached is not None:
         return cached
-    replies = celery_app.control.inspect(timeout=WORKER_PROBE_SECONDS).active_queues() or {}
+    # A connection of its own each time: a pooled one may be a socket that a restarted Redis closed.
+    with celery_app.connection_for_write() as connection:
+        inspect = celery_app.control.inspect(timeout=WORKER_PROBE_SECONDS, connection=connection)
+        replies = inspect.active_queues() or {}
     queues: dict[str, list[str]] = {name: [] for name in settings.CELERY_WORKER_QUEUES}
     for worker, consumed in replies.items():
         for queue in consumed:

@@ -1,11 +1,20 @@
 """Prometheus metrics at /metrics: request counts and latencies, and the size of the record."""
 
+import os
 import time
 from collections.abc import Callable, Iterator
 
 from django.http import HttpRequest, HttpResponse
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 REQUESTS = Counter("flywheel_http_requests_total", "HTTP requests served", ["method", "view", "status"])
@@ -56,5 +65,16 @@ _collector = RecordCollector()
 REGISTRY.register(_collector)
 
 
+def scrape_registry() -> CollectorRegistry:
+    """This process's metrics; under a web server of several processes (the stack sets
+    PROMETHEUS_MULTIPROC_DIR), every process's, summed from the files they write there."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)
+    registry.register(_collector)
+    return registry
+
+
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(generate_latest(scrape_registry()), content_type=CONTENT_TYPE_LATEST)

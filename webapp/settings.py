@@ -12,6 +12,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from webapp.web_server import default_web_workers
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -66,6 +68,8 @@ ALLOWED_HOSTS = env_list("FLYWHEEL_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("FLYWHEEL_CSRF_TRUSTED_ORIGINS", "")
 PORT = env_int("PORT", 8000)
 FLYWHEEL_BIND = env_str("FLYWHEEL_BIND", "127.0.0.1")
+# Processes of the web server (uvicorn: HTTP and websockets); see webapp/web_server.py.
+FLYWHEEL_WEB_WORKERS = env_int("FLYWHEEL_WEB_WORKERS", default_web_workers())
 
 INSTALLED_APPS = [
     "daphne",
@@ -92,6 +96,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "webapp.outage.RedisOutageMiddleware",  # writes answer 503 while Redis is unreachable
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -170,9 +175,11 @@ REDIS_URL = env_str("REDIS_URL", f"redis://127.0.0.1:{FLYWHEEL_REDIS_PORT}/0")
 
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        # Fails open while Redis is unreachable (an empty cache): the throttle lets reads through.
+        "BACKEND": "webapp.outage.FailOpenRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "flywheel",
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
     }
 }
 
@@ -214,7 +221,9 @@ FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT = env_int("FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT
 FLYWHEEL_LEARNER_SPARE = env_bool("FLYWHEEL_LEARNER_SPARE", True)
 # Rollout work still pending (or whose worker's lease ran out) this long is sent again.
 FLYWHEEL_ROLLOUT_RESEND_SECONDS = env_int("FLYWHEEL_ROLLOUT_RESEND_SECONDS", 30)
-FLYWHEEL_ROLLOUT_LEASE_SECONDS = env_int("FLYWHEEL_ROLLOUT_LEASE_SECONDS", 300)
+# The worker holding a rollout batch renews its lease every third of this; a batch not renewed for
+# this long lost its worker and is claimed again. Keep it well under the episode deadline.
+FLYWHEEL_ROLLOUT_LEASE_SECONDS = env_int("FLYWHEEL_ROLLOUT_LEASE_SECONDS", 30)
 # Threads each worker and learner process gives torch (0: torch's default, one per core). One by
 # default: a host runs several workers and learners, and oversubscribed threads slow them all.
 FLYWHEEL_TORCH_THREADS = env_int("FLYWHEEL_TORCH_THREADS", 1)

@@ -1,16 +1,29 @@
 """The local stack that `make up` starts and `make down` stops: the private Redis (embedded
-default only), the web server (Daphne) and one Celery worker per queue. Each process runs
-detached with a pidfile under FLYWHEEL_HOME/run and a log under FLYWHEEL_HOME/logs."""
+default only), the web server (uvicorn, HTTP and websockets), one Celery worker per queue and
+the scheduler (Celery beat), each with a log under FLYWHEEL_HOME/logs.
 
+They run under a supervisor (`manage.py flywheel_supervise`, started detached by `make up`, its
+pid in FLYWHEEL_HOME/run/supervisor.pid): a service that dies is started again at once (its whole
+process group killed first, so no orphan of a killed server keeps its port), then, if it keeps
+dying, with a back-off of up to 30 s. `make down` stops the supervisor, which stops the services
+in reverse order (Redis last) and then exits."""
+
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
+
+from webapp import web_server
+from webapp.embedded_redis import redis_argv
+
+logger = logging.getLogger("flywheel.stack")
 
 STOP_GRACE_SECONDS = 15.0
 
@@ -19,6 +32,8 @@ STOP_GRACE_SECONDS = 15.0
 class Service:
     name: str
     argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # over the stack's own environment
+    fresh_dirs: tuple[Path, ...] = ()  # emptied before each start
 
 
 def solo_worker_argv(queues: str, name: str) -> list[str]:
@@ -46,6 +61,27 @@ def solo_worker_argv(queues: str, name: str) -> list[str]:
     ]
 
 
+def web_argv() -> list[str]:
+    return web_server.web_argv(
+        python=sys.executable,
+        bind=settings.FLYWHEEL_BIND,
+        port=settings.PORT,
+        workers=settings.FLYWHEEL_WEB_WORKERS,
+    )
+
+
+def web_service() -> Service:
+    """The web server; its processes count requests for /metrics in files of one folder, which
+    every process reads and sums (Prometheus' multiprocess mode), emptied before each start."""
+    metrics_dir = settings.FLYWHEEL_HOME / "run" / "prometheus"
+    return Service("web", web_argv(), {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}, (metrics_dir,))
+
+
+def redis_service() -> Service:
+    """The embedded default's private Redis, in the foreground so the supervisor sees it die."""
+    return Service("redis", redis_argv(home=settings.FLYWHEEL_HOME, port=settings.FLYWHEEL_REDIS_PORT))
+
+
 def services() -> list[Service]:
     python = sys.executable
     celery = [python, "-m", "celery", "-A", "webapp", "worker", "--loglevel", "INFO", "--without-gossip"]
@@ -58,19 +94,7 @@ def services() -> list[Service]:
         Service(f"worker-{queue}", [*celery, "-Q", queue, "-n", f"{queue}@%h", "-c", str(concurrency[queue])])
         for queue in settings.CELERY_WORKER_QUEUES
     ]
-    web = Service(
-        "web",
-        [
-            python,
-            "-m",
-            "daphne",
-            "-b",
-            settings.FLYWHEEL_BIND,
-            "-p",
-            str(settings.PORT),
-            "webapp.asgi:application",
-        ],
-    )
+    web = web_service()
     beat = Service(
         "beat",
         [
@@ -86,7 +110,7 @@ def services() -> list[Service]:
             str(settings.FLYWHEEL_HOME / "run" / "celerybeat-schedule"),
         ],
     )
-    return [web, *workers, beat]
+    return [*([redis_service()] if settings.EMBEDDED_REDIS else []), web, *workers, beat]
 
 
 def run_dir() -> Path:
@@ -170,3 +194,108 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+# --- the supervisor --------------------------------------------------------------------------
+
+POLL_SECONDS = 0.2
+STABLE_SECONDS = 10.0  # a service that lived this long restarts at once when it dies
+MAX_BACKOFF_SECONDS = 30.0
+
+
+@dataclass
+class Supervised:
+    service: Service
+    process: subprocess.Popen | None = None
+    started_at: float = 0.0
+    failures: int = 0  # deaths in a row, each within STABLE_SECONDS of its start
+    due_at: float = 0.0  # when to start it again
+
+    def start(self) -> None:
+        for folder in self.service.fresh_dirs:
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+        log = open(log_dir() / f"{self.service.name}.log", "ab")  # noqa: SIM115 - handed to the child
+        with log:
+            self.process = subprocess.Popen(
+                self.service.argv,
+                cwd=settings.BASE_DIR,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # a group of its own: stopped, or cleaned up, as one
+                env=os.environ | self.service.env,
+            )
+        self.started_at = time.monotonic()
+        (run_dir() / f"{self.service.name}.pid").write_text(str(self.process.pid))
+        logger.info("%s: started, pid %s", self.service.name, self.process.pid)
+
+    def check(self) -> None:
+        """Start it again if it died (its leftover processes killed first) and its time has come."""
+        now = time.monotonic()
+        if self.process is not None and self.process.poll() is not None:
+            code, pid = self.process.returncode, self.process.pid
+            _kill_session(pid)  # children of a killed parent must not hold its port
+            self.process = None
+            self.failures = self.failures + 1 if now - self.started_at < STABLE_SECONDS else 0
+            delay = min(MAX_BACKOFF_SECONDS, 2.0 ** (self.failures - 1)) if self.failures else 0.0
+            self.due_at = now + delay
+            logger.warning(
+                "%s: pid %s exited with code %s; starting it again in %.0f s",
+                self.service.name,
+                pid,
+                code,
+                delay,
+            )
+        if self.process is None and now >= self.due_at:
+            self.start()
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        _signal_group(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            _signal_group(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        (run_dir() / f"{self.service.name}.pid").unlink(missing_ok=True)
+        logger.info("%s: stopped", self.service.name)
+
+
+def _kill_session(leader: int) -> None:
+    """SIGKILL what is left of a dead service: it led a session and group of its own (its pid is
+    their id), which its orphaned children are still in."""
+    try:
+        os.killpg(leader, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def supervise(chosen: list[Service]) -> None:
+    """Run the services until SIGTERM or SIGINT, starting again each one that dies; then stop
+    them in reverse order."""
+    stopping = {"now": False}
+
+    def request_stop(signum, frame) -> None:
+        stopping["now"] = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    supervised = [Supervised(service) for service in chosen]
+    for entry in supervised:
+        entry.start()
+    while not stopping["now"]:
+        for entry in supervised:
+            entry.check()
+        time.sleep(POLL_SECONDS)
+    for entry in reversed(supervised):
+        entry.stop()
+
+
+def supervisor_start(names: list[str] | None = None) -> int:
+    """Start the supervisor detached (unless it runs); returns its pid."""
+    argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "flywheel_supervise"]
+    if names:
+        argv += ["--services", ",".join(names)]
+    return service_start(Service("supervisor", argv))

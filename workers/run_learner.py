@@ -5,7 +5,8 @@ Per step s (the weights after s steps are policy version s):
 1. dispatch: rollout batches exist for steps s .. s+k, each sampled with the newest published
    version, so rollouts run while the learner trains and never more than k versions ahead;
 2. wait for step s's batches; the step closes on its complete groups once they are all in or the
-   episode deadline has passed (stragglers are recorded, not waited for);
+   episode deadline has passed (live stragglers are recorded, not waited for; a batch whose worker
+   died is claimed again and waited for);
 3. learn on the complete groups (GRPO: group advantages, clipped ratio against the behaviour
    log-probs, optional KL), skipping errored trajectories and those older than s - k;
 4. mark what was learned (`learned_in_step`), publish version s+1, write metrics, checkpoint.
@@ -26,7 +27,7 @@ from statistics import fmean, pstdev
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Case, FloatField, Q, Value, When
+from django.db.models import Case, FloatField, Max, Q, Value, When
 from django.utils import timezone
 
 from runs import events, monitors
@@ -38,7 +39,7 @@ from workers.generation import Completion
 from workers.learners.common import checkpoint_resume, checkpoint_save, learner_create, reference_create
 from workers.learners.grpo import GRPOConfig, grpo_batch, learn_on_batch, learnable, step_items
 from workers.rollout import Trajectory as Episode
-from workers.run_rollout import item_dicts, lease, rollout_batches_expire
+from workers.run_rollout import item_dicts, lease_lapsed, rollout_batches_expire
 from workers.run_store import learner_dir, policies_discard_after, policy_dir, policy_publish
 
 logger = logging.getLogger(__name__)
@@ -289,8 +290,10 @@ def _send(task, *args) -> None:
 
 
 def wait_for_step(run: Run, step: int, config: GRPOConfig) -> tuple[list[Episode], list[Trajectory]]:
-    """Block until step's batches are done, or its deadline passed with some complete groups."""
-    resent_at = time.monotonic()
+    """Block until step's batches are done, or its deadline passed with some complete groups and
+    only live stragglers left. A batch whose worker died is not a straggler: it is claimed again
+    (with a fresh deadline) and waited for, so a killed worker costs time, never episodes."""
+    checked_at = time.monotonic()
     while True:
         status_check(run)
         batches = RolloutBatch.objects.filter(run=run, step=step).exclude(
@@ -301,8 +304,9 @@ def wait_for_step(run: Run, step: int, config: GRPOConfig) -> tuple[list[Episode
         groups = _complete_groups(rows, config.group_size)
         ended = (RolloutBatch.Status.DONE, RolloutBatch.Status.FAILED)
         all_done = statuses and all(status in ended for status in statuses)
-        deadline = batches.order_by("deadline_at").values_list("deadline_at", flat=True).first()
-        if all_done or (groups and deadline and timezone.now() > deadline):
+        deadline = batches.aggregate(latest=Max("deadline_at"))["latest"]
+        past_deadline = groups and deadline and timezone.now() > deadline
+        if all_done or (past_deadline and _only_live_stragglers(batches)):
             chosen = [row for group in groups for row in group]
             if not all_done:
                 late = len(statuses) - sum(status in ended for status in statuses)
@@ -314,21 +318,29 @@ def wait_for_step(run: Run, step: int, config: GRPOConfig) -> tuple[list[Episode
                     level="warning",
                 )
             return _episodes(chosen), chosen
-        if time.monotonic() - resent_at > settings.FLYWHEEL_ROLLOUT_RESEND_SECONDS:
+        if time.monotonic() - checked_at > _check_every():
             _resend_stuck(batches)
-            resent_at = time.monotonic()
+            checked_at = time.monotonic()
         time.sleep(POLL_SECONDS)
+
+
+def _check_every() -> float:
+    """How often to look for lost work: often enough to catch a lapsed lease within half a lease."""
+    return min(settings.FLYWHEEL_ROLLOUT_RESEND_SECONDS, settings.FLYWHEEL_ROLLOUT_LEASE_SECONDS / 2)
+
+
+def _only_live_stragglers(batches) -> bool:
+    """Every unfinished batch is held by a worker that still renews its lease."""
+    unfinished = batches.exclude(status__in=(RolloutBatch.Status.DONE, RolloutBatch.Status.FAILED))
+    return not unfinished.filter(Q(status=RolloutBatch.Status.PENDING) | lease_lapsed()).exists()
 
 
 def _resend_stuck(batches) -> None:
     """Messages can be lost (a broker restart without persistence) and workers can die: send
-    again what is still pending or whose lease ran out; the claim makes duplicates harmless.
-    A batch whose worker died on every attempt is ended, its episodes errored."""
+    again what is still pending or whose worker stopped renewing its lease; the claim makes
+    duplicates harmless. A batch whose worker died on every attempt is ended, its episodes errored."""
     rollout_batches_expire(batches)
-    expired = timezone.now() - lease()
-    stuck = batches.filter(
-        Q(status=RolloutBatch.Status.PENDING) | Q(status=RolloutBatch.Status.RUNNING, claimed_at__lt=expired)
-    )
+    stuck = batches.filter(Q(status=RolloutBatch.Status.PENDING) | lease_lapsed())
     for batch_id in stuck.values_list("pk", flat=True):
         _enqueue_rollout(batch_id)
 

@@ -1,12 +1,16 @@
 """The rollout side of a run: execute one RolloutBatch on a rollout worker.
 
 A batch is claimed with a conditional update (pending → running), so a redelivered task does
-nothing; a batch whose worker died is claimed again once its lease has run out. Trajectories are
+nothing. The worker holding it renews its lease (`heartbeat_at`) every third of
+FLYWHEEL_ROLLOUT_LEASE_SECONDS from a thread, however long its episodes take; a worker killed
+mid-batch stops renewing, and the batch is claimed again one lease later, with a fresh episode
+deadline, so its step waits for it instead of closing without its groups. Trajectories are
 unique per (batch, item, sample), so a batch finished twice still stores each episode once.
 The policy of the batch's version is loaded from the run's policy folder, once per process.
 """
 
 import logging
+import os
 import socket
 import time
 from dataclasses import dataclass
@@ -20,6 +24,7 @@ from django.utils import timezone
 
 from rewards.engine import Sample, ScoreResult, score_batch
 from runs import events
+from runs.leases import lease_kept
 from runs.models import RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
 from sandboxes.sandbox import sandbox_cpu_seconds
 from workers.agent import AgentEpisode, context_fits, episodes_play
@@ -33,25 +38,51 @@ MAX_ATTEMPTS = 3
 
 
 def lease() -> timedelta:
-    """A running batch untouched this long is presumed to have lost its worker."""
+    """A running batch whose worker has not renewed it this long is presumed to have lost it."""
     return timedelta(seconds=settings.FLYWHEEL_ROLLOUT_LEASE_SECONDS)
 
 
+def lease_lapsed(now=None) -> Q:
+    """Running batches whose holder stopped renewing (rows from before heartbeats: their claim)."""
+    stale = (now or timezone.now()) - lease()
+    return Q(status=RolloutBatch.Status.RUNNING) & (
+        Q(heartbeat_at__lt=stale) | Q(heartbeat_at=None, claimed_at__lt=stale)
+    )
+
+
 def rollout_batch_claim(batch_id: int) -> RolloutBatch | None:
-    """Take the batch if it is pending, or running with an expired lease; None otherwise."""
+    """Take the batch if it is pending, or running with a lapsed lease; None otherwise. Taken
+    from a dead worker, it gets a fresh episode deadline: its episodes were lost, not slow."""
     now = timezone.now()
-    claimable = Q(status=RolloutBatch.Status.PENDING) | Q(
-        status=RolloutBatch.Status.RUNNING, claimed_at__lt=now - lease(), attempts__lt=MAX_ATTEMPTS
-    )
-    changed = RolloutBatch.objects.filter(
-        claimable, pk=batch_id, run__status__in=(Run.Status.STARTING, Run.Status.RUNNING)
-    ).update(
-        status=RolloutBatch.Status.RUNNING,
-        claimed_at=now,
-        attempts=F("attempts") + 1,
-        worker=socket.gethostname(),
-    )
+    live_run = Q(pk=batch_id, run__status__in=(Run.Status.STARTING, Run.Status.RUNNING))
+    claim = {
+        "status": RolloutBatch.Status.RUNNING,
+        "claimed_at": now,
+        "heartbeat_at": now,
+        "attempts": F("attempts") + 1,
+        "worker": worker_name(),
+    }
+    changed = RolloutBatch.objects.filter(live_run, status=RolloutBatch.Status.PENDING).update(**claim)
+    if not changed:
+        orphan = RolloutBatch.objects.filter(live_run, lease_lapsed(now), attempts__lt=MAX_ATTEMPTS)
+        deadline = orphan.values_list("run__resolved", "deadline_at").first()
+        if deadline is not None:
+            fresh = now + timedelta(seconds=float(deadline[0]["episode_deadline_seconds"]))
+            changed = orphan.update(**claim, deadline_at=max(fresh, deadline[1] or fresh))
     return RolloutBatch.objects.select_related("run").get(pk=batch_id) if changed else None
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def rollout_batch_renew(batch: RolloutBatch) -> bool:
+    """Renew this worker's lease on the batch; False once it is no longer ours to renew."""
+    return bool(
+        RolloutBatch.objects.filter(
+            pk=batch.pk, status=RolloutBatch.Status.RUNNING, attempts=batch.attempts
+        ).update(heartbeat_at=timezone.now())
+    )
 
 
 def _policy(run: Run, version: int) -> TierModel:
@@ -98,8 +129,10 @@ def rollout_batch_run(batch_id: int) -> int:
     batch = rollout_batch_claim(batch_id)
     if batch is None:  # done, taken by a live worker, or its run stopped: a redelivery
         return 0
+    every = settings.FLYWHEEL_ROLLOUT_LEASE_SECONDS / 3
     try:
-        return _rollout(batch)
+        with lease_kept(lambda: rollout_batch_renew(batch), every=every, name=f"rollout-batch-{batch.pk}"):
+            return _rollout(batch)
     except Exception as exc:  # noqa: BLE001 - whatever broke, the batch must not stay claimed
         logger.exception("rollout batch %s failed", batch.pk)
         rollout_batch_fail(batch, f"{type(exc).__name__}: {exc}")
@@ -285,11 +318,7 @@ def rollout_batch_fail(batch: RolloutBatch, why: str) -> None:
 def rollout_batches_expire(batches) -> int:
     """Batches whose worker stopped answering on every attempt can never be claimed again: end
     them as failed. Returns how many."""
-    expired = batches.filter(
-        status=RolloutBatch.Status.RUNNING,
-        claimed_at__lt=timezone.now() - lease(),
-        attempts__gte=MAX_ATTEMPTS,
-    ).select_related("run")
+    expired = batches.filter(lease_lapsed(), attempts__gte=MAX_ATTEMPTS).select_related("run")
     for batch in expired:
         rollout_batch_fail(batch, f"its worker stopped answering on each of {MAX_ATTEMPTS} attempts")
     return len(expired)

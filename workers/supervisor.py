@@ -20,7 +20,7 @@ from django.utils import timezone
 from runs.lifecycle import run_event, run_fail, run_transition
 from runs.models import Run
 from runs.scheduling import runs_admit
-from runs.services import StateError
+from runs.services import StateError, task_set_drafts_sweep
 from webhooks.services import deliveries_resend
 from workers.run_store import run_dir
 
@@ -181,8 +181,9 @@ def _starting_too_long(run: Run) -> bool:
 
 
 def runs_tick() -> None:
-    """The periodic pass: restart what died, start what the quotas allow, and send again the
-    webhook deliveries whose messages were lost."""
+    """The periodic pass: restart what died, start what the quotas allow, send again the webhook
+    deliveries whose messages were lost, and delete the drafts of imports that died."""
     runs_watchdog()
     runs_admit()
     deliveries_resend()
+    task_set_drafts_sweep()

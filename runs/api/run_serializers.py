@@ -156,7 +156,8 @@ class RunSerializer(serializers.ModelSerializer):
     queue_position = serializers.SerializerMethodField(
         help_text="1 starts next in its project; null when not queued"
     )
-    progress = serializers.SerializerMethodField()
+    # One nested serializer for the whole list (not one built per run: most of a list's time).
+    progress = ProgressSerializer(source="*", read_only=True)
 
     class Meta:
         model = Run
@@ -190,10 +191,6 @@ class RunSerializer(serializers.ModelSerializer):
     def get_queue_position(self, run: Run) -> int | None:
         positions = self.context.get("queue_positions")
         return positions.get(run.pk) if positions is not None else lifecycle.queue_position(run)
-
-    @extend_schema_field(ProgressSerializer)
-    def get_progress(self, run: Run) -> dict[str, Any]:
-        return ProgressSerializer(run).data
 
 
 class ConfigChangeSerializer(serializers.Serializer):

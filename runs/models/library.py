@@ -73,11 +73,25 @@ class TaskSet(models.Model):
         return self.name
 
 
+class PublishedVersionManager(models.Manager):
+    """Published versions only: a draft (an import still writing its items) exists for nobody."""
+
+    def get_queryset(self) -> models.QuerySet:
+        return super().get_queryset().filter(published=True)
+
+
 class TaskSetVersion(models.Model):
-    """An immutable snapshot of a task set's items and their train / held-out split."""
+    """An immutable snapshot of a task set's items and their train / held-out split.
+
+    An import writes its items under a draft (unpublished, without a number) in short
+    transactions, then publishes it in one: nobody sees a half-imported version, and other
+    writers never wait behind a whole import.
+    """
 
     task_set = models.ForeignKey(TaskSet, on_delete=models.CASCADE, related_name="versions")
-    number = models.PositiveIntegerField()
+    number = models.PositiveIntegerField(null=True, help_text="None while a draft")
+    published = models.BooleanField(default=True)
+    draft_owner = models.CharField(max_length=255, blank=True, help_text="The importing process (a draft)")
     content_hash = models.CharField(max_length=64)
     item_count = models.PositiveIntegerField()
     kind_counts = models.JSONField(default=dict)
@@ -90,8 +104,13 @@ class TaskSetVersion(models.Model):
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
 
+    all_objects = models.Manager()  # drafts too: for the import that writes them, and the sweep
+    objects = PublishedVersionManager()  # the default (Meta), so relations see published ones only
+
     class Meta:
         ordering = ["-number"]
+        default_manager_name = "objects"
+        base_manager_name = "all_objects"
         constraints = [models.UniqueConstraint(fields=["task_set", "number"], name="version_number_per_set")]
 
     def __str__(self) -> str:
@@ -186,6 +205,10 @@ class IdempotencyKey(models.Model):
     response_status = models.PositiveSmallIntegerField(null=True)
     response_body = models.JSONField(null=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # While in flight: the process serving the request (host:pid:start) and its lease, renewed while
+    # it runs. A request that died with its server is released at once on its host, else at the lease.
+    owner = models.CharField(max_length=255, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "key"], name="idempotency_key_per_user")]

@@ -140,7 +140,9 @@ class MetricPoint(models.Model):
 class RolloutBatch(models.Model):
     """A unit of rollout work: a group of samples for each of some items, with one policy version.
 
-    Claimed with a conditional update, so a redelivered task finds it taken and does nothing.
+    Claimed with a conditional update, so a redelivered task finds it taken and does nothing. The
+    worker holding it renews `heartbeat_at`; a stale one means the worker died, and it is claimed
+    again.
     """
 
     class Status(models.TextChoices):
@@ -159,6 +161,9 @@ class RolloutBatch(models.Model):
     worker = models.CharField(max_length=255, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     claimed_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="Renewed by the worker holding it; stale means that worker died"
+    )
     deadline_at = models.DateTimeField(
         null=True, blank=True, help_text="Episodes still running then are cut off"
     )

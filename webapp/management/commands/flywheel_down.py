@@ -8,9 +8,13 @@ class Command(BaseCommand):
     help = "Stop everything `make up` started (what `make down` runs)."
 
     def handle(self, *args, **options) -> None:
+        # The supervisor stops its services in reverse order (Redis last), then exits.
+        stopped = stack.process_stop("supervisor", timeout=stack.STOP_GRACE_SECONDS * 3)
+        self.stdout.write(f"supervisor: {'stopped' if stopped else 'not running'}")
+        # Whatever an older stack (or a supervisor that was killed) left running.
         names = [service.name for service in stack.services()]
-        if settings.EMBEDDED_REDIS:
-            names.append("redis")  # last: workers flush their state to it while stopping
+        if settings.EMBEDDED_REDIS:  # last: workers flush their state to it while stopping
+            names = [name for name in names if name != "redis"] + ["redis"]
         for name in names:
             stopped = stack.process_stop(name)
             self.stdout.write(f"{name}: {'stopped' if stopped else 'not running'}")

@@ -8,29 +8,36 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from webapp import stack
-from webapp.embedded_redis import redis_start
+from webapp.embedded_redis import redis_ping
 
 HEALTH_WAIT_SECONDS = 90.0
 
 
 class Command(BaseCommand):
-    help = "Start Flywheel (what `make up` runs): Redis if embedded, migrate, demo, web, workers."
+    help = (
+        "Start Flywheel (what `make up` runs): migrate, the demo, then the supervisor, which runs "
+        "Redis if embedded, the web server, the workers and the scheduler, and restarts any that dies."
+    )
 
     def handle(self, *args, **options) -> None:
-        if settings.EMBEDDED_REDIS:
-            started = redis_start(home=settings.FLYWHEEL_HOME, port=settings.FLYWHEEL_REDIS_PORT)
-            self.stdout.write(
-                f"redis: {'started' if started else 'already running'} on port {settings.FLYWHEEL_REDIS_PORT}"
-            )
         call_command("migrate", interactive=False, verbosity=0)
         model = settings.FLYWHEEL_HOME / "models" / "tiny-base"
         if not (model / "config.json").exists():
             self.stdout.write("building the tiny base model (about a minute, once)...")
             call_command("build_base_model", stdout=self.stdout)
         call_command("seed_demo", stdout=self.stdout)
-        for service in stack.services():
-            pid = stack.service_start(service)
-            self.stdout.write(f"{service.name}: pid {pid}")
+        names = [service.name for service in stack.services()]
+        if (
+            settings.EMBEDDED_REDIS
+            and redis_ping(settings.FLYWHEEL_REDIS_PORT)
+            and stack.pid_of("supervisor") is None
+        ):
+            names.remove("redis")  # one an earlier stack left running: the services use it as it is
+            self.stdout.write(f"redis: already running on port {settings.FLYWHEEL_REDIS_PORT}")
+        pid = stack.supervisor_start(names)
+        self.stdout.write(
+            f"supervisor: pid {pid} ({', '.join(names)}); logs in {settings.FLYWHEEL_HOME / 'logs'}"
+        )
         url = f"http://{settings.FLYWHEEL_BIND}:{settings.PORT}"
         health = self._wait_healthy(url)
         self.stdout.write(self.style.SUCCESS(f"\nFlywheel is up at {url}/"))

@@ -1,0 +1,257 @@
+"""Benchmark: the API under 50 concurrent clients (make bench-api).
+
+The same Django views, on the embedded default (SQLite in WAL mode and a private Redis, under a
+temporary FLYWHEEL_HOME), served two ways in the same run:
+
+- baseline: one server process, Daphne, as `make up` served HTTP before (and as Channels'
+  own runserver does);
+- flywheel: the web server `make up` starts now (`webapp.stack.web_argv`: uvicorn with
+  FLYWHEEL_WEB_WORKERS processes).
+
+For each of a list endpoint (`GET /api/v1/runs`, bearer token, 50 runs in the project) and the
+metrics endpoint (`GET /metrics`), 50 clients on keep-alive connections send requests back to
+back for DURATION seconds after a warm-up; requests/s, p50 and p99 are measured on the client.
+The two servers alternate over REPEATS rounds (baseline first in odd rounds, second in even
+ones); medians are reported, and the ratio of the medians. Ends with one line of JSON.
+"""
+
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from webapp.embedded_redis import redis_binary  # noqa: E402  (no Django needed)
+from webapp.web_server import default_web_workers  # noqa: E402
+
+CLIENTS = int(os.environ.get("BENCH_API_CLIENTS", "50"))
+DURATION = float(os.environ.get("BENCH_API_SECONDS", "8"))
+WARMUP = 3.0
+REPEATS = int(os.environ.get("BENCH_API_REPEATS", "3"))
+RUNS = 50
+ENDPOINTS = {"list": "/api/v1/runs?limit=20", "metrics": "/metrics"}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+# --- the record ----------------------------------------------------------------------------
+
+
+def seed(env: dict[str, str]) -> str:
+    """Migrate a fresh database, make a project with RUNS runs; return a bearer token."""
+    code = f"""
+import django, json
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from rewards import services as rewards
+from runs import services
+from runs.models import Run
+user = services.User.objects.create_user(username="bench")
+project = services.project_create(name="bench", by=user)
+task_set = services.task_set_create(project=project, name="bench", by=user)
+lines = [json.dumps({{"id": f"q{{n}}", "prompt": f"{{n}} + 1?", "reference": str(n + 1)}}).encode() + b"\\n"
+         for n in range(40)]
+version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=user).version
+spec = {{"type": "string_check", "name": "exact", "operation": "eq",
+        "input": "{{{{sample.output_text}}}}", "reference": "{{{{item.reference}}}}"}}
+rule = rewards.reward_rule_create(project=project, name="exact", by=user, spec=spec)
+Run.objects.bulk_create([
+    Run(project=project, name=f"run {{n}}", task_set_version=version, reward_rule_version=rule.versions.get(),
+        tier_config={{}}, max_steps=10, status="succeeded", created_by=user)
+    for n in range({RUNS})
+])
+print(services.api_token_create(user=user, name="bench")[1])
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
+# --- the servers ---------------------------------------------------------------------------
+
+
+def baseline_argv(port: int) -> list[str]:
+    return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"]
+
+
+def flywheel_argv(port: int, env: dict[str, str]) -> list[str]:
+    code = "import django; django.setup(); from webapp.stack import web_argv; print(json.dumps(web_argv()))"
+    # web_argv reads PORT from the settings
+    done = subprocess.run(
+        [sys.executable, "-c", f"import json; {code}"],
+        cwd=ROOT,
+        env=env | {"PORT": str(port)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def serve(argv: list[str], env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
+    with log.open("ab") as output:
+        server = subprocess.Popen(
+            argv, cwd=ROOT, env=env | {"PORT": str(port)}, stdout=output, stderr=subprocess.STDOUT
+        )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:  # an HTTP answer, not only a listening socket: the workers have loaded Django
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5):
+                return server
+        except urllib.error.HTTPError:  # 503: no Celery workers here, but it answers
+            return server
+        except OSError:
+            time.sleep(0.2)
+    server.kill()
+    raise RuntimeError(f"the server did not answer on {port}; see {log}")
+
+
+def stop(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+# --- the clients ---------------------------------------------------------------------------
+
+
+async def client(port: int, request: bytes, until: float, record_from: float, latencies: list[float]) -> int:
+    """Requests back to back on one keep-alive connection (reconnecting when the server closes
+    it); returns how many failed."""
+    failures = 0
+    reader = writer = None
+    while time.monotonic() < until:
+        if writer is None:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        started = time.monotonic()
+        try:
+            writer.write(request)
+            status, keep = await read_response(reader)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            writer.close()
+            reader = writer = None
+            continue
+        if status != 200:
+            failures += 1
+        if started >= record_from:
+            latencies.append(time.monotonic() - started)
+        if not keep:
+            writer.close()
+            reader = writer = None
+    if writer is not None:
+        writer.close()
+    return failures
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bool]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {
+        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)
+    }
+    if "content-length" in headers:
+        await reader.readexactly(int(headers["content-length"]))
+    else:  # chunked
+        while True:
+            size = int((await reader.readline()).strip(), 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                break
+    return status, headers.get("connection", "").lower() != "close"
+
+
+async def load(port: int, path: str, token: str) -> dict:
+    request = (
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
+        "Accept: application/json\r\n\r\n"
+    ).encode()
+    latencies: list[float] = []
+    now = time.monotonic()
+    record_from, until = now + WARMUP, now + WARMUP + DURATION
+    failures = await asyncio.gather(
+        *(client(port, request, until, record_from, latencies) for _ in range(CLIENTS))
+    )
+    latencies.sort()
+    return {
+        "rps": len(latencies) / DURATION,
+        "p50_ms": 1000 * latencies[len(latencies) // 2],
+        "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)],
+        "failures": sum(failures),
+    }
+
+
+def measure(name: str, env: dict[str, str], token: str, folder: Path) -> dict:
+    port = free_port()
+    argv = baseline_argv(port) if name == "baseline" else flywheel_argv(port, env)
+    server = serve(argv, env, port, folder / f"{name}.log")
+    try:
+        return {endpoint: asyncio.run(load(port, path, token)) for endpoint, path in ENDPOINTS.items()}
+    finally:
+        stop(server)
+
+
+def median_of(rounds: list[dict], endpoint: str, figure: str) -> float:
+    return round(statistics.median(r[endpoint][figure] for r in rounds), 1)
+
+
+def main() -> None:
+    folder = Path(tempfile.mkdtemp(prefix="bench-api-"))
+    redis_port = free_port()
+    env = os.environ | {
+        "DJANGO_SETTINGS_MODULE": "webapp.settings",
+        "FLYWHEEL_HOME": str(folder),
+        "FLYWHEEL_REDIS_PORT": str(redis_port),
+    }
+    for name in ("DATABASE_URL", "REDIS_URL"):
+        env.pop(name, None)
+    redis = subprocess.Popen(
+        [redis_binary(), "--bind", "127.0.0.1", "--port", str(redis_port), "--save", ""],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        token = seed(env)
+        rounds: dict[str, list[dict]] = {"baseline": [], "flywheel": []}
+        for repeat in range(REPEATS):
+            order = ["baseline", "flywheel"] if repeat % 2 == 0 else ["flywheel", "baseline"]
+            for name in order:
+                result = measure(name, env, token, folder)
+                rounds[name].append(result)
+                print(name, json.dumps(result), file=sys.stderr, flush=True)
+    finally:
+        redis.terminate()
+        redis.wait()
+    summary: dict = {"bench": "api", "clients": CLIENTS, "seconds": DURATION, "repeats": REPEATS}
+    for endpoint in ENDPOINTS:
+        for name in rounds:
+            for figure in ("rps", "p50_ms", "p99_ms"):
+                summary[f"{endpoint}_{name}_{figure}"] = median_of(rounds[name], endpoint, figure)
+        summary[f"{endpoint}_rps_ratio"] = round(
+            summary[f"{endpoint}_flywheel_rps"] / summary[f"{endpoint}_baseline_rps"], 2
+        )
+    summary["failures"] = sum(r[e]["failures"] for rs in rounds.values() for r in rs for e in ENDPOINTS)
+    summary["web_workers"] = int(env.get("FLYWHEEL_WEB_WORKERS") or default_web_workers())
+    summary["web_server"] = "uvicorn"
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
