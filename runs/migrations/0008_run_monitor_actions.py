@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0006_rollout_batch_failed'),
+        ('runs', '0007_leases_and_import_drafts'),
     ]
 
     operations = [
