@@ -4,10 +4,10 @@ Flywheel's way: `POST /api/v1/traces` with batches of 100 traces (what the clien
 sends from its background batcher). Baseline in the same run: Langfuse-style single-event
 ingestion, one trace per request, to the same endpoint of the same server, through the same
 keep-alive HTTP client on one thread. Both sides send the same number of new traces (the same
-generated content) in each round; rounds alternate which side goes first. The server is a live
-Daphne (what `make up` runs) on a fresh database (SQLite under a temporary FLYWHEEL_HOME unless
-DATABASE_URL is set). Reported: median traces/s of each side over the rounds and the median of
-the per-round ratios, with their range. Prints one line of JSON last.
+generated content) in each round; rounds alternate which side goes first. The server is the one
+`make up` starts (uvicorn with FLYWHEEL_WEB_WORKERS processes) on a fresh database (SQLite under a
+temporary FLYWHEEL_HOME unless DATABASE_URL is set). Reported: median traces/s of each side over
+the rounds and the median of the per-round ratios, with their range. Prints one line of JSON last.
 """
 
 import json
@@ -116,12 +116,17 @@ def main() -> None:
     django_setup()
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request would time the terminal
     project, token = project_and_token()
+    from django.conf import settings
+
+    from webapp.web_server import web_argv
+
     port = free_port()
-    daphne = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
+    workers = settings.FLYWHEEL_WEB_WORKERS
+    server = subprocess.Popen(
+        web_argv(python=sys.executable, bind="127.0.0.1", port=port, workers=workers),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
-        stderr=open(workdir / "daphne.log", "w"),  # noqa: SIM115 - closed with the process
+        stderr=open(workdir / "web.log", "w"),  # noqa: SIM115 - closed with the process
         env=os.environ.copy(),
     )
     rates: dict[str, list[float]] = {"batched": [], "single": []}
@@ -142,8 +147,8 @@ def main() -> None:
                 batched, single = rates["batched"][-1], rates["single"][-1]
                 print(f"round {round_}: batched {batched:.0f}/s, single {single:.0f}/s", file=sys.stderr)
     finally:
-        daphne.terminate()
-        daphne.wait(timeout=30)
+        server.terminate()
+        server.wait(timeout=30)
     result = {
         "benchmark": "traces",
         "rounds": ROUNDS,
@@ -154,7 +159,7 @@ def main() -> None:
         "ratio_median": round(statistics.median(ratios), 2),
         "ratio_min": round(min(ratios), 2),
         "ratio_max": round(max(ratios), 2),
-        "server": "daphne",
+        "server": f"uvicorn, {workers} workers",
         "database": "postgresql" if "DATABASE_URL" in os.environ else "sqlite",
     }
     print(json.dumps(result))

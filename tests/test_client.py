@@ -1,5 +1,5 @@
-"""The `flywheel` client package and command, against a live server: a Daphne process on the test
-database (as `make up` serves it). Retries are checked against a small HTTP server that fails on
+"""The `flywheel` client package and command, against a live server: the web server `make up`
+starts (uvicorn), on the test database. Retries are checked against a small HTTP server that fails on
 purpose, since the real one only fails when something is wrong."""
 
 import json
@@ -15,14 +15,15 @@ import pytest
 import redis
 from django.conf import settings
 from django.db import connections
+
 from flywheel import BadRequestError, Client, ForbiddenError, NotFoundError, ServerError
 from flywheel._endpoints import endpoints_of
-
 from runs import lifecycle, services
 from runs.models import Run
 from tests.conftest import api_client_for, make_project, make_user
 from tests.run_harness import wait_until, worker_env
 from traces.models import Trace
+from webapp import web_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 FLYWHEEL = str(Path(sys.executable).with_name("flywheel"))
@@ -36,11 +37,11 @@ def free_port() -> int:
 
 @pytest.fixture
 def server_url(tmp_path):
-    """A Daphne serving the app on the test database and this test's Redis."""
+    """The stack's web server on the test database and this test's Redis, in one process."""
     port = free_port()
-    log = open(tmp_path / "daphne.log", "w")  # noqa: SIM115 - closed below
-    daphne = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
+    log = open(tmp_path / "web.log", "w")  # noqa: SIM115 - closed below
+    server = subprocess.Popen(
+        web_server.web_argv(python=sys.executable, bind="127.0.0.1", port=port, workers=1),
         cwd=settings.BASE_DIR,
         env=worker_env(),
         stdout=log,
@@ -53,11 +54,11 @@ def server_url(tmp_path):
             return sock.connect_ex(("127.0.0.1", port)) == 0
 
     try:
-        wait_until(listening, "daphne to listen", timeout=60)
+        wait_until(listening, "the web server to listen", timeout=60)
         yield f"http://127.0.0.1:{port}"
     finally:
-        daphne.terminate()
-        daphne.wait(timeout=30)
+        server.terminate()
+        server.wait(timeout=30)
         log.close()
 
 

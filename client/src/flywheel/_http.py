@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+
 from flywheel.errors import APIError, ConfigurationError
 
 logger = logging.getLogger("flywheel")
