@@ -313,6 +313,7 @@ def test_from_the_page_a_launcher_promotes_selected_traces_and_a_reviewer_works_
     queue_url = made["Location"]
     assert "t-1" in client.get(queue_url).content.decode()
     queue_id = int(queue_url.rstrip("/").rsplit("/", 1)[1])
+    assert f"/review-queues/{queue_id}/" in client.get(f"/projects/{project.pk}/traces/").content.decode()
     opened = client.post(f"/review-queues/{queue_id}/next/")
     first = Trace.objects.get(external_id="t-1")
     assert opened["Location"] == f"/traces/{first.pk}/?queue={queue_id}"

@@ -63,6 +63,8 @@ def trace_list(request: HttpRequest, project_id: int) -> HttpResponse:
         "labels": LABELS,
         "can_review": role_allows(access["role"], Permission.REVIEW),
         "task_sets": project.task_sets.order_by("name") if access["can_edit"] else [],
+        # Review queues over this project's traces (the reviews app's, through the reverse relation).
+        "queues": project.review_queues.filter(source="traces").order_by("-created_at")[:20],
     }
     return render(request, "traces/trace_list.html", context)
 
