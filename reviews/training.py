@@ -30,6 +30,9 @@ from runs.services import StateError
 
 METHODS = (Run.Method.SFT, Run.Method.DPO)
 DEFAULT_MAX_STEPS = 10
+# Fine-tuning a trained checkpoint on a few reviewed records: gentler than a run from the base
+# model (runs' default is 3e-4), so a handful of examples teach without undoing the parent.
+DEFAULT_LEARNING_RATE = 1e-4
 # Settings the child takes from its parent so their held-out figures compare like for like.
 INHERITED = ("eval_items", "pass_threshold", "seed")
 
@@ -138,13 +141,13 @@ def _task_set_for(run: Run, by: AbstractBaseUser, name: str | None) -> TaskSet:
 
 
 def _hyperparameters(run: Run, method: str, examples: int, max_steps: int, given: dict[str, Any]) -> dict:
-    """The parent's evaluation settings, then enough epochs for `max_steps` steps, then what the
-    caller gave (which wins)."""
+    """The parent's evaluation settings, then enough epochs for `max_steps` steps and a fine-tuning
+    learning rate, then what the caller gave (which wins)."""
     inherited = {name: run.resolved[name] for name in INHERITED if name in run.resolved}
     batch = given.get("batch_size", "auto")
     batch = 8 if batch == "auto" or not isinstance(batch, int) or batch < 1 else batch
     epochs = max(1, math.ceil(max_steps * batch / max(examples, 1)))
-    return inherited | {"epochs": min(epochs, 1000)} | given
+    return inherited | {"epochs": min(epochs, 1000), "learning_rate": DEFAULT_LEARNING_RATE} | given
 
 
 @transaction.atomic

@@ -1,7 +1,8 @@
 """`make demo-flywheel`: the loop the product is named for, on the demo project, through the running
 stack (`make up`).
 
-1. A short GRPO run on the demo functions (unit-test rewards), followed to its end.
+1. A short GRPO run on the demo functions (unit-test rewards; one step by default, so that its
+   held-out pass rate leaves room and its samples hold failures), followed to its end.
 2. A reviewer labels a handful of its failures bad, and passing completions of the same prompts good
    (the reviews a person would make; here the labels follow the unit tests' verdicts).
 3. Train on reviews: a new task-set version from those labels and an SFT (or DPO) run on it from
@@ -54,19 +55,33 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--grpo-steps", type=int, default=8)
-        parser.add_argument("--labels", type=int, default=12, help="failures to label (and as many passes)")
+        parser.add_argument("--grpo-steps", type=int, default=1, help="short, so the reviews find failures")
+        parser.add_argument(
+            "--labels", type=int, default=24, help="at most this many failures labelled (and passes)"
+        )
         parser.add_argument("--method", choices=("sft", "dpo"), default="sft")
-        parser.add_argument("--steps", type=int, default=10, help="steps of the run on the reviews")
+        parser.add_argument("--steps", type=int, default=6, help="steps of the run on the reviews")
+        parser.add_argument(
+            "--hp",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="a hyperparameter of the second run",
+        )
 
-    def handle(self, *args, grpo_steps: int, labels: int, method: str, steps: int, **options) -> None:
+    def handle(
+        self, *args, grpo_steps: int, labels: int, method: str, steps: int, hp: list[str], **options
+    ) -> None:
         user, project = demo_ensure(
             username=settings.FLYWHEEL_DEMO_USER, password=settings.FLYWHEEL_DEMO_PASSWORD
         )
         first = grpo_launch(project, user, grpo_steps)
         first = self.follow(first.pk, "GRPO")
         labelled = self.label(first, user, labels)
-        result = training.train_on_reviews(run=first, by=user, method=method, max_steps=steps)
+        hyperparameters = {name: json.loads(value) for name, _, value in (pair.partition("=") for pair in hp)}
+        result = training.train_on_reviews(
+            run=first, by=user, method=method, max_steps=steps, hyperparameters=hyperparameters
+        )
         self.stdout.write(f"train on reviews: {result.version} {result.counts}")
         second = self.follow(result.run.pk, f"{method.upper()} on reviews")
         rates = {run.pk: self.final_rate(run) for run in (first, second)}
