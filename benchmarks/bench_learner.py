@@ -35,12 +35,12 @@ django.setup()
 import torch  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from inference.policy import policy_load  # noqa: E402
 from rewards.engine import Sample, score_batch  # noqa: E402
+from runs.demo_tasks import demo_task_sets  # noqa: E402
 from workers.base_model import BaseModelConfig, base_model_build  # noqa: E402
-from workers.demo_tasks import demo_task_sets  # noqa: E402
 from workers.evaluation import pass_rates  # noqa: E402
 from workers.learners.grpo import GRPOConfig, train_grpo  # noqa: E402
-from workers.policy import policy_load  # noqa: E402
 from workers.rollout import UNIT_TESTS_RULE  # noqa: E402
 
 TARGET_RATIO = 1.5

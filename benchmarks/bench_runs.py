@@ -71,7 +71,7 @@ def slow(item: dict, index: int) -> dict:
 def workload(model: Path):
     from rewards import services as reward_services
     from runs import services
-    from workers.demo_tasks import demo_task_sets
+    from runs.demo_tasks import demo_task_sets
 
     owner = services.User.objects.create_user(username=f"bench-{time.time_ns()}")
     project = services.project_create(name=f"bench-{time.time_ns()}", by=owner)

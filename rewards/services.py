@@ -16,6 +16,8 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from inference.judge import tier_judge
+from inference.settings import tier_snapshot
 from rewards import engine, openai_format
 from rewards.models import RewardRule, RewardRuleVersion
 from runs.models import Project, TaskItem, TaskSetVersion
@@ -327,10 +329,7 @@ def _samples(pairs: list[tuple[dict, dict]]) -> list[tuple[dict, "engine.Sample"
 
 def project_judge(project: Project) -> engine.Judge:
     """The judge of `score_model` / `label_model` graders: the grader's `model` names one of the
-    project's tiers, which generates the verdict. Models load on the first judgement only."""
-    from runs.lifecycle import tier_snapshot
-    from workers.tiers import tier_judge
-
+    project's tiers, which generates the verdict. Models (and torch) load on the first judgement only."""
     return tier_judge({tier.name: tier_snapshot(tier) for tier in project.tiers.all()})
 
 

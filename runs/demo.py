@@ -158,7 +158,7 @@ def demo_ensure(*, username: str, password: str) -> tuple[AbstractBaseUser, Proj
 
 
 def demo_function_lines() -> list[bytes]:
-    from workers.demo_tasks import demo_task_sets
+    from runs.demo_tasks import demo_task_sets
 
     sets = demo_task_sets(seed=0, train_size=100_000, heldout_size=160, kinds=("scalar",))
     return [(json.dumps(item) + "\n").encode() for item in sets["train"] + sets["heldout"]]

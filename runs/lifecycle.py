@@ -16,32 +16,18 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from inference.settings import looks_like_path, tier_problems, tier_snapshot
 from rewards import engine as reward_engine
 from rewards.models import RewardRuleVersion
 from rewards.services import reward_rule_version_mark_used
-from runs import events
+from runs import events, tasks
 from runs import monitors as run_monitors
 from runs.hyperparameters import resolve
 from runs.models import Checkpoint, Project, Run, RunEvent, TaskSetVersion, Tier
 from runs.services import StateError
-from runs.tier_rules import looks_like_path, tier_problems
 from webhooks.services import deliveries_enqueue
 
 S = Run.Status
-TIER_FIELDS = (
-    "base_model",
-    "device",
-    "precision",
-    "speculation",
-    "draft_model",
-    "speculative_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "stop",
-    "max_new_tokens",
-    "batch_size",
-)
 CONFIG_FIELDS = (
     "task_set_version",
     "train_split",
@@ -76,10 +62,6 @@ class RunRequest:
     eval_split: str = "heldout"
     monitors: dict[str, float] | None = None
     monitor_actions: dict[str, str] | None = None
-
-
-def tier_snapshot(tier: Tier) -> dict[str, Any]:
-    return {"name": tier.name} | {name: getattr(tier, name) for name in TIER_FIELDS}
 
 
 def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
@@ -466,8 +448,6 @@ def queue_position(run: Run) -> int | None:
 
 
 def _schedule_after_commit() -> None:
-    from workers import tasks  # workers depends on runs; import late to keep the graph one-way
-
     transaction.on_commit(lambda: tasks.runs_schedule.delay())
 
 

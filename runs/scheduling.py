@@ -4,6 +4,7 @@ runs are active; the others wait in order of priority (higher first), then age."
 from django.conf import settings
 from django.db import transaction
 
+from runs import tasks
 from runs.lifecycle import run_transition
 from runs.models import Run
 from runs.services import StateError
@@ -40,6 +41,4 @@ def _admit_project(project_id: int) -> list[int]:
 
 
 def _start_learner(run_id: int) -> None:
-    from workers import tasks
-
     tasks.learner_supervise.delay(run_id)

@@ -18,6 +18,7 @@ from django.core.files import File
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from inference.settings import TIER_FIELDS, tier_problems, tier_snapshot
 from runs import events
 from runs.leases import process_gone, process_identity
 from runs.models import (
@@ -40,7 +41,6 @@ from runs.task_format import (
     read_items,
     stable_split,
 )
-from runs.tier_rules import tier_problems
 
 User = get_user_model()
 IMPORT_BATCH_SIZE = 2000
@@ -436,27 +436,6 @@ def _without_split(line: str) -> str:
 
 # --- tiers ---------------------------------------------------------------------------------
 
-TIER_FIELDS = (
-    "name",
-    "description",
-    "base_model",
-    "device",
-    "precision",
-    "speculation",
-    "draft_model",
-    "speculative_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "stop",
-    "max_new_tokens",
-    "batch_size",
-)
-
-
-def _tier_values(tier: Tier) -> dict[str, Any]:
-    return {name: getattr(tier, name) for name in TIER_FIELDS}
-
 
 def _check_tier(project: Project, values: dict[str, Any], exclude_pk: int | None = None) -> None:
     problems = tier_problems(values)
@@ -474,7 +453,7 @@ def tier_create(*, project: Project, by: AbstractBaseUser, **values: Any) -> Tie
     if unknown:
         raise ValidationError({name: "unknown tier setting" for name in sorted(unknown)})
     tier = Tier(project=project, created_by=by, **values)
-    _check_tier(project, _tier_values(tier))
+    _check_tier(project, tier_snapshot(tier))
     tier.save()
     return tier
 
@@ -483,7 +462,7 @@ def tier_update(*, tier: Tier, **values: Any) -> Tier:
     unknown = set(values) - set(TIER_FIELDS)
     if unknown:
         raise ValidationError({name: "unknown tier setting" for name in sorted(unknown)})
-    merged = _tier_values(tier) | values
+    merged = tier_snapshot(tier) | values
     _check_tier(tier.project, merged, exclude_pk=tier.pk)
     for name, value in values.items():
         setattr(tier, name, value)

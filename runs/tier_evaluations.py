@@ -1,22 +1,17 @@
-"""Requesting tier evaluations: a checkpoint measured under several tiers (runs on the eval queue,
-workers/tier_eval.py). Views, REST and the learner call these; reads go through runs.selectors."""
-
-from typing import Any
+"""Requesting tier evaluations: a checkpoint measured under several tiers (the task beside these,
+runs/tasks.py, runs workers/tier_eval.py on the eval queue). Views, REST and the learner call these;
+reads go through runs.selectors."""
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from inference.settings import model_reference_problem, tier_snapshot
+from runs import tasks
 from runs.models import Run, TaskItem, TaskSetVersion, Tier, TierEvaluation
-from runs.tier_rules import model_reference_problem
+from runs.run_store import policy_dir
 
 MAX_TIERS = 12
-
-
-def tier_config(tier: Tier) -> dict[str, Any]:
-    from runs.services import TIER_FIELDS
-
-    return {"id": tier.pk} | {name: getattr(tier, name) for name in TIER_FIELDS if name != "description"}
 
 
 def checkpoint_resolve(
@@ -34,8 +29,6 @@ def checkpoint_resolve(
             )
         if version == 0:  # version 0 is the run's starting point: its tier's base model
             return run.tier_config.get("base_model") or tier.base_model, run, 0
-        from workers.run_store import policy_dir
-
         return str(policy_dir(run.pk, version)), run, version
     if version is not None:
         raise ValidationError({"version": "a policy version needs a run"})
@@ -76,7 +69,7 @@ def tier_evaluation_request(
     evaluation = TierEvaluation.objects.create(
         project_id=tier.project_id,
         tier=tier,
-        tier_configs=[tier_config(t) for t in tiers],
+        tier_configs=[{"id": t.pk} | tier_snapshot(t) for t in tiers],
         checkpoint=path,
         run=run,
         policy_version=version,
@@ -90,8 +83,6 @@ def tier_evaluation_request(
 
 
 def _enqueue(evaluation_id: int) -> None:
-    from workers import tasks
-
     tasks.tier_evaluate.delay(evaluation_id)
 
 

@@ -1,6 +1,9 @@
-"""Sandbox settings: from django.conf.settings when Django is configured, else the environment."""
+"""Sandbox settings: from the host application's settings when it registered them, else the
+environment. (The web app registers Django's settings in webapp.apps; this package imports no
+Django, so a script or benchmark without it reads FLYWHEEL_SANDBOX_* from the environment.)"""
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 DEFAULTS = {
@@ -22,14 +25,20 @@ SECCOMP_MODES = ("on", "off")
 DOCKER_SOCKET = "unix:///var/run/docker.sock"
 
 
-def setting(name: str) -> str:
-    try:
-        from django.conf import settings
+_source: Callable[[str], object | None] | None = None
 
-        if settings.configured and hasattr(settings, name):
-            return str(getattr(settings, name))
-    except ImportError:
-        pass
+
+def settings_source_set(source: Callable[[str], object | None] | None) -> None:
+    """Read settings through `source(name)` (None where it has no such setting) before the
+    environment. It is asked on every read, so a setting changed at run time (a test's) applies."""
+    global _source
+    _source = source
+
+
+def setting(name: str) -> str:
+    value = _source(name) if _source is not None else None
+    if value is not None:
+        return str(value)
     return os.environ.get(name, DEFAULTS[name])
 
 

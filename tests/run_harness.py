@@ -18,11 +18,11 @@ from django.db import connection
 
 from rewards import services as reward_services
 from runs import services
+from runs.demo_tasks import demo_task_sets
 from runs.models import Run
 from tests.conftest import make_project, make_user
 from webapp.stack import solo_worker_argv
 from workers.base_model import BaseModelConfig, base_model_build
-from workers.demo_tasks import demo_task_sets
 
 RUN_TIMEOUT_SECONDS = 300
 TINY = BaseModelConfig(

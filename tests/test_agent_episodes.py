@@ -6,23 +6,23 @@ import json
 import pytest
 import torch
 
+from inference.generation import Completion
+from inference.policy import policy_load
 from rewards import services as reward_services
 from runs import lifecycle, services
 from runs.lifecycle import RunRequest
 from runs.models import MetricPoint, RolloutBatch, Run, Trajectory, TrajectoryStep
+from runs.run_store import policy_publish
 from sandboxes.interface import StopReason
 from sandboxes.services import sandbox_pool
 from tests.conftest import make_project, make_user
 from tests.run_harness import tiny_model
 from workers.agent import action_command, episodes_play, observation
-from workers.generation import Completion
 from workers.learners.grpo import grpo_batch
-from workers.policy import policy_load
 from workers.rollout import Trajectory as Episode
 from workers.run_eval import policy_evaluate
 from workers.run_learner import _episodes, batch_parts
 from workers.run_rollout import rollout_batch_run
-from workers.run_store import policy_publish
 
 __all__ = ["tiny_model"]
 CHECK_RULE = {"type": "agent_check", "name": "check"}

@@ -289,3 +289,17 @@ def test_the_command_line_imports_launches_lists_cancels_logs_and_exports(server
         server_url, token, "tasks", "import", str(task_set.pk), str(tmp_path / "missing.jsonl")
     )
     assert refused.returncode == 2 and "missing.jsonl" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_the_client_imports_no_django_and_no_app_of_the_server():
+    import ast
+
+    forbidden = {"django", "rest_framework", "channels", "webapp", "workers", "runs", "rewards", "reviews"}
+    forbidden |= {"traces", "webhooks", "sandboxes", "inference"}
+    found = []
+    for path in (Path(settings.BASE_DIR) / "client" / "src" / "flywheel").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            found += [f"{path.name}: {name}" for name in names if name.split(".")[0] in forbidden]
+    assert found == []

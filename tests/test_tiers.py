@@ -9,24 +9,18 @@ from unittest import mock
 import pytest
 import torch
 
+from inference.decoding import GenerationStats, is_quantised, lookup_draft, tier_generate, tier_prepare
+from inference.generation import generate
+from inference.judge import tier_judge
+from inference.policy import policy_load
+from inference.settings import TierSettings
 from runs import services
 from runs.models import TierEvaluation
 from runs.roles import Role
 from tests.conftest import api_client_for
 from tests.test_api_schema import assert_matches_schema
 from workers.base_model import BaseModelConfig, base_model_build
-from workers.generation import generate
-from workers.policy import policy_load
 from workers.tier_eval import pareto_front, tier_evaluation_run
-from workers.tiers import (
-    GenerationStats,
-    TierSettings,
-    is_quantised,
-    lookup_draft,
-    tier_generate,
-    tier_judge,
-    tier_prepare,
-)
 
 TINY = BaseModelConfig(
     seed=3,
@@ -268,7 +262,7 @@ def test_evaluate_is_queued_after_commit_and_the_eval_task_measures_every_tier(
     capability, speed = tiers
     version = answer_task_set(team)
     client = api_client_for(team[Role.LAUNCHER])
-    with mock.patch("workers.tasks.tier_evaluate.delay") as delay:
+    with mock.patch("runs.tasks.tier_evaluate.delay") as delay:
         with django_capture_on_commit_callbacks(execute=True):
             response = client.post(
                 f"/api/v1/tiers/{capability.pk}/evaluate",
@@ -367,7 +361,7 @@ def test_a_runs_final_checkpoint_is_evaluated_across_the_projects_tiers(team, ti
         max_steps=1,
         policy_version=0,
     )
-    with mock.patch("workers.tasks.tier_evaluate.delay"):
+    with mock.patch("runs.tasks.tier_evaluate.delay"):
         evaluation = run_final_evaluate(run.pk)
     assert evaluation is not None and evaluation.run_id == run.pk
     assert [c["name"] for c in evaluation.tier_configs] == ["speed", "capability"]

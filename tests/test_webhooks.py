@@ -21,10 +21,9 @@ from runs import lifecycle
 from runs.models import Run
 from tests.conftest import api_client_for
 from tests.run_fixtures import lab, make_run  # noqa: F401
-from webhooks import selectors, services
+from webhooks import selectors, services, tasks
 from webhooks.models import Webhook, WebhookDelivery
 from webhooks.signing import signature_header, signature_verify
-from workers import tasks
 from workers.supervisor import runs_tick
 
 S = Run.Status

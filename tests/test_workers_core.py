@@ -6,12 +6,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from inference.generation import generate
+from inference.policy import policy_load
+from inference.settings import SamplingParams
+from runs.demo_tasks import demo_task_sets
 from workers.base_model import BaseModelConfig, base_model_build
-from workers.demo_tasks import demo_task_sets
-from workers.generation import SamplingParams, generate
 from workers.learners.common import completion_logprobs, sequence_batch, token_logprobs
 from workers.learners.grpo import grpo_loss
-from workers.policy import policy_load
 
 TINY = BaseModelConfig(
     seed=3,

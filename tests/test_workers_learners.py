@@ -14,13 +14,13 @@ import pytest
 import torch
 from django.core.management import CommandError, call_command
 
-from workers import demo_tasks
+from inference.policy import policy_load
+from runs import demo_tasks
 from workers.base_model import BaseModelConfig, base_model_build
 from workers.evaluation import pass_rates
 from workers.learners.common import completion_logprobs, epoch_rows, text_batch
 from workers.learners.dpo import DPOConfig, dpo_pairs_check, preference_margins, train_dpo
 from workers.learners.sft import SFTConfig, sft_examples, sft_loss, train_sft
-from workers.policy import policy_load
 
 WEAK = BaseModelConfig(
     seed=0,

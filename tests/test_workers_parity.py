@@ -16,11 +16,11 @@ from trl import DPOConfig as TRLDPOConfig
 from trl import DPOTrainer, GRPOTrainer
 from trl import GRPOConfig as TRLGRPOConfig
 
+from inference.policy import policy_load
 from workers.base_model import BaseModelConfig, base_model_build
 from workers.learners.common import completion_logprobs, sequence_batch
 from workers.learners.dpo import dpo_loss, pair_batch, pair_logps
 from workers.learners.grpo import grpo_loss
-from workers.policy import policy_load
 
 TINY = BaseModelConfig(
     seed=3,

@@ -19,8 +19,8 @@ import torch
 from django.conf import settings
 from safetensors.torch import load_file
 
+from runs.demo_tasks import demo_task_sets
 from workers.base_model import BaseModelConfig, base_model_build
-from workers.demo_tasks import demo_task_sets
 from workers.learners.common import COMPLETE_MARKER
 
 TINY = BaseModelConfig(

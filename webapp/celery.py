@@ -37,9 +37,11 @@ def generation_modules_load(**kwargs) -> None:
     code before its pool forks: ~3 s its first batch would otherwise wait, paid once per host and
     shared by the pool's processes. (Sent after the worker has chosen its queues.)"""
     if consumes(*SAMPLING_QUEUES):
-        from workers.policy import policy_modules_load
+        from inference.policy import policy_modules_load
 
         policy_modules_load()
+        import workers.run_eval  # noqa: F401
+        import workers.run_rollout  # noqa: F401
 
 
 @worker_process_init.connect

@@ -89,7 +89,6 @@ INSTALLED_APPS = [
     "reviews",
     "traces",
     "webhooks",
-    "sandboxes",
     "workers",
 ]
 

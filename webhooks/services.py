@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from runs.models import Project, Run, RunEvent
 from runs.services import StateError
-from webhooks import egress, selectors
+from webhooks import egress, selectors, tasks
 from webhooks.models import Webhook, WebhookDelivery
 from webhooks.signing import signature_header
 
@@ -265,8 +265,6 @@ def delivery_redeliver(*, delivery: WebhookDelivery) -> WebhookDelivery:
 
 
 def _enqueue(delivery_id: int, countdown: int = 0) -> None:
-    from workers import tasks  # workers depends on webhooks; import late to keep the graph one-way
-
     def send() -> None:
         tasks.webhook_deliver.apply_async((delivery_id,), countdown=countdown or None)
 
@@ -379,8 +377,6 @@ def _record(delivery: WebhookDelivery, outcome: Outcome, now: datetime) -> Webho
 def deliveries_resend(*, now: datetime | None = None) -> list[int]:
     """The tick's part: hand every overdue delivery to the workers again. A delivery whose message
     is still on its way is sent once anyway: the claim turns the second message away."""
-    from workers import tasks
-
     due = selectors.deliveries_overdue(now=now or timezone.now())
     for delivery_id in due:
         tasks.webhook_deliver.delay(delivery_id)

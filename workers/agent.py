@@ -17,11 +17,11 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
+from inference.generation import Completion
 from rewards.engine import Sample, ScoreResult, score
 from rewards.graders.base import GraderError
 from sandboxes.interface import ExecResult, InfrastructureError, Limits, task_spec
 from sandboxes.services import sandbox_acquire, sandbox_pool
-from workers.generation import Completion
 
 SUBMIT = "submit"
 COMMAND_SECONDS = 5.0

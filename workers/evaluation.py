@@ -5,9 +5,9 @@ from dataclasses import dataclass
 
 import torch
 
-from workers.demo_tasks import item_kind
-from workers.generation import SamplingParams
-from workers.policy import Policy
+from inference.policy import Policy
+from inference.settings import SamplingParams
+from runs.demo_tasks import item_kind
 from workers.rollout import rollout_groups
 
 GREEDY = SamplingParams(max_new_tokens=32, temperature=0.0)

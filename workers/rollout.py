@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from inference.generation import Completion, generate
+from inference.policy import Policy
+from inference.settings import SamplingParams
 from rewards.engine import Sample, score_batch
-from workers.generation import Completion, SamplingParams, generate
-from workers.policy import Policy
 
 UNIT_TESTS_RULE = {"type": "unit_tests", "name": "tests"}
 

@@ -9,14 +9,14 @@ version's step; a redelivery finds them written and does nothing.
 from collections import defaultdict
 from statistics import fmean
 
+from inference.decoding import tier_generate, tier_prepare
+from inference.policy import PolicyLoadError, policy_load
 from rewards.engine import ScoreResult
 from runs.models import MetricPoint, Run
+from runs.run_store import policy_dir
 from workers.agent import context_fits, episodes_play
-from workers.policy import PolicyLoadError, policy_load
 from workers.run_learner import held_out_items, metrics_write
 from workers.run_rollout import grade, run_judge, tier_settings
-from workers.run_store import policy_dir
-from workers.tiers import tier_generate, tier_prepare
 
 PASS_RATE = "heldout/pass_rate"
 

@@ -30,17 +30,17 @@ from django.db import transaction
 from django.db.models import Case, FloatField, Max, Q, Value, When
 from django.utils import timezone
 
+from inference.generation import Completion
 from runs import events, monitors
 from runs.lifecycle import run_event, run_transition
 from runs.models import Checkpoint, MetricPoint, RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
+from runs.run_store import learner_dir, policies_discard_after, policy_dir, policy_publish
 from runs.services import StateError
 from runs.tier_evaluations import run_final_evaluate
-from workers.generation import Completion
 from workers.learners.common import checkpoint_resume, checkpoint_save, learner_create, reference_create
 from workers.learners.grpo import GRPOConfig, grpo_batch, learn_on_batch, learnable, step_items
 from workers.rollout import Trajectory as Episode
 from workers.run_rollout import item_dicts, lease_lapsed, rollout_batches_expire
-from workers.run_store import learner_dir, policies_discard_after, policy_dir, policy_publish
 
 logger = logging.getLogger(__name__)
 S = Run.Status

@@ -13,6 +13,7 @@ from typing import Any
 
 from runs.lifecycle import run_transition
 from runs.models import Run
+from runs.run_store import learner_dir
 from runs.tier_evaluations import run_final_evaluate
 from workers.learners.common import (
     Learner,
@@ -38,7 +39,6 @@ from workers.run_learner import (
     stop_at,
     train_items,
 )
-from workers.run_store import learner_dir
 
 S = Run.Status
 

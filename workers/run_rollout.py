@@ -22,16 +22,17 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from inference.decoding import TierModel, tier_generate, tier_prepare
+from inference.generation import Completion
+from inference.policy import policy_load
+from inference.settings import SamplingParams, TierSettings
 from rewards.engine import Sample, ScoreResult, score_batch
 from runs import events
 from runs.leases import lease_kept
 from runs.models import RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
+from runs.run_store import policy_dir
 from sandboxes.sandbox import sandbox_cpu_seconds
 from workers.agent import AgentEpisode, context_fits, episodes_play
-from workers.generation import Completion, SamplingParams
-from workers.policy import policy_load
-from workers.run_store import policy_dir
-from workers.tiers import TierModel, TierSettings, tier_generate, tier_prepare
 
 logger = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3

@@ -17,12 +17,13 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
+from runs import tasks as run_tasks
 from runs.lifecycle import run_event, run_fail, run_transition
 from runs.models import Run
+from runs.run_store import run_dir
 from runs.scheduling import runs_admit
 from runs.services import StateError, task_set_drafts_sweep
 from webhooks.services import deliveries_resend
-from workers.run_store import run_dir
 
 logger = logging.getLogger(__name__)
 S = Run.Status
@@ -168,9 +169,7 @@ def runs_watchdog() -> list[int]:
             continue
         if _restart_or_fail(run, "the learner stopped sending heartbeats"):
             Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
-            from workers import tasks
-
-            tasks.learner_supervise.delay(run.pk)
+            run_tasks.learner_supervise.delay(run.pk)
             restarted.append(run.pk)
     return restarted
 

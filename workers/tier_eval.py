@@ -1,6 +1,6 @@
 """Tier evaluation: one checkpoint under several tiers on the same task items, on the eval queue.
 
-For each tier: the checkpoint is loaded and prepared the tier's way (workers.tiers), every item's
+For each tier: the checkpoint is loaded and prepared the tier's way (inference.decoding), every item's
 prompt is generated with the tier's settings, and the completions are scored in the sandbox. The
 result per tier holds the pass rate and how fast it got there: tokens per second (generated tokens
 over wall time, batching included), time to first token and latency per request (p50 / p95, from
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import torch
 
+from inference.decoding import GenerationStats, model_bytes, tier_generate, tier_load
+from inference.settings import TierSettings
 from rewards.engine import Sample, score_batch
-from workers.tiers import GenerationStats, TierSettings, model_bytes, tier_generate, tier_load
 
 logger = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from inference.settings import TIER_FIELDS
 from runs.models import ApiToken, Membership, Project, TaskItem, TaskSet, TaskSetVersion, Tier
 from runs.roles import ROLE_PERMISSIONS, Permission, Role
-from runs.services import TIER_FIELDS
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -206,7 +206,7 @@ class TierSerializer(serializers.ModelSerializer):
 
 
 class TierUpdateSerializer(serializers.Serializer):
-    """Types only: which settings can run together is the service's call (runs.tier_rules)."""
+    """Types only: which settings can run together is the service's call (inference.settings)."""
 
     name = serializers.CharField(max_length=100)
     description = serializers.CharField(required=False, allow_blank=True)

@@ -19,7 +19,7 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
-from workers.policy import Policy, policy_load, prompt_text
+from inference.policy import Policy, policy_load, prompt_text
 
 CHECKPOINT_PREFIX = "checkpoint-"
 COMPLETE_MARKER = "complete.json"  # written last: a checkpoint without it was interrupted mid-save

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from workers.generation import SamplingParams
+from inference.policy import Policy
+from inference.settings import SamplingParams
 from workers.learners.common import (
     Learner,
     LearnerConfig,
@@ -35,7 +36,6 @@ from workers.learners.common import (
     step_generator,
     step_rng,
 )
-from workers.policy import Policy
 from workers.rollout import Trajectory, rollout_groups
 
 AGGREGATIONS = ("token_mean", "sequence_mean", "dr_grpo")

@@ -11,10 +11,10 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from workers.demo_tasks import demo_task_sets
+from inference.policy import policy_load
+from runs.demo_tasks import demo_task_sets
 from workers.evaluation import pass_rates
 from workers.learners.grpo import GRPOConfig, train_grpo
-from workers.policy import policy_load
 
 
 class Command(BaseCommand):

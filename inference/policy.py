@@ -43,15 +43,11 @@ def prompt_text(tokenizer: PreTrainedTokenizerBase, prompt: str) -> str:
 
 
 def policy_modules_load() -> None:
-    """Import everything a rollout or eval worker needs before its first batch: its task code and the
-    modules transformers imports lazily on a first load (Auto classes, Llama, the base model's
-    architecture)."""
+    """Import what transformers imports lazily on a first load (Auto classes, Llama, the base
+    model's architecture), so that a worker's first batch does not wait for it."""
     import transformers.models.auto.modeling_auto  # noqa: F401
     import transformers.models.auto.tokenization_auto  # noqa: F401
     import transformers.models.llama.modeling_llama  # noqa: F401
-
-    import workers.run_eval  # noqa: F401
-    import workers.run_rollout  # noqa: F401
 
 
 def policy_load(source: str | Path, *, device: str = "cpu", dtype: str = "float32") -> Policy:

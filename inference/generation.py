@@ -11,24 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """Decoding parameters. temperature 0 is greedy; top_k 0 and top_p 1 disable truncation."""
-
-    max_new_tokens: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    stop: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be at least 1; got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be 0 (greedy) or more; got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1]; got {self.top_p}")
+from inference.settings import SamplingParams
 
 
 @dataclass

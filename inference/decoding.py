@@ -1,4 +1,4 @@
-"""Tiers at work: generate the way a tier says, wherever a tier generates (rollouts, evaluation, judges).
+"""Decoding the way a tier says, wherever a tier generates (rollouts, evaluation, judges).
 
 A tier's settings all change how generation runs:
 
@@ -16,22 +16,22 @@ A tier's settings all change how generation runs:
 The decoder keeps one KV cache per model over a batch whose rows advance by different amounts:
 each cache slot is masked in or out per row and position ids count only a row's valid slots, so
 rejected draft tokens are simply masked out. Every emitted token carries its log-prob under the
-tier's model, as `workers.generation.generate` records it.
+tier's model, as `inference.generation.generate` records it.
 """
 
 import copy
 import statistics
 import time
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from workers.generation import Completion, SamplingParams, completion_build, filter_logits, stop_position
-from workers.policy import Policy, PolicyLoadError, policy_load
+from inference.generation import Completion, completion_build, filter_logits, stop_position
+from inference.policy import Policy, PolicyLoadError, policy_load
+from inference.settings import PRECISIONS, SamplingParams, TierSettings, model_source
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 MAX_NGRAM = 3  # prompt lookup tries the last 3, 2, then 1 tokens
@@ -40,56 +40,6 @@ MAX_NGRAM = 3  # prompt lookup tries the last 3, 2, then 1 tokens
 class TierError(ValueError):
     """The tier cannot run here (no such device, a precision the device lacks, a draft model whose
     tokenizer differs): the message says which setting and why."""
-
-
-@dataclass(frozen=True)
-class TierSettings:
-    """A tier's settings as generation uses them (a Tier row, a run's tier_config, or by hand)."""
-
-    base_model: str = ""
-    device: str = "auto"
-    precision: str = "fp32"
-    speculation: str = "none"
-    draft_model: str = ""
-    speculative_tokens: int = 0
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    stop: tuple[str, ...] = ()
-    max_new_tokens: int = 256
-    batch_size: int = 8
-    prefix_cache: bool = True  # share a prompt's prefill among the rows that repeat it
-    name: str = ""
-
-    @classmethod
-    def from_config(cls, config: Mapping | object) -> "TierSettings":
-        """From a tier_config dict or a Tier row; unknown keys are ignored, missing ones default."""
-        names = {f.name for f in fields(cls)}
-        if isinstance(config, Mapping):
-            values = {key: value for key, value in config.items() if key in names}
-        else:
-            values = {name: getattr(config, name) for name in names if hasattr(config, name)}
-        if "stop" in values:
-            values["stop"] = tuple(values["stop"] or ())
-        return cls(**values)
-
-    def with_(self, **changes) -> "TierSettings":
-        from dataclasses import replace
-
-        return replace(self, **changes)
-
-    def sampling_params(self) -> SamplingParams:
-        return SamplingParams(
-            max_new_tokens=self.max_new_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            stop=tuple(self.stop),
-        )
-
-    @property
-    def speculative(self) -> bool:
-        return self.speculation != "none" and self.speculative_tokens > 0
 
 
 @dataclass
@@ -150,7 +100,7 @@ def model_prepare(model: PreTrainedModel, settings: TierSettings) -> PreTrainedM
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     else:
         if settings.precision not in DTYPES:
-            raise TierError(f"precision must be one of fp32, bf16, fp16, int8; got {settings.precision!r}")
+            raise TierError(f"precision must be one of {', '.join(PRECISIONS)}; got {settings.precision!r}")
         model = model.to(device=device, dtype=DTYPES[settings.precision])
     model.eval()
     return model
@@ -166,7 +116,7 @@ def tier_prepare(
             if not settings.draft_model:
                 raise TierError("speculation draft_model needs a draft model")
             try:
-                draft = policy_load(_source(settings.draft_model))
+                draft = policy_load(model_source(settings.draft_model))
             except PolicyLoadError as exc:
                 raise TierError(f"draft model: {exc}") from exc
         if isinstance(draft, Policy):
@@ -185,17 +135,11 @@ def tier_prepare(
     )
 
 
-def _source(reference: str | Path) -> str | Path:
-    if isinstance(reference, str) and reference.startswith(("/", "./", "../", "~")):
-        return Path(reference).expanduser()
-    return reference
-
-
 def tier_load(settings: TierSettings, source: str | Path | None = None, *, version: int = 0) -> TierModel:
     """Load `source` (default: the tier's base model) and prepare it for the tier."""
     source = source or settings.base_model
     try:
-        policy = policy_load(_source(source))
+        policy = policy_load(model_source(source))
     except PolicyLoadError as exc:
         raise TierError(str(exc)) from exc
     policy.version = version
@@ -400,17 +344,115 @@ def _generate_batch(
     generator: torch.Generator | None,
     stats: GenerationStats,
 ) -> list[Completion]:
-    tokenizer = tier.tokenizer
-    params = settings.sampling_params()
+    """Decode one batch: prefill, then propose, verify and accept until every row has finished."""
+    batch = _prefill(tier, prompts, settings, generator, stats)
+    while not all(batch.finished):
+        stats.steps += 1
+        proposal = _propose(batch)
+        verified = _verify(batch, proposal)
+        _accept(batch, proposal, verified)
+    return _completions(batch)
+
+
+@dataclass
+class _Batch:
+    """A batch while it decodes: both models' caches and, per row, what it has emitted so far and
+    what each model has yet to see (the last accepted token, for the draft sometimes more)."""
+
+    tokenizer: PreTrainedTokenizerBase
+    params: SamplingParams
+    generator: torch.Generator | None
+    stats: GenerationStats
+    mode: str  # "none", "prompt_lookup" or "draft_model"
+    k: int  # tokens proposed per step
+    target: RaggedDecoder
+    draft: RaggedDecoder | None
+    prompt_ids: list[list[int]]
+    started: float
+    tokens: list[list[int]] = field(init=False)
+    logprobs: list[list[float]] = field(init=False)
+    finished: list[bool] = field(init=False)
+    first_at: list[float | None] = field(init=False)  # seconds from `started`
+    done_at: list[float | None] = field(init=False)
+    pending_target: list[list[int]] = field(init=False)
+    pending_draft: list[list[int]] = field(init=False)
+    window: int = field(init=False)  # tokens decoded to look for a stop sequence: enough for any
+
+    def __post_init__(self) -> None:
+        size = len(self.prompt_ids)
+        self.tokens, self.logprobs = [[] for _ in range(size)], [[] for _ in range(size)]
+        self.finished = [False] * size
+        self.first_at, self.done_at = [None] * size, [None] * size
+        self.pending_target, self.pending_draft = [[] for _ in range(size)], [[] for _ in range(size)]
+        self.window = 4 * max((len(stop) for stop in self.params.stop), default=0) + 4
+
+    @property
+    def size(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def pad_id(self) -> int:
+        return self.target.pad_id
+
+    def emit(self, row: int, token: int, logprob: float) -> bool:
+        """Append a token; True when the row is finished (EOS, a stop sequence, the budget)."""
+        self.tokens[row].append(token)
+        self.logprobs[row].append(logprob)
+        if self.first_at[row] is None:
+            self.first_at[row] = time.perf_counter() - self.started
+        if self._stops(self.tokens[row]):
+            self.finished[row] = True
+            self.done_at[row] = time.perf_counter() - self.started
+        return self.finished[row]
+
+    def _stops(self, tokens: list[int]) -> bool:
+        params = self.params
+        return (
+            tokens[-1] == self.tokenizer.eos_token_id
+            or len(tokens) >= params.max_new_tokens
+            or (
+                bool(params.stop)
+                and stop_position(self.tokenizer.decode(tokens[-self.window :]), params.stop) is not None
+            )
+        )
+
+
+@dataclass
+class _Proposal:
+    """One step's draft tokens per row, the draft distributions they were sampled from (None when
+    greedy or looked up) and the draft cache columns that hold the ones the draft was fed back."""
+
+    active: list[bool]
+    tokens: list[list[int]]
+    dists: list[list[torch.Tensor | None]]
+    draft_columns: list[list[int]]
+
+
+@dataclass
+class _Verified:
+    """The tier's model over each row's pending token and proposals, from cache column `column`."""
+
+    column: int
+    logits: torch.Tensor
+    logprobs: torch.Tensor
+    greedy: list[list[int]] | None
+
+
+def _prefill(
+    tier: TierModel,
+    prompts: list[str],
+    settings: TierSettings,
+    generator: torch.Generator | None,
+    stats: GenerationStats,
+) -> _Batch:
+    """Each distinct prompt through both models once (copied to the rows that repeat it when
+    prefixes are shared), and each row's first token from the prefill's logits."""
     started = time.perf_counter()
+    tokenizer = tier.tokenizer
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    eos_id = tokenizer.eos_token_id
     mode = settings.speculation if settings.speculative else "none"
     if mode == "draft_model" and tier.draft is None:
         raise TierError("speculation draft_model needs the draft model loaded (tier_prepare loads it)")
-    k = int(settings.speculative_tokens) if mode != "none" else 0
-
-    # Prefill: each distinct prompt once when prefixes are shared, then copied to its rows.
     if settings.prefix_cache:
         unique = list(dict.fromkeys(prompts))
         row_of = torch.tensor([unique.index(prompt) for prompt in prompts])
@@ -430,140 +472,174 @@ def _generate_batch(
         if draft is not None:
             draft.select_rows(row_of)
     logits = logits[row_of.to(logits.device)]
-    prompt_ids = [encoded["input_ids"][i][prompt_valid[i]].tolist() for i in row_of.tolist()]
+    batch = _Batch(
+        tokenizer=tokenizer,
+        params=settings.sampling_params(),
+        generator=generator,
+        stats=stats,
+        mode=mode,
+        k=int(settings.speculative_tokens) if mode != "none" else 0,
+        target=target,
+        draft=draft,
+        prompt_ids=[encoded["input_ids"][i][prompt_valid[i]].tolist() for i in row_of.tolist()],
+        started=started,
+    )
+    first = _choose(logits, batch.params, generator)
+    for row in range(batch.size):
+        batch.emit(row, first[row], _logprob(logits[row], first[row], batch.params))
+    batch.pending_target = [[tokens[-1]] for tokens in batch.tokens]
+    batch.pending_draft = [[tokens[-1]] for tokens in batch.tokens]
+    return batch
 
-    batch = len(prompts)
-    tokens: list[list[int]] = [[] for _ in range(batch)]
-    logprobs: list[list[float]] = [[] for _ in range(batch)]
-    finished = [False] * batch
-    first_at: list[float | None] = [None] * batch
-    done_at: list[float | None] = [None] * batch
-    window = 4 * max((len(stop) for stop in params.stop), default=0) + 4
 
-    def emit(row: int, token: int, logprob: float) -> bool:
-        """Append a token; True when the row is finished (EOS, a stop sequence, the budget)."""
-        tokens[row].append(token)
-        logprobs[row].append(logprob)
-        if first_at[row] is None:
-            first_at[row] = time.perf_counter() - started
-        stopped = (
-            token == eos_id
-            or len(tokens[row]) >= params.max_new_tokens
-            or (
-                bool(params.stop)
-                and stop_position(tokenizer.decode(tokens[row][-window:]), params.stop) is not None
-            )
-        )
-        if stopped:
-            finished[row] = True
-            done_at[row] = time.perf_counter() - started
-        return stopped
-
-    # The first token comes from the prefill's logits.
-    first = _choose(logits, params, generator)
-    for row in range(batch):
-        emit(row, first[row], _logprob(logits[row], first[row], params))
-    pending_target = [[tokens[row][-1]] for row in range(batch)]
-    pending_draft = [[tokens[row][-1]] for row in range(batch)]
-
-    while not all(finished):
-        stats.steps += 1
-        active = [not done for done in finished]
-        budgets = [
-            max(0, params.max_new_tokens - len(tokens[row]) - 1) if active[row] else 0 for row in range(batch)
-        ]
-        proposals: list[list[int]] = [[] for _ in range(batch)]
-        draft_dists: list[list[torch.Tensor | None]] = [[] for _ in range(batch)]
-        draft_columns: list[list[int]] = [[] for _ in range(batch)]
-        if mode == "prompt_lookup":
-            for row in range(batch):
-                if active[row]:
-                    proposals[row] = lookup_draft(prompt_ids[row] + tokens[row], min(k, budgets[row]))
-                    draft_dists[row] = [None] * len(proposals[row])
-        elif mode == "draft_model" and max(budgets) > 0:
-            rounds = min(k, max(budgets))
-            drafting = [active[row] and budgets[row] > 0 for row in range(batch)]
-            width = max(len(pending_draft[row]) for row in range(batch) if drafting[row])
-            ids = torch.full((batch, width), pad_id, dtype=torch.long)
-            valid = torch.zeros((batch, width), dtype=torch.bool)
-            for row in range(batch):
-                if drafting[row]:
-                    ids[row, : len(pending_draft[row])] = torch.tensor(pending_draft[row])
-                    valid[row, : len(pending_draft[row])] = True
-            out = draft.feed(ids, valid)
-            last = (valid.long().sum(-1) - 1).clamp(min=0).to(out.device)
-            draft_logits = out[torch.arange(batch, device=out.device), last]
-            for round_index in range(rounds):
-                chosen, dists = _draft_choose(draft_logits, params, generator)
-                for row in range(batch):
-                    if drafting[row] and round_index < budgets[row]:
-                        proposals[row].append(chosen[row])
-                        draft_dists[row].append(None if dists is None else dists[row])
-                if round_index == rounds - 1:
-                    break
-                step_valid = torch.tensor(
-                    [drafting[row] and round_index + 1 < budgets[row] for row in range(batch)]
-                )
-                if not step_valid.any():
-                    break
-                column = draft.width
-                draft_logits = draft.feed(torch.tensor(chosen)[:, None], step_valid[:, None])[:, 0]
-                for row in range(batch):
-                    if step_valid[row]:
-                        draft_columns[row].append(column)
-
-        # Verify: the pending token and each row's proposals, in one forward pass of the tier's model.
-        width = 1 + max(len(proposals[row]) for row in range(batch))
-        ids = torch.full((batch, width), pad_id, dtype=torch.long)
-        valid = torch.zeros((batch, width), dtype=torch.bool)
-        for row in range(batch):
-            if active[row]:
-                sequence = pending_target[row] + proposals[row]
-                ids[row, : len(sequence)] = torch.tensor(sequence)
-                valid[row, : len(sequence)] = True
-        column = target.width
-        verify = target.feed(ids, valid)
-        scaled = verify if params.temperature == 0 else verify / params.temperature
-        step_logprobs = scaled.log_softmax(-1)
-        greedy = verify.argmax(-1).tolist() if params.temperature == 0 else None
-        for row in range(batch):
-            if not active[row]:
-                continue
-            proposed = proposals[row]
-            stats.proposed += len(proposed)
-            if greedy is not None:
-                accepted = 0
-                while accepted < len(proposed) and proposed[accepted] == greedy[row][accepted]:
-                    accepted += 1
-                new_token = greedy[row][accepted]
-            else:
-                accepted, new_token = _accept(verify[row], proposed, draft_dists[row], params, generator)
-            stats.accepted += accepted
-            # Drop the rejected proposals from both caches.
-            target.drop(row, [column + 1 + j for j in range(accepted, len(proposed))])
-            if draft is not None:
-                draft.drop(row, draft_columns[row][accepted:])
-            emitted = proposed[:accepted] + [new_token]
-            for index, token in enumerate(emitted):
-                if emit(row, token, float(step_logprobs[row, index, token])):
-                    break
-            pending_target[row] = [new_token]
-            if draft is not None and proposed:
-                # The draft has seen its proposals up to the last one it fed back; when every
-                # proposal was accepted, the last proposal is still new to it.
-                seen = len(draft_columns[row])
-                pending_draft[row] = proposed[seen:accepted] + [new_token]
-            elif draft is not None:  # the draft sat this step out: it has yet to see the new token too
-                pending_draft[row] = pending_draft[row] + [new_token]
-
-    stats.generated_tokens += sum(len(row_tokens) for row_tokens in tokens)
-    for row in range(batch):
-        stats.first_token_seconds.append(first_at[row] or 0.0)
-        stats.latency_seconds.append(done_at[row] or (time.perf_counter() - started))
-    return [
-        completion_build(tokenizer, tokens[row], logprobs[row], params, prompt_ids[row])
-        for row in range(batch)
+def _propose(batch: _Batch) -> _Proposal:
+    """Up to k draft tokens for each unfinished row, within what is left of its token budget."""
+    active = [not done for done in batch.finished]
+    size = batch.size
+    proposal = _Proposal(
+        active=active,
+        tokens=[[] for _ in range(size)],
+        dists=[[] for _ in range(size)],
+        draft_columns=[[] for _ in range(size)],
+    )
+    # Room for proposals: the budget less the token the tier's model adds after them.
+    budgets = [
+        max(0, batch.params.max_new_tokens - len(batch.tokens[row]) - 1) if active[row] else 0
+        for row in range(size)
     ]
+    if batch.mode == "prompt_lookup":
+        _propose_by_lookup(batch, proposal, budgets)
+    elif batch.mode == "draft_model" and max(budgets) > 0:
+        _propose_by_draft(batch, proposal, budgets)
+    return proposal
+
+
+def _propose_by_lookup(batch: _Batch, proposal: _Proposal, budgets: list[int]) -> None:
+    for row in range(batch.size):
+        if proposal.active[row]:
+            proposal.tokens[row] = lookup_draft(
+                batch.prompt_ids[row] + batch.tokens[row], min(batch.k, budgets[row])
+            )
+            proposal.dists[row] = [None] * len(proposal.tokens[row])
+
+
+def _propose_by_draft(batch: _Batch, proposal: _Proposal, budgets: list[int]) -> None:
+    """The draft model catches up on the tokens it has not seen, then drafts one token a round,
+    feeding each back while a row still has budget for another."""
+    draft, params, generator = batch.draft, batch.params, batch.generator
+    rounds = min(batch.k, max(budgets))
+    drafting = [budget > 0 for budget in budgets]  # an unfinished row with room for a proposal
+    ids, valid = _padded(
+        [batch.pending_draft[row] if drafting[row] else [] for row in range(batch.size)], batch.pad_id
+    )
+    out = draft.feed(ids, valid)
+    last = (valid.long().sum(-1) - 1).clamp(min=0).to(out.device)
+    logits = out[torch.arange(batch.size, device=out.device), last]
+    for round_index in range(rounds):
+        chosen, dists = _draft_choose(logits, params, generator)
+        for row in range(batch.size):
+            if drafting[row] and round_index < budgets[row]:
+                proposal.tokens[row].append(chosen[row])
+                proposal.dists[row].append(None if dists is None else dists[row])
+        if round_index == rounds - 1:
+            break
+        feeding = torch.tensor(
+            [drafting[row] and round_index + 1 < budgets[row] for row in range(batch.size)]
+        )
+        if not feeding.any():
+            break
+        column = draft.width
+        logits = draft.feed(torch.tensor(chosen)[:, None], feeding[:, None])[:, 0]
+        for row in range(batch.size):
+            if feeding[row]:
+                proposal.draft_columns[row].append(column)
+
+
+def _verify(batch: _Batch, proposal: _Proposal) -> _Verified:
+    """Each row's pending token and proposals through the tier's model, in one forward pass."""
+    sequences = [
+        batch.pending_target[row] + proposal.tokens[row] if proposal.active[row] else []
+        for row in range(batch.size)
+    ]
+    ids, valid = _padded(sequences, batch.pad_id)
+    column = batch.target.width
+    logits = batch.target.feed(ids, valid)
+    temperature = batch.params.temperature
+    scaled = logits if temperature == 0 else logits / temperature
+    greedy = logits.argmax(-1).tolist() if temperature == 0 else None
+    return _Verified(column=column, logits=logits, logprobs=scaled.log_softmax(-1), greedy=greedy)
+
+
+def _accept(batch: _Batch, proposal: _Proposal, verified: _Verified) -> None:
+    """Per row: keep the proposals the tier's model accepts and the token it adds after them,
+    drop the rejected ones from both caches, and note what each model has yet to see."""
+    stats = batch.stats
+    for row in range(batch.size):
+        if not proposal.active[row]:
+            continue
+        proposed = proposal.tokens[row]
+        stats.proposed += len(proposed)
+        if verified.greedy is not None:
+            accepted, new_token = _accepted_greedy(proposed, verified.greedy[row])
+        else:
+            accepted, new_token = _accepted_sampled(
+                verified.logits[row], proposed, proposal.dists[row], batch.params, batch.generator
+            )
+        stats.accepted += accepted
+        batch.target.drop(row, [verified.column + 1 + j for j in range(accepted, len(proposed))])
+        if batch.draft is not None:
+            batch.draft.drop(row, proposal.draft_columns[row][accepted:])
+        for index, token in enumerate(proposed[:accepted] + [new_token]):
+            if batch.emit(row, token, float(verified.logprobs[row, index, token])):
+                break
+        batch.pending_target[row] = [new_token]
+        if batch.draft is not None and proposed:
+            # The draft has seen its proposals up to the last one it fed back; when every
+            # proposal was accepted, the last proposal is still new to it.
+            seen = len(proposal.draft_columns[row])
+            batch.pending_draft[row] = proposed[seen:accepted] + [new_token]
+        elif batch.draft is not None:  # the draft sat this step out: it has yet to see the new token too
+            batch.pending_draft[row] = batch.pending_draft[row] + [new_token]
+
+
+def _completions(batch: _Batch) -> list[Completion]:
+    """The batch's completions, its tokens and per-request timings counted in its stats."""
+    stats = batch.stats
+    stats.generated_tokens += sum(len(row_tokens) for row_tokens in batch.tokens)
+    for row in range(batch.size):
+        stats.first_token_seconds.append(batch.first_at[row] or 0.0)
+        stats.latency_seconds.append(batch.done_at[row] or (time.perf_counter() - batch.started))
+    return [
+        completion_build(
+            batch.tokenizer, batch.tokens[row], batch.logprobs[row], batch.params, batch.prompt_ids[row]
+        )
+        for row in range(batch.size)
+    ]
+
+
+def _padded(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids (rows × the longest sequence) and the mask of their real positions."""
+    width = max(len(sequence) for sequence in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    valid = torch.zeros((len(sequences), width), dtype=torch.bool)
+    for row, sequence in enumerate(sequences):
+        if sequence:
+            ids[row, : len(sequence)] = torch.tensor(sequence)
+            valid[row, : len(sequence)] = True
+    return ids, valid
+
+
+def _accepted_greedy(proposed: list[int], greedy: list[int]) -> tuple[int, int]:
+    """Greedy: proposals are accepted while each is the model's argmax; the argmax after the last
+    accepted one is added, so the output is exactly greedy decoding's.
+
+    >>> _accepted_greedy([4, 5, 6], [4, 5, 9, 7])
+    (2, 9)
+    """
+    accepted = 0
+    while accepted < len(proposed) and proposed[accepted] == greedy[accepted]:
+        accepted += 1
+    return accepted, greedy[accepted]
 
 
 def _choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> list[int]:
@@ -583,7 +659,7 @@ def _draft_choose(
     return torch.multinomial(probabilities, 1, generator=generator).squeeze(-1).tolist(), probabilities
 
 
-def _accept(
+def _accepted_sampled(
     logits: torch.Tensor,
     proposed: list[int],
     draft_dists: list[torch.Tensor | None],
@@ -592,9 +668,7 @@ def _accept(
 ) -> tuple[int, int]:
     """Sampling: how many proposals the tier's model accepts, and the token it adds after them.
 
-    (Greedy decoding accepts a proposal while it is the model's argmax and adds the argmax after
-    the last accepted one, so its output is exactly greedy decoding's.) Proposal x
-    drawn from q is accepted with probability min(1, p(x) / q(x)) (q is a point mass for prompt
+    Proposal x drawn from q is accepted with probability min(1, p(x) / q(x)) (q is a point mass for prompt
     lookup); a rejection samples from max(0, p - q) renormalised, so tokens follow p exactly.
     """
     for index, token in enumerate(proposed):
@@ -614,65 +688,3 @@ def _accept(
         return index, int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
     p = _distribution(logits[len(proposed)], params).cpu()
     return len(proposed), int(torch.multinomial(p, 1, generator=generator))
-
-
-# --- judges ----------------------------------------------------------------------------------------
-
-
-def _message_text(content) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, dict):
-        return str(content.get("text") or content.get("content") or "")
-    return "\n".join(_message_text(part) for part in content or [])
-
-
-def judge_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict]) -> str:
-    """Chat messages as the judge model reads them: its chat template, else role-prefixed lines."""
-    plain = [{"role": m.get("role", "user"), "content": _message_text(m.get("content"))} for m in messages]
-    if getattr(tokenizer, "chat_template", None):
-        try:
-            return tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
-        except Exception:  # noqa: BLE001  (a template that refuses some role: fall back to plain text)
-            pass
-    return "".join(f"{m['role']}: {m['content']}\n" for m in plain) + "assistant: "
-
-
-def tier_judge(tier_config: Mapping | object, *, tier_model: TierModel | None = None):
-    """A judge for model graders (rewards.engine.Judge): `judge(tier_ref, messages, params) -> str`.
-
-    `tier_config` is one tier's settings (a tier_config dict or a Tier), which answers every
-    `tier_ref`, or a mapping of tier name to settings, which answers the grader's `model` by name.
-    Models load on first use and stay loaded; the rule's sampling parameters override the tier's
-    (temperature, top_p, max_tokens / max_completions_tokens, seed).
-    """
-    import threading
-
-    single = not isinstance(tier_config, Mapping) or "base_model" in tier_config
-    configs = {"": tier_config} if single else dict(tier_config)
-    loaded: dict[str, TierModel] = {"": tier_model} if tier_model is not None else {}
-    lock = threading.Lock()
-
-    def judge(tier_ref: str, messages: list[dict], params: dict) -> str:
-        key = "" if single else tier_ref
-        if key not in configs:
-            raise TierError(f"no tier named {tier_ref!r} to judge with; known: {', '.join(sorted(configs))}")
-        with lock:  # graders run in threads; one model generates one request at a time
-            if key not in loaded:
-                loaded[key] = tier_load(TierSettings.from_config(configs[key]))
-            model = loaded[key]
-            settings = model.settings
-            changes: dict = {}
-            if "temperature" in params:
-                changes["temperature"] = float(params["temperature"])
-            if "top_p" in params:
-                changes["top_p"] = float(params["top_p"])
-            budget = params.get("max_completions_tokens") or params.get("max_tokens")
-            if budget:
-                changes["max_new_tokens"] = int(budget)
-            generator = torch.Generator().manual_seed(int(params["seed"])) if "seed" in params else None
-            prompt = judge_prompt(model.tokenizer, messages)
-            [completion] = tier_generate(model, [prompt], settings.with_(**changes), generator=generator)
-        return completion.text
-
-    return judge

@@ -1,0 +1,29 @@
+"""The Celery tasks that runs' services enqueue: thin, idempotent, ids in. Each body imports the
+worker code that does the work late, inside the task, so the web process that enqueues them loads
+none of it. The names keep their `workers.*` prefix: they route to the learner and eval queues, and
+queued messages and running workers know the tasks by them."""
+
+from celery import shared_task
+
+
+@shared_task(name="workers.learner.runs_schedule", acks_late=True, ignore_result=True)
+def runs_schedule() -> None:
+    """Restart learners that died and start the queued runs that their projects' quotas allow."""
+    from workers.supervisor import runs_tick
+
+    runs_tick()
+
+
+@shared_task(name="workers.learner.supervise", acks_late=True, ignore_result=True)
+def learner_supervise(run_id: int) -> None:
+    from workers.supervisor import learner_supervise as supervise
+
+    supervise(run_id)
+
+
+@shared_task(name="workers.eval.tier", acks_late=True, ignore_result=True)
+def tier_evaluate(evaluation_id: int) -> None:
+    """Evaluate a checkpoint under tiers (a TierEvaluation); a redelivery finds it claimed."""
+    from workers.tier_eval import tier_evaluation_run
+
+    tier_evaluation_run(evaluation_id)

@@ -1,0 +1,268 @@
+"""The import graph keeps the layers: imports go down (wiring, workers, domain apps, the Django-free
+bottom), never up, and no import cycle joins two packages except through a Celery task module
+(a task beside its service imports the code that runs its body, which enqueues it again).
+
+Read from the source with `ast`, so a late import inside a function counts as much as one at the top.
+"""
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from tests.run_fixtures import ANSWER_RULE
+
+ROOT = Path(settings.BASE_DIR)
+APPLICATIONS = (
+    "webapp",
+    "workers",
+    "runs",
+    "rewards",
+    "reviews",
+    "traces",
+    "webhooks",
+    "sandboxes",
+    "inference",
+)
+BOTTOM = ("inference", "sandboxes")
+DOMAIN = ("runs", "rewards", "reviews", "traces", "webhooks")
+FRAMEWORKS = ("django", "rest_framework", "drf_spectacular", "channels", "celery")
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(module: str, path: Path, tree: ast.AST) -> set[str]:
+    """Every module name the file imports, wherever the import statement is."""
+    names: set[str] = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from runs import tasks` imports runs.tasks; `from runs.models import Run`, runs.models.
+            names |= {f"{base}.{alias.name}" if base else alias.name for alias in node.names}
+    return names
+
+
+def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (`from runs import tasks` names runs.tasks)."""
+    files = {
+        module_name(root, path): path
+        for package in packages
+        for path in (root / package).rglob("*.py")
+        if "migrations" not in path.parts
+    }
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        targets = set()
+        for name in imported(module, path, ast.parse(path.read_text(), filename=str(path))):
+            while name and name not in files:  # `from runs.models import Run` names the module
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def imports_of(root: Path, package: str) -> dict[str, set[str]]:
+    """Module -> every top-level name it imports, project or not."""
+    out = {}
+    for path in (root / package).rglob("*.py"):
+        module = module_name(root, path)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        out[module] = {name.split(".")[0] for name in imported(module, path, tree) if name}
+    return out
+
+
+def app(module: str) -> str:
+    return module.split(".")[0]
+
+
+def is_task_module(module: str) -> bool:
+    return module.rpartition(".")[2] == "tasks"
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def bottom_violations(root: Path, packages: tuple[str, ...]) -> list[str]:
+    """Imports by a bottom package of another Flywheel package or of a web framework."""
+    forbidden = set(packages) | set(FRAMEWORKS)
+    out = []
+    for package in BOTTOM:
+        if not (root / package).is_dir():
+            continue
+        for module, names in sorted(imports_of(root, package).items()):
+            out += [f"{module} imports {name}" for name in sorted(names & (forbidden - {package}))]
+    return out
+
+
+def upward_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Domain modules that import workers/ (only a task module may: its body runs worker code)."""
+    return [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        if app(module) in DOMAIN and not is_task_module(module)
+        for target in sorted(targets)
+        if app(target) == "workers"
+    ]
+
+
+def cross_package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Import cycles that join packages once task modules are set aside (a task and its service
+    import each other on purpose)."""
+    without_tasks = {
+        module: {target for target in targets if not is_task_module(target)}
+        for module, targets in graph.items()
+        if not is_task_module(module)
+    }
+    return [component for component in cycles(without_tasks) if len({app(m) for m in component}) > 1]
+
+
+def test_inference_and_sandboxes_import_no_other_package_and_no_django():
+    assert bottom_violations(ROOT, APPLICATIONS) == []
+
+
+def test_domain_apps_reach_workers_only_from_their_task_modules():
+    graph = import_graph(ROOT, APPLICATIONS)
+    assert upward_violations(graph) == []
+    # The exception is used, and only there: runs' tasks run the supervisor's and evaluation's code.
+    reaching = {
+        m for m, targets in graph.items() if app(m) in DOMAIN and "workers" in {app(t) for t in targets}
+    }
+    assert reaching == {"runs.tasks"}
+
+
+def test_no_import_cycle_joins_two_packages_except_through_a_task():
+    graph = import_graph(ROOT, APPLICATIONS)
+    assert cross_package_cycles(graph) == []
+    # Task and service pairs do form cycles, which is why they are set aside above.
+    assert ["webhooks.services", "webhooks.tasks"] in cycles(graph)
+
+
+def test_every_celery_task_module_sits_beside_a_service_or_drives_runs():
+    graph = import_graph(ROOT, APPLICATIONS)
+    assert sorted(m for m in graph if is_task_module(m)) == ["runs.tasks", "webhooks.tasks", "workers.tasks"]
+    assert "workers.tasks" not in {t for m, targets in graph.items() if app(m) in DOMAIN for t in targets}
+
+
+# The checks themselves, on a small tree that breaks each rule once.
+BROKEN_TREE = {
+    "inference/__init__.py": "",
+    "inference/decoding.py": "from django.conf import settings\nimport runs.models\n",
+    "sandboxes/__init__.py": "",
+    "sandboxes/pool.py": "def f():\n    from inference import decoding\n",
+    "runs/__init__.py": "",
+    "runs/models.py": "",
+    "runs/services.py": "from runs import tasks\nfrom rewards.services import score\n",
+    "runs/tasks.py": "def t():\n    from workers.driver import go\n",
+    "runs/views.py": "from workers import driver\n",
+    "rewards/__init__.py": "",
+    "rewards/services.py": "def score():\n    from runs import services\n",
+    "workers/__init__.py": "",
+    "workers/driver.py": "from runs.services import x\n",
+}
+
+
+@pytest.fixture
+def broken_tree(tmp_path) -> Path:
+    for name, source in BROKEN_TREE.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(source)
+    return tmp_path
+
+
+def test_the_checks_name_each_broken_rule(broken_tree):
+    packages = ("inference", "sandboxes", "runs", "rewards", "workers")
+    graph = import_graph(broken_tree, packages)
+    assert bottom_violations(broken_tree, packages) == [
+        "inference.decoding imports django",
+        "inference.decoding imports runs",
+        "sandboxes.pool imports inference",
+    ]
+    assert upward_violations(graph) == ["runs.views imports workers.driver"]
+    # runs.services <-> rewards.services is a cycle; runs.services -> runs.tasks -> workers.driver
+    # -> runs.services goes through a task and is allowed.
+    assert cross_package_cycles(graph) == [["rewards.services", "runs.services"]]
+
+
+def test_a_reward_dry_run_without_a_model_grader_never_imports_torch(transactional_db, team, tmp_path):
+    """The web process scores dry-runs: building the project's judge must not load torch, which
+    only a model grader's first judgement needs. Checked in a fresh interpreter (this one has
+    imported torch for other tests) on the test database."""
+    from rewards import services as reward_services
+    from runs import services
+    from tests.run_harness import database_url
+
+    owner, project = team["owner"], team["project"]
+    services.tier_create(project=project, by=owner, name="judge", base_model="./no-such-model")
+    rule = reward_services.reward_rule_create(project=project, name="exact", spec=ANSWER_RULE, by=owner)
+    script = f"""
+import json, sys
+import django
+django.setup()
+from rewards.models import RewardRuleVersion
+from rewards.services import reward_rule_dry_run
+version = RewardRuleVersion.objects.get(pk={rule.versions.get().pk})
+items = [{{"id": "a", "prompt": "2+2?", "reference": "4"}}, {{"id": "b", "prompt": "3+3?", "reference": "6"}}]
+samples = [{{"item_id": "a", "output_text": "4"}}, {{"item_id": "b", "output_text": "7"}}]
+dry = reward_rule_dry_run(version=version, items=items, samples=samples)
+before = sorted(name for name in ("torch", "transformers") if name in sys.modules)
+import inference.decoding  # what a model grader's first judgement loads
+after = "torch" in sys.modules
+print(json.dumps({{"totals": [p.result["total"] for p in dry.pairs], "before": before, "after": after}}))
+"""
+    env = os.environ | {
+        "DJANGO_SETTINGS_MODULE": "webapp.settings",
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "FLYWHEEL_HOME": str(settings.FLYWHEEL_HOME),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == '{"totals": [1.0, 0.0], "before": [], "after": true}'
