@@ -5,14 +5,14 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-INSTALLED := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
+INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint format fuzz bench venv browser-deps sandbox-deps sandbox-image sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers bench-api
+.PHONY: up down demo test lint format fuzz bench venv browser-deps sandbox-deps sandbox-image sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers bench-api bench-traces demo-flywheel
 
 venv: $(INSTALLED)
 
-$(INSTALLED): requirements.txt
+$(INSTALLED): requirements.txt client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
@@ -27,6 +27,11 @@ down: venv
 # The GRPO demo on the demo project, followed to the end (make up first).
 demo: up
 	$(PY) manage.py launch_demo
+
+# The flywheel on the demo project: GRPO, a handful of failures labelled, Train on reviews, both
+# runs' held-out pass rates (make up first; prints one line of JSON last).
+demo-flywheel: up
+	$(PY) manage.py demo_flywheel
 
 # Debian's Chromium for the browser tests; Playwright never downloads a browser here.
 browser-deps:
@@ -83,6 +88,9 @@ bench-api: venv
 
 bench-tiers: venv sandbox-deps
 	$(PY) benchmarks/bench_tiers.py
+
+bench-traces: venv
+	$(PY) benchmarks/bench_traces.py
 
 bench-learner: venv sandbox-image
 	$(PY) benchmarks/bench_learner.py

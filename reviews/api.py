@@ -4,20 +4,27 @@ next-item, and exports. Thin: selectors check the role, services the rules."""
 import re
 
 from django.http import StreamingHttpResponse
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from reviews import exports, selectors, services
+from reviews import exports, selectors, services, training
 from reviews import serializers as s
+from reviews.models import ReviewQueue
 from runs import selectors as run_selectors
 from runs.api.runs import StepOrderPagination
 from runs.api.views import NO_CONTENT, ApiView, NdjsonRenderer
 from runs.roles import Permission
+from traces import selectors as trace_selectors
 from webapp.api import idempotent
 from webapp.streaming import streamed
+
+# What an export wrote and skipped, in headers: the body is the file itself.
+LINES_HEADER = "Flywheel-Export-Lines"
+SKIPPED_HEADER = "Flywheel-Export-Skipped"
 
 
 class PositionPagination(StepOrderPagination):
@@ -36,6 +43,7 @@ class ReviewListView(ApiView):
         wanted = {
             "trajectory__run_id": filters.get("run"),
             "trajectory_id": filters.get("trajectory"),
+            "trace_id": filters.get("trace"),
             "label": filters.get("label"),
             "reviewer_id": filters.get("reviewer"),
         }
@@ -45,16 +53,25 @@ class ReviewListView(ApiView):
     @extend_schema(
         request=s.ReviewInputSerializer,
         responses={201: s.ReviewSerializer},
-        summary="Label a trajectory (reviewers); the caller's earlier label on it is replaced",
+        summary="Label a trajectory or a trace (reviewers); the caller's earlier label on it is replaced",
     )
     @idempotent
     def post(self, request: Request) -> Response:
         data = self.validated(s.ReviewInputSerializer)
-        trajectory = run_selectors.trajectory_for(
-            user=request.user, trajectory_id=data["trajectory"], permission=Permission.REVIEW
-        )
+        if "trace" in data:
+            subject = {
+                "trace": trace_selectors.trace_for(
+                    user=request.user, trace_id=data["trace"], permission=Permission.REVIEW
+                )
+            }
+        else:
+            subject = {
+                "trajectory": run_selectors.trajectory_for(
+                    user=request.user, trajectory_id=data["trajectory"], permission=Permission.REVIEW
+                )
+            }
         review = services.review_save(
-            trajectory=trajectory, by=request.user, label=data["label"], comment=data["comment"]
+            **subject, by=request.user, label=data["label"], comment=data["comment"]
         )
         return Response(s.ReviewSerializer(review).data, status=201)
 
@@ -81,7 +98,9 @@ class ReviewExportView(ApiView):
         responses={
             (200, "application/x-ndjson"): OpenApiResponse(
                 OpenApiTypes.STR,
-                description="One JSON object a line: SFT items or DPO pairs, ready to import as a task set",
+                description="One JSON object a line: SFT items or DPO pairs, ready to import as a task set. "
+                f"{LINES_HEADER} says how many lines; {SKIPPED_HEADER} how many records were left out "
+                "and why (empty, identical, duplicate, multi_step)",
             )
         },
         summary="Download a run's reviewed data as SFT JSONL or DPO pairs",
@@ -93,11 +112,13 @@ class ReviewExportView(ApiView):
 
 
 def export_response(request, run, export_format: str) -> StreamingHttpResponse:
-    lines = exports.export_lines(run=run, export_format=export_format)
+    lines, export = exports.export_build(run=run, export_format=export_format)
     raw = getattr(request, "_request", request)
-    response = StreamingHttpResponse(streamed(raw, lines), content_type="application/x-ndjson")
+    response = StreamingHttpResponse(streamed(raw, iter(lines)), content_type="application/x-ndjson")
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", run.name).strip("-") or "run"
     response["Content-Disposition"] = f'attachment; filename="{name}-{export_format}.jsonl"'
+    response[LINES_HEADER] = str(len(lines))
+    response[SKIPPED_HEADER] = ", ".join(f"{reason}={count}" for reason, count in export.counts().items())
     return response
 
 
@@ -135,32 +156,50 @@ class PreferenceListView(ApiView):
 
 class QueueListView(ApiView):
     @extend_schema(
-        parameters=[s.RunScopeSerializer],
+        parameters=[s.QueueScopeSerializer],
         responses=s.ReviewQueueSerializer(many=True),
         summary="Review queues with their progress, newest first",
     )
     def get(self, request: Request) -> Response:
         queues = selectors.queues_for(user=request.user)
-        if (run := self.query(s.RunScopeSerializer).get("run")) is not None:
+        scope = self.query(s.QueueScopeSerializer)
+        if (run := scope.get("run")) is not None:
             queues = queues.filter(run_id=run)
+        if (project := scope.get("project")) is not None:
+            queues = queues.filter(project_id=project)
+        if source := scope.get("source"):
+            queues = queues.filter(source=source)
         return self.paginated(queues, s.ReviewQueueSerializer)
 
     @extend_schema(
         request=s.QueueInputSerializer,
         responses={201: s.ReviewQueueSerializer},
-        summary="A queue of a run's trajectories matching the filters, oldest first (reviewers)",
+        summary="A queue of a run's trajectories, or a project's traces, matching the filters, oldest "
+        "first (reviewers)",
     )
     @idempotent
     def post(self, request: Request) -> Response:
         data = self.validated(s.QueueInputSerializer)
-        run = run_selectors.run_for(user=request.user, run_id=data["run"], permission=Permission.REVIEW)
-        queue = services.queue_create(
-            run=run,
-            name=data["name"],
-            filters=dict(data["filters"]),
-            by=request.user,
-            limit=data.get("limit"),
-        )
+        if data["source"] == ReviewQueue.Source.TRACES:
+            project = run_selectors.project_for(
+                user=request.user, project_id=data["project"], permission=Permission.REVIEW
+            )
+            queue = services.queue_create_over_traces(
+                project=project,
+                name=data["name"],
+                filters=dict(data["trace_filters"]),
+                by=request.user,
+                limit=data.get("limit"),
+            )
+        else:
+            run = run_selectors.run_for(user=request.user, run_id=data["run"], permission=Permission.REVIEW)
+            queue = services.queue_create(
+                run=run,
+                name=data["name"],
+                filters=dict(data["filters"]),
+                by=request.user,
+                limit=data.get("limit"),
+            )
         queue = selectors.queue_for(user=request.user, queue_id=queue.pk)
         return Response(s.ReviewQueueSerializer(queue).data, status=201)
 
@@ -205,3 +244,48 @@ class QueueNextView(ApiView):
         if item is None:
             return Response(status=204)
         return Response(s.QueueItemSerializer(item).data)
+
+
+class TrainOnReviewsView(ApiView):
+    @extend_schema(
+        responses=s.TrainingPreviewSerializer,
+        summary="What Train on reviews would make of the run's reviews, for SFT and for DPO",
+    )
+    def get(self, request: Request, id: int) -> Response:
+        run = run_selectors.run_for(user=request.user, run_id=id)
+        checkpoint = run.checkpoints.order_by("-step").first()
+        counts = training.training_counts(run=run)
+        return Response({"run": run.pk, "checkpoint": checkpoint.pk if checkpoint else None, **counts})
+
+    @extend_schema(
+        request=s.TrainOnReviewsInputSerializer,
+        responses={201: s.TrainOnReviewsSerializer},
+        summary="A new task-set version from the run's labels and preferences, and an SFT or DPO run "
+        "on it from the run's final checkpoint (owners and launchers)",
+    )
+    @idempotent
+    def post(self, request: Request, id: int) -> Response:
+        run = run_selectors.run_for(user=request.user, run_id=id, permission=Permission.EDIT)
+        data = self.validated(s.TrainOnReviewsInputSerializer)
+        result = training.train_on_reviews(run=run, by=request.user, **data)
+        return Response(s.TrainOnReviewsSerializer(train_on_reviews_data(result)).data, status=201)
+
+
+def train_on_reviews_data(result: training.TrainOnReviews) -> dict:
+    version = result.version
+    return {
+        "run": result.run,
+        "parent": result.run.parent_id,
+        "checkpoint": result.run.parent_checkpoint_id,
+        "task_set_version": {
+            "id": version.pk,
+            "task_set": version.task_set_id,
+            "task_set_name": version.task_set.name,
+            "number": version.number,
+            "item_count": version.item_count,
+            "split_counts": version.split_counts,
+            "created": result.version_created,
+        },
+        "counts": result.counts,
+        "compare_url": f"{reverse('run-compare')}?runs={result.run.pk},{result.run.parent_id}",
+    }

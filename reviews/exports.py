@@ -3,59 +3,117 @@
 
 - `sft`: trajectories a reviewer labelled good and none labelled otherwise, as answer items:
   `prompt` is the task's prompt, `reference` the completion to imitate.
-- `dpo`: preference pairs `{"id", "prompt", "chosen", "rejected", "metadata"}`: every explicit
-  preference, then pairs implied by labels (a good and a bad or reward-hack completion of the
-  same prompt) that no explicit preference already covers.
-- `dpo-task-set`: the same pairs as answer items (`reference` the chosen completion, the rejected
-  one in `metadata.rejected`), so they import into the task library.
+- `dpo`: preference pairs `{"id", "prompt", "chosen", "rejected", "metadata"}` (TRL's format):
+  every explicit preference, then pairs implied by labels (a good and a bad or reward-hack
+  completion of the same prompt) that no explicit preference already covers.
+- `dpo-task-set`: the same pairs as answer items that a DPO run trains on: `reference` and
+  `metadata.chosen` the chosen completion, `metadata.rejected` the rejected one.
+
+Every line keeps where it came from under `metadata.provenance` (the run, the trajectories, their
+policy versions and rewards, the label or preference), never in a field a learner reads. Lines a
+learner could not use are skipped and counted, never written: an empty completion, a pair whose
+two completions are the same text, a repeat of a line already written, and the one-completion
+view of a multi-step agent episode.
 """
 
 import json
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from reviews.models import Preference, Review
-from runs.models import Run, Trajectory
+from runs.models import Run, TaskItem, Trajectory
 
 FORMATS = ("sft", "dpo", "dpo-task-set")
 BAD = (Review.Label.BAD, Review.Label.REWARD_HACK)
+# Why a line was skipped: the keys of `Export.skipped`.
+EMPTY, IDENTICAL, DUPLICATE, MULTI_STEP = "empty", "identical", "duplicate", "multi_step"
+SKIP_REASONS = (EMPTY, IDENTICAL, DUPLICATE, MULTI_STEP)
+
+
+@dataclass(frozen=True)
+class Pair:
+    chosen: Trajectory
+    rejected: Trajectory
+    source: str  # "preference" (a reviewer chose) or "labels" (good over bad of the same prompt)
+
+    @property
+    def pair_id(self) -> str:
+        return f"{self.chosen.item.external_id}-t{self.chosen.pk}-over-t{self.rejected.pk}"
+
+
+@dataclass
+class Export:
+    """The usable records of a run's reviews, and how many of each reason were skipped."""
+
+    good: list[Trajectory] = field(default_factory=list)
+    pairs: list[Pair] = field(default_factory=list)
+    skipped: Counter = field(default_factory=Counter)
+
+    def counts(self) -> dict[str, int]:
+        return {reason: self.skipped.get(reason, 0) for reason in SKIP_REASONS}
 
 
 def _line(data: dict[str, Any]) -> str:
     return json.dumps(data, ensure_ascii=False) + "\n"
 
 
-def _source(trajectory: Trajectory) -> dict[str, Any]:
+def trajectory_provenance(trajectory: Trajectory) -> dict[str, Any]:
     return {
         "run": trajectory.run_id,
         "trajectory": trajectory.pk,
+        "item": trajectory.item.external_id,
         "policy_version": trajectory.policy_version,
         "reward": trajectory.reward,
     }
 
 
-def sft_lines(*, run: Run) -> Iterator[str]:
+def pair_provenance(pair: Pair) -> dict[str, Any]:
+    return {
+        "source": pair.source,
+        "chosen": trajectory_provenance(pair.chosen),
+        "rejected": trajectory_provenance(pair.rejected),
+    }
+
+
+def _labels_by_trajectory(run: Run) -> dict[int, set[str]]:
     labels: dict[int, set[str]] = {}
-    for trajectory_id, label in Review.objects.filter(trajectory__run=run).values_list(
-        "trajectory_id", "label"
-    ):
+    rows = Review.objects.filter(trajectory__run=run).values_list("trajectory_id", "label")
+    for trajectory_id, label in rows:
         labels.setdefault(trajectory_id, set()).add(label)
-    good = sorted(pk for pk, found in labels.items() if found == {Review.Label.GOOD})
-    for trajectory in Trajectory.objects.filter(pk__in=good).select_related("item").order_by("pk").iterator():
-        yield _line(
-            {
-                "kind": "answer",
-                "id": f"{trajectory.item.external_id}-t{trajectory.pk}",
-                "prompt": trajectory.item.text,
-                "reference": trajectory.completion_text,
-                "split": "train",
-                "metadata": {"source": _source(trajectory), "label": "good"},
-            }
-        )
+    return labels
 
 
-def preference_pairs(*, run: Run) -> Iterator[tuple[Trajectory, Trajectory, str]]:
-    """(chosen, rejected, source) for every explicit preference, then label-implied ones."""
+def _single_turn(trajectory: Trajectory, skipped: Counter) -> bool:
+    """Whether one completion is the whole episode (not an agent's multi-step one)."""
+    if trajectory.item.kind == TaskItem.Kind.AGENT:
+        skipped[MULTI_STEP] += 1
+        return False
+    return True
+
+
+def good_trajectories(run: Run, skipped: Counter) -> list[Trajectory]:
+    """Trajectories every reviewer labelled good, oldest first, one per distinct (prompt, text)."""
+    good = sorted(pk for pk, found in _labels_by_trajectory(run).items() if found == {Review.Label.GOOD})
+    kept, seen = [], set()
+    for trajectory in Trajectory.objects.filter(pk__in=good).select_related("item").order_by("pk"):
+        if not _single_turn(trajectory, skipped):
+            continue
+        if not trajectory.completion_text.strip():
+            skipped[EMPTY] += 1
+            continue
+        key = (trajectory.item_id, trajectory.completion_text)
+        if key in seen:
+            skipped[DUPLICATE] += 1
+            continue
+        seen.add(key)
+        kept.append(trajectory)
+    return kept
+
+
+def _candidate_pairs(run: Run) -> Iterator[Pair]:
+    """Every explicit preference, then label-implied ones no preference already covers."""
     seen: set[tuple[int, int]] = set()
     explicit = (
         Preference.objects.filter(run=run).select_related("chosen__item", "rejected__item").order_by("pk")
@@ -64,7 +122,7 @@ def preference_pairs(*, run: Run) -> Iterator[tuple[Trajectory, Trajectory, str]
         key = (preference.chosen_id, preference.rejected_id)
         if key not in seen:
             seen.add(key)
-            yield preference.chosen, preference.rejected, "preference"
+            yield Pair(preference.chosen, preference.rejected, "preference")
     reviews = Review.objects.filter(trajectory__run=run).values_list(
         "trajectory_id", "trajectory__item_id", "label"
     )
@@ -82,37 +140,87 @@ def preference_pairs(*, run: Run) -> Iterator[tuple[Trajectory, Trajectory, str]
     ]
     rows = Trajectory.objects.select_related("item").in_bulk({pk for pair in wanted for pk in pair})
     for good, bad in wanted:
-        yield rows[good], rows[bad], "labels"
+        yield Pair(rows[good], rows[bad], "labels")
 
 
-def dpo_lines(*, run: Run, as_task_set: bool = False) -> Iterator[str]:
-    for chosen, rejected, source in preference_pairs(run=run):
-        metadata = {"source": source, "chosen": _source(chosen), "rejected": _source(rejected)}
-        pair_id = f"{chosen.item.external_id}-t{chosen.pk}-over-t{rejected.pk}"
-        if as_task_set:
-            yield _line(
-                {
-                    "kind": "answer",
-                    "id": pair_id,
-                    "prompt": chosen.item.text,
-                    "reference": chosen.completion_text,
-                    "split": "train",
-                    "metadata": metadata | {"rejected": rejected.completion_text},
-                }
-            )
+def preference_pairs(run: Run, skipped: Counter) -> list[Pair]:
+    """The pairs a DPO learner can learn from: two non-empty, different texts, each pair once."""
+    kept, seen = [], set()
+    for pair in _candidate_pairs(run):
+        if not _single_turn(pair.chosen, skipped):
+            continue
+        chosen, rejected = pair.chosen.completion_text, pair.rejected.completion_text
+        if not chosen.strip() or not rejected.strip():
+            skipped[EMPTY] += 1
+        elif chosen == rejected:
+            skipped[IDENTICAL] += 1
+        elif (key := (pair.chosen.item_id, chosen, rejected)) in seen:
+            skipped[DUPLICATE] += 1
         else:
-            yield _line(
-                {
-                    "id": pair_id,
-                    "prompt": chosen.item.text,
-                    "chosen": chosen.completion_text,
-                    "rejected": rejected.completion_text,
-                    "metadata": metadata,
-                }
-            )
+            seen.add(key)
+            kept.append(pair)
+    return kept
 
 
-def export_lines(*, run: Run, export_format: str) -> Iterator[str]:
+def reviewed(run: Run, *, good: bool = True, pairs: bool = True) -> Export:
+    """What the run's reviews give to learn from, with every skipped record counted."""
+    export = Export()
+    if good:
+        export.good = good_trajectories(run, export.skipped)
+    if pairs:
+        export.pairs = preference_pairs(run, export.skipped)
+    return export
+
+
+# --- lines ---------------------------------------------------------------------------------
+
+
+def sft_line(trajectory: Trajectory) -> str:
+    return _line(
+        {
+            "kind": "answer",
+            "id": f"{trajectory.item.external_id}-t{trajectory.pk}",
+            "prompt": trajectory.item.text,
+            "reference": trajectory.completion_text,
+            "split": "train",
+            "metadata": {"provenance": trajectory_provenance(trajectory) | {"label": "good"}},
+        }
+    )
+
+
+def dpo_line(pair: Pair, *, as_task_set: bool) -> str:
+    chosen, rejected = pair.chosen.completion_text, pair.rejected.completion_text
+    provenance = pair_provenance(pair)
+    if not as_task_set:
+        return _line(
+            {
+                "id": pair.pair_id,
+                "prompt": pair.chosen.item.text,
+                "chosen": chosen,
+                "rejected": rejected,
+                "metadata": {"provenance": provenance},
+            }
+        )
+    return _line(
+        {
+            "kind": "answer",
+            "id": pair.pair_id,
+            "prompt": pair.chosen.item.text,
+            "reference": chosen,
+            "split": "train",
+            "metadata": {"chosen": chosen, "rejected": rejected, "provenance": provenance},
+        }
+    )
+
+
+def export_build(*, run: Run, export_format: str) -> tuple[list[str], Export]:
+    """The export's lines and what was skipped. Reviews are made by people, so a run's reviewed
+    records fit in memory; building them first lets the answer carry the counts."""
+    if export_format not in FORMATS:
+        raise ValueError(f"unknown export format {export_format!r}; known: {', '.join(FORMATS)}")
     if export_format == "sft":
-        return sft_lines(run=run)
-    return dpo_lines(run=run, as_task_set=export_format == "dpo-task-set")
+        export = reviewed(run, pairs=False)
+        return [sft_line(trajectory) for trajectory in export.good], export
+    export = reviewed(run, good=False)
+    as_task_set = export_format == "dpo-task-set"
+    return [dpo_line(pair, as_task_set=as_task_set) for pair in export.pairs], export

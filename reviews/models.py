@@ -1,15 +1,17 @@
 """Reviews of trajectories: labels, pairwise preferences, and review queues with assignment.
 
-A label is one reviewer's verdict on one trajectory (saving again replaces it). A preference says
-which of two trajectories for the same prompt is better. A queue is a filter over a run's
-trajectories, materialised as items in order, each optionally assigned to a reviewer.
+A label is one reviewer's verdict on one trajectory, or on one production trace (saving again
+replaces it). A preference says which of two trajectories for the same prompt is better. A queue
+is a filter over a run's trajectories or a project's traces, materialised as items in order, each
+optionally assigned to a reviewer.
 """
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from runs.models import Run, Trajectory
+from runs.models import Project, Run, Trajectory
+from traces.models import Trace
 
 
 class Review(models.Model):
@@ -19,7 +21,10 @@ class Review(models.Model):
         REWARD_HACK = "reward_hack", "reward hack"
         INFRASTRUCTURE_ERROR = "infrastructure_error", "infrastructure error"
 
-    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="reviews")
+    trajectory = models.ForeignKey(
+        Trajectory, null=True, blank=True, on_delete=models.CASCADE, related_name="reviews"
+    )
+    trace = models.ForeignKey(Trace, null=True, blank=True, on_delete=models.CASCADE, related_name="reviews")
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     label = models.CharField(max_length=24, choices=Label.choices)
     comment = models.TextField(blank=True)
@@ -28,10 +33,18 @@ class Review(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["trajectory", "reviewer"], name="one_review_per_reviewer")
+            models.UniqueConstraint(fields=["trajectory", "reviewer"], name="one_review_per_reviewer"),
+            models.UniqueConstraint(fields=["trace", "reviewer"], name="one_trace_review_per_reviewer"),
+            models.CheckConstraint(
+                condition=models.Q(trajectory__isnull=False, trace__isnull=True)
+                | models.Q(trajectory__isnull=True, trace__isnull=False),
+                name="review_of_one_thing",
+            ),
         ]
 
     def __str__(self) -> str:
+        if self.trace_id:
+            return f"{self.label} for trace {self.trace_id}"
         return f"{self.label} for trajectory {self.trajectory_id}"
 
 
@@ -60,9 +73,17 @@ class Preference(models.Model):
 
 
 class ReviewQueue(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="review_queues")
+    class Source(models.TextChoices):
+        TRAJECTORIES = "trajectories", "a run's trajectories"
+        TRACES = "traces", "a project's production traces"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="review_queues")
+    run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.CASCADE, related_name="review_queues"
+    )
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.TRAJECTORIES)
     name = models.CharField(max_length=100)
-    filters = models.JSONField(default=dict, blank=True, help_text="The trajectory filters it was built from")
+    filters = models.JSONField(default=dict, blank=True, help_text="The filters it was built from")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -74,7 +95,10 @@ class ReviewQueue(models.Model):
 
 class QueueItem(models.Model):
     queue = models.ForeignKey(ReviewQueue, on_delete=models.CASCADE, related_name="items")
-    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="+")
+    trajectory = models.ForeignKey(
+        Trajectory, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    trace = models.ForeignKey(Trace, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
     position = models.PositiveIntegerField()
     assignee = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -86,6 +110,7 @@ class QueueItem(models.Model):
         ordering = ["position"]
         constraints = [
             models.UniqueConstraint(fields=["queue", "trajectory"], name="queue_item_once"),
+            models.UniqueConstraint(fields=["queue", "trace"], name="queue_trace_once"),
         ]
         indexes = [models.Index(fields=["queue", "done_at", "assignee", "position"])]
 

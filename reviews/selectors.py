@@ -11,14 +11,19 @@ from runs.roles import Permission
 
 def reviews_for(*, user: AbstractBaseUser) -> QuerySet[Review]:
     projects = selectors.visible_project_ids(user=user)
-    return Review.objects.filter(trajectory__run__project_id__in=projects).select_related("reviewer")
+    return Review.objects.filter(
+        Q(trajectory__run__project_id__in=projects) | Q(trace__project_id__in=projects)
+    ).select_related("reviewer")
 
 
 def review_for(*, user: AbstractBaseUser, review_id: int, permission: str = Permission.VIEW) -> Review:
-    review = Review.objects.select_related("trajectory__run", "reviewer").filter(pk=review_id).first()
+    review = (
+        Review.objects.select_related("trajectory__run", "trace", "reviewer").filter(pk=review_id).first()
+    )
     if review is None:
         raise Http404("no such review")
-    selectors.require(user=user, project_id=review.trajectory.run.project_id, permission=permission)
+    project_id = review.trace.project_id if review.trace_id else review.trajectory.run.project_id
+    selectors.require(user=user, project_id=project_id, permission=permission)
     return review
 
 
@@ -29,22 +34,22 @@ def preferences_for(*, user: AbstractBaseUser) -> QuerySet[Preference]:
 
 def queues_for(*, user: AbstractBaseUser) -> QuerySet[ReviewQueue]:
     projects = selectors.visible_project_ids(user=user)
-    return ReviewQueue.objects.filter(run__project_id__in=projects).annotate(
+    return ReviewQueue.objects.filter(project_id__in=projects).annotate(
         item_count=Count("items"), done_count=Count("items", filter=Q(items__done_at__isnull=False))
     )
 
 
 def queue_for(*, user: AbstractBaseUser, queue_id: int, permission: str = Permission.VIEW) -> ReviewQueue:
-    queue = queues_for(user=user).select_related("run").filter(pk=queue_id).first()
+    queue = queues_for(user=user).select_related("run", "project").filter(pk=queue_id).first()
     if queue is None:
         # Also when it exists in a project the caller is not in: absent, not forbidden.
         raise Http404("no such review queue")
-    selectors.require(user=user, project_id=queue.run.project_id, permission=permission)
+    selectors.require(user=user, project_id=queue.project_id, permission=permission)
     return queue
 
 
 def queue_items_of(*, queue: ReviewQueue) -> QuerySet[QueueItem]:
-    return queue.items.select_related("trajectory__item", "assignee").order_by("position")
+    return queue.items.select_related("trajectory__item", "trace", "assignee").order_by("position")
 
 
 def labels_of(*, trajectory_ids: list[int]) -> dict[int, list[Review]]:

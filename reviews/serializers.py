@@ -4,7 +4,10 @@ from rest_framework import serializers
 
 from reviews.exports import FORMATS
 from reviews.models import Preference, QueueItem, Review, ReviewQueue
-from runs.api.run_serializers import TrajectoryFilterSerializer, TrajectorySerializer
+from runs.api.run_serializers import RunDetailSerializer, TrajectoryFilterSerializer, TrajectorySerializer
+from traces.serializers import TraceFilterSerializer, TraceSerializer
+
+TRAIN_METHODS = (("sft", "SFT"), ("dpo", "DPO"))
 
 # --- query parameters ----------------------------------------------------------------------
 
@@ -12,12 +15,18 @@ from runs.api.run_serializers import TrajectoryFilterSerializer, TrajectorySeria
 class ReviewFilterSerializer(serializers.Serializer):
     run = serializers.IntegerField(required=False, min_value=1)
     trajectory = serializers.IntegerField(required=False, min_value=1)
+    trace = serializers.IntegerField(required=False, min_value=1, help_text="A trace id")
     label = serializers.ChoiceField(choices=Review.Label.choices, required=False)
     reviewer = serializers.IntegerField(required=False, min_value=1, help_text="A user id")
 
 
 class RunScopeSerializer(serializers.Serializer):
     run = serializers.IntegerField(required=False, min_value=1)
+
+
+class QueueScopeSerializer(RunScopeSerializer):
+    project = serializers.IntegerField(required=False, min_value=1)
+    source = serializers.ChoiceField(choices=ReviewQueue.Source.choices, required=False)
 
 
 class ExportQuerySerializer(serializers.Serializer):
@@ -34,9 +43,15 @@ class ExportQuerySerializer(serializers.Serializer):
 
 
 class ReviewInputSerializer(serializers.Serializer):
-    trajectory = serializers.IntegerField(min_value=1)
+    trajectory = serializers.IntegerField(min_value=1, required=False, help_text="A trajectory, or")
+    trace = serializers.IntegerField(min_value=1, required=False, help_text="a production trace")
     label = serializers.ChoiceField(choices=Review.Label.choices)
     comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
+
+    def validate(self, data: dict) -> dict:
+        if ("trajectory" in data) == ("trace" in data):
+            raise serializers.ValidationError({"trajectory": "label a trajectory or a trace, one of them"})
+        return data
 
 
 class PreferenceInputSerializer(serializers.Serializer):
@@ -52,11 +67,31 @@ class QueueFiltersSerializer(TrajectoryFilterSerializer):
     after = None
 
 
+class QueueTraceFiltersSerializer(TraceFilterSerializer):
+    """The trace filters a queue over traces is built from (its project is the queue's)."""
+
+    project = None
+
+
 class QueueInputSerializer(serializers.Serializer):
-    run = serializers.IntegerField(min_value=1)
+    source = serializers.ChoiceField(
+        choices=ReviewQueue.Source.choices,
+        default=ReviewQueue.Source.TRAJECTORIES,
+        help_text="trajectories: a run's (give run and filters); traces: a project's (give project "
+        "and trace_filters)",
+    )
+    run = serializers.IntegerField(min_value=1, required=False)
+    project = serializers.IntegerField(min_value=1, required=False)
     name = serializers.CharField(max_length=100)
     filters = QueueFiltersSerializer(required=False, default=dict)
+    trace_filters = QueueTraceFiltersSerializer(required=False, default=dict)
     limit = serializers.IntegerField(required=False, min_value=1, max_value=10_000)
+
+    def validate(self, data: dict) -> dict:
+        needed = "run" if data["source"] == ReviewQueue.Source.TRAJECTORIES else "project"
+        if needed not in data:
+            raise serializers.ValidationError({needed: f"is required for a queue over {data['source']}"})
+        return data
 
 
 class AssignInputSerializer(serializers.Serializer):
@@ -77,6 +112,7 @@ class ReviewSerializer(serializers.ModelSerializer):
         fields = [
             "id",
             "trajectory",
+            "trace",
             "reviewer",
             "reviewer_username",
             "label",
@@ -101,18 +137,100 @@ class ReviewQueueSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ReviewQueue
-        fields = ["id", "run", "name", "filters", "item_count", "done_count", "created_by", "created_at"]
+        fields = [
+            "id",
+            "project",
+            "source",
+            "run",
+            "name",
+            "filters",
+            "item_count",
+            "done_count",
+            "created_by",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
 class QueueItemSerializer(serializers.ModelSerializer):
-    trajectory = TrajectorySerializer(read_only=True)
+    trajectory = TrajectorySerializer(
+        read_only=True, allow_null=True, help_text="In a queue over trajectories"
+    )
+    trace = TraceSerializer(read_only=True, allow_null=True, help_text="In a queue over traces")
 
     class Meta:
         model = QueueItem
-        fields = ["id", "queue", "position", "assignee", "done_at", "trajectory", "created_at"]
+        fields = ["id", "queue", "position", "assignee", "done_at", "trajectory", "trace", "created_at"]
         read_only_fields = fields
 
 
 class AssignResultSerializer(serializers.Serializer):
     assigned = serializers.IntegerField(help_text="Items dealt")
+
+
+# --- train on reviews ----------------------------------------------------------------------
+
+
+class TrainOnReviewsInputSerializer(serializers.Serializer):
+    method = serializers.ChoiceField(
+        choices=TRAIN_METHODS,
+        help_text="sft: on completions labelled good; dpo: on preferences and good-over-bad pairs",
+    )
+    name = serializers.CharField(max_length=100, required=False, help_text="The new run's name")
+    max_steps = serializers.IntegerField(
+        min_value=1, max_value=100_000, required=False, help_text="Learner steps (default 10)"
+    )
+    hyperparameters = serializers.DictField(
+        required=False,
+        help_text="The method's hyperparameters by name; by default the parent's eval_items, "
+        "pass_threshold and seed, and enough epochs for max_steps",
+    )
+    task_set_name = serializers.CharField(
+        max_length=100,
+        required=False,
+        help_text='The task set that gets the new version (default: "<the run\'s task set> reviews")',
+    )
+
+
+class SkippedCountsSerializer(serializers.Serializer):
+    empty = serializers.IntegerField(help_text="An empty completion")
+    identical = serializers.IntegerField(help_text="A pair whose two completions are the same text")
+    duplicate = serializers.IntegerField(help_text="A repeat of a record already taken")
+    multi_step = serializers.IntegerField(help_text="An agent episode: not one completion")
+
+
+class TrainingCountsSerializer(serializers.Serializer):
+    examples = serializers.IntegerField(required=False, help_text="SFT: good completions")
+    pairs = serializers.IntegerField(required=False, help_text="DPO: preference pairs")
+    from_preferences = serializers.IntegerField(required=False, help_text="DPO: pairs a reviewer chose")
+    from_labels = serializers.IntegerField(required=False, help_text="DPO: good-over-bad pairs from labels")
+    heldout_items = serializers.IntegerField(help_text="The parent's held-out items, kept for evaluation")
+    skipped = SkippedCountsSerializer()
+
+
+class TrainingPreviewSerializer(serializers.Serializer):
+    run = serializers.IntegerField()
+    checkpoint = serializers.IntegerField(
+        allow_null=True, help_text="The checkpoint a new run would start from; null: none yet"
+    )
+    sft = TrainingCountsSerializer()
+    dpo = TrainingCountsSerializer()
+
+
+class NewVersionSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    task_set = serializers.IntegerField()
+    task_set_name = serializers.CharField()
+    number = serializers.IntegerField()
+    item_count = serializers.IntegerField()
+    split_counts = serializers.DictField(child=serializers.IntegerField())
+    created = serializers.BooleanField(help_text="false: identical to the set's latest version, reused")
+
+
+class TrainOnReviewsSerializer(serializers.Serializer):
+    run = RunDetailSerializer(help_text="The new run, as GET runs/{id} shows it")
+    parent = serializers.IntegerField(help_text="The reviewed run")
+    checkpoint = serializers.IntegerField(help_text="The parent's checkpoint the new run starts from")
+    task_set_version = NewVersionSerializer()
+    counts = TrainingCountsSerializer()
+    compare_url = serializers.CharField(help_text="The page comparing the new run with its parent")

@@ -15,8 +15,10 @@ from django.utils import timezone
 
 from reviews.models import Preference, QueueItem, Review, ReviewQueue
 from runs import events, selectors
-from runs.models import Membership, Run, Trajectory
+from runs.models import Membership, Project, Run, Trajectory
 from runs.roles import Permission, role_allows
+from traces import selectors as trace_selectors
+from traces.models import Trace
 
 QUEUE_MAX_ITEMS = 10_000
 QUEUE_FILTERS = {
@@ -39,24 +41,40 @@ def _announce(run_id: int, payload: dict[str, Any]) -> None:
 
 
 @transaction.atomic
-def review_save(*, trajectory: Trajectory, by: AbstractBaseUser, label: str, comment: str = "") -> Review:
-    """The reviewer's label for the trajectory (replacing theirs), and its queue items done."""
+def review_save(
+    *,
+    by: AbstractBaseUser,
+    label: str,
+    comment: str = "",
+    trajectory: Trajectory | None = None,
+    trace: Trace | None = None,
+) -> Review:
+    """The reviewer's label for the trajectory or the trace (replacing theirs), and its queue
+    items done."""
     if label not in Review.Label.values:
         raise ValidationError({"label": f"must be one of {', '.join(Review.Label.values)}"})
+    if (trajectory is None) == (trace is None):
+        raise ValidationError({"trajectory": "label one trajectory or one trace"})
+    subject = {"trajectory": trajectory} if trajectory is not None else {"trace": trace}
     review, _ = Review.objects.update_or_create(
-        trajectory=trajectory, reviewer=by, defaults={"label": label, "comment": comment}
+        **subject, reviewer=by, defaults={"label": label, "comment": comment}
     )
-    QueueItem.objects.filter(trajectory=trajectory, done_at__isnull=True, assignee=by).update(
-        done_at=timezone.now()
-    )
-    QueueItem.objects.filter(trajectory=trajectory, done_at__isnull=True, assignee__isnull=True).update(
-        done_at=timezone.now(), assignee=by
-    )
-    _announce(trajectory.run_id, {"trajectory": trajectory.pk, "label": label, "review": review.pk})
+    open_items = QueueItem.objects.filter(**subject, done_at__isnull=True)
+    open_items.filter(assignee=by).update(done_at=timezone.now())
+    open_items.filter(assignee__isnull=True).update(done_at=timezone.now(), assignee=by)
+    if trajectory is not None:
+        _announce(trajectory.run_id, {"trajectory": trajectory.pk, "label": label, "review": review.pk})
+    else:
+        events.project_event(trace.project_id, "trace.review", {"trace": trace.pk, "label": label})
     return review
 
 
 def review_delete(*, review: Review) -> None:
+    if review.trace_id is not None:
+        project_id, trace_id = review.trace.project_id, review.trace_id
+        review.delete()
+        events.project_event(project_id, "trace.review", {"trace": trace_id, "label": None})
+        return
     run_id, trajectory_id = review.trajectory.run_id, review.trajectory_id
     review.delete()
     _announce(run_id, {"trajectory": trajectory_id, "label": None})
@@ -96,7 +114,9 @@ def queue_create(
 ) -> ReviewQueue:
     """A queue of the run's trajectories that match `filters`, oldest first."""
     filters = queue_filters_clean(filters)
-    queue = ReviewQueue.objects.create(run=run, name=name, filters=filters, created_by=by)
+    queue = ReviewQueue.objects.create(
+        project_id=run.project_id, run=run, name=name, filters=filters, created_by=by
+    )
     matching = selectors.trajectories_filtered(run.trajectories.all(), **filters).order_by("pk")
     ids = list(matching.values_list("pk", flat=True)[: min(limit or QUEUE_MAX_ITEMS, QUEUE_MAX_ITEMS)])
     QueueItem.objects.bulk_create(
@@ -106,12 +126,32 @@ def queue_create(
     return queue
 
 
+@transaction.atomic
+def queue_create_over_traces(
+    *, project: Project, name: str, filters: dict[str, Any], by: AbstractBaseUser, limit: int | None = None
+) -> ReviewQueue:
+    """A queue of the project's traces that match `filters` (traces.selectors), oldest first."""
+    filters = {key: value for key, value in filters.items() if value not in (None, "")}
+    stored = {
+        key: value.isoformat() if hasattr(value, "isoformat") else value for key, value in filters.items()
+    }
+    queue = ReviewQueue.objects.create(
+        project=project, source=ReviewQueue.Source.TRACES, name=name, filters=stored, created_by=by
+    )
+    matching = trace_selectors.traces_filtered(project.traces.all(), **filters).order_by("pk")
+    ids = list(matching.values_list("pk", flat=True)[: min(limit or QUEUE_MAX_ITEMS, QUEUE_MAX_ITEMS)])
+    QueueItem.objects.bulk_create(
+        QueueItem(queue=queue, trace_id=trace_id, position=position) for position, trace_id in enumerate(ids)
+    )
+    return queue
+
+
 def _reviewers_of(queue: ReviewQueue, user_ids: Iterable[int]) -> list[AbstractBaseUser]:
     memberships = {
         m.user_id: m
-        for m in Membership.objects.filter(
-            project_id=queue.run.project_id, user_id__in=user_ids
-        ).select_related("user")
+        for m in Membership.objects.filter(project_id=queue.project_id, user_id__in=user_ids).select_related(
+            "user"
+        )
     }
     bad = [
         str(user_id)
@@ -144,7 +184,7 @@ def queue_assign(*, queue: ReviewQueue, reviewer_ids: list[int], reassign: bool 
 def queue_next(*, queue: ReviewQueue, user: AbstractBaseUser) -> QueueItem | None:
     """The caller's next open item: one assigned to them, else an unassigned one they claim
     (a conditional update, so two reviewers never claim the same item)."""
-    open_items = queue.items.filter(done_at__isnull=True).select_related("trajectory")
+    open_items = queue.items.filter(done_at__isnull=True).select_related("trajectory", "trace")
     mine = open_items.filter(assignee=user).first()
     if mine is not None:
         return mine

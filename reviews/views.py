@@ -10,13 +10,16 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from reviews import exports, selectors, services
+from reviews import exports, selectors, services, training
 from reviews.api import export_response
 from reviews.models import Review
 from runs import selectors as run_selectors
 from runs.models import Membership
 from runs.roles import Permission, role_allows
+from runs.services import StateError
 from runs.views import _access
+from traces import selectors as trace_selectors
+from traces.serializers import TraceFilterSerializer
 
 FILTER_FIELDS = ("outcome", "policy_version", "min_reward", "max_reward", "step", "task", "flagged", "label")
 NUMBERS = {"policy_version": int, "step": int, "min_reward": float, "max_reward": float}
@@ -65,7 +68,53 @@ def _next_in(request: HttpRequest, queue) -> HttpResponse:
     if item is None:
         messages.success(request, "Nothing left for you in this queue.")
         return redirect("review-queue-detail", queue_id=queue.pk)
+    if item.trace_id is not None:
+        return redirect(f"{reverse('trace-detail', args=[item.trace_id])}?queue={queue.pk}")
     return redirect(f"{reverse('trajectory-detail', args=[item.trajectory_id])}?queue={queue.pk}")
+
+
+@login_required
+@require_POST
+def trace_review(request: HttpRequest, trace_id: int) -> HttpResponse:
+    trace = trace_selectors.trace_for(user=request.user, trace_id=trace_id, permission=Permission.REVIEW)
+    fallback = reverse("trace-detail", args=[trace.pk])
+    try:
+        services.review_save(
+            trace=trace,
+            by=request.user,
+            label=request.POST.get("label", ""),
+            comment=request.POST.get("comment", "")[:10_000],
+        )
+    except ValidationError as exc:
+        messages.error(request, f"Not labelled: {_refusal(exc)}")
+        return _back(request, fallback)
+    messages.success(
+        request, f"Trace {trace.external_id} labelled {request.POST['label'].replace('_', ' ')}."
+    )
+    queue = request.POST.get("queue", "")
+    if queue.isdigit():
+        return _next_in(request, selectors.queue_for(user=request.user, queue_id=int(queue)))
+    return _back(request, fallback)
+
+
+@login_required
+@require_POST
+def trace_queue_create(request: HttpRequest, project_id: int) -> HttpResponse:
+    """A review queue over the traces the traces page's filters select."""
+    project = run_selectors.project_for(
+        user=request.user, project_id=project_id, permission=Permission.REVIEW
+    )
+    form = TraceFilterSerializer(
+        data={k: v for k, v in request.POST.items() if v and k != "csrfmiddlewaretoken"}
+    )
+    if not form.is_valid():
+        messages.error(request, f"Not created: {form.errors}")
+        return redirect("trace-list", project_id=project.pk)
+    filters = {k: v for k, v in form.validated_data.items() if k not in ("project",)}
+    name = request.POST.get("name", "").strip()[:100] or "traces"
+    queue = services.queue_create_over_traces(project=project, name=name, filters=filters, by=request.user)
+    messages.success(request, f"Queue {queue.name} created with {queue.items.count()} traces.")
+    return redirect("review-queue-detail", queue_id=queue.pk)
 
 
 @login_required
@@ -145,10 +194,10 @@ def queue_list(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_GET
 def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
     queue = selectors.queue_for(user=request.user, queue_id=queue_id)
-    access = _access(request.user, queue.run.project)
+    access = _access(request.user, queue.project)
     reviewers = [
         m.user
-        for m in Membership.objects.filter(project=queue.run.project).select_related("user")
+        for m in Membership.objects.filter(project=queue.project).select_related("user")
         if role_allows(m.role, Permission.REVIEW)
     ]
     items = list(selectors.queue_items_of(queue=queue)[:500])
@@ -193,3 +242,37 @@ def run_export(request: HttpRequest, run_id: int, export_format: str) -> HttpRes
     if export_format not in exports.FORMATS:
         raise Http404(f"no export format {export_format}; known: {', '.join(exports.FORMATS)}")
     return export_response(request, run, export_format)
+
+
+@login_required
+@require_POST
+def train_on_reviews(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The run page's Train on reviews: a new version and a run on it, then that run's page."""
+    run = run_selectors.run_for(user=request.user, run_id=run_id, permission=Permission.EDIT)
+    steps = request.POST.get("max_steps", "")
+    try:
+        if steps and (not steps.isdigit() or not 1 <= int(steps) <= 100_000):
+            raise ValidationError({"max_steps": "must be a whole number from 1 to 100000"})
+        result = training.train_on_reviews(
+            run=run,
+            by=request.user,
+            method=request.POST.get("method", ""),
+            max_steps=int(steps) if steps else None,
+        )
+    except (ValidationError, StateError) as exc:
+        reason = _refusal(exc) if isinstance(exc, ValidationError) else str(exc)
+        messages.error(request, f"Not launched: {reason}")
+        return redirect("run-detail", run_id=run.pk)
+    counts, version = result.counts, result.version
+    what = (
+        f"{counts['examples']} good completions"
+        if "examples" in counts
+        else f"{counts['pairs']} preference pairs ({counts['from_preferences']} chosen, "
+        f"{counts['from_labels']} from labels)"
+    )
+    messages.success(
+        request,
+        f"{version} holds {what} and {counts['heldout_items']} held-out items; "
+        f"run {result.run.name} starts from {run.name}'s checkpoint {result.run.parent_checkpoint.step}.",
+    )
+    return redirect("run-detail", run_id=result.run.pk)

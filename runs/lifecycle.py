@@ -21,6 +21,7 @@ from rewards import engine as reward_engine
 from rewards.models import RewardRuleVersion
 from rewards.services import reward_rule_version_mark_used
 from runs import events, tasks
+from runs import monitors as run_monitors
 from runs.hyperparameters import resolve
 from runs.models import Checkpoint, Project, Run, RunEvent, TaskSetVersion, Tier
 from runs.services import StateError
@@ -59,6 +60,8 @@ class RunRequest:
     priority: int = 0
     train_split: str = "train"
     eval_split: str = "heldout"
+    monitors: dict[str, float] | None = None
+    monitor_actions: dict[str, str] | None = None
 
 
 def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
@@ -82,7 +85,23 @@ def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
         problems["max_sandbox_cpu_seconds"] = "must be more than 0"
     if not request.name.strip():
         problems["name"] = "is required"
+    problems |= _monitor_problems(request)
     return resolved, problems
+
+
+def _monitor_problems(request: RunRequest) -> dict[str, str]:
+    problems = {}
+    for name, value in (
+        ("monitors", lambda: run_monitors.thresholds_clean(request.monitors or {})),
+        ("monitor_actions", lambda: run_monitors.actions_clean(request.monitor_actions or {})),
+    ):
+        try:
+            value()
+        except ValidationError as exc:
+            problems |= {
+                f"{name}.{key.removeprefix('actions.')}": " ".join(m) for key, m in exc.message_dict.items()
+            }
+    return problems
 
 
 def _ownership_problems(request: RunRequest) -> dict[str, str]:
@@ -110,14 +129,92 @@ def _data_problems(request: RunRequest, resolved: dict[str, Any]) -> dict[str, s
     if request.method == Run.Method.SFT and items.filter(kind="agent").exists():
         problems["method"] = "SFT needs reference solutions; agent items have none"
     if request.method == Run.Method.SFT:
-        missing = items.filter(kind="code").exclude(data__has_key="reference_solution").count()
+        missing = [
+            external_id
+            for external_id, data in items.filter(kind="code").values_list("external_id", "data")
+            if not isinstance(solution := data.get("reference_solution"), str) or not solution.strip()
+        ]
         if missing:
-            problems["method"] = f"SFT needs a reference solution for every code item; {missing} have none"
+            problems["method"] = (
+                f"SFT needs a reference solution for every code item; {len(missing)} have none "
+                f"({_some(missing)})"
+            )
     if request.method == Run.Method.DPO:
-        pairs = items.filter(data__metadata__has_key="chosen").filter(data__metadata__has_key="rejected")
-        if not pairs.exists():
-            problems["method"] = "DPO needs preference pairs: items whose metadata holds chosen and rejected"
+        problems |= pair_problems(items)
     return problems
+
+
+def _some(names: list[str], shown: int = 5) -> str:
+    listed = ", ".join(names[:shown])
+    return listed + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def pair_field_problem(value: Any) -> str | None:
+    """Why a DPO pair's `chosen` or `rejected` is not a completion the learner can read, or None.
+
+    A completion is a non-blank string, or a conversation (TRL's format: a list of messages with
+    string `role` and `content`) holding an assistant message with text.
+
+    >>> pair_field_problem("x = 1") is None
+    True
+    >>> pair_field_problem({"run": 3})
+    'must be a text (a string or a list of messages), not an object'
+    >>> pair_field_problem([{"role": "user", "content": "hi"}])
+    'holds no assistant message with text'
+    """
+    if isinstance(value, str):
+        return None if value.strip() else "is empty"
+    if not isinstance(value, list):
+        return f"must be a text (a string or a list of messages), not {_json_type(value)}"
+    for index, message in enumerate(value):
+        if not isinstance(message, dict) or not all(
+            isinstance(message.get(key), str) for key in ("role", "content")
+        ):
+            return f"message {index} must be an object with a string role and content"
+    if not any(m["role"] == "assistant" and m["content"].strip() for m in value):
+        return "holds no assistant message with text"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", bool: "a boolean", int: "a number", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _text_of(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return "".join(m["content"] for m in value if m["role"] == "assistant")
+
+
+def pair_problems(items) -> dict[str, str]:
+    """DPO trains on items whose metadata holds `chosen` and `rejected` completions; anything the
+    learner could not read, or a pair that teaches nothing (the same text twice), is refused here
+    rather than at its first step."""
+    pairs = items.filter(data__metadata__has_key="chosen").filter(data__metadata__has_key="rejected")
+    bad: list[str] = []
+    found = 0
+    for external_id, kind, data in pairs.values_list("external_id", "kind", "data"):
+        found += 1
+        metadata = data["metadata"]
+        if kind == "agent":
+            bad.append(f"{external_id}: an agent item has no single prompt to pair completions for")
+            continue
+        fields = {name: pair_field_problem(metadata[name]) for name in ("chosen", "rejected")}
+        wrong = [f"metadata.{name} {problem}" for name, problem in fields.items() if problem]
+        if not wrong and _text_of(metadata["chosen"]) == _text_of(metadata["rejected"]):
+            wrong = ["metadata.chosen and metadata.rejected are the same text"]
+        if wrong:
+            bad.append(f"{external_id}: {'; '.join(wrong)}")
+    if not found:
+        return {"method": "DPO needs preference pairs: items whose metadata holds chosen and rejected"}
+    if bad:
+        return {
+            "task_set_version": f"{len(bad)} of {found} preference pairs cannot be trained on: "
+            + " | ".join(bad[:5])
+            + (f" | and {len(bad) - 5} more" if len(bad) > 5 else "")
+        }
+    return {}
 
 
 def _tier_problems(tier: Tier, method: str) -> dict[str, str]:
@@ -172,6 +269,8 @@ def run_create(
         parent=parent,
         parent_checkpoint=checkpoint,
         created_by=by,
+        monitors=run_monitors.thresholds_clean(request.monitors or {}),
+        monitor_actions=run_monitors.actions_clean(request.monitor_actions or {}),
     )
     reward_rule_version_mark_used(version=request.reward_rule_version)
     origin = f" from checkpoint {checkpoint.step} of run {parent.pk}" if checkpoint else ""
@@ -199,6 +298,8 @@ def run_request_from(run: Run, **overrides: Any) -> RunRequest:
         "priority": run.priority,
         "train_split": run.train_split,
         "eval_split": run.eval_split,
+        "monitors": dict(run.monitors or {}),
+        "monitor_actions": dict(run.monitor_actions or {}),
     }
     return RunRequest(**(fields | overrides))
 

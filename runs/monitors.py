@@ -3,14 +3,20 @@
 `alerts_for` is pure: it reads a few metric series (a baseline window from the run's start and
 its recent points) and the per-run thresholds, and says which monitors fire. `run_monitor` is
 the service the learner calls after it writes a step's metrics: it loads those series, asks
-`alerts_for`, and records each new alert as a warning event (kind "alert"), which the run page
-shows live. An alert does not repeat while its condition holds: the same monitor fires again
-only `cooldown_steps` steps later.
+`alerts_for`, and records each new alert as a warning event (kind "alert") with its evidence
+(the points or the flagged trajectories it fired on), which the run page shows live. An alert
+does not repeat while its condition holds: the same monitor fires again only `cooldown_steps`
+steps later.
+
+Alerts act: each monitor's action (`Run.monitor_actions`, per run) is `alert` (the default) or
+`pause`, which pauses the run at once (the learner stops after its current step, with a
+checkpoint). Every alert is also sent to the project's webhooks as a `run.alert` event, with the
+evidence and what was done.
 """
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from statistics import fmean
 from typing import Any
 
@@ -63,10 +69,46 @@ class Alert:
     message: str
     value: float
     threshold: float
+    evidence: dict = field(default_factory=dict)
+
+
+# The monitors, by the name their alerts carry, and what each watches.
+MONITORS: dict[str, str] = {
+    "errored_rate": "errored-episode rate above its threshold",
+    "reward_without_heldout": "train reward rising while held-out pass rate stays flat",
+    "response_length_drift": "response length drifting from its baseline",
+    "entropy_collapse": "policy entropy collapsing",
+    "zero_variance_groups": "a growing share of groups whose rewards do not vary",
+    "reward_hacking": "trajectories newly flagged by the reward-hacking detectors",
+}
+ACTIONS = ("alert", "pause")
+FLAGGED_EVIDENCE = 5  # flagged trajectories an alert shows
+
+
+def _points(points: Series) -> list[list[float]]:
+    return [[step, round(value, 6)] for step, value in points]
 
 
 def thresholds_of(run: Run) -> dict[str, float]:
     return DEFAULTS | (run.monitors or {})
+
+
+def actions_of(run: Run) -> dict[str, str]:
+    """Every monitor's action for this run: pause where the run says so, else alert."""
+    return {name: (run.monitor_actions or {}).get(name, "alert") for name in MONITORS}
+
+
+def actions_clean(values: Mapping[str, Any]) -> dict[str, str]:
+    """Validated per-monitor actions, refused by name."""
+    problems = {}
+    for name, action in values.items():
+        if name not in MONITORS:
+            problems[f"actions.{name}"] = f"unknown monitor; known: {', '.join(MONITORS)}"
+        elif action not in ACTIONS:
+            problems[f"actions.{name}"] = f"must be one of {', '.join(ACTIONS)}"
+    if problems:
+        raise ValidationError(problems)
+    return {name: action for name, action in values.items() if action != "alert"}
 
 
 def thresholds_clean(values: Mapping[str, Any]) -> dict[str, float]:
@@ -108,6 +150,7 @@ def _errored(series: Mapping[str, Series], t: Mapping[str, float]) -> Alert | No
         "infrastructure is failing and those episodes are masked from learning",
         rate,
         t["errored_rate_max"],
+        {ERRORED: _points(points[-int(t["window"]) :])},
     )
 
 
@@ -130,6 +173,7 @@ def _reward_without_heldout(series: Mapping[str, Series], t: Mapping[str, float]
         f"{moved:+.3f}: the policy may be fitting the reward, not the task",
         rise,
         t["reward_rise_min"],
+        {REWARD: _points(recent), HELDOUT: _points([before[-1], heldout[-1]])},
     )
 
 
@@ -146,6 +190,7 @@ def _response_drift(series: Mapping[str, Series], t: Mapping[str, float]) -> Ale
         f"response length drifted {drift:+.0%} (from {baseline:.1f} to {recent:.1f} tokens)",
         drift,
         t["response_drift_max"],
+        {"baseline": _points(windows[0]), "recent": _points(windows[1]), "metric": RESPONSE},
     )
 
 
@@ -163,6 +208,7 @@ def _entropy(series: Mapping[str, Series], t: Mapping[str, float]) -> Alert | No
         "exploration has stopped",
         lost,
         t["entropy_drop_max"],
+        {"baseline": _points(windows[0]), "recent": _points(windows[1]), "metric": ENTROPY},
     )
 
 
@@ -192,6 +238,7 @@ def _zero_variance(series: Mapping[str, Series], t: Mapping[str, float]) -> Aler
         f"do not vary (was {earlier:.0%}): the task is too easy or too hard for the policy",
         recent,
         t["zero_variance_share_max"],
+        {"shares": _points(shares[-2 * window :])},
     )
 
 
@@ -274,6 +321,22 @@ def run_monitor(*, run_id: int, step: int) -> list[RunEvent]:
         return []
 
 
+def flagged_evidence(run: Run, newest: int) -> list[dict[str, Any]]:
+    """The run's `newest` most recently flagged trajectories: what a reviewer opens first."""
+    flagged = Trajectory.objects.filter(run=run).exclude(flags=[]).select_related("item").order_by("-pk")
+    return [
+        {
+            "trajectory": trajectory.pk,
+            "item": trajectory.item.external_id,
+            "step": trajectory.policy_version,
+            "reward": trajectory.reward,
+            "flags": trajectory.flags[:3],
+            "completion": trajectory.completion_text[:300],
+        }
+        for trajectory in flagged[: min(newest, FLAGGED_EVIDENCE)]
+    ]
+
+
 def _run_monitor(*, run_id: int, step: int) -> list[RunEvent]:
     from runs.lifecycle import run_event  # lifecycle imports much; keep this module light
 
@@ -284,6 +347,7 @@ def _run_monitor(*, run_id: int, step: int) -> list[RunEvent]:
     last = _last_alerts(run)
     flagged_total = Trajectory.objects.filter(run=run).exclude(flags=[]).count()
     flagged_new = flagged_total - int(last.get("reward_hacking", {}).get("flagged_total", 0))
+    actions = actions_of(run)
     recorded = []
     for alert in alerts_for(_series(run, int(t["window"])), t, flagged=flagged_new):
         previous = last.get(alert.monitor)
@@ -293,21 +357,48 @@ def _run_monitor(*, run_id: int, step: int) -> list[RunEvent]:
             and step - int(previous.get("step", -(10**9))) < t["cooldown_steps"]
         ):
             continue
-        data = asdict(alert) | {"step": step}
+        data = asdict(alert) | {"step": step, "action": actions[alert.monitor]}
         if alert.monitor == "reward_hacking":
             data["flagged_total"] = flagged_total
-        recorded.append(run_event(run, "alert", alert.message, level=RunEvent.Level.WARNING, data=data))
+            data["evidence"] = {"flagged": flagged_evidence(run, flagged_new)}
+        message = alert.message + (" The run pauses itself." if actions[alert.monitor] == "pause" else "")
+        event = run_event(run, "alert", message, level=RunEvent.Level.WARNING, data=data)
+        recorded.append(event)
+        _act(run, event, data)
     return recorded
 
 
-def run_monitors_set(*, run: Run, changes: Mapping[str, float | None]) -> Run:
-    """Merge threshold changes into the run's (None restores a default); refused by name."""
+def _act(run: Run, event: RunEvent, data: dict[str, Any]) -> None:
+    """Pause the run when the monitor says so, and tell the project's webhooks either way."""
+    from runs.lifecycle import run_pause
+    from runs.services import StateError
+    from webhooks.services import alert_deliveries_enqueue
+
+    done = "none"
+    if data["action"] == "pause":
+        try:
+            run_pause(run=Run.objects.get(pk=run.pk))
+            done = "paused"
+        except StateError as exc:  # already pausing, paused or ending: nothing more to do
+            done = f"not paused: {exc}"
+    alert_deliveries_enqueue(run=Run.objects.get(pk=run.pk), event=event, alert=data, done=done)
+
+
+def run_monitors_set(
+    *, run: Run, changes: Mapping[str, float | None], actions: Mapping[str, str] | None = None
+) -> Run:
+    """Merge threshold changes into the run's (None restores a default) and set monitors'
+    actions (alert or pause); refused by name, all or nothing."""
     clean = thresholds_clean({name: value for name, value in changes.items() if value is not None})
     unknown = sorted(name for name in changes if name not in DEFAULTS)
     if unknown:
         raise ValidationError({name: "unknown monitor setting" for name in unknown})
+    chosen = actions_clean(actions or {})
     merged = {name: value for name, value in (run.monitors or {}).items() if changes.get(name, 0) is not None}
     merged |= clean
-    Run.objects.filter(pk=run.pk).update(monitors=merged)
-    run.monitors = merged
+    kept = {
+        name: action for name, action in (run.monitor_actions or {}).items() if name not in (actions or {})
+    }
+    Run.objects.filter(pk=run.pk).update(monitors=merged, monitor_actions=kept | chosen)
+    run.monitors, run.monitor_actions = merged, kept | chosen
     return run

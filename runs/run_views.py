@@ -132,6 +132,10 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "outcomes": Trajectory.Outcome.choices,
         "alerts": selectors.events_of(run=run).filter(kind="alert").order_by("-pk")[:RECENT],
         "monitors": _monitor_rows(run),
+        "monitor_actions": [
+            {"name": name, "action": action, "help": monitors.MONITORS[name]}
+            for name, action in monitors.actions_of(run).items()
+        ],
         "live": _live_config(run),
     }
     return render(request, "runs/run_detail.html", context)
@@ -175,8 +179,11 @@ def run_monitors(request: HttpRequest, run_id: int) -> HttpResponse:
         except ValueError:
             messages.error(request, f"Not saved: {name} must be a number.")
             return redirect("run-detail", run_id=run.pk)
+    actions = {
+        name: request.POST[f"action-{name}"] for name in monitors.MONITORS if f"action-{name}" in request.POST
+    }
     try:
-        monitors.run_monitors_set(run=run, changes=changes)
+        monitors.run_monitors_set(run=run, changes=changes, actions=actions)
     except ValidationError as exc:
         messages.error(request, f"Not saved: {_message(exc)}")
     else:

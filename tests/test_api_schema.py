@@ -13,6 +13,7 @@ from reviews import api_urls as review_api_urls
 from rewards import api_urls as reward_api_urls
 from runs import api_urls, services
 from tests.conftest import api_client_for
+from traces import api_urls as trace_api_urls
 from webhooks import api_urls as webhook_api_urls
 from webhooks import services as webhook_services
 
@@ -32,6 +33,7 @@ API_PATTERNS = (
     + reward_api_urls.urlpatterns
     + review_api_urls.urlpatterns
     + webhook_api_urls.urlpatterns
+    + trace_api_urls.urlpatterns
 )
 
 

@@ -17,9 +17,19 @@ from django.conf import settings
 from tests.run_fixtures import ANSWER_RULE
 
 ROOT = Path(settings.BASE_DIR)
-APPLICATIONS = ("webapp", "workers", "runs", "rewards", "reviews", "webhooks", "sandboxes", "inference")
+APPLICATIONS = (
+    "webapp",
+    "workers",
+    "runs",
+    "rewards",
+    "reviews",
+    "traces",
+    "webhooks",
+    "sandboxes",
+    "inference",
+)
 BOTTOM = ("inference", "sandboxes")
-DOMAIN = ("runs", "rewards", "reviews", "webhooks")
+DOMAIN = ("runs", "rewards", "reviews", "traces", "webhooks")
 FRAMEWORKS = ("django", "rest_framework", "drf_spectacular", "channels", "celery")
 
 

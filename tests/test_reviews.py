@@ -137,13 +137,21 @@ def test_reviewed_data_exports_as_sft_and_dpo_and_imports_as_a_task_set(lab, gro
             "reference": "2",
             "split": "train",
             "metadata": {
-                "source": {"run": group["run"].pk, "trajectory": good.pk, "policy_version": 0, "reward": 1.0},
-                "label": "good",
+                "provenance": {
+                    "run": group["run"].pk,
+                    "trajectory": good.pk,
+                    "item": "q0",
+                    "policy_version": 0,
+                    "reward": 1.0,
+                    "label": "good",
+                }
             },
         }
     ]
     pairs = export(viewer, group["run"], "dpo")
-    assert [(p["prompt"], p["chosen"], p["rejected"], p["metadata"]["source"]) for p in pairs] == [
+    assert [
+        (p["prompt"], p["chosen"], p["rejected"], p["metadata"]["provenance"]["source"]) for p in pairs
+    ] == [
         (prompt, "2", "3", "preference"),
         (prompt, "2", "import sys; sys.exit(0)", "labels"),
     ]

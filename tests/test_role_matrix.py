@@ -2,8 +2,8 @@
 × an anonymous caller. A role allows the same actions in pages and REST (runs/roles.py);
 websockets are covered by tests/test_websockets.py.
 
-Every URL of runs, rewards, reviews and webhooks (pages and api_urls) must have a row here: a new route
-without one fails `test_every_route_is_in_the_matrix`.
+Every URL of runs, rewards, reviews, traces and webhooks (pages and api_urls) must have a row here: a
+new route without one fails `test_every_route_is_in_the_matrix`.
 """
 
 import json
@@ -25,6 +25,8 @@ from runs import api_urls, services, urls
 from runs.models import StagedImport
 from runs.roles import Role
 from tests.conftest import api_client_for, make_user
+from traces import api_urls as trace_api_urls
+from traces import urls as trace_urls
 from webhooks import api_urls as webhook_api_urls
 from webhooks import urls as webhook_urls
 
@@ -532,6 +534,63 @@ REVIEW_CASES = [
     ),
     Case("review-queue-next", "post", "review", lambda w: {"queue_id": queue_id(w)["id"]}),
     Case("run-export", "get", "view", lambda w: {"run_id": run_of(w).pk, "export_format": "dpo"}),
+    Case("api-train-on-reviews", "get", "view", run_id),
+    Case("api-train-on-reviews", "post", "edit", run_id, body=lambda w: {"method": "sft"}),
+    Case(
+        "train-on-reviews",
+        "post",
+        "edit",
+        lambda w: {"run_id": run_of(w).pk},
+        body=lambda w: {"method": "sft"},
+    ),
+    Case(
+        "trace-review",
+        "post",
+        "review",
+        lambda w: {"trace_id": trace_of(w).pk},
+        body=lambda w: {"label": "good"},
+    ),
+    Case("trace-queue-create", "post", "review", pid, body=lambda w: {"name": "traces"}),
+]
+
+
+def trace_of(w):
+    """A trace of the project, made through the ORM the first time."""
+    from traces.models import Trace
+
+    if "trace" not in w:
+        w["trace"] = Trace.objects.create(
+            project=w["project"], external_id="matrix", prompt="1+1?", completion="2", thumbs="up"
+        )
+    return w["trace"]
+
+
+def trace_id(w):
+    return {"id": trace_of(w).pk}
+
+
+TRACE_CASES = [
+    Case("api-traces", "get", SELF, query=lambda w: {"project": w["project"].pk}),
+    Case(
+        "api-traces",
+        "post",
+        "edit",
+        body=lambda w: {
+            "project": w["project"].pk,
+            "traces": [{"id": "t", "prompt": "p", "completion": "c"}],
+        },
+    ),
+    Case("api-trace", "get", "view", trace_id),
+    Case("api-trace", "delete", "edit", trace_id),
+    Case(
+        "api-traces-promote",
+        "post",
+        "edit",
+        body=lambda w: {"project": w["project"].pk, "traces": [trace_of(w).pk], "task_set_name": "promoted"},
+    ),
+    Case("trace-list", "get", "view", pid),
+    Case("trace-promote", "post", "edit", pid, body=lambda w: {"traces": [trace_of(w).pk]}),
+    Case("trace-detail", "get", "view", lambda w: {"trace_id": trace_of(w).pk}),
 ]
 
 
@@ -591,7 +650,7 @@ WEBHOOK_CASES = [
     ),
 ]
 
-CASES = API_CASES + PAGE_CASES + REWARD_CASES + RUN_CASES + REVIEW_CASES + WEBHOOK_CASES
+CASES = API_CASES + PAGE_CASES + REWARD_CASES + RUN_CASES + REVIEW_CASES + WEBHOOK_CASES + TRACE_CASES
 
 
 def route_names(module) -> set[str]:
@@ -608,6 +667,8 @@ def test_every_route_is_in_the_matrix():
     assert sorted(route_names(review_urls) - covered) == []
     assert sorted(route_names(webhook_api_urls) - covered) == []
     assert sorted(route_names(webhook_urls) - covered) == []
+    assert sorted(route_names(trace_api_urls) - covered) == []
+    assert sorted(route_names(trace_urls) - covered) == []
 
 
 @pytest.fixture

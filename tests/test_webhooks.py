@@ -354,6 +354,7 @@ def test_the_secret_is_shown_once_and_never_again(lab, receiver):
         "url": receiver.url,
         "description": "",
         "statuses": ["failed", "succeeded"],
+        "events": [],
         "active": True,
         "created_by": lab["owner"].pk,
         "created_at": webhook.created_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
@@ -400,7 +401,7 @@ def test_a_bad_change_is_refused_and_changes_nothing(lab, receiver):
     bad_url = owner.patch(f"/api/v1/webhooks/{webhook.pk}", {"url": "file:///etc/passwd"}, format="json")
     bad_status = owner.patch(f"/api/v1/webhooks/{webhook.pk}", {"statuses": ["done"]}, format="json")
     assert (bad_url.status_code, bad_url.json()["error"]["param"]) == (400, "url")
-    assert (bad_status.status_code, bad_status.json()["error"]["param"]) == (400, "statuses.0")
+    assert (bad_status.status_code, bad_status.json()["error"]["param"]) == (400, "statuses[0]")
     webhook.refresh_from_db()
     assert (webhook.url, webhook.statuses) == (receiver.url, [])
 

@@ -101,11 +101,12 @@ def _flatten(detail: Any, prefix: str = "") -> list[dict[str, Any]]:
     if isinstance(detail, dict):
         out = []
         for key, value in detail.items():
-            name = (
-                prefix
-                if key in ("non_field_errors", "__all__")
-                else (f"{prefix}.{key}" if prefix else str(key))
-            )
+            if key in ("non_field_errors", "__all__"):
+                name = prefix
+            elif isinstance(key, int) and prefix:  # a list's items, as DRF keys them by index
+                name = f"{prefix}[{key}]"
+            else:
+                name = f"{prefix}.{key}" if prefix else str(key)
             out += _flatten(value, name)
         return out
     if isinstance(detail, list):

@@ -26,9 +26,11 @@ urlpatterns = [
     path("api/v1/", include("rewards.api_urls")),
     path("api/v1/", include("reviews.api_urls")),
     path("api/v1/", include("webhooks.api_urls")),
+    path("api/v1/", include("traces.api_urls")),
     path("", include("rewards.urls")),
     path("", include("reviews.urls")),
     path("", include("webhooks.urls")),
+    path("", include("traces.urls")),
     path("", include("runs.urls")),
 ]
 

@@ -1,5 +1,5 @@
-"""Webhooks: a project's subscriptions to run status changes, and one delivery row per event and
-webhook (the outbox the workers send from, retry and record)."""
+"""Webhooks: a project's subscriptions to run events (status changes, monitor alerts), and one
+delivery row per event and webhook (the outbox the workers send from, retry and record)."""
 
 from django.conf import settings
 from django.db import models
@@ -21,6 +21,9 @@ class Webhook(models.Model):
     previous_secret = EncryptedCharField(max_length=500, blank=True, editable=False)
     previous_secret_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
     statuses = models.JSONField(default=list, blank=True, help_text="Run statuses to send; empty: all")
+    events = models.JSONField(
+        default=list, blank=True, help_text="Event types to send (run.status, run.alert); empty: all"
+    )
     active = models.BooleanField(default=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
@@ -31,7 +34,10 @@ class Webhook(models.Model):
         return self.url
 
     def wants(self, status: str) -> bool:
-        return not self.statuses or status in self.statuses
+        return self.wants_event("run.status") and (not self.statuses or status in self.statuses)
+
+    def wants_event(self, event_type: str) -> bool:
+        return not self.events or event_type in self.events
 
     def signing_secrets(self, now) -> list[str]:
         """The secrets a delivery sent at `now` is signed with: the current one, and the one it
@@ -48,6 +54,7 @@ class WebhookDelivery(models.Model):
 
     class Type(models.TextChoices):
         RUN_STATUS = "run.status", "A run changed status"
+        RUN_ALERT = "run.alert", "A run's monitor raised an alert"
         PING = "ping", "A test event"
 
     webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")

@@ -15,6 +15,17 @@ def statuses_field() -> serializers.ListField:
     )
 
 
+EVENT_TYPES = (("run.status", "a run changed status"), ("run.alert", "a run's monitor raised an alert"))
+
+
+def events_field() -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.ChoiceField(choices=EVENT_TYPES),
+        required=False,
+        help_text="Event types to send (run.status, run.alert); empty or absent: every type",
+    )
+
+
 class WebhookFilterSerializer(serializers.Serializer):
     project = serializers.IntegerField(required=False, min_value=1)
 
@@ -28,6 +39,7 @@ class WebhookCreateSerializer(serializers.Serializer):
     url = serializers.CharField(help_text="http:// or https://; receives a signed POST per event")
     description = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     statuses = statuses_field()
+    events = events_field()
     active = serializers.BooleanField(required=False, default=True)
 
 
@@ -35,15 +47,27 @@ class WebhookUpdateSerializer(serializers.Serializer):
     url = serializers.CharField(required=False)
     description = serializers.CharField(max_length=200, required=False, allow_blank=True)
     statuses = statuses_field()
+    events = events_field()
     active = serializers.BooleanField(required=False)
 
 
 class WebhookSerializer(serializers.ModelSerializer):
     statuses = serializers.ListField(child=serializers.ChoiceField(choices=Run.Status.choices))
+    events = serializers.ListField(child=serializers.ChoiceField(choices=EVENT_TYPES))
 
     class Meta:
         model = Webhook
-        fields = ["id", "project", "url", "description", "statuses", "active", "created_by", "created_at"]
+        fields = [
+            "id",
+            "project",
+            "url",
+            "description",
+            "statuses",
+            "events",
+            "active",
+            "created_by",
+            "created_at",
+        ]
 
 
 class WebhookCreatedSerializer(WebhookSerializer):

@@ -73,8 +73,13 @@ def url_problem(url: str) -> str | None:
     return egress.literal_address_problem(parts.hostname)
 
 
-def _problems(*, url: str | None, statuses: list[str] | None) -> dict[str, str]:
+def _problems(
+    *, url: str | None, statuses: list[str] | None, events: list[str] | None = None
+) -> dict[str, str]:
     problems = {}
+    unknown_events = sorted(set(events or ()) - {"run.status", "run.alert"})
+    if unknown_events:
+        problems["events"] = f"unknown event {', '.join(unknown_events)}; use run.status, run.alert"
     if url is not None and (problem := url_problem(url)):
         problems["url"] = problem
     unknown = sorted(set(statuses or ()) - set(Run.Status.values))
@@ -95,15 +100,17 @@ def webhook_create(
     description: str = "",
     statuses: list[str] | None = None,
     active: bool = True,
+    events: list[str] | None = None,
 ) -> Webhook:
     """A new webhook with a fresh secret (in `.secret`: show it to its creator this once)."""
-    if problems := _problems(url=url, statuses=statuses):
+    if problems := _problems(url=url, statuses=statuses, events=events):
         raise ValidationError(problems)
     return Webhook.objects.create(
         project=project,
         url=url,
         description=description,
         statuses=sorted(set(statuses or ())),
+        events=sorted(set(events or ())),
         active=active,
         secret=secret_generate(),
         created_by=by,
@@ -111,13 +118,15 @@ def webhook_create(
 
 
 def webhook_update(*, webhook: Webhook, **fields: Any) -> Webhook:
-    editable = {"url", "description", "statuses", "active"}
+    editable = {"url", "description", "statuses", "active", "events"}
     if unknown := set(fields) - editable:
         raise ValidationError({name: "cannot be changed" for name in unknown})
-    if problems := _problems(url=fields.get("url"), statuses=fields.get("statuses")):
+    given = {name: fields.get(name) for name in ("url", "statuses", "events")}
+    if problems := _problems(**given):
         raise ValidationError(problems)
-    if "statuses" in fields:
-        fields["statuses"] = sorted(set(fields["statuses"]))
+    for name in ("statuses", "events"):
+        if name in fields:
+            fields[name] = sorted(set(fields[name]))
     Webhook.objects.filter(pk=webhook.pk).update(**fields)
     webhook.refresh_from_db()
     return webhook
@@ -183,6 +192,39 @@ def deliveries_enqueue(*, run: Run, event: RunEvent, status: str) -> list[Webhoo
         _delivery_create(
             webhook=webhook,
             kind=WebhookDelivery.Type.RUN_STATUS,
+            data=data,
+            created_at=event.created_at,
+            run=run,
+            event=event,
+        )
+        for webhook in webhooks
+    ]
+
+
+@transaction.atomic
+def alert_deliveries_enqueue(
+    *, run: Run, event: RunEvent, alert: dict[str, Any], done: str
+) -> list[WebhookDelivery]:
+    """A `run.alert` delivery per active webhook of the run's project that wants alerts: the
+    alert, its evidence, and what the run did about it (`paused`, or `none`)."""
+    webhooks = [
+        w
+        for w in Webhook.objects.filter(project_id=run.project_id, active=True)
+        if w.wants_event(WebhookDelivery.Type.RUN_ALERT)
+    ]
+    data = {
+        "run": run_payload(run),
+        "alert": {
+            key: alert.get(key) for key in ("monitor", "message", "value", "threshold", "step", "evidence")
+        }
+        | {"message": event.message, "event": event.pk},
+        "action": alert.get("action", "alert"),
+        "done": done,
+    }
+    return [
+        _delivery_create(
+            webhook=webhook,
+            kind=WebhookDelivery.Type.RUN_ALERT,
             data=data,
             created_at=event.created_at,
             run=run,

@@ -44,6 +44,7 @@ class MetricFilterSerializer(serializers.Serializer):
 
 
 REVIEW_LABELS = ("good", "bad", "reward_hack", "infrastructure_error", "unreviewed")
+MONITOR_ACTIONS = ("alert", "pause")
 
 
 class TrajectoryFilterSerializer(serializers.Serializer):
@@ -119,6 +120,16 @@ class RunCreateSerializer(RunOverridesSerializer):
     )
     train_split = serializers.ChoiceField(choices=TaskItem.Split.choices, default="train")
     eval_split = serializers.ChoiceField(choices=TaskItem.Split.choices, default="heldout")
+    monitors = serializers.DictField(
+        child=serializers.FloatField(),
+        required=False,
+        help_text="Alert thresholds by name (runs/{id}/monitors)",
+    )
+    monitor_actions = serializers.DictField(
+        child=serializers.ChoiceField(choices=MONITOR_ACTIONS),
+        required=False,
+        help_text='By monitor: alert (the default) or pause, e.g. {"reward_hacking": "pause"}',
+    )
 
 
 # --- runs ----------------------------------------------------------------------------------
@@ -321,13 +332,30 @@ class MonitorSettingSerializer(serializers.Serializer):
     help = serializers.CharField()
 
 
+class MonitorActionSerializer(serializers.Serializer):
+    monitor = serializers.CharField()
+    action = serializers.ChoiceField(
+        choices=MONITOR_ACTIONS, help_text="pause: the run pauses itself when it fires"
+    )
+    help = serializers.CharField()
+
+
 class RunMonitorsSerializer(serializers.Serializer):
     run = serializers.IntegerField()
     thresholds = MonitorSettingSerializer(many=True)
+    actions = MonitorActionSerializer(many=True, help_text="What each monitor does when it fires")
 
 
 class RunMonitorsInputSerializer(serializers.Serializer):
     thresholds = serializers.DictField(
         child=serializers.FloatField(allow_null=True),
+        required=False,
+        default=dict,
         help_text="By name; null restores the default. Others stay as they are",
+    )
+    actions = serializers.DictField(
+        child=serializers.ChoiceField(choices=MONITOR_ACTIONS),
+        required=False,
+        default=dict,
+        help_text="By monitor: alert (the default) or pause. Others stay as they are",
     )

@@ -239,12 +239,13 @@ class RunMonitorsView(ApiView):
     @extend_schema(
         request=s.RunMonitorsInputSerializer,
         responses=s.RunMonitorsSerializer,
-        summary="Change alert thresholds (owners and launchers)",
+        summary="Change alert thresholds and what each monitor does: alert, or pause the run (owners and "
+        "launchers)",
     )
     def patch(self, request: Request, id: int) -> Response:
         run = selectors.run_for(user=request.user, run_id=id, permission=Permission.EDIT)
-        changes = self.validated(s.RunMonitorsInputSerializer)["thresholds"]
-        run = monitors.run_monitors_set(run=run, changes=changes)
+        data = self.validated(s.RunMonitorsInputSerializer)
+        run = monitors.run_monitors_set(run=run, changes=data["thresholds"], actions=data["actions"])
         return Response(monitors_data(run))
 
 
@@ -254,7 +255,11 @@ def monitors_data(run: Run) -> dict[str, Any]:
         {"name": name, "value": values[name], "default": default, "help": monitors.HELP[name]}
         for name, default in monitors.DEFAULTS.items()
     ]
-    return {"run": run.pk, "thresholds": rows}
+    actions = [
+        {"monitor": name, "action": action, "help": monitors.MONITORS[name]}
+        for name, action in monitors.actions_of(run).items()
+    ]
+    return {"run": run.pk, "thresholds": rows, "actions": actions}
 
 
 class TrajectoryDetailView(ApiView):

@@ -55,6 +55,9 @@ class Run(models.Model):
     monitors = models.JSONField(
         default=dict, blank=True, help_text="Alert thresholds by name; a missing one takes its default"
     )
+    monitor_actions = models.JSONField(
+        default=dict, blank=True, help_text="What each monitor does when it fires, by name: alert or pause"
+    )
     max_steps = models.PositiveIntegerField()
     max_wall_seconds = models.PositiveIntegerField(null=True, blank=True)
     max_sandbox_cpu_seconds = models.FloatField(null=True, blank=True)

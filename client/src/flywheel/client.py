@@ -1,0 +1,139 @@
+"""The Flywheel client: `Client()` reads FLYWHEEL_URL and FLYWHEEL_TOKEN (or takes url= and token=)
+and holds one resource object per REST resource."""
+
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from flywheel import _follow
+from flywheel._batcher import TraceBatcher
+from flywheel._http import JSON, Transport
+from flywheel.errors import ConfigurationError
+from flywheel.resources import (
+    Checkpoints,
+    Me,
+    Projects,
+    Reviews,
+    RewardRules,
+    Runs,
+    Tasks,
+    TaskSets,
+    Tiers,
+    Tokens,
+    Traces,
+    Trajectories,
+    Webhooks,
+)
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+TRACE_FIELDS = {
+    "prompt",
+    "messages",
+    "completion",
+    "model",
+    "tier",
+    "score",
+    "success",
+    "feedback",
+    "latency_ms",
+    "metadata",
+    "timestamp",
+}
+
+
+class Client:
+    """A Flywheel server, as its REST API and websockets offer it.
+
+    >>> client = Client(url="http://127.0.0.1:8000", token="fw_example")
+    >>> sorted(name for name in vars(client) if not name.startswith("_"))[:4]
+    ['checkpoints', 'me', 'projects', 'reviews']
+    >>> client.close()
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        project: int | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        trace_batch_size: int = 100,
+        trace_flush_interval: float = 1.0,
+        http: httpx.Client | None = None,
+    ) -> None:
+        url = url or os.environ.get("FLYWHEEL_URL") or DEFAULT_URL
+        token = token or os.environ.get("FLYWHEEL_TOKEN", "")
+        env_project = os.environ.get("FLYWHEEL_PROJECT", "")
+        self.project = (
+            project if project is not None else (int(env_project) if env_project.isdigit() else None)
+        )
+        self._transport = Transport(url=url, token=token, timeout=timeout, max_retries=max_retries, http=http)
+        self._trace_settings = {"batch_size": trace_batch_size, "interval": trace_flush_interval}
+        self._batcher: TraceBatcher | None = None
+        t = self._transport
+        self.me = Me(t)
+        self.projects = Projects(t)
+        self.task_sets = TaskSets(t)
+        self.tasks = Tasks(t)
+        self.tiers = Tiers(t)
+        self.tokens = Tokens(t)
+        self.runs = Runs(t)
+        self.trajectories = Trajectories(t)
+        self.checkpoints = Checkpoints(t)
+        self.reward_rules = RewardRules(t)
+        self.reviews = Reviews(t)
+        self.webhooks = Webhooks(t)
+        self.traces = Traces(t)
+
+    @property
+    def url(self) -> str:
+        return self._transport.url
+
+    def follow(self, run: int | JSON) -> Iterator[JSON]:
+        """The run's live messages over its websocket until it ends (see flywheel._follow)."""
+        run_id = run["id"] if isinstance(run, dict) else int(run)
+        return _follow.follow(self._transport, run_id)
+
+    def log_trace(self, *, id: str | None = None, project: int | None = None, **fields: Any) -> str:  # noqa: A002
+        """Queue a trace for the background batcher and return its id (made up when not given).
+
+        Fields as `POST /api/v1/traces` takes them: prompt or messages, completion, model or tier,
+        score, success, feedback ({"thumbs", "correction", "comment"}), latency_ms, metadata,
+        timestamp. Reporting an id again (with only `feedback`, say) updates that trace.
+        """
+        unknown = sorted(set(fields) - TRACE_FIELDS)
+        if unknown:
+            known = ", ".join(sorted(TRACE_FIELDS))
+            raise TypeError(f"log_trace() got unknown fields {', '.join(unknown)}; known: {known}")
+        project = project if project is not None else self.project
+        if project is None:
+            raise ConfigurationError(
+                "log_trace needs a project: Client(project=...), FLYWHEEL_PROJECT or project="
+            )
+        trace_id = id or str(uuid.uuid4())
+        if self._batcher is None:
+            self._batcher = TraceBatcher(
+                lambda p, batch: self.traces.ingest(p, batch), **self._trace_settings
+            )
+        self._batcher.put(project, {"id": trace_id} | {k: v for k, v in fields.items() if v is not None})
+        return trace_id
+
+    def flush(self) -> None:
+        """Send every trace queued by log_trace now."""
+        if self._batcher is not None:
+            self._batcher.flush()
+
+    def close(self) -> None:
+        if self._batcher is not None:
+            self._batcher.close()
+        self._transport.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,623 @@
+"""One class per REST resource. Lists are iterators over every page (`limit` sets the page size);
+creating calls send an idempotency key (pass `idempotency_key=` to choose it, e.g. to retry a
+create across processes); everything returns the API's JSON objects."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from flywheel._endpoints import endpoint
+from flywheel._http import JSON, Transport
+
+
+class Resource:
+    def __init__(self, transport: Transport) -> None:
+        self._t = transport
+
+    def _get(self, path: str, **params: Any) -> Any:
+        return self._t.json("GET", path, params=params)
+
+    def _list(self, path: str, **params: Any) -> Iterator[JSON]:
+        return self._t.pages(path, params)
+
+    def _post(self, path: str, body: Any = None, *, idempotency_key: str | None = None) -> Any:
+        return self._t.json("POST", path, json_body=body, idempotency_key=idempotency_key)
+
+    def _patch(self, path: str, body: Any) -> Any:
+        return self._t.json("PATCH", path, json_body=body)
+
+    def _delete(self, path: str) -> None:
+        self._t.json("DELETE", path)
+
+
+def _body(**fields: Any) -> JSON:
+    """Fields that were given (None means: leave it to the server's default)."""
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+class Me(Resource):
+    @endpoint("GET", "/me")
+    def get(self) -> JSON:
+        """The caller and their role in each project."""
+        return self._get("/api/v1/me")
+
+
+class Projects(Resource):
+    @endpoint("GET", "/projects")
+    def list(self, *, limit: int | None = None) -> Iterator[JSON]:
+        return self._list("/api/v1/projects", limit=limit)
+
+    @endpoint("POST", "/projects")
+    def create(
+        self, name: str, *, description: str | None = None, idempotency_key: str | None = None
+    ) -> JSON:
+        return self._post(
+            "/api/v1/projects", _body(name=name, description=description), idempotency_key=idempotency_key
+        )
+
+    @endpoint("GET", "/projects/{id}")
+    def get(self, project: int) -> JSON:
+        return self._get(f"/api/v1/projects/{project}")
+
+    @endpoint("PATCH", "/projects/{id}")
+    def update(self, project: int, *, name: str | None = None, description: str | None = None) -> JSON:
+        return self._patch(f"/api/v1/projects/{project}", _body(name=name, description=description))
+
+    @endpoint("DELETE", "/projects/{id}")
+    def delete(self, project: int) -> None:
+        self._delete(f"/api/v1/projects/{project}")
+
+    @endpoint("GET", "/projects/{id}/members")
+    def members(self, project: int, *, limit: int | None = None) -> Iterator[JSON]:
+        return self._list(f"/api/v1/projects/{project}/members", limit=limit)
+
+    @endpoint("POST", "/projects/{id}/members")
+    def add_member(self, project: int, username: str, role: str) -> JSON:
+        return self._post(f"/api/v1/projects/{project}/members", {"username": username, "role": role})
+
+    @endpoint("PATCH", "/projects/{id}/members/{user_id}")
+    def set_role(self, project: int, user: int, role: str) -> JSON:
+        return self._patch(f"/api/v1/projects/{project}/members/{user}", {"role": role})
+
+    @endpoint("DELETE", "/projects/{id}/members/{user_id}")
+    def remove_member(self, project: int, user: int) -> None:
+        self._delete(f"/api/v1/projects/{project}/members/{user}")
+
+
+class TaskSets(Resource):
+    @endpoint("GET", "/task-sets")
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+        return self._list("/api/v1/task-sets", project=project, limit=limit)
+
+    @endpoint("POST", "/task-sets")
+    def create(
+        self, project: int, name: str, *, description: str | None = None, idempotency_key: str | None = None
+    ) -> JSON:
+        body = _body(project=project, name=name, description=description)
+        return self._post("/api/v1/task-sets", body, idempotency_key=idempotency_key)
+
+    @endpoint("GET", "/task-sets/{id}")
+    def get(self, task_set: int) -> JSON:
+        return self._get(f"/api/v1/task-sets/{task_set}")
+
+    @endpoint("PATCH", "/task-sets/{id}")
+    def update(self, task_set: int, *, name: str | None = None, description: str | None = None) -> JSON:
+        return self._patch(f"/api/v1/task-sets/{task_set}", _body(name=name, description=description))
+
+    @endpoint("POST", "/task-sets/{id}/import")
+    def import_file(
+        self,
+        task_set: int,
+        file: str | os.PathLike | IO[bytes],
+        *,
+        dry_run: bool = False,
+        split_seed: int | None = None,
+        heldout_fraction: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> JSON:
+        """Import a JSONL or CSV file (a path or an open binary file) as a new version. A file with
+        any error imports nothing and raises BadRequestError, whose `details` name each line and field."""
+        handle = open(file, "rb") if isinstance(file, (str, os.PathLike)) else file  # noqa: SIM115
+        name = Path(getattr(handle, "name", "tasks.jsonl")).name
+        data = _body(
+            dry_run="true" if dry_run else None, split_seed=split_seed, heldout_fraction=heldout_fraction
+        )
+        try:
+            return self._t.json(
+                "POST",
+                f"/api/v1/task-sets/{task_set}/import",
+                files={"file": (name, handle)},
+                data=data,
+                idempotency_key=idempotency_key,
+            )
+        finally:
+            if handle is not file:
+                handle.close()
+
+    @endpoint("GET", "/task-sets/{id}/versions")
+    def versions(self, task_set: int, *, limit: int | None = None) -> Iterator[JSON]:
+        return self._list(f"/api/v1/task-sets/{task_set}/versions", limit=limit)
+
+    @endpoint("GET", "/task-sets/{id}/versions/{number}")
+    def version(self, task_set: int, number: int) -> JSON:
+        return self._get(f"/api/v1/task-sets/{task_set}/versions/{number}")
+
+    @endpoint("GET", "/task-sets/{id}/versions/{number}/export")
+    def export(self, task_set: int, number: int) -> Iterator[JSON]:
+        """The version's items as the file it was made from, one object a line."""
+        return self._t.lines(f"/api/v1/task-sets/{task_set}/versions/{number}/export")
+
+    @endpoint("POST", "/task-sets/{id}/versions/{number}/split")
+    def resplit(
+        self, task_set: int, number: int, *, split_seed: int, heldout_fraction: float | None = None
+    ) -> JSON:
+        body = _body(split_seed=split_seed, heldout_fraction=heldout_fraction)
+        return self._post(f"/api/v1/task-sets/{task_set}/versions/{number}/split", body)
+
+
+class Tasks(Resource):
+    @endpoint("GET", "/tasks")
+    def list(
+        self,
+        *,
+        version: int | None = None,
+        kind: str | None = None,
+        split: str | None = None,
+        q: str | None = None,
+        limit: int | None = None,
+    ) -> Iterator[JSON]:
+        return self._list("/api/v1/tasks", version=version, kind=kind, split=split, q=q, limit=limit)
+
+    @endpoint("GET", "/tasks/{id}")
+    def get(self, task: int) -> JSON:
+        return self._get(f"/api/v1/tasks/{task}")
+
+
+class Tiers(Resource):
+    @endpoint("GET", "/tiers")
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+        return self._list("/api/v1/tiers", project=project, limit=limit)
+
+    @endpoint("POST", "/tiers")
+    def create(
+        self, project: int, name: str, base_model: str, *, idempotency_key: str | None = None, **settings: Any
+    ) -> JSON:
+        """A tier; `settings` are its other fields (precision, temperature, max_new_tokens, ...)."""
+        body = {"project": project, "name": name, "base_model": base_model} | settings
+        return self._post("/api/v1/tiers", body, idempotency_key=idempotency_key)
+
+    @endpoint("GET", "/tiers/{id}")
+    def get(self, tier: int) -> JSON:
+        return self._get(f"/api/v1/tiers/{tier}")
+
+    @endpoint("PATCH", "/tiers/{id}")
+    def update(self, tier: int, **settings: Any) -> JSON:
+        return self._patch(f"/api/v1/tiers/{tier}", settings)
+
+    @endpoint("DELETE", "/tiers/{id}")
+    def delete(self, tier: int) -> None:
+        self._delete(f"/api/v1/tiers/{tier}")
+
+    @endpoint("POST", "/tiers/{id}/evaluate")
+    def evaluate(self, tier: int, *, idempotency_key: str | None = None, **request: Any) -> JSON:
+        """Measure a checkpoint under this tier (and others: `tiers=[...]`) on held-out items."""
+        return self._post(f"/api/v1/tiers/{tier}/evaluate", request, idempotency_key=idempotency_key)
+
+    @endpoint("GET", "/tier-evaluations/{id}")
+    def evaluation(self, evaluation: int) -> JSON:
+        return self._get(f"/api/v1/tier-evaluations/{evaluation}")
+
+
+class Tokens(Resource):
+    @endpoint("GET", "/tokens")
+    def list(self, *, limit: int | None = None) -> Iterator[JSON]:
+        return self._list("/api/v1/tokens", limit=limit)
+
+    @endpoint("POST", "/tokens")
+    def create(self, name: str) -> JSON:
+        """A new token; its secret is in the answer this once."""
+        return self._post("/api/v1/tokens", {"name": name})
+
+    @endpoint("DELETE", "/tokens/{id}")
+    def revoke(self, token: int) -> None:
+        self._delete(f"/api/v1/tokens/{token}")
+
+
+class Runs(Resource):
+    @endpoint("GET", "/runs")
+    def list(
+        self, *, project: int | None = None, status: str | None = None, limit: int | None = None
+    ) -> Iterator[JSON]:
+        return self._list("/api/v1/runs", project=project, status=status, limit=limit)
+
+    @endpoint("POST", "/runs")
+    def launch(
+        self,
+        *,
+        project: int,
+        name: str,
+        task_set_version: int,
+        reward_rule_version: int,
+        tier: int,
+        method: str = "grpo",
+        hyperparameters: dict[str, Any] | None = None,
+        max_steps: int | None = None,
+        idempotency_key: str | None = None,
+        **options: Any,
+    ) -> JSON:
+        """Launch a run. A run that would fail at its first step raises BadRequestError naming every
+        reason. `options`: max_wall_seconds, max_sandbox_cpu_seconds, priority, train_split, eval_split."""
+        body = _body(
+            project=project,
+            name=name,
+            task_set_version=task_set_version,
+            reward_rule_version=reward_rule_version,
+            tier=tier,
+            method=method,
+            hyperparameters=hyperparameters,
+            max_steps=max_steps,
+        )
+        return self._post("/api/v1/runs", body | options, idempotency_key=idempotency_key)
+
+    @endpoint("GET", "/runs/{id}")
+    def get(self, run: int) -> JSON:
+        return self._get(f"/api/v1/runs/{run}")
+
+    @endpoint("POST", "/runs/{id}/pause")
+    def pause(self, run: int) -> JSON:
+        return self._post(f"/api/v1/runs/{run}/pause")
+
+    @endpoint("POST", "/runs/{id}/resume")
+    def resume(self, run: int) -> JSON:
+        return self._post(f"/api/v1/runs/{run}/resume")
+
+    @endpoint("POST", "/runs/{id}/cancel")
+    def cancel(self, run: int) -> JSON:
+        return self._post(f"/api/v1/runs/{run}/cancel")
+
+    @endpoint("POST", "/runs/{id}/retry")
+    def retry(self, run: int) -> JSON:
+        return self._post(f"/api/v1/runs/{run}/retry")
+
+    @endpoint("POST", "/runs/{id}/clone")
+    def clone(self, run: int, *, idempotency_key: str | None = None, **changes: Any) -> JSON:
+        return self._post(f"/api/v1/runs/{run}/clone", changes, idempotency_key=idempotency_key)
+
+    @endpoint("GET", "/runs/{id}/events")
+    def events(
+        self, run: int, *, since: int | None = None, level: str | None = None, limit: int | None = None
+    ) -> Iterator[JSON]:
+        """Newest first; with `since` (an event id), the later ones oldest first."""
+        return self._list(f"/api/v1/runs/{run}/events", since=since, level=level, limit=limit)
+
+    @endpoint("GET", "/runs/{id}/metrics")
+    def metrics(
+        self,
+        run: int,
+        *,
+        names: list[str] | None = None,
+        since_step: int | None = None,
+        max_points: int | None = None,
+    ) -> JSON:
+        params = {"name": names, "since_step": since_step, "max_points": max_points}
+        return self._get(f"/api/v1/runs/{run}/metrics", **params)
+
+    @endpoint("GET", "/runs/{id}/monitors")
+    def monitors(self, run: int) -> JSON:
+        return self._get(f"/api/v1/runs/{run}/monitors")
+
+    @endpoint("PATCH", "/runs/{id}/monitors")
+    def set_monitors(
+        self, run: int, *, thresholds: dict[str, float | None] | None = None, **changes: Any
+    ) -> JSON:
+        return self._patch(f"/api/v1/runs/{run}/monitors", _body(thresholds=thresholds) | changes)
+
+    @endpoint("GET", "/runs/{id}/train-on-reviews")
+    def review_training_preview(self, run: int) -> JSON:
+        """What Train on reviews would make of the run's reviews, for SFT and for DPO."""
+        return self._get(f"/api/v1/runs/{run}/train-on-reviews")
+
+    @endpoint("POST", "/runs/{id}/train-on-reviews")
+    def train_on_reviews(
+        self,
+        run: int,
+        method: str,
+        *,
+        name: str | None = None,
+        max_steps: int | None = None,
+        hyperparameters: dict[str, Any] | None = None,
+        task_set_name: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> JSON:
+        body = _body(
+            method=method,
+            name=name,
+            max_steps=max_steps,
+            hyperparameters=hyperparameters,
+            task_set_name=task_set_name,
+        )
+        return self._post(f"/api/v1/runs/{run}/train-on-reviews", body, idempotency_key=idempotency_key)
+
+
+class Trajectories(Resource):
+    @endpoint("GET", "/trajectories")
+    def list(self, *, run: int | None = None, limit: int | None = None, **filters: Any) -> Iterator[JSON]:
+        """Filters: outcome, policy_version, min_reward, max_reward, step, batch, item, task,
+        flagged, flag, label, after."""
+        return self._list("/api/v1/trajectories", run=run, limit=limit, **filters)
+
+    @endpoint("GET", "/trajectories/{id}")
+    def get(self, trajectory: int) -> JSON:
+        return self._get(f"/api/v1/trajectories/{trajectory}")
+
+    @endpoint("GET", "/trajectories/{id}/steps")
+    def steps(self, trajectory: int, *, index: int | None = None) -> Iterator[JSON]:
+        return self._list(f"/api/v1/trajectories/{trajectory}/steps", index=index)
+
+    @endpoint("GET", "/trajectories/{id}/group")
+    def group(self, trajectory: int) -> Iterator[JSON]:
+        return self._list(f"/api/v1/trajectories/{trajectory}/group")
+
+
+class Checkpoints(Resource):
+    @endpoint("GET", "/checkpoints")
+    def list(self, *, run: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+        return self._list("/api/v1/checkpoints", run=run, limit=limit)
+
+    @endpoint("GET", "/checkpoints/{id}")
+    def get(self, checkpoint: int) -> JSON:
+        return self._get(f"/api/v1/checkpoints/{checkpoint}")
+
+    @endpoint("POST", "/checkpoints/{id}/fork")
+    def fork(self, checkpoint: int, *, idempotency_key: str | None = None, **changes: Any) -> JSON:
+        return self._post(f"/api/v1/checkpoints/{checkpoint}/fork", changes, idempotency_key=idempotency_key)
+
+
+class RewardRules(Resource):
+    @endpoint("GET", "/reward-rules")
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+        return self._list("/api/v1/reward-rules", project=project, limit=limit)
+
+    @endpoint("POST", "/reward-rules")
+    def create(
+        self,
+        project: int,
+        name: str,
+        spec: JSON,
+        *,
+        description: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> JSON:
+        body = _body(project=project, name=name, spec=spec, description=description)
+        return self._post("/api/v1/reward-rules", body, idempotency_key=idempotency_key)
+
+    @endpoint("POST", "/reward-rules/validate")
+    def validate(self, spec: JSON, *, item_kind: str | None = None) -> JSON:
+        return self._post("/api/v1/reward-rules/validate", _body(spec=spec, item_kind=item_kind))
+
+    @endpoint("POST", "/reward-rules/import-openai")
+    def import_openai(self, project: int, name: str, grader: JSON, **fields: Any) -> JSON:
+        body = {"project": project, "name": name, "grader": grader} | fields
+        return self._post("/api/v1/reward-rules/import-openai", body)
+
+    @endpoint("GET", "/reward-rules/{id}")
+    def get(self, rule: int) -> JSON:
+        return self._get(f"/api/v1/reward-rules/{rule}")
+
+    @endpoint("PATCH", "/reward-rules/{id}")
+    def update(self, rule: int, **changes: Any) -> JSON:
+        """A changed `spec` makes a new version; a version a run used is never modified."""
+        return self._patch(f"/api/v1/reward-rules/{rule}", changes)
+
+    @endpoint("DELETE", "/reward-rules/{id}")
+    def delete(self, rule: int) -> None:
+        self._delete(f"/api/v1/reward-rules/{rule}")
+
+    @endpoint("GET", "/reward-rules/{id}/versions")
+    def versions(self, rule: int, *, limit: int | None = None) -> Iterator[JSON]:
+        return self._list(f"/api/v1/reward-rules/{rule}/versions", limit=limit)
+
+    @endpoint("GET", "/reward-rules/{id}/versions/{number}")
+    def version(self, rule: int, number: int) -> JSON:
+        return self._get(f"/api/v1/reward-rules/{rule}/versions/{number}")
+
+    @endpoint("GET", "/reward-rules/{id}/versions/{number}/openai")
+    def openai(self, rule: int, number: int) -> JSON:
+        """The version as OpenAI grader JSON."""
+        return self._get(f"/api/v1/reward-rules/{rule}/versions/{number}/openai")
+
+    @endpoint("GET", "/reward-rules/{id}/diff")
+    def diff(self, rule: int, from_version: int, to_version: int) -> JSON:
+        return self._get(f"/api/v1/reward-rules/{rule}/diff", **{"from": from_version, "to": to_version})
+
+    @endpoint("POST", "/reward-rules/{id}/dry-run")
+    def dry_run(self, rule: int, **request: Any) -> JSON:
+        """Score pasted items and completions: `items`, `samples`, optionally `version`, `spec`."""
+        return self._post(f"/api/v1/reward-rules/{rule}/dry-run", request)
+
+    @endpoint("POST", "/reward-rules/{id}/backtest")
+    def backtest(self, rule: int, **request: Any) -> JSON:
+        return self._post(f"/api/v1/reward-rules/{rule}/backtest", request)
+
+
+class Reviews(Resource):
+    @endpoint("GET", "/reviews")
+    def list(self, *, limit: int | None = None, **filters: Any) -> Iterator[JSON]:
+        """Filters: run, trajectory, trace, label, reviewer."""
+        return self._list("/api/v1/reviews", limit=limit, **filters)
+
+    @endpoint("POST", "/reviews")
+    def label(
+        self,
+        label: str,
+        *,
+        trajectory: int | None = None,
+        trace: int | None = None,
+        comment: str | None = None,
+    ) -> JSON:
+        """Label a trajectory or a trace (good, bad, reward_hack, infrastructure_error)."""
+        return self._post(
+            "/api/v1/reviews", _body(trajectory=trajectory, trace=trace, label=label, comment=comment)
+        )
+
+    @endpoint("GET", "/reviews/{id}")
+    def get(self, review: int) -> JSON:
+        return self._get(f"/api/v1/reviews/{review}")
+
+    @endpoint("DELETE", "/reviews/{id}")
+    def delete(self, review: int) -> None:
+        self._delete(f"/api/v1/reviews/{review}")
+
+    @endpoint("GET", "/reviews/export")
+    def export(self, run: int, kind: str = "sft") -> Iterator[JSON]:
+        """The run's reviewed data (sft, dpo or dpo-task-set), one object a line."""
+        return self._t.lines("/api/v1/reviews/export", {"run": run, "kind": kind})
+
+    @endpoint("GET", "/preferences")
+    def preferences(self, *, run: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+        return self._list("/api/v1/preferences", run=run, limit=limit)
+
+    @endpoint("POST", "/preferences")
+    def prefer(self, chosen: int, rejected: int, *, comment: str | None = None) -> JSON:
+        return self._post("/api/v1/preferences", _body(chosen=chosen, rejected=rejected, comment=comment))
+
+    @endpoint("GET", "/review-queues")
+    def queues(
+        self,
+        *,
+        run: int | None = None,
+        project: int | None = None,
+        source: str | None = None,
+        limit: int | None = None,
+    ) -> Iterator[JSON]:
+        return self._list("/api/v1/review-queues", run=run, project=project, source=source, limit=limit)
+
+    @endpoint("POST", "/review-queues")
+    def create_queue(
+        self,
+        name: str,
+        *,
+        run: int | None = None,
+        project: int | None = None,
+        filters: JSON | None = None,
+        trace_filters: JSON | None = None,
+        limit: int | None = None,
+    ) -> JSON:
+        """A queue over a run's trajectories (run=, filters=) or a project's traces (project=,
+        trace_filters=)."""
+        source = "traces" if project is not None and run is None else "trajectories"
+        body = _body(
+            source=source,
+            name=name,
+            run=run,
+            project=project,
+            filters=filters,
+            trace_filters=trace_filters,
+            limit=limit,
+        )
+        return self._post("/api/v1/review-queues", body)
+
+    @endpoint("GET", "/review-queues/{id}")
+    def queue(self, queue: int) -> JSON:
+        return self._get(f"/api/v1/review-queues/{queue}")
+
+    @endpoint("GET", "/review-queues/{id}/items")
+    def queue_items(self, queue: int, *, limit: int | None = None) -> Iterator[JSON]:
+        return self._list(f"/api/v1/review-queues/{queue}/items", limit=limit)
+
+    @endpoint("POST", "/review-queues/{id}/assign")
+    def assign(self, queue: int, reviewers: list[int], *, reassign: bool = False) -> JSON:
+        return self._post(
+            f"/api/v1/review-queues/{queue}/assign", {"reviewers": reviewers, "reassign": reassign}
+        )
+
+    @endpoint("POST", "/review-queues/{id}/next")
+    def next(self, queue: int) -> JSON | None:
+        """The caller's next item, or None when nothing is left for them."""
+        return self._post(f"/api/v1/review-queues/{queue}/next")
+
+
+class Webhooks(Resource):
+    @endpoint("GET", "/webhooks")
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+        return self._list("/api/v1/webhooks", project=project, limit=limit)
+
+    @endpoint("POST", "/webhooks")
+    def create(self, project: int, url: str, *, idempotency_key: str | None = None, **fields: Any) -> JSON:
+        """A webhook (`description`, `statuses`, `events`, `active`); its secret is in this answer only."""
+        return self._post(
+            "/api/v1/webhooks", {"project": project, "url": url} | fields, idempotency_key=idempotency_key
+        )
+
+    @endpoint("GET", "/webhooks/{id}")
+    def get(self, webhook: int) -> JSON:
+        return self._get(f"/api/v1/webhooks/{webhook}")
+
+    @endpoint("PATCH", "/webhooks/{id}")
+    def update(self, webhook: int, **changes: Any) -> JSON:
+        return self._patch(f"/api/v1/webhooks/{webhook}", changes)
+
+    @endpoint("DELETE", "/webhooks/{id}")
+    def delete(self, webhook: int) -> None:
+        self._delete(f"/api/v1/webhooks/{webhook}")
+
+    @endpoint("GET", "/webhooks/{id}/deliveries")
+    def deliveries(
+        self, webhook: int, *, status: str | None = None, limit: int | None = None
+    ) -> Iterator[JSON]:
+        return self._list(f"/api/v1/webhooks/{webhook}/deliveries", status=status, limit=limit)
+
+    @endpoint("POST", "/webhooks/{id}/deliveries/{delivery_id}/redeliver")
+    def redeliver(self, webhook: int, delivery: int) -> JSON:
+        return self._post(f"/api/v1/webhooks/{webhook}/deliveries/{delivery}/redeliver")
+
+    @endpoint("POST", "/webhooks/{id}/ping")
+    def ping(self, webhook: int) -> JSON:
+        return self._post(f"/api/v1/webhooks/{webhook}/ping")
+
+    @endpoint("POST", "/webhooks/{id}/rotate-secret")
+    def rotate_secret(self, webhook: int) -> JSON:
+        return self._post(f"/api/v1/webhooks/{webhook}/rotate-secret")
+
+
+class Traces(Resource):
+    @endpoint("GET", "/traces")
+    def list(self, *, project: int | None = None, limit: int | None = None, **filters: Any) -> Iterator[JSON]:
+        """Filters: q, trace_id, model, tier, thumbs, success, has_correction, min_score,
+        max_score, since, until, label, meta ("key:value")."""
+        return self._list("/api/v1/traces", project=project, limit=limit, **filters)
+
+    @endpoint("POST", "/traces")
+    def ingest(self, project: int, traces: list[JSON], *, idempotency_key: str | None = None) -> JSON:
+        """Report a batch of traces now (see Client.log_trace for background batching)."""
+        return self._post(
+            "/api/v1/traces", {"project": project, "traces": traces}, idempotency_key=idempotency_key
+        )
+
+    @endpoint("GET", "/traces/{id}")
+    def get(self, trace: int) -> JSON:
+        return self._get(f"/api/v1/traces/{trace}")
+
+    @endpoint("DELETE", "/traces/{id}")
+    def delete(self, trace: int) -> None:
+        self._delete(f"/api/v1/traces/{trace}")
+
+    @endpoint("POST", "/traces/promote")
+    def promote(
+        self,
+        project: int,
+        *,
+        traces: list[int] | None = None,
+        filters: JSON | None = None,
+        task_set: int | None = None,
+        task_set_name: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> JSON:
+        """Traces (by id, or every one matching `filters`) to a new task-set version."""
+        body = _body(
+            project=project, traces=traces, filters=filters, task_set=task_set, task_set_name=task_set_name
+        )
+        return self._post("/api/v1/traces/promote", body, idempotency_key=idempotency_key)
