@@ -96,8 +96,10 @@ def test_the_client_creates_lists_every_page_and_raises_the_apis_errors(server_u
         path.write_bytes(TASKS)
         version = client.task_sets.import_file(task_set["id"], path)
         assert (version["number"], version["item_count"]) == (1, 2)
+        model = tmp_path / "model"  # a local directory: the server checks that a base model exists
+        model.mkdir()
         for index in range(3):
-            client.tiers.create(project.pk, f"tier-{index}", "org/model")
+            client.tiers.create(project.pk, f"tier-{index}", str(model))
         tiers = list(client.tiers.list(project=project.pk, limit=1))  # three pages of one
         assert [tier["name"] for tier in tiers] == ["tier-2", "tier-1", "tier-0"]
         assert [line["id"] for line in client.task_sets.export(task_set["id"], 1)] == ["a", "b"]
