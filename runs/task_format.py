@@ -8,7 +8,7 @@ A line of JSONL is one object. Common fields: `kind` (answer, code or agent; def
 the seeded rule), `metadata` (any object). Then, by kind:
 
 - answer: `prompt`, `reference`
-- code: `prompt`, and tests in one of the formats of `sandboxes.test_formats` (`tests`, or
+- code: `prompt`, and tests in one of the formats of `sandboxes.formats` (`tests`, or
   `io_tests`, or pytest files in `setup_files`); `entry_point` (required for candidate-style
   tests); optional `test_format`, `test_setup_code`, `io_compare`, `float_tolerance`,
   `reference_solution`, `setup_files`, `sandbox`. An item whose tests hold no test in any format
@@ -31,8 +31,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandboxes.formats import COMPARE_MODES, FORMATS, item_test_problems
 from sandboxes.interface import image_problem, limits_problems
-from sandboxes.test_formats import COMPARE_MODES, FORMATS, item_test_problems
 from webapp import strict_json
 
 KINDS = ("answer", "code", "agent")

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .channel import Channel
+from .formats import DEFAULT_FLOAT_TOLERANCE, outputs_match, plan_tests, pytest_plan
 from .interface import (
     ExecResult,
     FileEntry,
@@ -27,7 +28,6 @@ from .interface import (
     as_bytes,
 )
 from .seccomp import SeccompUnavailableError, seccomp_program
-from .test_formats import DEFAULT_FLOAT_TOLERANCE, outputs_match, plan_tests, pytest_plan
 
 __all__ = ["Sandbox", "plan_tests", "sandbox_cpu_seconds"]
 IO_RUNNER = "solution.py"

@@ -74,7 +74,7 @@ def backend_pool(backend):
 
 @pytest.mark.parametrize("test_format", list(LINES))
 def test_each_format_is_recognised_from_its_tests(test_format):
-    from sandboxes.test_formats import item_format
+    from sandboxes.formats import item_format
 
     assert item_format(code_item(test_format)) == test_format
 

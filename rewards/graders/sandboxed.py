@@ -2,7 +2,7 @@
 
 - unit_tests: a code item's tests run against the sample's solution (sample.files["solution.py"],
   else the last fenced Python block of its text), in the item's test format (Flywheel's own,
-  candidate, namespace, io or pytest: sandboxes/test_formats.py). The tests are the item's pristine
+  candidate, namespace, io or pytest: sandboxes/formats.py). The tests are the item's pristine
   copy, whatever the sample wrote over them; the score is the pass rate (`score: "pass_rate"`) or
   1.0 only when every test passes (`score: "all_pass"`, what benchmarks report as pass@1).
 - agent_check: an agent item's check_command, in the episode's sandbox when the caller still
@@ -22,6 +22,7 @@ from typing import Any
 
 from rewards.graders.base import Field, GradingError, as_number, grader
 from rewards.graders.workspace import SOLUTION_FILE, TEST_FILE, protected_files, solution_source
+from sandboxes.formats import COMPARE_MODES, DEFAULT_FLOAT_TOLERANCE, TestFormatError, item_format
 from sandboxes.interface import (
     Limits,
     Outcome,
@@ -31,7 +32,6 @@ from sandboxes.interface import (
     TestRunResult,
     task_spec,
 )
-from sandboxes.test_formats import COMPARE_MODES, DEFAULT_FLOAT_TOLERANCE, TestFormatError, item_format
 
 DEFAULT_SECONDS = 10.0
 SCORE_MODES = ("pass_rate", "all_pass")

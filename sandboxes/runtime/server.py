@@ -673,7 +673,7 @@ def rewritten(tree: ast.Module) -> ast.Module:
 
 def holds_assert(node: ast.AST) -> bool:
     """An assert in the statement, not counting those in functions or classes it defines (the
-    host's rule, sandboxes/test_formats.py)."""
+    host's rule, sandboxes/formats.py)."""
     stack = [node]
     while stack:
         current = stack.pop()

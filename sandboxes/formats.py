@@ -123,7 +123,7 @@ def recognise(
         check = check_function(tree)
         if check is not None and not IMPORTS_SOLUTION.search(tests):
             return "candidate"
-        if any(holds_assert(node) for node in tree.body) or test_functions(tree):
+        if any(holds_assert(node) for node in tree.body) or top_level_test_functions(tree):
             return "flywheel" if IMPORTS_SOLUTION.search(tests) else "namespace"
         if check is not None:
             return "candidate"
@@ -132,7 +132,7 @@ def recognise(
     return None
 
 
-def test_functions(tree: ast.Module) -> list[str]:
+def top_level_test_functions(tree: ast.Module) -> list[str]:
     names = [
         node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test")
     ]
@@ -166,7 +166,7 @@ def plan_tests(source: str, path: str, style: str | None = None) -> tuple[str, t
     tree = parse_tests(source, path)
     if style == "candidate":
         return "candidate", candidate_plan(tree, path)
-    if style in (None, "functions") and (functions := test_functions(tree)):
+    if style in (None, "functions") and (functions := top_level_test_functions(tree)):
         return "functions", tuple(functions)
     if style == "functions":
         raise TestFormatError(f"{path}: holds no top-level test_* function")
