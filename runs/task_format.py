@@ -8,7 +8,12 @@ A line of JSONL is one object. Common fields: `kind` (answer, code or agent; def
 the seeded rule), `metadata` (any object). Then, by kind:
 
 - answer: `prompt`, `reference`
-- code: `prompt`, `tests`, `entry_point`, optional `reference_solution`, `setup_files`, `sandbox`
+- code: `prompt`, and tests in one of the formats of `sandboxes.formats` (`tests`, or
+  `io_tests`, or pytest files in `setup_files`); `entry_point` (required for candidate-style
+  tests); optional `test_format`, `test_setup_code`, `io_compare`, `float_tolerance`,
+  `reference_solution`, `setup_files`, `sandbox`. An item whose tests hold no test in any format
+  is refused here, with its line and field. `tests` may be a list of assert lines (MBPP's
+  `test_list`): they are joined into one source.
 - agent: `instructions`, `check_command`, `max_steps`, optional `files`, `sandbox`
 
 `sandbox` says what the item's code needs of its sandbox: `image` (a local Docker image; Docker
@@ -26,6 +31,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandboxes.formats import COMPARE_MODES, FORMATS, item_test_problems
 from sandboxes.interface import image_problem, limits_problems
 from webapp import strict_json
 
@@ -47,8 +53,13 @@ KIND_FIELDS: dict[str, dict[str, FieldSpec]] = {
     "answer": {"prompt": FieldSpec(True, str), "reference": FieldSpec(True, str)},
     "code": {
         "prompt": FieldSpec(True, str),
-        "tests": FieldSpec(True, str),
-        "entry_point": FieldSpec(True, str),
+        "tests": FieldSpec(False, (str, list)),
+        "entry_point": FieldSpec(False, str),
+        "test_format": FieldSpec(False, str),
+        "test_setup_code": FieldSpec(False, str),
+        "io_tests": FieldSpec(False, list),
+        "io_compare": FieldSpec(False, str),
+        "float_tolerance": FieldSpec(False, (int, float)),
         "reference_solution": FieldSpec(False, str),
         "setup_files": FieldSpec(False, dict),
         "sandbox": FieldSpec(False, dict),
@@ -90,6 +101,10 @@ class ParsedItem:
 
 def _type_name(kind: type | tuple[type, ...]) -> str:
     names = {str: "a string", int: "an integer", dict: "an object", list: "a list"}
+    if kind == (int, float):
+        return "a number"
+    if kind == (str, list):
+        return "a string or a list of strings"
     return names.get(kind, str(kind)) if isinstance(kind, type) else "a value"
 
 
@@ -126,6 +141,11 @@ def validate_item(line: int, raw: Any) -> tuple[ParsedItem | None, list[ItemErro
         elif spec.required and isinstance(value, str) and not value.strip():
             errors.append(ItemError(line, name, "must not be empty"))
     errors += _check_common(line, raw)
+    if kind == "code" and isinstance(raw.get("tests"), list):
+        if all(isinstance(test, str) for test in raw["tests"]):
+            raw = {**raw, "tests": "\n".join(test.rstrip("\n") for test in raw["tests"]) + "\n"}
+        else:
+            errors.append(ItemError(line, "tests", "must be a string or a list of strings"))
     if not errors:
         errors += _check_kind_rules(line, kind, raw)
     if errors:
@@ -169,9 +189,21 @@ def _check_sandbox(line: int, sandbox: dict[str, Any]) -> list[ItemError]:
 def _check_kind_rules(line: int, kind: str, raw: dict[str, Any]) -> list[ItemError]:
     errors = _check_sandbox(line, raw.get("sandbox") or {})
     if kind == "code":
-        if not IDENTIFIER.match(raw["entry_point"]):
+        if "entry_point" in raw and not IDENTIFIER.match(raw["entry_point"]):
             errors.append(ItemError(line, "entry_point", "must be a Python identifier"))
-        return errors + _check_files(line, "setup_files", raw.get("setup_files") or {})
+        if raw.get("test_format") is not None and raw["test_format"] not in FORMATS:
+            message = f"must be one of {', '.join(FORMATS)}; got {raw['test_format']!r}"
+            errors.append(ItemError(line, "test_format", message))
+        if raw.get("io_compare") is not None and raw["io_compare"] not in COMPARE_MODES:
+            message = f"must be one of {', '.join(COMPARE_MODES)}; got {raw['io_compare']!r}"
+            errors.append(ItemError(line, "io_compare", message))
+        tolerance = raw.get("float_tolerance")
+        if tolerance is not None and not 0 <= tolerance <= 1:
+            errors.append(ItemError(line, "float_tolerance", "must be between 0 and 1"))
+        errors += _check_files(line, "setup_files", raw.get("setup_files") or {})
+        if not errors:
+            errors += [ItemError(line, name, message) for name, message in item_test_problems(raw)]
+        return errors
     if kind == "agent":
         if raw["max_steps"] < 1:
             errors.append(ItemError(line, "max_steps", "must be at least 1"))
