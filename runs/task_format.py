@@ -16,6 +16,11 @@ the seeded rule), `metadata` (any object). Then, by kind:
   `test_list`): they are joined into one source.
 - agent: `instructions`, `check_command`, `max_steps`, optional `files`, `sandbox`
 
+An answer or code item may hold a conversation instead of a `prompt`: `messages`, a list of
+`{"role": "system" | "user" | "assistant", "content": str}` ending with the user's turn (a system
+message only first). Tiers that chat render it with the model's chat template
+(`inference.chat`); the item's searchable text is its last user message.
+
 `sandbox` says what the item's code needs of its sandbox: `image` (a local Docker image; Docker
 backend only) and `limits` (any of the sandbox limits, e.g. {"wall_seconds": 60, "memory_mb": 2048}),
 which replace the grader's or the episode's defaults for that item.
@@ -31,6 +36,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from inference.chat import messages_problems, prompt_summary
 from sandboxes.formats import COMPARE_MODES, FORMATS, item_test_problems
 from sandboxes.interface import image_problem, limits_problems
 from webapp import strict_json
@@ -50,9 +56,14 @@ class FieldSpec:
 
 
 KIND_FIELDS: dict[str, dict[str, FieldSpec]] = {
-    "answer": {"prompt": FieldSpec(True, str), "reference": FieldSpec(True, str)},
+    "answer": {
+        "prompt": FieldSpec(True, str),
+        "messages": FieldSpec(False, list),
+        "reference": FieldSpec(True, str),
+    },
     "code": {
         "prompt": FieldSpec(True, str),
+        "messages": FieldSpec(False, list),
         "tests": FieldSpec(False, (str, list)),
         "entry_point": FieldSpec(False, str),
         "test_format": FieldSpec(False, str),
@@ -127,6 +138,8 @@ def validate_item(line: int, raw: Any) -> tuple[ParsedItem | None, list[ItemErro
     if kind not in KINDS:
         return None, [ItemError(line, "kind", f"must be one of {', '.join(KINDS)}; got {kind!r}")]
     specs = KIND_FIELDS[kind]
+    if "messages" in specs and raw.get("messages") is not None:  # the conversation replaces `prompt`
+        specs = specs | {"prompt": FieldSpec(False, str)}
     errors: list[ItemError] = []
     for name in sorted(set(raw) - COMMON_FIELDS - set(specs)):
         errors.append(ItemError(line, name, f"unknown field for {ARTICLE[kind]} {kind} item"))
@@ -134,7 +147,10 @@ def validate_item(line: int, raw: Any) -> tuple[ParsedItem | None, list[ItemErro
         value = raw.get(name)
         if value is None:
             if spec.required:
-                errors.append(ItemError(line, name, f"is required for {ARTICLE[kind]} {kind} item"))
+                also = (
+                    " (or give messages, a conversation)" if name == "prompt" and "messages" in specs else ""
+                )
+                errors.append(ItemError(line, name, f"is required for {ARTICLE[kind]} {kind} item{also}"))
             continue
         if not isinstance(value, spec.kind) or isinstance(value, bool):
             errors.append(ItemError(line, name, f"must be {_type_name(spec.kind)}"))
@@ -154,7 +170,8 @@ def validate_item(line: int, raw: Any) -> tuple[ParsedItem | None, list[ItemErro
     if "metadata" in raw:
         data["metadata"] = raw["metadata"]
     external_id = raw.get("id") or derived_id(kind, data)
-    return ParsedItem(line, str(external_id), kind, raw.get("split"), data[TEXT_FIELD[kind]], data), []
+    text = prompt_summary(data["messages"]) if "messages" in data else data[TEXT_FIELD[kind]]
+    return ParsedItem(line, str(external_id), kind, raw.get("split"), text, data), []
 
 
 def _check_common(line: int, raw: dict[str, Any]) -> list[ItemError]:
@@ -186,8 +203,16 @@ def _check_sandbox(line: int, sandbox: dict[str, Any]) -> list[ItemError]:
     return errors
 
 
+def _check_messages(line: int, raw: dict[str, Any]) -> list[ItemError]:
+    if raw.get("messages") is None:
+        return []
+    if raw.get("prompt") is not None:
+        return [ItemError(line, "messages", "give either prompt or messages, not both")]
+    return [ItemError(line, name, problem) for name, problem in messages_problems(raw["messages"])]
+
+
 def _check_kind_rules(line: int, kind: str, raw: dict[str, Any]) -> list[ItemError]:
-    errors = _check_sandbox(line, raw.get("sandbox") or {})
+    errors = _check_sandbox(line, raw.get("sandbox") or {}) + _check_messages(line, raw)
     if kind == "code":
         if "entry_point" in raw and not IDENTIFIER.match(raw["entry_point"]):
             errors.append(ItemError(line, "entry_point", "must be a Python identifier"))
