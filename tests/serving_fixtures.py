@@ -34,10 +34,9 @@ def publish_trained(run: Run, model_path, step: int = STEP) -> Checkpoint:
     return Checkpoint.objects.create(run=run, step=step, policy_version=step, path=str(path))
 
 
-@pytest.fixture
-def trained(db, tiny_model):  # noqa: F811
+def trained_setup(model) -> dict:
     """A demo project (owner, task set, rule, tier over the tiny model) and a run with a checkpoint."""
-    setup = demo_project(tiny_model)
+    setup = demo_project(model)
     request = RunRequest(
         project=setup["project"],
         name="Adder GRPO",
@@ -48,5 +47,10 @@ def trained(db, tiny_model):  # noqa: F811
         max_steps=STEP,
     )
     run = lifecycle.run_create(request=request, by=setup["owner"])
-    checkpoint = publish_trained(run, tiny_model)
-    return setup | {"run": run, "checkpoint": checkpoint, "model": tiny_model}
+    checkpoint = publish_trained(run, model)
+    return setup | {"run": run, "checkpoint": checkpoint, "model": model}
+
+
+@pytest.fixture
+def trained(db, tiny_model):  # noqa: F811
+    return trained_setup(tiny_model)
