@@ -9,7 +9,8 @@ the seeded rule), `metadata` (any object). Then, by kind:
 
 - answer: `prompt`, `reference`
 - code: `prompt`, `tests`, `entry_point`, optional `reference_solution`, `setup_files`, `sandbox`
-- agent: `instructions`, `check_command`, `max_steps`, optional `files`, `sandbox`
+- agent: `instructions`, `check_command`, `max_steps`, optional `files`, `sandbox`, `tools` (the
+  built-in tools it offers, by name; all by default), `test_file` (what `run_tests` runs), `system`
 
 `sandbox` says what the item's code needs of its sandbox: `image` (a local Docker image; Docker
 backend only) and `limits` (any of the sandbox limits, e.g. {"wall_seconds": 60, "memory_mb": 2048}),
@@ -26,6 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from inference.tool_chat import tools_problem
 from sandboxes.interface import image_problem, limits_problems
 from webapp import strict_json
 
@@ -59,6 +61,9 @@ KIND_FIELDS: dict[str, dict[str, FieldSpec]] = {
         "max_steps": FieldSpec(True, int),
         "files": FieldSpec(False, dict),
         "sandbox": FieldSpec(False, dict),
+        "tools": FieldSpec(False, list),
+        "test_file": FieldSpec(False, str),
+        "system": FieldSpec(False, str),
     },
 }
 TEXT_FIELD = {"answer": "prompt", "code": "prompt", "agent": "instructions"}
@@ -175,6 +180,10 @@ def _check_kind_rules(line: int, kind: str, raw: dict[str, Any]) -> list[ItemErr
     if kind == "agent":
         if raw["max_steps"] < 1:
             errors.append(ItemError(line, "max_steps", "must be at least 1"))
+        if "tools" in raw and (problem := tools_problem(raw["tools"])):
+            errors.append(ItemError(line, "tools", problem))
+        if "test_file" in raw and raw["test_file"] not in (raw.get("files") or {}):
+            errors.append(ItemError(line, "test_file", "must name one of the item's files"))
         return errors + _check_files(line, "files", raw.get("files") or {})
     return errors
 

@@ -32,7 +32,7 @@ from runs.leases import lease_kept
 from runs.models import RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
 from runs.run_store import policy_dir
 from sandboxes.sandbox import sandbox_cpu_seconds
-from workers.agent import AgentEpisode, context_fits, episodes_play
+from workers.agent import AgentEpisode, context_fits, episodes_play, policy_render
 
 logger = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
@@ -242,7 +242,7 @@ def _agents_play(batch, run: Run, policy, agents: list[tuple[int, dict]], genera
         [item for _, item in agents],
         generate,
         rule=run.reward_rule_version.spec,
-        prompt_text=policy.prompt_text,
+        render=policy_render(policy),
         fits=context_fits(policy, int(run.tier_config["max_new_tokens"])),
         judge=run_judge(run),
         on_done=store,
@@ -255,13 +255,23 @@ def _agent_played(episode: AgentEpisode, sample_index: int) -> Played:
     return Played(
         item=episode.item,
         sample_index=sample_index,
-        steps=[("submit" if turn.command is None else "command", turn.record()) for turn in turns],
+        steps=agent_steps(episode),
         result=episode.grade,
         text=turns[-1].completion.text if turns else "",
         prompt_tokens=sum(len(turn.completion.prompt_token_ids) for turn in turns),
         completion_tokens=sum(len(turn.completion.token_ids) for turn in turns),
         seconds=episode.seconds,
     )
+
+
+def agent_steps(episode: AgentEpisode) -> list[tuple[str, dict]]:
+    """Each turn as a `tool_call` step; the last also holds the final workspace (bounded) and the
+    episode's invalid-action count."""
+    steps = [("tool_call", turn.record()) for turn in episode.turns]
+    if steps:
+        steps[-1][1]["final_workspace"] = episode.workspace.record()
+        steps[-1][1]["invalid_actions"] = episode.invalid_actions
+    return steps
 
 
 def rollout_batch_fail(batch: RolloutBatch, why: str) -> None:
