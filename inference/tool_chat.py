@@ -8,7 +8,9 @@ Rendering goes through the tokenizer's chat template. A template that takes `too
 `tools`) gets the conversation as it is. Any other template gets the **text protocol**: the tools
 are described in the system message, an assistant's calls are written into its content as
 `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks, and a tool's result is a user
-message `<tool_result name="...">...</tool_result>`. Either way a model answers with the same
+message `<tool_result name="...">...</tool_result>`; an assistant message that keeps the model's
+own text under `raw` is rendered as that text, so each turn's prompt extends the last one and
+its key/value cache can be reused. Either way a model answers with the same
 tagged blocks (the format of Hermes, Qwen 2.5 and most open tool-calling models), which
 `tool_calls_parse` reads back. Model output is untrusted text: it is only parsed, never run here.
 """
@@ -88,6 +90,8 @@ def text_protocol_messages(messages: list[dict], tools: list[dict]) -> list[dict
         role, content = message["role"], message.get("content") or ""
         if role == "system":
             out.append({"role": "system", "content": f"{content}\n\n{protocol}".strip()})
+        elif role == "assistant" and "raw" in message:  # the model's own words, as it wrote them
+            out.append({"role": "assistant", "content": message["raw"]})
         elif role == "assistant":
             calls = [call["function"] for call in message.get("tool_calls") or []]
             blocks = "".join(f"{CALL_OPEN}{call_json(call)}{CALL_CLOSE}" for call in calls)
@@ -253,13 +257,24 @@ BUILTIN_TOOLS: dict[str, dict] = {
 SUBMIT = "submit"
 
 
+def tool_name(entry: object) -> str | None:
+    """A tool entry's name: a built-in's name, or an OpenAI function object naming one."""
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, dict) and isinstance(entry.get("function"), dict):
+        name = entry["function"].get("name")
+        return name if isinstance(name, str) else None
+    return None
+
+
 def item_tools(item: dict) -> list[dict]:
-    """The tools an agent item offers: the built-ins it names in `tools`, else all of them.
+    """The tools an agent item offers: the built-ins it names in `tools` (by name, or as OpenAI
+    function objects, the format exports write), else all of them.
 
     >>> [tool["function"]["name"] for tool in item_tools({"tools": ["write_file", "submit"]})]
     ['write_file', 'submit']
     """
-    names = item.get("tools") or list(BUILTIN_TOOLS)
+    names = [tool_name(entry) for entry in item.get("tools") or list(BUILTIN_TOOLS)]
     return [BUILTIN_TOOLS[name] for name in names]
 
 
@@ -270,10 +285,12 @@ def tools_problem(tools: object) -> str | None:
     "unknown tool 'browse' (built-ins: shell, read_file, write_file, run_tests, submit)"
     """
     if not isinstance(tools, list) or not tools:
-        return "must be a non-empty list of tool names"
-    for name in tools:
-        if not isinstance(name, str) or name not in BUILTIN_TOOLS:
-            return f"unknown tool {str(name)[:80]!r} (built-ins: {', '.join(BUILTIN_TOOLS)})"
-    if SUBMIT not in tools:
+        return "must be a non-empty list of tool names or OpenAI function objects"
+    names = [tool_name(entry) for entry in tools]
+    for entry, name in zip(tools, names, strict=True):
+        if name not in BUILTIN_TOOLS:
+            shown = name if name is not None else json.dumps(entry)[:80]
+            return f"unknown tool {shown[:80]!r} (built-ins: {', '.join(BUILTIN_TOOLS)})"
+    if SUBMIT not in names:
         return "must include submit (an episode ends with it)"
     return None

@@ -10,7 +10,8 @@ the seeded rule), `metadata` (any object). Then, by kind:
 - answer: `prompt`, `reference`
 - code: `prompt`, `tests`, `entry_point`, optional `reference_solution`, `setup_files`, `sandbox`
 - agent: `instructions`, `check_command`, `max_steps`, optional `files`, `sandbox`, `tools` (the
-  built-in tools it offers, by name; all by default), `test_file` (what `run_tests` runs), `system`
+  built-in tools it offers, by name or as OpenAI function objects; all by default), `test_file`
+  (what `run_tests` runs), `system`, `messages` (a demonstration conversation, as exports write)
 
 `sandbox` says what the item's code needs of its sandbox: `image` (a local Docker image; Docker
 backend only) and `limits` (any of the sandbox limits, e.g. {"wall_seconds": 60, "memory_mb": 2048}),
@@ -64,6 +65,7 @@ KIND_FIELDS: dict[str, dict[str, FieldSpec]] = {
         "tools": FieldSpec(False, list),
         "test_file": FieldSpec(False, str),
         "system": FieldSpec(False, str),
+        "messages": FieldSpec(False, list),
     },
 }
 TEXT_FIELD = {"answer": "prompt", "code": "prompt", "agent": "instructions"}
@@ -184,8 +186,24 @@ def _check_kind_rules(line: int, kind: str, raw: dict[str, Any]) -> list[ItemErr
             errors.append(ItemError(line, "tools", problem))
         if "test_file" in raw and raw["test_file"] not in (raw.get("files") or {}):
             errors.append(ItemError(line, "test_file", "must name one of the item's files"))
+        errors += _check_messages(line, raw.get("messages") or [])
         return errors + _check_files(line, "files", raw.get("files") or {})
     return errors
+
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def _check_messages(line: int, messages: list) -> list[ItemError]:
+    """An agent item's `messages` (a demonstration conversation): objects with a known role."""
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            return [
+                ItemError(line, f"messages.{index}", f"must be an object with a role ({', '.join(ROLES)})")
+            ]
+        if not isinstance(message.get("content", ""), str) and message.get("content") is not None:
+            return [ItemError(line, f"messages.{index}.content", "must be a string")]
+    return []
 
 
 def derived_id(kind: str, data: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from inference.generation import Completion
+from inference.sessions import ChatSessions
 from inference.tool_chat import ToolCall, ToolCallError, chat_render, tool_calls_parse
 from rewards.engine import Sample, ScoreResult, score
 from rewards.graders.base import GraderError
@@ -46,6 +47,8 @@ SYSTEM = "You are an agent working in a sandboxed workspace. Use the tools; call
 ELIDED = "[tool result elided: {chars} characters, to fit the context]"
 
 Generate = Callable[[list[str]], list[Completion]]
+# A wave's multi-turn generator: `turn(episode indices, prompts)`, reusing each one's cache.
+Sessions = Callable[[], "ChatSessions"]
 Render = Callable[[list[dict], list[dict]], str]  # (messages, tools) -> prompt text
 
 
@@ -83,13 +86,15 @@ class Turn:
 
     def reply(self) -> dict:
         """The assistant's message: its text, and its calls when they parsed."""
+        raw = self.completion.text  # rendered as written, so the next prompt extends this one
         if not self.valid:
-            return {"role": "assistant", "content": self.completion.text}
-        text = self.completion.text.split("<tool_call>", 1)[0].strip()
+            return {"role": "assistant", "content": raw, "raw": raw}
+        text = raw.split("<tool_call>", 1)[0].strip()
         return {
             "role": "assistant",
             "content": text,
             "tool_calls": [call.message_part(index) for index, call in enumerate(self.calls)],
+            "raw": raw,
         }
 
     def record(self) -> dict:
@@ -170,6 +175,8 @@ class AgentEpisode:
                 "valid": turn.valid,
                 "format_ok": turn.error is None or turn.error.kind != "format",
                 "tools": [call.name for call in turn.calls],
+                # the shell commands, for the detectors that look for tampering with the checks
+                "action": "\n".join(c.arguments["command"] for c in turn.calls if c.name == "shell"),
                 "tokens": len(turn.completion.token_ids),
             }
             for turn in self.turns
@@ -223,22 +230,33 @@ def episodes_play(
     fits: Callable[[str], bool] = lambda text: True,
     judge=None,
     on_done: Callable[[int, list[AgentEpisode]], None] | None = None,
+    sessions: Sessions | None = None,
 ) -> list[AgentEpisode]:
     """Play one episode per item (repeat an item for a group) and grade each with `rule`; waves
     one smaller than the sandbox pool. `on_done(first item's index, wave)` gets each wave as it
-    finishes, to store it early."""
+    finishes, to store it early. With `sessions` (a ChatSessions factory, one per wave) each
+    turn reuses its episode's key/value cache instead of calling `generate` on whole prompts."""
     # One sandbox stays free for graders that need a fresh one (the episodes' own are all held).
     wave = max(1, sandbox_pool().max_sandboxes - 1)
     episodes: list[AgentEpisode] = []
     for start in range(0, len(items), wave):
-        played = _wave_play(items[start : start + wave], generate, rule, render, fits, judge)
+        turn = _turns(generate, sessions)
+        played = _wave_play(items[start : start + wave], turn, rule, render, fits, judge)
         if on_done is not None:
             on_done(start, played)
         episodes += played
     return episodes
 
 
-def _wave_play(items, generate: Generate, rule: dict, render: Render, fits, judge) -> list[AgentEpisode]:
+def _turns(
+    generate: Generate, sessions: Sessions | None
+) -> Callable[[list[int], list[str]], list[Completion]]:
+    if sessions is None:
+        return lambda keys, prompts: generate(prompts)
+    return sessions().turn
+
+
+def _wave_play(items, turn, rule: dict, render: Render, fits, judge) -> list[AgentEpisode]:
     started = time.monotonic()
     episodes = [AgentEpisode(item) for item in items]
     with ExitStack() as stack:
@@ -246,7 +264,7 @@ def _wave_play(items, generate: Generate, rule: dict, render: Render, fits, judg
         sandboxes = [stack.enter_context(sandbox_acquire(spec)) for spec in specs]
         while live := [index for index, episode in enumerate(episodes) if not episode.done]:
             prompts = [prompt_fitted(episodes[i].messages, episodes[i].tools, render, fits) for i in live]
-            completions = generate([prompt for prompt, _ in prompts])
+            completions = turn(live, [prompt for prompt, _ in prompts])
             for index, (prompt, elided), completion in zip(live, prompts, completions, strict=True):
                 episode_step(episodes[index], sandboxes[index], prompt, elided, completion)
         for episode, sandbox in zip(episodes, sandboxes, strict=True):

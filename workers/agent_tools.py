@@ -28,7 +28,7 @@ def truncated(text: str, limit: int = OUTPUT_CHARS) -> tuple[str, int]:
     characters were cut (0: none).
 
     >>> truncated("a" * 10 + "b" * 10, 12)
-    ('aaaaaaaa\\n[... 12 characters truncated ...]\\nbbbb', 12)
+    ('aaaaaaaa\\n[... 8 characters truncated ...]\\nbbbb', 8)
     """
     if len(text) <= limit:
         return text, 0
@@ -155,7 +155,7 @@ def _write_file(arguments: dict, sandbox, item: dict, seconds: float) -> ToolOut
     )
 
 
-def test_file(item: dict) -> str | None:
+def tests_path(item: dict) -> str | None:
     """The test file run_tests runs when the call names none: the item's `test_file`, else the
     first test file among its files (or named by its check command)."""
     if item.get("test_file"):
@@ -166,7 +166,7 @@ def test_file(item: dict) -> str | None:
 
 
 def _run_tests(arguments: dict, sandbox, item: dict, seconds: float) -> ToolOutcome:
-    path = arguments.get("path") or test_file(item)
+    path = arguments.get("path") or tests_path(item)
     if path is None:
         message = "error: this task has no test file; name one with path"
         return ToolOutcome(message, {"error": message})

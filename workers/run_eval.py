@@ -16,7 +16,7 @@ from runs.models import MetricPoint, Run
 from runs.run_store import policy_dir
 from workers.agent import context_fits, episodes_play, policy_render
 from workers.run_learner import held_out_items, metrics_write
-from workers.run_rollout import grade, run_judge, tier_settings
+from workers.run_rollout import agent_sessions, grade, run_judge, tier_settings
 
 PASS_RATE = "heldout/pass_rate"
 
@@ -43,6 +43,7 @@ def held_out_grades(run: Run, policy, items: list[dict], settings) -> list[Score
             rule=spec,
             render=policy_render(policy),
             fits=context_fits(policy, settings.max_new_tokens),
+            sessions=agent_sessions(policy, settings),
             judge=judge,
         )
         results |= {index: episode.grade for index, episode in zip(agents, episodes, strict=True)}

@@ -25,6 +25,7 @@ from django.utils import timezone
 from inference.decoding import TierModel, tier_generate, tier_prepare
 from inference.generation import Completion
 from inference.policy import policy_load
+from inference.sessions import ChatSessions
 from inference.settings import SamplingParams, TierSettings
 from rewards.engine import Sample, ScoreResult, score_batch
 from runs import events
@@ -164,7 +165,7 @@ def _rollout(batch: RolloutBatch) -> int:
         stored += _store(batch, _short_play(run, policy, short, generate, group_size))
     agents = [(index, item) for index, item in enumerate(expanded) if item["kind"] == "agent"]
     if agents:
-        stored += _agents_play(batch, run, policy, agents, generate, group_size)
+        stored += _agents_play(batch, run, policy, agents, generate, group_size, generator)
     elapsed, cpu = time.monotonic() - started, sandbox_cpu_seconds() - cpu_before
     # Only a batch still running ends as done: a rollback may have cancelled it meanwhile, and a
     # second worker that finished it too (the first was presumed dead) charges nothing twice.
@@ -229,7 +230,19 @@ def _completion_record(prompt: str, completion: Completion) -> dict:
     }
 
 
-def _agents_play(batch, run: Run, policy, agents: list[tuple[int, dict]], generate, group_size: int) -> int:
+def agent_sessions(policy: TierModel, settings: TierSettings, generator=None):
+    """Multi-turn generation reusing each episode's cache across its turns; None (whole prompts
+    through the tier's decoder) when the tier decodes speculatively."""
+    if settings.speculative:
+        return None
+    return lambda: ChatSessions(
+        policy.model, policy.tokenizer, settings.sampling_params(), generator=generator
+    )
+
+
+def _agents_play(
+    batch, run: Run, policy, agents: list[tuple[int, dict]], generate, group_size: int, generator=None
+) -> int:
     """Agent episodes, one wave of sandboxes at a time; each wave is stored when it ends."""
     samples = [index % group_size for index, _ in agents]  # episodes come back in the items' order
     stored = 0
@@ -246,6 +259,7 @@ def _agents_play(batch, run: Run, policy, agents: list[tuple[int, dict]], genera
         fits=context_fits(policy, int(run.tier_config["max_new_tokens"])),
         judge=run_judge(run),
         on_done=store,
+        sessions=agent_sessions(policy, tier_settings(run), generator),
     )
     return stored
 
