@@ -14,7 +14,9 @@ the seeded rule), `metadata` (any object). Then, by kind:
   `reference_solution`, `setup_files`, `sandbox`. An item whose tests hold no test in any format
   is refused here, with its line and field. `tests` may be a list of assert lines (MBPP's
   `test_list`): they are joined into one source.
-- agent: `instructions`, `check_command`, `max_steps`, optional `files`, `sandbox`
+- agent: `instructions`, `check_command`, `max_steps`, optional `files`, `sandbox`, `tools` (the
+  built-in tools it offers, by name or as OpenAI function objects; all by default), `test_file`
+  (what `run_tests` runs), `system`, `messages` (a demonstration conversation, as exports write)
 
 An answer or code item may hold a conversation instead of a `prompt`: `messages`, a list of
 `{"role": "system" | "user" | "assistant", "content": str}` ending with the user's turn (a system
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.chat import messages_problems, prompt_summary
+from inference.tool_chat import tools_problem
 from sandboxes.formats import COMPARE_MODES, FORMATS, item_test_problems
 from sandboxes.interface import image_problem, limits_problems
 from webapp import strict_json
@@ -81,6 +84,10 @@ KIND_FIELDS: dict[str, dict[str, FieldSpec]] = {
         "max_steps": FieldSpec(True, int),
         "files": FieldSpec(False, dict),
         "sandbox": FieldSpec(False, dict),
+        "tools": FieldSpec(False, list),
+        "test_file": FieldSpec(False, str),
+        "system": FieldSpec(False, str),
+        "messages": FieldSpec(False, list),
     },
 }
 TEXT_FIELD = {"answer": "prompt", "code": "prompt", "agent": "instructions"}
@@ -212,7 +219,9 @@ def _check_messages(line: int, raw: dict[str, Any]) -> list[ItemError]:
 
 
 def _check_kind_rules(line: int, kind: str, raw: dict[str, Any]) -> list[ItemError]:
-    errors = _check_sandbox(line, raw.get("sandbox") or {}) + _check_messages(line, raw)
+    errors = _check_sandbox(line, raw.get("sandbox") or {})
+    if kind in ("answer", "code"):
+        errors += _check_messages(line, raw)
     if kind == "code":
         if "entry_point" in raw and not IDENTIFIER.match(raw["entry_point"]):
             errors.append(ItemError(line, "entry_point", "must be a Python identifier"))
@@ -232,8 +241,28 @@ def _check_kind_rules(line: int, kind: str, raw: dict[str, Any]) -> list[ItemErr
     if kind == "agent":
         if raw["max_steps"] < 1:
             errors.append(ItemError(line, "max_steps", "must be at least 1"))
+        if "tools" in raw and (problem := tools_problem(raw["tools"])):
+            errors.append(ItemError(line, "tools", problem))
+        if "test_file" in raw and raw["test_file"] not in (raw.get("files") or {}):
+            errors.append(ItemError(line, "test_file", "must name one of the item's files"))
+        errors += _check_agent_messages(line, raw.get("messages") or [])
         return errors + _check_files(line, "files", raw.get("files") or {})
     return errors
+
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def _check_agent_messages(line: int, messages: list) -> list[ItemError]:
+    """An agent item's `messages` (a demonstration conversation): objects with a known role."""
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            return [
+                ItemError(line, f"messages.{index}", f"must be an object with a role ({', '.join(ROLES)})")
+            ]
+        if not isinstance(message.get("content", ""), str) and message.get("content") is not None:
+            return [ItemError(line, f"messages.{index}.content", "must be a string")]
+    return []
 
 
 def derived_id(kind: str, data: dict[str, Any]) -> str:

@@ -262,6 +262,24 @@ def sequence_batch(
     return SequenceBatch(input_ids, attention, completion_mask)
 
 
+def spans_batch(
+    sequences: list[list[int]], spans: list[list[tuple[int, int]]], pad_token_id: int
+) -> SequenceBatch:
+    """Rows of whole token sequences, right-padded; `completion_mask` marks each row's spans
+    ([start, end) token positions): an agent episode is one row, its turns' tokens the spans."""
+    length = max(len(sequence) for sequence in sequences)
+    size = len(sequences)
+    input_ids = torch.full((size, length), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((size, length), dtype=torch.long)
+    completion_mask = torch.zeros((size, length), dtype=torch.long)
+    for row, (sequence, row_spans) in enumerate(zip(sequences, spans, strict=True)):
+        input_ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+        attention[row, : len(sequence)] = 1
+        for start, end in row_spans:
+            completion_mask[row, start:end] = 1
+    return SequenceBatch(input_ids, attention, completion_mask)
+
+
 def text_batch(
     tokenizer: PreTrainedTokenizerBase, prompts: list[str], completions: list[str], *, chat: bool = True
 ) -> SequenceBatch:
@@ -336,8 +354,9 @@ def _shared_prompt_logprobs(
         logits_to_keep=1,
     ).logits[:, -1]
     cache.batch_select_indices(rows)
-    # Each row's completion, right-padded, continuing its prompt's positions.
-    completion_lengths = batch.completion_mask.sum(-1)
+    # Each row's rest (its completion; for an agent episode every turn after the first prompt,
+    # the mask then picks the turns' tokens), right-padded, continuing its prompt's positions.
+    completion_lengths = batch.attention_mask.sum(-1) - prompt_lengths
     steps = torch.arange(int(completion_lengths.max()), device=device)
     valid = steps[None, :] < completion_lengths[:, None]
     source = (prompt_lengths[:, None] + steps[None, :]).clamp(max=length - 1)
