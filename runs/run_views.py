@@ -275,6 +275,7 @@ def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
         "page": page,
         "steps": steps,
         "step_count": trajectory.steps.count(),
+        "tests": selectors.test_results_of(trajectory=trajectory),
         "can_review": role_allows(access["role"], Permission.REVIEW),
         "reviews": reviews,
         "my_review": next((r for r in reviews if r.reviewer_id == request.user.pk), None),

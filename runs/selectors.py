@@ -392,6 +392,15 @@ def steps_of(*, trajectory: Trajectory, index: int | None = None) -> QuerySet[Tr
     return steps if index is None else steps.filter(index=index)
 
 
+def test_results_of(*, trajectory: Trajectory) -> list[dict]:
+    """Each test's outcome where the trajectory's code was tested (its last step's tool result):
+    name, passed, outcome, message, and expected and actual where the assertion exposed them."""
+    last = trajectory.steps.order_by("-index").first()
+    result = last.data().get("tool_result") if last is not None else None
+    tests = result.get("tests") if isinstance(result, dict) else None
+    return [test for test in tests if isinstance(test, dict)] if isinstance(tests, list) else []
+
+
 def checkpoints_for(*, user: AbstractBaseUser) -> QuerySet[Checkpoint]:
     return Checkpoint.objects.filter(run__project_id__in=visible_project_ids(user=user))
 

@@ -207,7 +207,7 @@ def _short_play(run: Run, policy, short: list[tuple[int, dict]], generate, group
         Played(
             item=item,
             sample_index=index % group_size,
-            steps=[("completion", _completion_record(prompt, completion))],
+            steps=[("completion", _completion_record(prompt, completion) | _tool_result(result))],
             result=result,
             text=completion.text,
             prompt_tokens=len(completion.prompt_token_ids),
@@ -216,6 +216,14 @@ def _short_play(run: Run, policy, short: list[tuple[int, dict]], generate, group
         )
         for (index, item), prompt, completion, result in zip(short, prompts, completions, grades, strict=True)
     ]
+
+
+def _tool_result(result: ScoreResult) -> dict:
+    """What running the completion's code gave, where the rule ran tests: each test's outcome
+    (name, passed, the failing assertion's message, expected and actual) and how the code stopped."""
+    if not result.tests and result.stop_reason is None:
+        return {}
+    return {"tool_result": {"stop_reason": result.stop_reason, "tests": result.tests}}
 
 
 def _completion_record(prompt: str, completion: Completion) -> dict:
