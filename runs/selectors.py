@@ -107,6 +107,14 @@ def version_for(*, user: AbstractBaseUser, task_set_id: int, number: int) -> Tas
     return version
 
 
+def grading_items_of(*, version: TaskSetVersion) -> list[dict]:
+    """The version's items as graders see them (their data with id, kind and split), in file order."""
+    return [
+        item.data | {"id": item.external_id, "kind": item.kind, "split": item.split}
+        for item in version.items.order_by("position")
+    ]
+
+
 def version_by_id_for(*, user: AbstractBaseUser, version_id: int) -> TaskSetVersion:
     version = TaskSetVersion.objects.select_related("task_set").filter(pk=version_id).first()
     if version is None:

@@ -39,6 +39,11 @@ urlpatterns = [
         views.version_resplit,
         name="version-resplit",
     ),
+    path(
+        "task-sets/<int:task_set_id>/versions/<int:number>/verify/",
+        views.version_verify,
+        name="version-verify",
+    ),
     path("tiers/<int:tier_id>/", views.tier_detail, name="tier-detail"),
     path("tiers/<int:tier_id>/edit/", views.tier_edit, name="tier-edit"),
     path("tiers/<int:tier_id>/delete/", views.tier_delete, name="tier-delete"),
