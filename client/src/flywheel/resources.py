@@ -116,14 +116,19 @@ class TaskSets(Resource):
         dry_run: bool = False,
         split_seed: int | None = None,
         heldout_fraction: float | None = None,
+        verify_references: bool = False,
         idempotency_key: str | None = None,
     ) -> JSON:
         """Import a JSONL or CSV file (a path or an open binary file) as a new version. A file with
-        any error imports nothing and raises BadRequestError, whose `details` name each line and field."""
+        any error imports nothing and raises BadRequestError, whose `details` name each line and field.
+        `verify_references`: then run each code item's reference against its tests (`references`)."""
         handle = open(file, "rb") if isinstance(file, (str, os.PathLike)) else file  # noqa: SIM115
         name = Path(getattr(handle, "name", "tasks.jsonl")).name
         data = _body(
-            dry_run="true" if dry_run else None, split_seed=split_seed, heldout_fraction=heldout_fraction
+            dry_run="true" if dry_run else None,
+            split_seed=split_seed,
+            heldout_fraction=heldout_fraction,
+            verify_references="true" if verify_references else None,
         )
         try:
             return self._t.json(
@@ -149,6 +154,12 @@ class TaskSets(Resource):
     def export(self, task_set: int, number: int) -> Iterator[JSON]:
         """The version's items as the file it was made from, one object a line."""
         return self._t.lines(f"/api/v1/task-sets/{task_set}/versions/{number}/export")
+
+    @endpoint("POST", "/task-sets/{id}/versions/{number}/verify")
+    def verify(self, task_set: int, number: int) -> JSON:
+        """Run each code item's reference_solution against its own tests in the sandbox: `broken`
+        names every item whose reference fails, with the reason."""
+        return self._post(f"/api/v1/task-sets/{task_set}/versions/{number}/verify", {})
 
     @endpoint("POST", "/task-sets/{id}/versions/{number}/split")
     def resplit(
