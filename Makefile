@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint format fuzz bench venv browser-deps sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers bench-api bench-traces demo-flywheel
+.PHONY: up down demo test lint format fuzz bench venv browser-deps sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers bench-api bench-traces demo-flywheel bench-all
 
 venv: $(INSTALLED)
 
@@ -104,3 +104,8 @@ MLFLOW_VENV ?= /tmp/mlflow-venv
 bench-live: venv
 	test -x $(MLFLOW_VENV)/bin/python || { python3 -m venv $(MLFLOW_VENV) && $(MLFLOW_VENV)/bin/pip install --quiet mlflow==3.17.2; }
 	$(PY) benchmarks/bench_live.py
+
+# Every bench* target above, one after another; writes benchmarks/RESULTS.md from their JSON lines
+# (BENCH_ONLY=bench-api,bench-traces for a subset; the other rows are kept).
+bench-all: venv
+	$(PY) benchmarks/bench_all.py

@@ -158,6 +158,28 @@ def test_a_bad_sandbox_field_names_the_line_and_the_limit_and_imports_nothing(ta
     assert TaskItem.objects.count() == 0
 
 
+def test_agent_items_may_restrict_their_tools_and_bad_tools_name_the_line(task_set):
+    tools = {"tools": ["read_file", "write_file", "run_tests", "submit"], "test_file": "test_app.py"}
+    good = AGENT | {"files": {"app.py": "x = 1\n", "test_app.py": "def test(): ..."}} | tools
+    report = do_import(
+        task_set,
+        jsonl(
+            good,
+            AGENT | {"id": "b", "tools": ["shell", "browse"]},
+            AGENT | {"id": "c", "tools": ["shell"], "test_file": "nope.py"},
+        ),
+    )
+    assert not report.ok
+    assert [(e.line, e.field, e.message) for e in report.errors] == [
+        (2, "tools", "unknown tool 'browse' (built-ins: shell, read_file, write_file, run_tests, submit)"),
+        (3, "tools", "must include submit (an episode ends with it)"),
+        (3, "test_file", "must name one of the item's files"),
+    ]
+    assert TaskItem.objects.count() == 0
+    report = do_import(task_set, jsonl(good))
+    assert report.ok and TaskItem.objects.get().data["tools"] == tools["tools"]
+
+
 # --- a large import beside other users ------------------------------------------------------
 
 
