@@ -207,7 +207,7 @@ class Server:
         except (SyntaxError, ValueError, IndexError, MemoryError, RecursionError):
             return
         if len(self.compiled) >= COMPILED_CAP:
-            self.compiled.clear()
+            del self.compiled[next(iter(self.compiled))]  # the oldest
         self.compiled[key] = program
 
     # -- helpers -------------------------------------------------------------------------------
@@ -636,7 +636,7 @@ OPERATORS = {
 }
 TEST_FILE = re.compile(r"(^|/)(test_[^/]*\.py|[^/]*_test\.py|conftest\.py)$")
 PLANTED = re.compile(r"(^|/)(conftest\.py|sitecustomize\.py|usercustomize\.py|[^/]*\.pth)$")
-COMPILED_CAP = 64
+COMPILED_CAP = 512
 
 
 class AssertRewriter(ast.NodeTransformer):
