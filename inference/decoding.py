@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from inference.chat import Prompt
 from inference.generation import Completion, completion_build, filter_logits, stop_position
 from inference.policy import Policy, PolicyLoadError, policy_load
 from inference.settings import PRECISIONS, SamplingParams, TierSettings, model_source
@@ -64,9 +65,11 @@ class TierModel:
 
     @property
     def policy(self) -> Policy:
-        return Policy(model=self.model, tokenizer=self.tokenizer, version=self.version)
+        return Policy(
+            model=self.model, tokenizer=self.tokenizer, version=self.version, chat=self.settings.chat
+        )
 
-    def prompt_text(self, prompt: str) -> str:
+    def prompt_text(self, prompt: Prompt) -> str:
         return self.policy.prompt_text(prompt)
 
     @property
