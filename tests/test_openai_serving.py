@@ -127,6 +127,24 @@ def test_request_values_override_the_tiers_decoding_and_stops_cut_the_text(train
     assert [c["index"] for c in two.json()["choices"]] == [0, 1, 2, 3]
 
 
+def test_a_speculative_tier_serves_the_same_greedy_tokens_and_logprobs(trained):  # noqa: F811
+    fast = services.tier_create(
+        project=trained["project"],
+        by=trained["owner"],
+        name="lookup",
+        base_model=trained["tier"].base_model,
+        speculation="prompt_lookup",
+        speculative_tokens=3,
+        max_new_tokens=12,
+    )
+    body = {"model": f"tier-{fast.pk}", "prompt": "x plus 3 x plus 3 x plus", "temperature": 0, "logprobs": 1}
+    choice = post(bearer(trained["owner"]), "/v1/completions", body).json()["choices"][0]
+    (plain,) = greedy(trained["model"], {"base_model": fast.base_model}, [body["prompt"]], max_new_tokens=12)
+    assert choice["text"] == plain.text
+    kept = len(choice["logprobs"]["token_logprobs"])
+    assert choice["logprobs"]["token_logprobs"] == pytest.approx(plain.logprobs[:kept], abs=1e-4)
+
+
 def test_errors_are_openais_error_object(trained):  # noqa: F811
     run = trained["run"]
     owner = bearer(trained["owner"])
@@ -154,6 +172,9 @@ def test_errors_are_openais_error_object(trained):  # noqa: F811
     assert owner.get("/v1/nothing-here").json()["error"]["code"] == "not_found"
     not_json = owner.post("/v1/chat/completions", "{", content_type="application/json")
     assert not_json.status_code == 400 and not_json.json()["error"]["code"] == "invalid_json"
+    last = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    not_ending_with_user = post(owner, "/v1/chat/completions", {"model": model, "messages": last})
+    assert not_ending_with_user.json()["error"]["param"] == "messages"
     too_long = post(owner, "/v1/completions", {"model": model, "prompt": "x " * 5000})
     assert too_long.status_code == 400
     assert too_long.json()["error"]["code"] == "context_length_exceeded"
