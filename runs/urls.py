@@ -1,9 +1,10 @@
 from django.urls import path
 
-from runs import run_views, tier_views, views
+from runs import playground, run_views, tier_views, views
 
 urlpatterns = [
     path("", views.project_list, name="project-list"),
+    path("playground/", playground.playground, name="playground"),
     path("projects/new/", views.project_create, name="project-create"),
     path("projects/<int:project_id>/", views.project_detail, name="project-detail"),
     path("projects/<int:project_id>/members/", views.project_members, name="project-members"),

@@ -5,7 +5,7 @@ create across processes); everything returns the API's JSON objects."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -388,11 +388,19 @@ class Checkpoints(Resource):
 
     @endpoint("GET", "/runs/{id}/checkpoints/{step}/export")
     def export(
-        self, run: int, step: int, out: str | os.PathLike, *, archive: str = "tar.gz", weights: str = "full"
+        self,
+        run: int,
+        step: int,
+        out: str | os.PathLike,
+        *,
+        archive: str = "tar.gz",
+        weights: str = "full",
+        progress: Callable[[int], Any] | None = None,
     ) -> Path:
         """Download the checkpoint of `run` at `step` as a save_pretrained folder with a model card,
         archived (`tar.gz` or `zip`), to the file `out`; `weights="adapter"` keeps a LoRA run's
-        adapter apart from its base. Streamed to disk, never held in memory."""
+        adapter apart from its base. Streamed to disk, never held in memory; `progress` is told
+        the bytes of each chunk."""
         path = Path(out)
         try:
             with open(path, "wb") as handle:
@@ -400,6 +408,7 @@ class Checkpoints(Resource):
                     f"/api/v1/runs/{run}/checkpoints/{step}/export",
                     handle,
                     params={"archive": archive, "weights": weights},
+                    progress=progress,
                 )
         except BaseException:
             path.unlink(missing_ok=True)  # no half-written archive left behind
