@@ -212,6 +212,13 @@ def agent_item(trajectory: Trajectory) -> dict[str, Any]:
 # --- lines ---------------------------------------------------------------------------------
 
 
+def _item_prompt(item: TaskItem) -> dict[str, Any]:
+    """An item's prompt as an export line holds it: its conversation when it has one (TRL's
+    conversational format), else its prompt text."""
+    messages = (item.data or {}).get("messages")
+    return {"messages": messages} if messages else {"prompt": item.text}
+
+
 def sft_line(trajectory: Trajectory) -> str:
     if trajectory.item.kind == TaskItem.Kind.AGENT:
         return _line(
@@ -227,7 +234,7 @@ def sft_line(trajectory: Trajectory) -> str:
         {
             "kind": "answer",
             "id": f"{trajectory.item.external_id}-t{trajectory.pk}",
-            "prompt": trajectory.item.text,
+            **_item_prompt(trajectory.item),
             "reference": trajectory.completion_text,
             "split": "train",
             "metadata": {"provenance": trajectory_provenance(trajectory) | {"label": "good"}},
@@ -244,7 +251,7 @@ def dpo_line(pair: Pair, *, as_task_set: bool) -> str:
         return _line(
             {
                 "id": pair.pair_id,
-                "prompt": pair.chosen.item.text,
+                "prompt": (pair.chosen.item.data or {}).get("messages") or pair.chosen.item.text,
                 "chosen": chosen,
                 "rejected": rejected,
                 "metadata": {"provenance": provenance},
@@ -254,7 +261,7 @@ def dpo_line(pair: Pair, *, as_task_set: bool) -> str:
         {
             "kind": "answer",
             "id": pair.pair_id,
-            "prompt": pair.chosen.item.text,
+            **_item_prompt(pair.chosen.item),
             "reference": chosen,
             "split": "train",
             "metadata": {"chosen": chosen, "rejected": rejected, "provenance": provenance},

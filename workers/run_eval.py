@@ -9,6 +9,7 @@ version's step; a redelivery finds them written and does nothing.
 from collections import defaultdict
 from statistics import fmean
 
+from inference.chat import item_prompt
 from inference.decoding import tier_generate, tier_prepare
 from inference.policy import PolicyLoadError, policy_load
 from rewards.engine import ScoreResult
@@ -32,7 +33,7 @@ def held_out_grades(run: Run, policy, items: list[dict], settings) -> list[Score
     results: dict[int, ScoreResult] = {}
     short = [index for index, item in enumerate(items) if item["kind"] != "agent"]
     if short:
-        prompts = [policy.prompt_text(items[index]["prompt"]) for index in short]
+        prompts = [policy.prompt_text(item_prompt(items[index])) for index in short]
         texts = [completion.text for completion in tier_generate(policy, prompts, settings)]
         results |= dict(zip(short, grade(spec, [items[i] for i in short], texts, judge=judge), strict=True))
     agents = [index for index, item in enumerate(items) if item["kind"] == "agent"]

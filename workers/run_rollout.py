@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from inference.chat import item_prompt
 from inference.decoding import TierModel, tier_generate, tier_prepare
 from inference.generation import Completion
 from inference.policy import policy_load
@@ -198,7 +199,7 @@ class Played:
 
 def _short_play(run: Run, policy, short: list[tuple[int, dict]], generate, group_size: int) -> list[Played]:
     started = time.monotonic()
-    prompts = [policy.prompt_text(item["prompt"]) for _, item in short]
+    prompts = [policy.prompt_text(item_prompt(item)) for _, item in short]
     completions = generate(prompts)
     items = [item for _, item in short]
     texts = [completion.text for completion in completions]

@@ -304,7 +304,9 @@ def train_grpo(config: GRPOConfig, items: list[dict], *, pool=None, log: Log = p
         step = learner.state.step
         learner.model.eval()
         rollout_started = time.monotonic()
-        behaviour = Policy(learner.accelerator.unwrap_model(learner.model), learner.tokenizer, version=step)
+        behaviour = Policy(
+            learner.accelerator.unwrap_model(learner.model), learner.tokenizer, version=step, chat=config.chat
+        )
         trajectories = rollout_groups(
             behaviour,
             step_items(items, config, step),
