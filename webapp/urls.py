@@ -27,10 +27,12 @@ urlpatterns = [
     path("api/v1/", include("reviews.api_urls")),
     path("api/v1/", include("webhooks.api_urls")),
     path("api/v1/", include("traces.api_urls")),
+    path("api/v1/", include("reward_models.api_urls")),
     path("", include("rewards.urls")),
     path("", include("reviews.urls")),
     path("", include("webhooks.urls")),
     path("", include("traces.urls")),
+    path("", include("reward_models.urls")),
     path("", include("runs.urls")),
 ]
 
