@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint format fuzz bench venv browser-deps sandbox-deps sandbox-image sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers bench-api bench-traces demo-flywheel
+.PHONY: up down demo test lint format fuzz bench venv browser-deps sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers bench-api bench-traces demo-flywheel bench-all
 
 venv: $(INSTALLED)
 
@@ -48,11 +48,15 @@ sandbox-deps:
 sandbox-image: sandbox-deps
 	scripts/build-sandbox-image.sh
 
+# The same, with pytest: the image that code items whose tests pytest runs name (`sandbox.image`).
+sandbox-image-pytest: sandbox-deps
+	scripts/build-sandbox-image.sh flywheel-sandbox:pytest python3-pytest
+
 sandbox-check: venv sandbox-image
 	$(PY) manage.py check_sandboxes --backend all
 
 # pytest exits 5 when it collected no test: a suite that ran nothing must not pass.
-test: venv browser-deps sandbox-image
+test: venv browser-deps sandbox-image sandbox-image-pytest
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
@@ -100,3 +104,8 @@ MLFLOW_VENV ?= /tmp/mlflow-venv
 bench-live: venv
 	test -x $(MLFLOW_VENV)/bin/python || { python3 -m venv $(MLFLOW_VENV) && $(MLFLOW_VENV)/bin/pip install --quiet mlflow==3.17.2; }
 	$(PY) benchmarks/bench_live.py
+
+# Every bench* target above, one after another; writes benchmarks/RESULTS.md from their JSON lines
+# (BENCH_ONLY=bench-api,bench-traces for a subset; the other rows are kept).
+bench-all: venv
+	$(PY) benchmarks/bench_all.py

@@ -13,6 +13,11 @@ metrics endpoint (`GET /metrics`), 50 clients on keep-alive connections send req
 back for DURATION seconds after a warm-up; requests/s, p50 and p99 are measured on the client.
 The two servers alternate over REPEATS rounds (baseline first in odd rounds, second in even
 ones); medians are reported, and the ratio of the medians. Ends with one line of JSON.
+
+The CPU the server processes and the client used over the timed span is measured too (psutil),
+with the server's CPU milliseconds per request: the views are CPU-bound, so the one-process
+baseline keeps about one core busy, and more processes can multiply its requests/s by at most
+the spare cores over that (`*_rps_ratio_ceiling`), whatever the server.
 """
 
 import asyncio
@@ -29,6 +34,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from webapp.embedded_redis import redis_binary  # noqa: E402  (no Django needed)
@@ -39,6 +46,7 @@ DURATION = float(os.environ.get("BENCH_API_SECONDS", "8"))
 WARMUP = 3.0
 REPEATS = int(os.environ.get("BENCH_API_REPEATS", "3"))
 RUNS = 50
+FIGURES = ("rps", "p50_ms", "p99_ms", "server_cores", "client_cores", "server_cpu_ms_per_request")
 ENDPOINTS = {"list": "/api/v1/runs?limit=20", "metrics": "/metrics"}
 
 
@@ -180,7 +188,25 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bool]:
     return status, headers.get("connection", "").lower() != "close"
 
 
-async def load(port: int, path: str, token: str) -> dict:
+def cpu_seconds(processes: list[psutil.Process]) -> float:
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def server_tree(pid: int) -> list[psutil.Process]:
+    server = psutil.Process(pid)
+    return [server, *server.children(recursive=True)]
+
+
+async def load(port: int, path: str, token: str, server_pid: int) -> dict:
+    """Requests/s and latencies over the timed span, with the CPU the server and this client
+    used in it: a server that already keeps a core busy can gain at most the spare cores."""
     request = (
         f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
         "Accept: application/json\r\n\r\n"
@@ -188,15 +214,30 @@ async def load(port: int, path: str, token: str) -> dict:
     latencies: list[float] = []
     now = time.monotonic()
     record_from, until = now + WARMUP, now + WARMUP + DURATION
+    servers, me = server_tree(server_pid), psutil.Process()
+    cpu: dict[str, float] = {}
+
+    async def account() -> None:
+        await asyncio.sleep(record_from - time.monotonic())
+        cpu["server"], cpu["client"] = cpu_seconds(servers), cpu_seconds([me])
+        await asyncio.sleep(until - time.monotonic())
+        cpu["server"] = cpu_seconds(servers) - cpu["server"]
+        cpu["client"] = cpu_seconds([me]) - cpu["client"]
+
+    accounting = asyncio.create_task(account())
     failures = await asyncio.gather(
         *(client(port, request, until, record_from, latencies) for _ in range(CLIENTS))
     )
+    await accounting
     latencies.sort()
     return {
         "rps": len(latencies) / DURATION,
         "p50_ms": 1000 * latencies[len(latencies) // 2],
         "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)],
         "failures": sum(failures),
+        "server_cores": cpu["server"] / DURATION,
+        "client_cores": cpu["client"] / DURATION,
+        "server_cpu_ms_per_request": 1000 * cpu["server"] / max(len(latencies), 1),
     }
 
 
@@ -208,14 +249,15 @@ def measure(name: str, env: dict[str, str], token: str, folder: Path) -> dict:
         # /metrics is for operators: it takes the operations token, the list a user's token.
         tokens = {"list": token, "metrics": env["FLYWHEEL_OPS_TOKEN"]}
         return {
-            endpoint: asyncio.run(load(port, path, tokens[endpoint])) for endpoint, path in ENDPOINTS.items()
+            endpoint: asyncio.run(load(port, path, tokens[endpoint], server.pid))
+            for endpoint, path in ENDPOINTS.items()
         }
     finally:
         stop(server)
 
 
 def median_of(rounds: list[dict], endpoint: str, figure: str) -> float:
-    return round(statistics.median(r[endpoint][figure] for r in rounds), 1)
+    return round(statistics.median(r[endpoint][figure] for r in rounds), 2)
 
 
 def main() -> None:
@@ -248,11 +290,17 @@ def main() -> None:
     summary: dict = {"bench": "api", "clients": CLIENTS, "seconds": DURATION, "repeats": REPEATS}
     for endpoint in ENDPOINTS:
         for name in rounds:
-            for figure in ("rps", "p50_ms", "p99_ms"):
+            for figure in FIGURES:
                 summary[f"{endpoint}_{name}_{figure}"] = median_of(rounds[name], endpoint, figure)
         summary[f"{endpoint}_rps_ratio"] = round(
             summary[f"{endpoint}_flywheel_rps"] / summary[f"{endpoint}_baseline_rps"], 2
         )
+        # What more processes can give at most: the cores this machine has beside the client's,
+        # over the cores the one-process baseline already keeps busy.
+        spare = (os.cpu_count() or 1) - summary[f"{endpoint}_flywheel_client_cores"]
+        busy = summary[f"{endpoint}_baseline_server_cores"]
+        summary[f"{endpoint}_rps_ratio_ceiling"] = round(spare / busy, 2)
+    summary["cores"] = os.cpu_count()
     summary["failures"] = sum(r[e]["failures"] for rs in rounds.values() for r in rs for e in ENDPOINTS)
     summary["web_workers"] = int(env.get("FLYWHEEL_WEB_WORKERS") or default_web_workers())
     summary["web_server"] = "uvicorn"

@@ -1,16 +1,28 @@
-"""GRPO learner throughput and reward: Flywheel's `train_grpo` against TRL's `GRPOTrainer`, one run.
+"""GRPO learner throughput at equal learning: Flywheel's `train_grpo` against TRL's `GRPOTrainer`.
 
-Both train the same tiny base model (FLYWHEEL_HOME/models/tiny-base, else --model, else a small
-one built here) on the demo task family's scalar items with the same group size, prompts per
-step, steps, learning rate, token budget, temperature, loss (token mean = TRL's `bnpo`, no KL)
-and seed, and both are rewarded by the same sandboxed unit tests (`rewards.engine.score_batch`
-with the `unit_tests` grader). TRL runs on CPU without vLLM.
+Like for like, so that the ratio means what it says:
 
-Reported per learner: samples/s (completions sampled, scored and learned from, over the training
-loop's wall time: model loading and the final save are outside it for both), the mean training
-reward of the last step, and the held-out pass rate of the final weights (greedy, sandboxed);
-then Flywheel's throughput over TRL's. Target: at least 1.5x at equal or better reward. With
---repeats N every figure is the median of N runs (seeds seed, seed+1, ...).
+- the same base model `make up` uses (FLYWHEEL_HOME/models/tiny-base, built here with the same
+  settings as `manage.py build_base_model` when it is missing, or --model); the bench fails loudly
+  when neither learner lifts the base's held-out pass rate (a speed-up where nothing was learned
+  counts for nothing);
+- the same items, group size, prompts per step, steps, learning rate, token budget, sampling
+  (temperature 1, top-p 1, top-k pinned off on both), loss (token mean = TRL's `bnpo`, no KL),
+  seed, and grading: both sides score through `workers.rollout.unit_test_scores`, the sandboxed
+  unit tests with identical completions of an item graded once per batch;
+- the same zero-variance policy: TRL learns from every group, so the headline compares Flywheel
+  with `skip_zero_variance_groups` off; Flywheel's default (groups whose rewards are all equal are
+  skipped: their advantages are zero) is reported beside it;
+- the same device and threads: the CPU on both (CUDA hidden before torch loads), and
+  `torch.get_num_threads()` asserted inside both training loops;
+- the same timed span: steps 2..N on both (Flywheel's own step clock; a `TrainerCallback` on
+  TRL's side), so neither side's set-up or first step is counted;
+- the order alternates over repeats, and the figure is the median of the per-repeat ratios, with
+  their range.
+
+Reported per learner: samples/s over the timed span, the mean training reward of the last step,
+and the held-out pass rate of the final weights (greedy, sandboxed). Target: at least 1.5x at equal
+or better held-out pass rate, both above the base.
 
 Run: .venv/bin/python benchmarks/bench_learner.py [--steps 20 --group-size 8 --prompts 4 --repeats 3]
 Prints a table, then one line of JSON.
@@ -25,6 +37,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# The CPU on both sides: Accelerate would pick a GPU for Flywheel where TRL is pinned to the CPU.
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+os.environ["ACCELERATE_USE_CPU"] = "true"
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
@@ -36,27 +51,42 @@ import torch  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from inference.policy import policy_load  # noqa: E402
-from rewards.engine import Sample, score_batch  # noqa: E402
 from runs.demo_tasks import demo_task_sets  # noqa: E402
 from workers.base_model import BaseModelConfig, base_model_build  # noqa: E402
 from workers.evaluation import pass_rates  # noqa: E402
 from workers.learners.grpo import GRPOConfig, train_grpo  # noqa: E402
-from workers.rollout import UNIT_TESTS_RULE  # noqa: E402
+from workers.rollout import grade_completions  # noqa: E402
 
 TARGET_RATIO = 1.5
-SMALL = BaseModelConfig(steps=300, hidden_size=96, layers=2, corpus_size=6000)  # when no tiny-base exists
+SIDES = ("flywheel", "trl")  # the headline pair; "flywheel_skip" (Flywheel's default) runs beside them
 
 
-def base_model(path: str | None, scratch: Path) -> Path:
-    for candidate in (path, Path(settings.FLYWHEEL_HOME) / "models" / "tiny-base"):
-        if candidate and (Path(candidate) / "config.json").exists():
-            return Path(candidate)
-    print("no tiny-base model found: building a small one (manage.py build_base_model builds the real one)")
-    base_model_build(scratch / "base", SMALL, log=lambda line: None)
-    return scratch / "base"
+def base_model(path: str | None) -> Path:
+    """The base `make up` trains from: --model, else FLYWHEEL_HOME/models/tiny-base, built here
+    with `manage.py build_base_model`'s settings when it is missing."""
+    if path:
+        return Path(path)
+    tiny_base = Path(settings.FLYWHEEL_HOME) / "models" / "tiny-base"
+    if not (tiny_base / "config.json").exists():
+        print(
+            f"building the tiny base model into {tiny_base} (as manage.py build_base_model does)", flush=True
+        )
+        base_model_build(tiny_base, BaseModelConfig(), log=lambda line: None)
+    return tiny_base
 
 
-def run_flywheel(model: Path, items: list[dict], args, out: Path) -> dict:
+def threads_checked(expected: int) -> None:
+    found = torch.get_num_threads()
+    if found != expected:
+        raise RuntimeError(f"the training loop runs on {found} torch threads, not {expected}")
+
+
+def samples_per_s(args, seconds: float) -> float:
+    """Samples over the timed span: steps 2..N."""
+    return (args.steps - 1) * args.prompts * args.group_size / seconds
+
+
+def run_flywheel(model: Path, items: list[dict], args, out: Path, *, skip_zero_variance: bool) -> dict:
     config = GRPOConfig(
         model=str(model),
         output_dir=str(out),
@@ -68,29 +98,45 @@ def run_flywheel(model: Path, items: list[dict], args, out: Path) -> dict:
         prompts_per_step=args.prompts,
         max_new_tokens=args.max_new_tokens,
         temperature=1.0,
+        top_p=1.0,
+        top_k=0,
         loss_aggregation="token_mean",
-        log_every=10**6,
+        skip_zero_variance_groups=skip_zero_variance,
+        log_every=1,
     )
-    result = train_grpo(config, items, log=lambda line: None)
-    # The training loop's own time, as TRL's `trainer.train()` is timed: TRL loads its model in
-    # the trainer's constructor and saves after, both outside the timed call; so here too.
-    seconds = result.history[-1]["seconds"]
-    return {"seconds": seconds, "last_reward": result.history[-1]["reward"], "final": out / "final"}
+    result = train_grpo(config, items, log=lambda line: threads_checked(args.threads))
+    history = result.history
+    seconds = history[-1]["seconds"] - history[0]["seconds"]  # from the end of step 1 to the end
+    learned = sum(step["learned"] for step in history) / len(history)
+    return {
+        "seconds": seconds,
+        "samples_per_s": samples_per_s(args, seconds),
+        "last_reward": history[-1]["reward"],
+        "learned_per_step": learned,
+        "final": out / "final",
+    }
 
 
 def run_trl(model: Path, items: list[dict], args, out: Path) -> dict:
     from datasets import Dataset
+    from transformers import TrainerCallback
     from trl import GRPOConfig as TRLGRPOConfig
     from trl import GRPOTrainer
 
     by_id = {item["id"]: item for item in items}
     rewards_seen: list[list[float]] = []
+    step_ends: list[float] = []
+
+    class StepClock(TrainerCallback):
+        def on_step_end(self, args_, state, control, **kwargs):
+            threads_checked(args.threads)
+            step_ends.append(time.monotonic())
 
     def unit_tests_reward(completions, item_id, **kwargs) -> list[float]:
-        """The same sandboxed unit-tests grader Flywheel's rollouts use."""
+        """Flywheel's own grading: sandboxed unit tests, identical completions graded once."""
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        pairs = [(by_id[key], Sample(output_text=text)) for key, text in zip(item_id, texts, strict=True)]
-        rewards = [result.total or 0.0 for result in score_batch(UNIT_TESTS_RULE, pairs)]
+        grades = grade_completions([by_id[key] for key in item_id], texts)
+        rewards = [grade.reward or 0.0 for grade in grades]
         rewards_seen.append(rewards)
         return rewards
 
@@ -112,6 +158,7 @@ def run_trl(model: Path, items: list[dict], args, out: Path) -> dict:
         max_completion_length=args.max_new_tokens,
         temperature=1.0,
         top_p=1.0,
+        top_k=0,
         beta=0.0,
         loss_type="bnpo",
         scale_rewards="group",
@@ -125,20 +172,48 @@ def run_trl(model: Path, items: list[dict], args, out: Path) -> dict:
         disable_tqdm=True,
     )
     trainer = GRPOTrainer(
-        model=str(model), reward_funcs=unit_tests_reward, args=trl_args, train_dataset=dataset
+        model=str(model),
+        reward_funcs=unit_tests_reward,
+        args=trl_args,
+        train_dataset=dataset,
+        callbacks=[StepClock()],
     )
-    started = time.monotonic()
     trainer.train()
-    seconds = time.monotonic() - started
     trainer.save_model(str(out / "final"))
     trainer.processing_class.save_pretrained(str(out / "final"))
+    seconds = step_ends[-1] - step_ends[0]
     last = rewards_seen[-1]
-    return {"seconds": seconds, "last_reward": sum(last) / len(last), "final": out / "final"}
+    return {
+        "seconds": seconds,
+        "samples_per_s": samples_per_s(args, seconds),
+        "last_reward": sum(last) / len(last),
+        "learned_per_step": float(args.prompts * args.group_size),
+        "final": out / "final",
+    }
+
+
+def one_repeat(repeat: int, model: Path, items: list[dict], heldout: list[dict], args, scratch: Path) -> dict:
+    seeded = argparse.Namespace(**vars(args) | {"seed": args.seed + repeat})
+    runners = {
+        "flywheel": lambda out: run_flywheel(model, items, seeded, out, skip_zero_variance=False),
+        "trl": lambda out: run_trl(model, items, seeded, out),
+        "flywheel_skip": lambda out: run_flywheel(model, items, seeded, out, skip_zero_variance=True),
+    }
+    order = list(runners) if repeat % 2 == 0 else ["trl", "flywheel", "flywheel_skip"]
+    figures = {}
+    for name in order:
+        print(f"repeat {repeat + 1}: {name}", flush=True)
+        found = runners[name](scratch / f"{name}-{repeat}")
+        found["heldout_pass_rate"] = pass_rates(policy_load(found.pop("final")), heldout).overall
+        figures[name] = found
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default=None)
+    parser.add_argument(
+        "--model", default=None, help="a base model folder (default: the tiny base make up uses)"
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--prompts", type=int, default=4, help="prompts per step")
@@ -146,38 +221,52 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--heldout", type=int, default=80)
-    parser.add_argument("--repeats", type=int, default=3, help="runs with seeds seed..seed+N-1")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs with seeds seed..seed+N-1, order alternated"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the same for both learners)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sets = demo_task_sets(seed=0, train_size=100_000, heldout_size=args.heldout, kinds=("scalar",))
     heldout = [item for item in sets["heldout"] if item["metadata"]["family"] == "scalar"]
-    runs: dict[str, list[dict]] = {"flywheel": [], "trl": []}
+    model = base_model(args.model)
+    base_rate = pass_rates(policy_load(model), heldout).overall
     with tempfile.TemporaryDirectory(prefix="bench-learner-") as scratch:
-        model = base_model(args.model, Path(scratch))
-        base_rate = pass_rates(policy_load(model), heldout).overall
-        for repeat in range(args.repeats):
-            for name, run in (("flywheel", run_flywheel), ("trl", run_trl)):
-                seeded = argparse.Namespace(**vars(args) | {"seed": args.seed + repeat})
-                figures = run(model, sets["train"], seeded, Path(scratch) / f"{name}-{repeat}")
-                figures["heldout_pass_rate"] = pass_rates(policy_load(figures.pop("final")), heldout).overall
-                figures["samples_per_s"] = args.steps * args.prompts * args.group_size / figures["seconds"]
-                runs[name].append(figures)
+        repeats = [
+            one_repeat(r, model, sets["train"], heldout, args, Path(scratch)) for r in range(args.repeats)
+        ]
+    names = list(repeats[0])
     medians = {
-        name: {key: round(statistics.median(run[key] for run in found), 4) for key in found[0]}
-        for name, found in runs.items()
+        name: {key: round(statistics.median(r[name][key] for r in repeats), 4) for key in repeats[0][name]}
+        for name in names
     }
-    ratio = medians["flywheel"]["samples_per_s"] / medians["trl"]["samples_per_s"]
-    print(f"{'learner':10} {'samples/s':>10} {'seconds':>8} {'last reward':>12} {'held-out pass':>14}")
-    for name, figures in medians.items():
-        print(
-            f"{name:10} {figures['samples_per_s']:10.2f} {figures['seconds']:8.1f} "
-            f"{figures['last_reward']:12.3f} {figures['heldout_pass_rate']:14.3f}"
+    ratios = sorted(r["flywheel"]["samples_per_s"] / r["trl"]["samples_per_s"] for r in repeats)
+    skip_ratios = sorted(r["flywheel_skip"]["samples_per_s"] / r["trl"]["samples_per_s"] for r in repeats)
+    ratio = statistics.median(ratios)
+    header = ("learner", "samples/s", "seconds", "last reward", "held-out", "learned/step")
+    print("{:14} {:>10} {:>8} {:>12} {:>9} {:>13}".format(*header))
+    for name, f in medians.items():
+        row = (
+            name,
+            f["samples_per_s"],
+            f["seconds"],
+            f["last_reward"],
+            f["heldout_pass_rate"],
+            f["learned_per_step"],
         )
-    print(f"base held-out pass rate {base_rate:.3f}; throughput ratio {ratio:.2f}x (target {TARGET_RATIO}x)")
+        print("{:14} {:10.2f} {:8.1f} {:12.3f} {:9.3f} {:13.1f}".format(*row))
+    learned = {name: medians[name]["heldout_pass_rate"] > base_rate for name in names}
+    skip_ratio = statistics.median(skip_ratios)
+    print(
+        f"base held-out {base_rate:.3f}; samples/s ratio {ratio:.2f}x "
+        f"(per repeat {ratios[0]:.2f}-{ratios[-1]:.2f}; target {TARGET_RATIO}x); "
+        f"Flywheel's default (zero-variance groups skipped) {skip_ratio:.2f}x"
+    )
     report = {
+        "bench": "learner",
         "model": str(model),
         "steps": args.steps,
+        "timed_steps": f"2..{args.steps}",
         "group_size": args.group_size,
         "prompts_per_step": args.prompts,
         "learning_rate": args.learning_rate,
@@ -185,14 +274,24 @@ def main() -> None:
         "seed": args.seed,
         "repeats": args.repeats,
         "threads": args.threads,
+        "device": "cpu",
         "base_heldout_pass_rate": round(base_rate, 4),
         **{f"{name}_{key}": value for name, figures in medians.items() for key, value in figures.items()},
         "throughput_ratio": round(ratio, 2),
+        "throughput_ratio_range": [round(ratios[0], 2), round(ratios[-1], 2)],
+        "skip_zero_variance_ratio": round(skip_ratio, 2),
         "target_ratio": TARGET_RATIO,
         "meets_target": ratio >= TARGET_RATIO
-        and medians["flywheel"]["heldout_pass_rate"] >= medians["trl"]["heldout_pass_rate"],
+        and medians["flywheel"]["heldout_pass_rate"] >= medians["trl"]["heldout_pass_rate"]
+        and learned["flywheel"]
+        and learned["trl"],
     }
     print(json.dumps(report))
+    if not any(learned.values()):
+        raise SystemExit(
+            f"no learner lifted the base's held-out pass rate ({base_rate:.3f}): the throughput figures "
+            "above measure nothing learned; use a base that learns on this task (--model)"
+        )
 
 
 if __name__ == "__main__":

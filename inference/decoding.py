@@ -23,18 +23,25 @@ import copy
 import statistics
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from inference.chat import Prompt
 from inference.generation import Completion, completion_build, filter_logits, stop_position
 from inference.policy import Policy, PolicyLoadError, policy_load
 from inference.settings import PRECISIONS, SamplingParams, TierSettings, model_source
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 MAX_NGRAM = 3  # prompt lookup tries the last 3, 2, then 1 tokens
+
+# Told of every token as it is emitted: (row in the call's prompts, token id, its log-prob, the
+# log-prob of every token of the vocabulary at that position). What serving streams and its
+# top-logprobs come from; it may raise to stop the generation (a client that went away).
+TokenListener = Callable[[int, int, float, torch.Tensor], None]
 
 
 class TierError(ValueError):
@@ -58,9 +65,11 @@ class TierModel:
 
     @property
     def policy(self) -> Policy:
-        return Policy(model=self.model, tokenizer=self.tokenizer, version=self.version)
+        return Policy(
+            model=self.model, tokenizer=self.tokenizer, version=self.version, chat=self.settings.chat
+        )
 
-    def prompt_text(self, prompt: str) -> str:
+    def prompt_text(self, prompt: Prompt) -> str:
         return self.policy.prompt_text(prompt)
 
     @property
@@ -308,9 +317,14 @@ def _distribution(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return filter_logits(logits / params.temperature, params.top_k, params.top_p).softmax(-1)
 
 
-def _logprob(logits: torch.Tensor, token: int, params: SamplingParams) -> float:
+def _log_distribution(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Log-probs over the vocabulary as generation records them (temperature-scaled; greedy at 1)."""
     scaled = logits if params.temperature == 0 else logits / params.temperature
-    return float(scaled.log_softmax(-1)[token])
+    return scaled.log_softmax(-1)
+
+
+def _logprob(logits: torch.Tensor, token: int, params: SamplingParams) -> float:
+    return float(_log_distribution(logits, params)[token])
 
 
 # --- generation ----------------------------------------------------------------------------------
@@ -324,6 +338,7 @@ def tier_generate(
     *,
     generator: torch.Generator | None = None,
     stats: GenerationStats | None = None,
+    listener: TokenListener | None = None,
 ) -> list[Completion]:
     """One completion per prompt (repeat a prompt for a group), in `batch_size` chunks."""
     settings = settings or tier.settings
@@ -332,7 +347,12 @@ def tier_generate(
     completions: list[Completion] = []
     size = max(1, int(settings.batch_size))
     for start in range(0, len(prompts), size):
-        completions += _generate_batch(tier, prompts[start : start + size], settings, generator, stats)
+        chunk_listener = None
+        if listener is not None:
+            chunk_listener = lambda row, *told, start=start: listener(start + row, *told)  # noqa: E731
+        completions += _generate_batch(
+            tier, prompts[start : start + size], settings, generator, stats, chunk_listener
+        )
     stats.seconds += time.perf_counter() - started
     return completions
 
@@ -343,9 +363,10 @@ def _generate_batch(
     settings: TierSettings,
     generator: torch.Generator | None,
     stats: GenerationStats,
+    listener: TokenListener | None = None,
 ) -> list[Completion]:
     """Decode one batch: prefill, then propose, verify and accept until every row has finished."""
-    batch = _prefill(tier, prompts, settings, generator, stats)
+    batch = _prefill(tier, prompts, settings, generator, stats, listener)
     while not all(batch.finished):
         stats.steps += 1
         proposal = _propose(batch)
@@ -369,6 +390,7 @@ class _Batch:
     draft: RaggedDecoder | None
     prompt_ids: list[list[int]]
     started: float
+    listener: TokenListener | None = None
     tokens: list[list[int]] = field(init=False)
     logprobs: list[list[float]] = field(init=False)
     finished: list[bool] = field(init=False)
@@ -394,10 +416,13 @@ class _Batch:
     def pad_id(self) -> int:
         return self.target.pad_id
 
-    def emit(self, row: int, token: int, logprob: float) -> bool:
-        """Append a token; True when the row is finished (EOS, a stop sequence, the budget)."""
+    def emit(self, row: int, token: int, logprob: float, distribution: torch.Tensor | None = None) -> bool:
+        """Append a token; True when the row is finished (EOS, a stop sequence, the budget).
+        `distribution` (log-probs over the vocabulary) is passed on to the listener, if any."""
         self.tokens[row].append(token)
         self.logprobs[row].append(logprob)
+        if self.listener is not None:
+            self.listener(row, token, logprob, distribution)
         if self.first_at[row] is None:
             self.first_at[row] = time.perf_counter() - self.started
         if self._stops(self.tokens[row]):
@@ -444,6 +469,7 @@ def _prefill(
     settings: TierSettings,
     generator: torch.Generator | None,
     stats: GenerationStats,
+    listener: TokenListener | None = None,
 ) -> _Batch:
     """Each distinct prompt through both models once (copied to the rows that repeat it when
     prefixes are shared), and each row's first token from the prefill's logits."""
@@ -483,10 +509,12 @@ def _prefill(
         draft=draft,
         prompt_ids=[encoded["input_ids"][i][prompt_valid[i]].tolist() for i in row_of.tolist()],
         started=started,
+        listener=listener,
     )
     first = _choose(logits, batch.params, generator)
     for row in range(batch.size):
-        batch.emit(row, first[row], _logprob(logits[row], first[row], batch.params))
+        distribution = _log_distribution(logits[row], batch.params) if listener is not None else None
+        batch.emit(row, first[row], _logprob(logits[row], first[row], batch.params), distribution)
     batch.pending_target = [[tokens[-1]] for tokens in batch.tokens]
     batch.pending_draft = [[tokens[-1]] for tokens in batch.tokens]
     return batch
@@ -590,7 +618,8 @@ def _accept(batch: _Batch, proposal: _Proposal, verified: _Verified) -> None:
         if batch.draft is not None:
             batch.draft.drop(row, proposal.draft_columns[row][accepted:])
         for index, token in enumerate(proposed[:accepted] + [new_token]):
-            if batch.emit(row, token, float(verified.logprobs[row, index, token])):
+            distribution = verified.logprobs[row, index] if batch.listener is not None else None
+            if batch.emit(row, token, float(verified.logprobs[row, index, token]), distribution):
                 break
         batch.pending_target[row] = [new_token]
         if batch.draft is not None and proposed:

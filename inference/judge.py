@@ -49,7 +49,7 @@ def judge_settings(settings: TierSettings, params: dict) -> TierSettings:
     >>> judge_settings(TierSettings(temperature=1.0), {"temperature": 0, "max_tokens": 9})
     TierSettings(base_model='', device='auto', precision='fp32', speculation='none', draft_model='', \
 speculative_tokens=0, temperature=0.0, top_p=1.0, top_k=0, stop=(), max_new_tokens=9, batch_size=8, \
-prefix_cache=True, name='')
+chat=True, prefix_cache=True, name='')
     """
     changes: dict[str, Any] = {}
     if "temperature" in params:

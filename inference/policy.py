@@ -10,6 +10,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from inference.chat import Prompt, chat_render
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -24,22 +26,20 @@ class Policy:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     version: int = 0
+    chat: bool = True  # the tier's setting: render prompts with the chat template when there is one
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def prompt_text(self, prompt: str) -> str:
-        """The prompt as the model expects it: through its chat template when it has one."""
-        return prompt_text(self.tokenizer, prompt)
+    def prompt_text(self, prompt: Prompt) -> str:
+        """The prompt (a string or chat messages) as the model expects it: through its chat
+        template when it has one and the tier chats, else the raw text."""
+        return chat_render(self.tokenizer, prompt, chat=self.chat)
 
 
-def prompt_text(tokenizer: PreTrainedTokenizerBase, prompt: str) -> str:
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-        )
-    return prompt
+def prompt_text(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, *, chat: bool = True) -> str:
+    return chat_render(tokenizer, prompt, chat=chat)
 
 
 def policy_modules_load() -> None:

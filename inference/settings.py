@@ -29,6 +29,7 @@ SETTING_FIELDS = (
     "stop",
     "max_new_tokens",
     "batch_size",
+    "chat",
 )
 TIER_FIELDS = ("name", "description", *SETTING_FIELDS)
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
@@ -130,6 +131,8 @@ def _decoding_problems(values: dict[str, Any]) -> dict[str, str]:
     batch = values.get("batch_size", 8)
     if batch is not None and not 1 <= batch <= MAX_BATCH_SIZE:
         problems["batch_size"] = f"must be between 1 and {MAX_BATCH_SIZE}"
+    if not isinstance(values.get("chat", True), bool):
+        problems["chat"] = "must be true (render prompts with the chat template) or false (raw prompts)"
     stop = values.get("stop") or []
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
         problems["stop"] = "must be a list of non-empty strings"
@@ -196,6 +199,7 @@ class TierSettings:
     stop: tuple[str, ...] = ()
     max_new_tokens: int = 256
     batch_size: int = 8
+    chat: bool = True  # render prompts with the tokenizer's chat template when it has one
     prefix_cache: bool = True  # share a prompt's prefill among the rows that repeat it
     name: str = ""
 

@@ -9,11 +9,18 @@
 - `dpo-task-set`: the same pairs as answer items that a DPO run trains on: `reference` and
   `metadata.chosen` the chosen completion, `metadata.rejected` the rejected one.
 
+A multi-step agent episode keeps its whole conversation (system, instructions, each assistant
+turn with its `tool_calls`, each `tool` result) in TRL's conversational format, with the item's
+tools as JSON schemas: an `sft` line is the agent item with `messages` and `tools`; a `dpo` line
+has `prompt` (the system and user messages), `chosen` and `rejected` (each episode's turns after
+them) and `tools`; a `dpo-task-set` line is the agent item with the two conversations under
+`metadata.chosen` / `metadata.rejected`. All of them import as agent task items.
+
 Every line keeps where it came from under `metadata.provenance` (the run, the trajectories, their
 policy versions and rewards, the label or preference), never in a field a learner reads. Lines a
 learner could not use are skipped and counted, never written: an empty completion, a pair whose
-two completions are the same text, a repeat of a line already written, and the one-completion
-view of a multi-step agent episode.
+two completions are the same text, a repeat of a line already written, and (for training on
+reviews, which learns from one completion) a multi-step agent episode.
 """
 
 import json
@@ -22,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from inference.tool_chat import item_tools
 from reviews.models import Preference, Review
 from runs.models import Run, TaskItem, Trajectory
 
@@ -85,22 +93,23 @@ def _labels_by_trajectory(run: Run) -> dict[int, set[str]]:
     return labels
 
 
-def _single_turn(trajectory: Trajectory, skipped: Counter) -> bool:
-    """Whether one completion is the whole episode (not an agent's multi-step one)."""
-    if trajectory.item.kind == TaskItem.Kind.AGENT:
+def _single_turn(trajectory: Trajectory, skipped: Counter, conversations: bool = False) -> bool:
+    """Whether one completion is the whole episode (not an agent's multi-step one), or the
+    caller takes whole conversations."""
+    if trajectory.item.kind == TaskItem.Kind.AGENT and not conversations:
         skipped[MULTI_STEP] += 1
         return False
     return True
 
 
-def good_trajectories(run: Run, skipped: Counter) -> list[Trajectory]:
+def good_trajectories(run: Run, skipped: Counter, conversations: bool = False) -> list[Trajectory]:
     """Trajectories every reviewer labelled good, oldest first, one per distinct (prompt, text)."""
     good = sorted(pk for pk, found in _labels_by_trajectory(run).items() if found == {Review.Label.GOOD})
     kept, seen = [], set()
     for trajectory in Trajectory.objects.filter(pk__in=good).select_related("item").order_by("pk"):
-        if not _single_turn(trajectory, skipped):
+        if not _single_turn(trajectory, skipped, conversations):
             continue
-        if not trajectory.completion_text.strip():
+        if not trajectory.completion_text.strip() and trajectory.item.kind != TaskItem.Kind.AGENT:
             skipped[EMPTY] += 1
             continue
         key = (trajectory.item_id, trajectory.completion_text)
@@ -143,13 +152,13 @@ def _candidate_pairs(run: Run) -> Iterator[Pair]:
         yield Pair(rows[good], rows[bad], "labels")
 
 
-def preference_pairs(run: Run, skipped: Counter) -> list[Pair]:
+def preference_pairs(run: Run, skipped: Counter, conversations: bool = False) -> list[Pair]:
     """The pairs a DPO learner can learn from: two non-empty, different texts, each pair once."""
     kept, seen = [], set()
     for pair in _candidate_pairs(run):
-        if not _single_turn(pair.chosen, skipped):
+        if not _single_turn(pair.chosen, skipped, conversations):
             continue
-        chosen, rejected = pair.chosen.completion_text, pair.rejected.completion_text
+        chosen, rejected = pair_texts(pair)
         if not chosen.strip() or not rejected.strip():
             skipped[EMPTY] += 1
         elif chosen == rejected:
@@ -162,25 +171,70 @@ def preference_pairs(run: Run, skipped: Counter) -> list[Pair]:
     return kept
 
 
-def reviewed(run: Run, *, good: bool = True, pairs: bool = True) -> Export:
-    """What the run's reviews give to learn from, with every skipped record counted."""
+def pair_texts(pair: Pair) -> tuple[str, str]:
+    """What a pair compares: the completions, or for agent episodes their whole conversations."""
+    if pair.chosen.item.kind == TaskItem.Kind.AGENT:
+        return tuple(json.dumps(conversation(t)[2:]) for t in (pair.chosen, pair.rejected))
+    return pair.chosen.completion_text, pair.rejected.completion_text
+
+
+def reviewed(run: Run, *, good: bool = True, pairs: bool = True, conversations: bool = False) -> Export:
+    """What the run's reviews give to learn from, with every skipped record counted;
+    `conversations` keeps agent episodes (as whole conversations) instead of skipping them."""
     export = Export()
     if good:
-        export.good = good_trajectories(run, export.skipped)
+        export.good = good_trajectories(run, export.skipped, conversations)
     if pairs:
-        export.pairs = preference_pairs(run, export.skipped)
+        export.pairs = preference_pairs(run, export.skipped, conversations)
     return export
+
+
+INTERNAL = ("error_observation", "raw")  # kept by the episode for itself, not part of the format
+
+
+def conversation(trajectory: Trajectory) -> list[dict]:
+    """An agent episode's messages, rebuilt from its steps: each step's new messages (what it
+    was shown) and its reply."""
+    messages: list[dict] = []
+    for step in trajectory.steps.order_by("index"):
+        data = step.data()
+        for message in [*(data.get("messages") or []), *([data["reply"]] if "reply" in data else [])]:
+            messages.append({key: value for key, value in message.items() if key not in INTERNAL})
+    return messages
+
+
+def agent_item(trajectory: Trajectory) -> dict[str, Any]:
+    """The episode's item as a task line's fields, its tools as JSON schemas."""
+    data = {key: value for key, value in trajectory.item.data.items() if key != "metadata"}
+    return data | {"tools": item_tools(trajectory.item.data)}
 
 
 # --- lines ---------------------------------------------------------------------------------
 
 
+def _item_prompt(item: TaskItem) -> dict[str, Any]:
+    """An item's prompt as an export line holds it: its conversation when it has one (TRL's
+    conversational format), else its prompt text."""
+    messages = (item.data or {}).get("messages")
+    return {"messages": messages} if messages else {"prompt": item.text}
+
+
 def sft_line(trajectory: Trajectory) -> str:
+    if trajectory.item.kind == TaskItem.Kind.AGENT:
+        return _line(
+            {"kind": "agent", "id": f"{trajectory.item.external_id}-t{trajectory.pk}"}
+            | agent_item(trajectory)
+            | {
+                "messages": conversation(trajectory),
+                "split": "train",
+                "metadata": {"provenance": trajectory_provenance(trajectory) | {"label": "good"}},
+            }
+        )
     return _line(
         {
             "kind": "answer",
             "id": f"{trajectory.item.external_id}-t{trajectory.pk}",
-            "prompt": trajectory.item.text,
+            **_item_prompt(trajectory.item),
             "reference": trajectory.completion_text,
             "split": "train",
             "metadata": {"provenance": trajectory_provenance(trajectory) | {"label": "good"}},
@@ -189,13 +243,15 @@ def sft_line(trajectory: Trajectory) -> str:
 
 
 def dpo_line(pair: Pair, *, as_task_set: bool) -> str:
+    if pair.chosen.item.kind == TaskItem.Kind.AGENT:
+        return agent_dpo_line(pair, as_task_set=as_task_set)
     chosen, rejected = pair.chosen.completion_text, pair.rejected.completion_text
     provenance = pair_provenance(pair)
     if not as_task_set:
         return _line(
             {
                 "id": pair.pair_id,
-                "prompt": pair.chosen.item.text,
+                "prompt": (pair.chosen.item.data or {}).get("messages") or pair.chosen.item.text,
                 "chosen": chosen,
                 "rejected": rejected,
                 "metadata": {"provenance": provenance},
@@ -205,12 +261,32 @@ def dpo_line(pair: Pair, *, as_task_set: bool) -> str:
         {
             "kind": "answer",
             "id": pair.pair_id,
-            "prompt": pair.chosen.item.text,
+            **_item_prompt(pair.chosen.item),
             "reference": chosen,
             "split": "train",
             "metadata": {"chosen": chosen, "rejected": rejected, "provenance": provenance},
         }
     )
+
+
+def agent_dpo_line(pair: Pair, *, as_task_set: bool) -> str:
+    """Two episodes of one agent item: the shared prompt (system and user), then each one's turns."""
+    chosen, rejected = conversation(pair.chosen), conversation(pair.rejected)
+    provenance = pair_provenance(pair)
+    item = agent_item(pair.chosen)
+    if not as_task_set:
+        return _line(
+            {
+                "id": pair.pair_id,
+                "prompt": chosen[:2],
+                "chosen": chosen[2:],
+                "rejected": rejected[2:],
+                "tools": item["tools"],
+                "metadata": {"provenance": provenance},
+            }
+        )
+    metadata = {"chosen": chosen, "rejected": rejected, "provenance": provenance}
+    return _line({"kind": "agent", "id": pair.pair_id} | item | {"split": "train", "metadata": metadata})
 
 
 def export_build(*, run: Run, export_format: str) -> tuple[list[str], Export]:
@@ -219,8 +295,8 @@ def export_build(*, run: Run, export_format: str) -> tuple[list[str], Export]:
     if export_format not in FORMATS:
         raise ValueError(f"unknown export format {export_format!r}; known: {', '.join(FORMATS)}")
     if export_format == "sft":
-        export = reviewed(run, pairs=False)
+        export = reviewed(run, pairs=False, conversations=True)
         return [sft_line(trajectory) for trajectory in export.good], export
-    export = reviewed(run, good=False)
+    export = reviewed(run, good=False, conversations=True)
     as_task_set = export_format == "dpo-task-set"
     return [dpo_line(pair, as_task_set=as_task_set) for pair in export.pairs], export

@@ -149,10 +149,15 @@ def scored_trajectories(*, run: Run, limit: int) -> list[Trajectory]:
 
 
 def trajectory_sample(trajectory: Trajectory) -> engine.Sample:
-    """What the rule scores: the completion (for a code item, the solution), the steps, the tokens."""
+    """What the rule scores: the completion (for a code item, the solution), the steps, the tokens,
+    and for an agent episode its stored final workspace (the files the check then runs against)."""
     steps = [{"kind": step.kind, **step.data()} for step in trajectory.steps.all()]
+    workspace = (steps[-1].get("final_workspace") or {}) if steps else {}
     return engine.Sample(
-        output_text=trajectory.completion_text, steps=steps, tokens=trajectory.completion_tokens
+        output_text=trajectory.completion_text,
+        steps=steps,
+        tokens=trajectory.completion_tokens,
+        files=dict(workspace.get("files") or {}),
     )
 
 

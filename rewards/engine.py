@@ -13,7 +13,11 @@ label_model, python, multi); Flywheel adds numeric, regex, json_schema, unit_tes
 the trajectory checks invalid_actions, format_errors, steps, tokens_used (see `grader_catalog()`).
 Text fields are templates over `item` and `sample` (rewards.templating); `calculate_output` is a
 safe formula over the sub-graders' keys (rewards.formula). The top level may also carry
-`"hacking_penalty"` (rewards.detectors).
+`"hacking_penalty"`, `"hacking_floor"` and `"hacking_opt_out"` (rewards.detectors).
+
+Safe by default: a high-confidence hacking flag (rewards.detectors.HIGH_CONFIDENCE) sets the
+total to the rule's floor (`hacking_floor`, default 0; never raises a lower total) unless the rule
+lists that detector, or "*", in `hacking_opt_out`. Low-confidence flags only flag.
 
 `score` returns a ScoreResult: the total, every named sub-reward (nested names joined with "."),
 typed grader errors, `errored` and the hacking flags. What an error does to the numbers:
@@ -71,7 +75,7 @@ __all__ = [
     "validate_rule",
 ]
 
-RULE_FIELDS = ("hacking_penalty",)  # allowed at the top level only
+RULE_FIELDS = ("hacking_penalty", "hacking_floor", "hacking_opt_out")  # allowed at the top level only
 MULTI_FIELDS = {"type", "name", "graders", "calculate_output"}
 # Compiling and scoring recurse once per multi: a bound checked with the rule keeps them in stack.
 MAX_MULTI_DEPTH = 16
@@ -84,6 +88,10 @@ class ScoreResult:
     errors: list[GraderError] = field(default_factory=list)
     errored: bool = False
     flags: list[HackingFlag] = field(default_factory=list)
+    tests: list[dict] = field(
+        default_factory=list
+    )  # per test: name, passed, outcome, message, expected, actual
+    stop_reason: str | None = None  # how the tested code stopped, where a unit_tests grader ran it
 
     def to_dict(self) -> dict:
         return {
@@ -92,6 +100,8 @@ class ScoreResult:
             "errors": [asdict(error) for error in self.errors],
             "errored": self.errored,
             "flags": [asdict(flag) for flag in self.flags],
+            "tests": list(self.tests),
+            "stop_reason": self.stop_reason,
         }
 
     @classmethod
@@ -102,6 +112,8 @@ class ScoreResult:
             errors=[GraderError(**error) for error in data.get("errors") or []],
             errored=bool(data.get("errored")),
             flags=[HackingFlag(**flag) for flag in data.get("flags") or []],
+            tests=list(data.get("tests") or []),
+            stop_reason=data.get("stop_reason"),
         )
 
 
@@ -230,18 +242,35 @@ def multi_problems(
 
 
 def penalty_problems(spec: dict) -> list[RuleProblem]:
+    problems = floor_problems(spec)
     penalty = spec.get("hacking_penalty")
     if penalty is None:
-        return []
+        return problems
     if not isinstance(penalty, dict):
-        return [RuleProblem("hacking_penalty", "must be an object: detector -> penalty")]
-    problems = []
+        return problems + [RuleProblem("hacking_penalty", "must be an object: detector -> penalty")]
     for name, value in penalty.items():
         if name != "*" and name not in detectors.DETECTORS:
             known = ", ".join(detectors.DETECTORS)
             problems.append(RuleProblem(f"hacking_penalty.{name}", f"unknown detector: one of {known}, or *"))
         if not type_matches(value, (int, float)):
             problems.append(RuleProblem(f"hacking_penalty.{name}", "must be a number"))
+    return problems
+
+
+def floor_problems(spec: dict) -> list[RuleProblem]:
+    problems = []
+    if "hacking_floor" in spec and not type_matches(spec["hacking_floor"], (int, float)):
+        problems.append(RuleProblem("hacking_floor", "must be a number: the reward of a flagged sample"))
+    opt_out = spec.get("hacking_opt_out")
+    if opt_out is None:
+        return problems
+    if not isinstance(opt_out, list) or not all(isinstance(name, str) for name in opt_out):
+        return problems + [RuleProblem("hacking_opt_out", 'must be a list of detector names (or "*")')]
+    known = ", ".join(detectors.HIGH_CONFIDENCE)
+    for index, name in enumerate(opt_out):
+        if name != "*" and name not in detectors.HIGH_CONFIDENCE:
+            message = f"{name!r} is not a high-confidence detector: one of {known}, or *"
+            problems.append(RuleProblem(f"hacking_opt_out.{index}", message))
     return problems
 
 
@@ -326,6 +355,8 @@ class CompiledRule:
     root: Leaf | Multi
     name: str
     penalty: dict[str, float]
+    floor: float
+    opt_out: frozenset[str]
     uses_sandbox: bool
     uses_judge: bool
     batched: list[Leaf] = field(default_factory=list)  # leaves whose grader scores a batch at once
@@ -336,12 +367,14 @@ def compile_rule(spec: dict) -> CompiledRule:
     problems = validate_rule(spec)
     if problems:
         raise RuleError(problems)
-    root = compile_node(spec)
+    root = compile_node({key: value for key, value in spec.items() if key not in RULE_FIELDS})
     kinds = list(leaf_kinds(root))
     return CompiledRule(
         root=root,
         name=spec.get("name") or spec["type"],
         penalty={name: float(value) for name, value in (spec.get("hacking_penalty") or {}).items()},
+        floor=float(spec.get("hacking_floor", 0.0)),
+        opt_out=frozenset(spec.get("hacking_opt_out") or ()),
         uses_sandbox=any(kind.uses_sandbox for kind in kinds),
         uses_judge=any(kind.uses_judge for kind in kinds),
         batched=[leaf for leaf in leaves(root) if leaf.kind.batch is not None],
@@ -455,8 +488,9 @@ def score(
 
     >>> rule = {"type": "string_check", "name": "exact", "input": "{{ sample.output_text }}",
     ...         "reference": "{{ item.reference }}", "operation": "eq"}
-    >>> score(rule, {"kind": "answer", "prompt": "2+2?", "reference": "4"}, Sample(output_text="4")).to_dict()
-    {'total': 1.0, 'components': {'exact': 1.0}, 'errors': [], 'errored': False, 'flags': []}
+    >>> result = score(rule, {"kind": "answer", "prompt": "2+2?", "reference": "4"}, Sample(output_text="4"))
+    >>> result.total, result.components, result.errors, result.errored, result.flags
+    (1.0, {'exact': 1.0}, [], False, [])
     """
     return score_compiled(
         compiled(spec), item, sample, pool=pool, judge=judge, sandbox=sandbox, reward_models=reward_models
@@ -549,14 +583,22 @@ def score_compiled(
         total = evaluate_multi(rule.root, "", rule.name, context, tally)
     else:
         total = evaluate_leaf(rule.root, rule.name, context, tally)
-    flags = detectors.detect(item, sample, test_run=context.notes.get("test_run"))
+    test_run = context.notes.get("test_run")
+    flags = detectors.detect(item, sample, test_run=test_run, test_format=context.notes.get("test_format"))
     if rule.penalty:
         penalty = sum(rule.penalty.get(flag.detector, rule.penalty.get("*", 0.0)) for flag in flags)
         tally.components["hacking_penalty"] = -penalty
         total = None if total is None else total - penalty
+    if "*" not in rule.opt_out and any(
+        flag.confidence == "high" and flag.detector not in rule.opt_out for flag in flags
+    ):
+        tally.components["hacking_floor"] = rule.floor
+        total = None if total is None else min(total, rule.floor)
     if tally.errored:
         total = None
-    return ScoreResult(total, tally.components, tally.errors, tally.errored, flags)
+    tests = [test.to_dict() for test in test_run.tests] if test_run is not None else []
+    stop = str(test_run.execution.stop_reason) if test_run is not None else None
+    return ScoreResult(total, tally.components, tally.errors, tally.errored, flags, tests, stop)
 
 
 def evaluate_leaf(leaf: Leaf, name: str, context: Context, tally: Tally) -> float | None:

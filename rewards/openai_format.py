@@ -13,7 +13,7 @@ import copy
 from rewards.graders import MULTI, grader_kind, openai_types
 
 FLYWHEEL_ONLY_FIELDS = {"python": {"timeout"}, "score_model": set(), "label_model": {"sampling_params"}}
-RULE_ONLY_FIELDS = {"hacking_penalty"}
+RULE_ONLY_FIELDS = {"hacking_penalty", "hacking_floor", "hacking_opt_out"}
 
 
 class OpenAIFormatError(ValueError):

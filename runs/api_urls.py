@@ -51,6 +51,11 @@ urlpatterns = [
     path("trajectories/<int:id>/steps", runs.TrajectoryStepListView.as_view(), name="api-trajectory-steps"),
     path("trajectories/<int:id>/group", runs.TrajectoryGroupView.as_view(), name="api-trajectory-group"),
     path("runs/<int:id>/monitors", runs.RunMonitorsView.as_view(), name="api-run-monitors"),
+    path(
+        "runs/<int:id>/checkpoints/<int:step>/export",
+        runs.CheckpointExportView.as_view(),
+        name="api-checkpoint-export",
+    ),
     path("checkpoints", runs.CheckpointListView.as_view(), name="api-checkpoints"),
     path("checkpoints/<int:id>", runs.CheckpointDetailView.as_view(), name="api-checkpoint"),
     path("checkpoints/<int:id>/fork", runs.CheckpointForkView.as_view(), name="api-checkpoint-fork"),

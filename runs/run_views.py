@@ -36,6 +36,7 @@ ACTIONS = {
     "cancel": (S.QUEUED, S.STARTING, S.RUNNING, S.PAUSING, S.PAUSED),
     "retry": (S.FAILED, S.CANCELLED),
 }
+PAST = {"pause": "paused", "resume": "resumed", "cancel": "cancelled", "retry": "retried"}
 CHANGES = {
     "pause": lifecycle.run_pause,
     "resume": lifecycle.run_resume,
@@ -166,7 +167,13 @@ def _live_config(run: Run) -> dict[str, Any]:
         "last_event": last_event,
         "last_trajectory": last_trajectory,
         "max_points": LIVE_MAX_POINTS,
+        # What the page was rendered with: a change from it re-renders the run's header.
+        "shown": _shown_state(run.status, run.learner_step, run.policy_version, run.sandbox_cpu_seconds),
     }
+
+
+def _shown_state(*parts: Any) -> str:
+    return "|".join(str(part) for part in parts)
 
 
 @login_required
@@ -197,8 +204,11 @@ def _change(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
     run = selectors.run_for(user=request.user, run_id=run_id, permission=Permission.EDIT)
     try:
         run = CHANGES[action](run=run)
-    except StateError as exc:
-        messages.error(request, f"Not done: {exc}.")
+    except StateError:
+        run.refresh_from_db(fields=["status"])
+        messages.error(
+            request, f"Not {PAST[action]}: run {run.name} is {run.status} now (the page was stale)."
+        )
     else:
         messages.success(request, f"Run {run.name} is {run.status}.")
     return redirect("run-detail", run_id=run.pk)

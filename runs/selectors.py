@@ -404,3 +404,14 @@ def checkpoint_for(
         raise Http404("no such checkpoint")
     require(user=user, project_id=checkpoint.run.project_id, permission=permission)
     return checkpoint
+
+
+def checkpoint_of_run_for(
+    *, user: AbstractBaseUser, run_id: int, step: int, permission: str = Permission.VIEW
+) -> Checkpoint:
+    """The run's checkpoint at `step`, if the user's role in its project allows `permission`."""
+    run = run_for(user=user, run_id=run_id, permission=permission)
+    checkpoint = Checkpoint.objects.select_related("run__project").filter(run=run, step=step).first()
+    if checkpoint is None:
+        raise Http404(f"run {run_id} has no checkpoint at step {step}")
+    return checkpoint

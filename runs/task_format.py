@@ -8,8 +8,20 @@ A line of JSONL is one object. Common fields: `kind` (answer, code or agent; def
 the seeded rule), `metadata` (any object). Then, by kind:
 
 - answer: `prompt`, `reference`
-- code: `prompt`, `tests`, `entry_point`, optional `reference_solution`, `setup_files`, `sandbox`
-- agent: `instructions`, `check_command`, `max_steps`, optional `files`, `sandbox`
+- code: `prompt`, and tests in one of the formats of `sandboxes.formats` (`tests`, or
+  `io_tests`, or pytest files in `setup_files`); `entry_point` (required for candidate-style
+  tests); optional `test_format`, `test_setup_code`, `io_compare`, `float_tolerance`,
+  `reference_solution`, `setup_files`, `sandbox`. An item whose tests hold no test in any format
+  is refused here, with its line and field. `tests` may be a list of assert lines (MBPP's
+  `test_list`): they are joined into one source.
+- agent: `instructions`, `check_command`, `max_steps`, optional `files`, `sandbox`, `tools` (the
+  built-in tools it offers, by name or as OpenAI function objects; all by default), `test_file`
+  (what `run_tests` runs), `system`, `messages` (a demonstration conversation, as exports write)
+
+An answer or code item may hold a conversation instead of a `prompt`: `messages`, a list of
+`{"role": "system" | "user" | "assistant", "content": str}` ending with the user's turn (a system
+message only first). Tiers that chat render it with the model's chat template
+(`inference.chat`); the item's searchable text is its last user message.
 
 `sandbox` says what the item's code needs of its sandbox: `image` (a local Docker image; Docker
 backend only) and `limits` (any of the sandbox limits, e.g. {"wall_seconds": 60, "memory_mb": 2048}),
@@ -26,6 +38,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from inference.chat import messages_problems, prompt_summary
+from inference.tool_chat import tools_problem
+from sandboxes.formats import COMPARE_MODES, FORMATS, item_test_problems
 from sandboxes.interface import image_problem, limits_problems
 from webapp import strict_json
 
@@ -44,11 +59,21 @@ class FieldSpec:
 
 
 KIND_FIELDS: dict[str, dict[str, FieldSpec]] = {
-    "answer": {"prompt": FieldSpec(True, str), "reference": FieldSpec(True, str)},
+    "answer": {
+        "prompt": FieldSpec(True, str),
+        "messages": FieldSpec(False, list),
+        "reference": FieldSpec(True, str),
+    },
     "code": {
         "prompt": FieldSpec(True, str),
-        "tests": FieldSpec(True, str),
-        "entry_point": FieldSpec(True, str),
+        "messages": FieldSpec(False, list),
+        "tests": FieldSpec(False, (str, list)),
+        "entry_point": FieldSpec(False, str),
+        "test_format": FieldSpec(False, str),
+        "test_setup_code": FieldSpec(False, str),
+        "io_tests": FieldSpec(False, list),
+        "io_compare": FieldSpec(False, str),
+        "float_tolerance": FieldSpec(False, (int, float)),
         "reference_solution": FieldSpec(False, str),
         "setup_files": FieldSpec(False, dict),
         "sandbox": FieldSpec(False, dict),
@@ -59,6 +84,10 @@ KIND_FIELDS: dict[str, dict[str, FieldSpec]] = {
         "max_steps": FieldSpec(True, int),
         "files": FieldSpec(False, dict),
         "sandbox": FieldSpec(False, dict),
+        "tools": FieldSpec(False, list),
+        "test_file": FieldSpec(False, str),
+        "system": FieldSpec(False, str),
+        "messages": FieldSpec(False, list),
     },
 }
 TEXT_FIELD = {"answer": "prompt", "code": "prompt", "agent": "instructions"}
@@ -90,6 +119,10 @@ class ParsedItem:
 
 def _type_name(kind: type | tuple[type, ...]) -> str:
     names = {str: "a string", int: "an integer", dict: "an object", list: "a list"}
+    if kind == (int, float):
+        return "a number"
+    if kind == (str, list):
+        return "a string or a list of strings"
     return names.get(kind, str(kind)) if isinstance(kind, type) else "a value"
 
 
@@ -112,6 +145,8 @@ def validate_item(line: int, raw: Any) -> tuple[ParsedItem | None, list[ItemErro
     if kind not in KINDS:
         return None, [ItemError(line, "kind", f"must be one of {', '.join(KINDS)}; got {kind!r}")]
     specs = KIND_FIELDS[kind]
+    if "messages" in specs and raw.get("messages") is not None:  # the conversation replaces `prompt`
+        specs = specs | {"prompt": FieldSpec(False, str)}
     errors: list[ItemError] = []
     for name in sorted(set(raw) - COMMON_FIELDS - set(specs)):
         errors.append(ItemError(line, name, f"unknown field for {ARTICLE[kind]} {kind} item"))
@@ -119,13 +154,21 @@ def validate_item(line: int, raw: Any) -> tuple[ParsedItem | None, list[ItemErro
         value = raw.get(name)
         if value is None:
             if spec.required:
-                errors.append(ItemError(line, name, f"is required for {ARTICLE[kind]} {kind} item"))
+                also = (
+                    " (or give messages, a conversation)" if name == "prompt" and "messages" in specs else ""
+                )
+                errors.append(ItemError(line, name, f"is required for {ARTICLE[kind]} {kind} item{also}"))
             continue
         if not isinstance(value, spec.kind) or isinstance(value, bool):
             errors.append(ItemError(line, name, f"must be {_type_name(spec.kind)}"))
         elif spec.required and isinstance(value, str) and not value.strip():
             errors.append(ItemError(line, name, "must not be empty"))
     errors += _check_common(line, raw)
+    if kind == "code" and isinstance(raw.get("tests"), list):
+        if all(isinstance(test, str) for test in raw["tests"]):
+            raw = {**raw, "tests": "\n".join(test.rstrip("\n") for test in raw["tests"]) + "\n"}
+        else:
+            errors.append(ItemError(line, "tests", "must be a string or a list of strings"))
     if not errors:
         errors += _check_kind_rules(line, kind, raw)
     if errors:
@@ -134,7 +177,8 @@ def validate_item(line: int, raw: Any) -> tuple[ParsedItem | None, list[ItemErro
     if "metadata" in raw:
         data["metadata"] = raw["metadata"]
     external_id = raw.get("id") or derived_id(kind, data)
-    return ParsedItem(line, str(external_id), kind, raw.get("split"), data[TEXT_FIELD[kind]], data), []
+    text = prompt_summary(data["messages"]) if "messages" in data else data[TEXT_FIELD[kind]]
+    return ParsedItem(line, str(external_id), kind, raw.get("split"), text, data), []
 
 
 def _check_common(line: int, raw: dict[str, Any]) -> list[ItemError]:
@@ -166,17 +210,59 @@ def _check_sandbox(line: int, sandbox: dict[str, Any]) -> list[ItemError]:
     return errors
 
 
+def _check_messages(line: int, raw: dict[str, Any]) -> list[ItemError]:
+    if raw.get("messages") is None:
+        return []
+    if raw.get("prompt") is not None:
+        return [ItemError(line, "messages", "give either prompt or messages, not both")]
+    return [ItemError(line, name, problem) for name, problem in messages_problems(raw["messages"])]
+
+
 def _check_kind_rules(line: int, kind: str, raw: dict[str, Any]) -> list[ItemError]:
     errors = _check_sandbox(line, raw.get("sandbox") or {})
+    if kind in ("answer", "code"):
+        errors += _check_messages(line, raw)
     if kind == "code":
-        if not IDENTIFIER.match(raw["entry_point"]):
+        if "entry_point" in raw and not IDENTIFIER.match(raw["entry_point"]):
             errors.append(ItemError(line, "entry_point", "must be a Python identifier"))
-        return errors + _check_files(line, "setup_files", raw.get("setup_files") or {})
+        if raw.get("test_format") is not None and raw["test_format"] not in FORMATS:
+            message = f"must be one of {', '.join(FORMATS)}; got {raw['test_format']!r}"
+            errors.append(ItemError(line, "test_format", message))
+        if raw.get("io_compare") is not None and raw["io_compare"] not in COMPARE_MODES:
+            message = f"must be one of {', '.join(COMPARE_MODES)}; got {raw['io_compare']!r}"
+            errors.append(ItemError(line, "io_compare", message))
+        tolerance = raw.get("float_tolerance")
+        if tolerance is not None and not 0 <= tolerance <= 1:
+            errors.append(ItemError(line, "float_tolerance", "must be between 0 and 1"))
+        errors += _check_files(line, "setup_files", raw.get("setup_files") or {})
+        if not errors:
+            errors += [ItemError(line, name, message) for name, message in item_test_problems(raw)]
+        return errors
     if kind == "agent":
         if raw["max_steps"] < 1:
             errors.append(ItemError(line, "max_steps", "must be at least 1"))
+        if "tools" in raw and (problem := tools_problem(raw["tools"])):
+            errors.append(ItemError(line, "tools", problem))
+        if "test_file" in raw and raw["test_file"] not in (raw.get("files") or {}):
+            errors.append(ItemError(line, "test_file", "must name one of the item's files"))
+        errors += _check_agent_messages(line, raw.get("messages") or [])
         return errors + _check_files(line, "files", raw.get("files") or {})
     return errors
+
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def _check_agent_messages(line: int, messages: list) -> list[ItemError]:
+    """An agent item's `messages` (a demonstration conversation): objects with a known role."""
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            return [
+                ItemError(line, f"messages.{index}", f"must be an object with a role ({', '.join(ROLES)})")
+            ]
+        if not isinstance(message.get("content", ""), str) and message.get("content") is not None:
+            return [ItemError(line, f"messages.{index}.content", "must be a string")]
+    return []
 
 
 def derived_id(kind: str, data: dict[str, Any]) -> str:

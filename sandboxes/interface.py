@@ -151,6 +151,16 @@ def as_bytes(content: bytes | str) -> bytes:
 
 
 @dataclass(frozen=True)
+class Finding:
+    """Something the sandbox saw the code do that a reward detector weighs: `detector` names it
+    (test_files_modified, conftest_planted, startup_files_written, signals_sent, exit_hooks,
+    always_equal, test_framework_patched), `evidence` says what and where."""
+
+    detector: str
+    evidence: str
+
+
+@dataclass(frozen=True)
 class ExecResult:
     exit_code: int | None  # None when a signal ended it
     stdout: str
@@ -162,6 +172,7 @@ class ExecResult:
     peak_memory_mb: float
     stop_reason: StopReason
     signal: int | None = None
+    findings: tuple[Finding, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -172,10 +183,27 @@ class ExecResult:
 class TestCaseResult:
     __test__ = False  # not a pytest test class
 
-    name: str  # "test_add", or "line 3" for a top-level assert
+    name: str  # "test_add", "line 3" for a top-level assert, "check line 5", "case 2"
     outcome: Outcome
     duration: float
     message: str = ""
+    expected: str | None = None  # where the failing assertion exposes them (repr, or an io case's text)
+    actual: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == Outcome.PASS
+
+    def to_dict(self) -> dict:
+        record = {
+            "name": self.name,
+            "passed": self.passed,
+            "outcome": str(self.outcome),
+            "message": self.message,
+        }
+        if self.expected is not None or self.actual is not None:
+            record |= {"expected": self.expected, "actual": self.actual}
+        return record
 
 
 @dataclass(frozen=True)
@@ -184,6 +212,11 @@ class TestRunResult:
 
     tests: tuple[TestCaseResult, ...]
     execution: ExecResult
+    extra_findings: tuple[Finding, ...] = ()
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(dict.fromkeys(self.execution.findings + self.extra_findings))
 
     @property
     def passed(self) -> int:

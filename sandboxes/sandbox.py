@@ -4,8 +4,6 @@ The backends (bubblewrap, Docker) only differ in how the server is started and s
 a caller does goes through the server's channel, so both behave the same way.
 """
 
-import ast
-import functools
 import json
 import secrets
 import threading
@@ -14,10 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .channel import Channel
+from .formats import DEFAULT_FLOAT_TOLERANCE, outputs_match, plan_tests, pytest_plan
 from .interface import (
     ExecResult,
     FileEntry,
     FileMap,
+    Finding,
     InfrastructureError,
     Limits,
     Outcome,
@@ -28,6 +28,9 @@ from .interface import (
     as_bytes,
 )
 from .seccomp import SeccompUnavailableError, seccomp_program
+
+__all__ = ["Sandbox", "plan_tests", "sandbox_cpu_seconds"]
+IO_RUNNER = "solution.py"
 
 SERVER_SOURCE = (Path(__file__).parent / "runtime" / "server.py").read_text()
 _cpu_lock = threading.Lock()
@@ -196,6 +199,11 @@ class Sandbox:
         path: str,
         *,
         source: str | None = None,
+        style: str | None = None,
+        entry_point: str = "",
+        inject: bool = False,
+        setup_code: str = "",
+        solution: str = "solution",
         timeout: float | None = None,
         per_test_seconds: float | None = None,
         output_cap: int | None = None,
@@ -205,12 +213,15 @@ class Sandbox:
 
         The tests that run are the pristine ones: `source` if given, else the file's initial content
         from the spec, never the workspace copy the code under test could have rewritten. A file
-        with `test_*` functions runs each of them; otherwise each top-level assert is a test named
-        "line N". A test that never reports (the code exited first) is an error, never a pass.
-        `files` (the solution, say) are written to the workspace first, in the same round trip.
+        with `test_*` functions runs each of them; otherwise each top-level statement holding an
+        assert is a test named "line N". `style="candidate"` calls the file's check(candidate) with
+        the `solution` module's `entry_point`; `inject` puts the solution's names in the tests'
+        scope (namespace style), after `setup_code`. A test that never reports (the code exited
+        first) is an error, never a pass. `files` (the solution, say) are written to the workspace
+        first, in the same round trip.
         """
         source = self.pristine_source(path) if source is None else source
-        style, names = plan_tests(source, path)
+        style, names = plan_tests(source, path, style)
         nonce = secrets.token_hex(16)
         head = {
             "kind": "tests",
@@ -220,11 +231,67 @@ class Sandbox:
             "names": names,
             "nonce": nonce,
             "per_test_seconds": per_test_seconds,
+            "entry_point": entry_point,
+            "inject": inject,
+            "setup_code": setup_code,
+            "solution": solution,
+            "protected": [path],
         }
         reply = self._execute(head, timeout, output_cap, b"", files)
-        execution = exec_result(reply)
+        execution = exec_result(reply, nonce)
         return TestRunResult(
             tests=assemble_tests(names, reply["report"], nonce, execution), execution=execution
+        )
+
+    def run_io_tests(
+        self,
+        cases: Sequence[dict],
+        *,
+        program: str = IO_RUNNER,
+        compare: str = "exact",
+        tolerance: float = DEFAULT_FLOAT_TOLERANCE,
+        per_case_seconds: float | None = None,
+        files: FileMap | None = None,
+    ) -> TestRunResult:
+        """Run `program` as __main__ once per case ({"input", "output"}, optional "time_limit"),
+        each in a fresh child with its own time limit, and compare its stdout with the case's
+        output (`compare`: exact, whitespace or float within `tolerance`). Tests are "case N".
+        The run's execution is the first case that did not exit cleanly, else the last case's."""
+        tests, worst, last, findings = [], None, None, []
+        for index, case in enumerate(cases, start=1):
+            seconds = case.get("time_limit") or per_case_seconds or self.limits.wall_seconds
+            nonce = secrets.token_hex(16)
+            head = {"kind": "program", "path": program, "nonce": nonce}
+            reply = self._execute(head, seconds, None, as_bytes(case["input"]), files if index == 1 else None)
+            execution = exec_result(reply, nonce)
+            last = execution
+            findings += execution.findings
+            if worst is None and not execution.ok:
+                worst = execution
+            tests.append(io_case_result(f"case {index}", case, execution, compare, tolerance, seconds))
+        execution = worst or last or exec_result_empty()
+        return TestRunResult(
+            tests=tuple(tests), execution=execution, extra_findings=tuple(dict.fromkeys(findings))
+        )
+
+    def run_pytest(
+        self, *, timeout: float | None = None, output_cap: int | None = None, files: FileMap | None = None
+    ) -> TestRunResult:
+        """Run pytest over the sandbox's initial test files (its image must have pytest); one result
+        per test function read from the files (a parametrised test passes when every case does)."""
+        test_files = {path: content.decode(errors="replace") for path, content in self.files}
+        names = pytest_plan(test_files)
+        nonce = secrets.token_hex(16)
+        runner = PYTEST_RUNNER.replace("NONCE", nonce)
+        argv = ["python3", "-c", runner, *sorted({name.split("::", 1)[0] for name in names})]
+        reply = self._execute({"kind": "argv", "argv": argv}, timeout, output_cap, b"", files)
+        execution = exec_result(reply, nonce)
+        if "No module named pytest" in execution.stderr:
+            raise InfrastructureError(
+                f"the sandbox's image has no pytest ({self.spec.image or 'the default'})"
+            )
+        return TestRunResult(
+            tests=pytest_results(names, reply["report"], nonce, execution), execution=execution
         )
 
     def pristine_source(self, path: str) -> str:
@@ -261,7 +328,7 @@ class Sandbox:
         return reply
 
 
-def exec_result(reply: dict) -> ExecResult:
+def exec_result(reply: dict, nonce: str = "") -> ExecResult:
     return ExecResult(
         exit_code=reply["exit_code"],
         stdout=reply["stdout"].encode("latin-1").decode(errors="replace"),
@@ -273,28 +340,108 @@ def exec_result(reply: dict) -> ExecResult:
         peak_memory_mb=reply["peak_memory_mb"],
         stop_reason=StopReason(reply["stop_reason"]),
         signal=reply["signal"],
+        findings=findings_of(reply, nonce),
     )
 
 
-@functools.lru_cache(maxsize=256)  # a task's test file is planned once, not on every run
-def plan_tests(source: str, path: str) -> tuple[str, tuple[str, ...]]:
-    """("functions", names of top-level test_* functions), else ("asserts", ["line N", ...]).
-
-    >>> plan_tests("def test_a():\\n    assert 1\\n", "t.py")
-    ('functions', ('test_a',))
-    >>> plan_tests("x = 1\\nassert x == 1\\nassert x\\n", "t.py")
-    ('asserts', ('line 2', 'line 3'))
-    """
-    try:
-        tree = ast.parse(source, path)
-    except SyntaxError as exc:
-        raise ValueError(f"{path} line {exc.lineno}: the test file does not parse: {exc.msg}") from None
-    functions = [
-        node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test")
+def findings_of(reply: dict, nonce: str) -> tuple[Finding, ...]:
+    """What the server saw in the workspace after the run, and, with the run's nonce, what the
+    harness saw the code do (the code can add reports, never forge one without the nonce)."""
+    found = [
+        Finding(str(detector), str(evidence)[:500]) for detector, evidence in reply.get("findings") or ()
     ]
-    if functions:
-        return "functions", tuple(dict.fromkeys(functions))
-    return "asserts", tuple(f"line {node.lineno}" for node in tree.body if isinstance(node, ast.Assert))
+    if nonce:
+        for line in (reply.get("report") or "").splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("nonce") == nonce and event.get("event") == "suspect":
+                found.append(Finding(str(event.get("detector")), str(event.get("evidence"))[:500]))
+    return tuple(dict.fromkeys(found))
+
+
+def exec_result_empty() -> ExecResult:
+    return ExecResult(None, "", "", False, False, 0.0, 0.0, 0.0, StopReason.EXITED)
+
+
+def io_case_result(
+    name: str, case: dict, execution: ExecResult, compare: str, tolerance: float, seconds: float
+) -> TestCaseResult:
+    expected, actual = case["output"], execution.stdout
+    if execution.stop_reason == StopReason.TIMEOUT:
+        outcome, message = Outcome.TIMEOUT, f"ran past its {seconds:g} s limit"
+    elif execution.stop_reason != StopReason.EXITED or execution.exit_code != 0:
+        last = (execution.stderr.strip().splitlines() or [""])[-1][:500]
+        outcome = Outcome.ERROR
+        message = f"{execution.stop_reason}, exit code {execution.exit_code}" + (f": {last}" if last else "")
+    elif outputs_match(actual, expected, compare, tolerance):
+        outcome, message = Outcome.PASS, ""
+    else:
+        outcome, message = Outcome.FAIL, f"the output differs from the expected output ({compare} comparison)"
+    return TestCaseResult(
+        name,
+        outcome,
+        execution.wall_seconds,
+        message,
+        expected=None if outcome == Outcome.PASS else expected[:2000],
+        actual=None if outcome == Outcome.PASS else actual[:2000],
+    )
+
+
+PYTEST_RUNNER = """
+import json, os, sys
+import pytest
+
+class FlywheelReport:
+    def pytest_runtest_logreport(self, report):
+        if report.when == "call" or report.outcome != "passed":
+            message = ""
+            if report.outcome != "passed":
+                crash = getattr(report.longrepr, "reprcrash", None)
+                message = crash.message if crash is not None else str(report.longrepr)[-2000:]
+            event = {"nonce": "NONCE", "event": "end", "name": report.nodeid, "outcome": report.outcome,
+                     "when": report.when, "message": message[:2000], "duration": report.duration}
+            os.write(3, (json.dumps(event) + "\\n").encode())
+
+arguments = ["-q", "-p", "no:cacheprovider", "-o", "addopts=", *sys.argv[1:]]
+sys.exit(pytest.main(arguments, plugins=[FlywheelReport()]))
+"""
+
+
+def pytest_results(
+    names: Sequence[str], report: str, nonce: str, execution: ExecResult
+) -> tuple[TestCaseResult, ...]:
+    """One result per planned test: passed when every reported case of it passed."""
+    reported: dict[str, list[dict]] = {}
+    for line in report.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("nonce") == nonce and event.get("event") == "end":
+            base = str(event.get("name", "")).split("[", 1)[0]
+            reported.setdefault(base, []).append(event)
+    results = []
+    for name in names:
+        events = reported.get(name)
+        if not events:
+            results.append(unreported(name, False, "", execution))
+            continue
+        failed = next((event for event in events if event.get("outcome") != "passed"), None)
+        duration = sum(float(event.get("duration") or 0.0) for event in events)
+        if failed is None:
+            results.append(TestCaseResult(name, Outcome.PASS, duration))
+            continue
+        outcome = (
+            Outcome.FAIL
+            if failed.get("when") == "call" and failed.get("outcome") == "failed"
+            else Outcome.ERROR
+        )
+        if failed.get("outcome") == "skipped":
+            outcome = Outcome.ERROR
+        results.append(TestCaseResult(name, outcome, duration, str(failed.get("message", ""))[:2000]))
+    return tuple(results)
 
 
 def assemble_tests(
@@ -322,6 +469,8 @@ def assemble_tests(
                 outcome=Outcome(outcome) if outcome in set(Outcome) else Outcome.ERROR,
                 duration=float(event.get("duration") or 0.0),
                 message=str(event.get("message", ""))[:2000],
+                expected=text_or_none(event.get("expected")),
+                actual=text_or_none(event.get("actual")),
             )
             running = None
     return tuple(
@@ -340,3 +489,7 @@ def unreported(name: str, was_running: bool, collect_error: str, execution: Exec
         collect_error or f"never reported: the run ended ({stop}, exit code {execution.exit_code}) first"
     )
     return TestCaseResult(name, Outcome.ERROR, 0.0, message)
+
+
+def text_or_none(value: object) -> str | None:
+    return None if value is None else str(value)[:2000]

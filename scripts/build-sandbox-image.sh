@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the default Docker sandbox image locally, with no registry: a root filesystem made of the
 # files of this host's installed Debian packages for python3 (and their dependency closure), a shell
-# and coreutils, imported with `docker import`. Usage: scripts/build-sandbox-image.sh [TAG]
+# and coreutils, imported with `docker import`. Usage: scripts/build-sandbox-image.sh [TAG [EXTRA_PACKAGE ...]]
+# (`make sandbox-image-pytest` adds python3-pytest, for code items whose tests pytest runs).
 set -euo pipefail
 
 TAG="${1:-${FLYWHEEL_SANDBOX_IMAGE:-flywheel-sandbox:latest}}"
-ROOTS=(python3-minimal python3.11-minimal libpython3.11-minimal libpython3.11-stdlib python3.11 dash coreutils)
+ROOTS=(python3-minimal python3.11-minimal libpython3.11-minimal libpython3.11-stdlib python3.11 dash coreutils "${@:2}")
 # Packages that only configure a system (maintainer scripts, debconf) and that a sandbox never needs.
 SKIP=" debconf perl-base dpkg tzdata media-types readline-common libc-bin install-info "
 

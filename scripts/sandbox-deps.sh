@@ -15,6 +15,7 @@ missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v dockerd >/dev/null || missing+=(docker.io)
 ldconfig -p | grep -q 'libseccomp\.so\.2 ' || missing+=(libseccomp2)
+/usr/bin/python3 -c 'import pytest' 2>/dev/null || missing+=(python3-pytest)  # pytest-format items
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "sandboxes need: sudo apt-get install -y ${missing[*]}" >&2

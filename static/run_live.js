@@ -74,6 +74,13 @@
       if (!before && order.indexOf(child.id.replace("chart-", "")) > mine) before = child;
     });
     container.insertBefore(node, before);
+    // Plotly's `responsive` follows the window only: a chart laid out while alone in the grid
+    // keeps the full width when a second chart halves its cell. Follow the cell instead.
+    if ("ResizeObserver" in window) {
+      new window.ResizeObserver(function () {
+        if (window.Plotly && node.data) window.Plotly.Plots.resize(node);
+      }).observe(node);
+    }
     var empty = document.getElementById("charts-empty");
     if (empty) empty.hidden = true;
     return node;
@@ -219,6 +226,7 @@
       body.insertBefore(row, body.firstChild);
     }
     if (event.kind === "alert") addAlert(event);
+    if (event.kind === "checkpoint") refreshSections().catch(function () {});
   }
 
   function addAlert(event) {
@@ -253,10 +261,56 @@
     node.className = "badge status-" + value;
   }
 
+  // The parts of the run page that follow the run (actions, progress, checkpoints, error) are
+  // re-rendered by the server, already escaped, and swapped in whenever the run changes.
+  var FOLLOWED = ["run-actions", "run-progress", "run-error", "checkpoints-card"];
+  var shown = config.shown || null;
+  var sectionsLoading = false;
+  var sectionsAgain = false;
+  function refreshSections() {
+    if (!document.getElementById("run-progress")) return Promise.resolve();
+    if (sectionsLoading) { sectionsAgain = true; return Promise.resolve(); }
+    sectionsLoading = true;
+    return fetch(window.location.href, { credentials: "same-origin" })
+      .then(function (r) {
+        if (!r.ok) throw new Error("HTTP " + r.status);
+        return r.text();
+      })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        FOLLOWED.forEach(function (id) {
+          var now = document.getElementById(id), next = fresh.getElementById(id);
+          if (now && next) now.replaceWith(document.importNode(next, true));
+          else if (now && !next) now.remove();
+          else if (!now && next && id === "run-error") {
+            var progress = document.getElementById("run-progress");
+            if (progress) progress.parentNode.insertBefore(document.importNode(next, true), progress);
+          }
+        });
+      })
+      .finally(function () {
+        sectionsLoading = false;
+        if (sectionsAgain) { sectionsAgain = false; refreshSections().catch(function () {}); }
+      });
+  }
+
+  function followRun(run) {
+    var cpu = run.progress.sandbox_cpu_seconds;
+    var key = [run.status, run.progress.learner_step, run.progress.policy_version, Number.isInteger(cpu) ? cpu.toFixed(1) : cpu].join("|");
+    if (shown === null) { shown = key; return; }
+    if (key === shown) return;
+    var statusChanged = shown.split("|")[0] !== run.status;
+    shown = key;
+    // A flash about the change just made ("queued", "paused") is stale once the run moves on.
+    if (statusChanged) document.querySelectorAll(".messages").forEach(function (node) { node.remove(); });
+    refreshSections().catch(function () {});
+  }
+
   function loadDetail() {
     if (!config.detail) return Promise.resolve();
     return getJSON(config.detail).then(function (run) {
       setStatus(run.status);
+      if (run.progress) followRun(run);
       var version = document.getElementById("policy-version");
       if (version) version.textContent = String(run.progress.policy_version);
       var learner = document.getElementById("learner-step");

@@ -8,6 +8,7 @@ import torch
 
 from inference.generation import Completion
 from inference.policy import policy_load
+from inference.tool_chat import ToolCall, ToolCallError, item_tools, tool_calls_parse
 from rewards import services as reward_services
 from runs import lifecycle, services
 from runs.lifecycle import RunRequest
@@ -17,7 +18,7 @@ from sandboxes.interface import StopReason
 from sandboxes.services import sandbox_pool
 from tests.conftest import make_project, make_user
 from tests.run_harness import tiny_model
-from workers.agent import action_command, episodes_play, observation
+from workers.agent import SYSTEM, episodes_play, plain_render, prompt_fitted
 from workers.learners.grpo import grpo_batch
 from workers.rollout import Trajectory as Episode
 from workers.run_eval import policy_evaluate
@@ -36,14 +37,19 @@ ITEM = {
 }
 
 
+def call(name: str, **arguments) -> str:
+    """A completion calling one tool in the text protocol."""
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
 def scripted(*actions: str):
-    """A stand-in policy for the protocol tests: at turn n of any episode (read from the
-    observation, one `$ ` per turn so far plus the prompt's own) it plays actions[n], then the last."""
+    """A stand-in policy for the protocol tests: at turn n of any episode (read from the prompt:
+    one assistant header per turn so far plus the prompt's own) it plays actions[n], then the last."""
     calls: list[list[str]] = []
 
     def generate(prompts: list[str]) -> list[Completion]:
         calls.append(prompts)
-        turns = [prompt.count("$ ") - 1 for prompt in prompts]
+        turns = [prompt.count("<|assistant|>\n") - 1 for prompt in prompts]
         texts = [actions[min(turn, len(actions) - 1)] for turn in turns]
         return [
             Completion(text=text, token_ids=[1, 2], logprobs=[-0.5, -0.5], finish_reason="stop")
@@ -54,66 +60,206 @@ def scripted(*actions: str):
     return generate
 
 
-def test_an_agent_acts_turn_by_turn_in_its_sandbox_and_the_check_grades_the_workspace():
-    generate = scripted("```sh\necho 7 > answer.txt\n```", "cat answer.txt notes.txt", "submit")
+def test_an_agent_calls_tools_turn_by_turn_in_its_sandbox_and_the_check_grades_the_workspace():
+    generate = scripted(
+        call("write_file", path="answer.txt", content="7\n"),
+        call("shell", command="cat answer.txt notes.txt"),
+        call("submit"),
+    )
     [episode] = episodes_play([ITEM], generate, rule=CHECK_RULE)
-    assert [turn.command for turn in episode.turns] == [
-        "echo 7 > answer.txt",
-        "cat answer.txt notes.txt",
-        None,
-    ]
+    assert [[c.name for c in turn.calls] for turn in episode.turns] == [["write_file"], ["shell"], ["submit"]]
     assert episode.submitted and episode.grade.total == 1.0 and not episode.grade.errored
-    assert episode.turns[1].result.stdout == "7\nthe answer is seven\n"
-    # What the policy saw on its third turn: the instructions and both earlier commands with output.
+    assert episode.turns[1].results[0]["stdout"] == "7\nthe answer is seven\n"
+    assert episode.turns[0].files_changed == [
+        {
+            "path": "answer.txt",
+            "status": "added",
+            "diff": "--- a/answer.txt\n+++ b/answer.txt\n@@ -0,0 +1 @@\n+7\n",
+        }
+    ]
+    # The conversation, never flattened: system, instructions, then each reply and each tool result.
+    assert [message["role"] for message in episode.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert episode.messages[2]["tool_calls"] == [
+        {
+            "id": "call_0",
+            "type": "function",
+            "function": {"name": "write_file", "arguments": {"path": "answer.txt", "content": "7\n"}},
+        }
+    ]
+    assert episode.messages[5] == {
+        "role": "tool",
+        "name": "shell",
+        "content": "exit 0\n7\nthe answer is seven\n",
+    }
+    # What the policy saw on its third turn: the text protocol (tools described in the system
+    # message), the instructions, its own calls and their results.
     third = generate.calls[2][0]
-    assert third.startswith("Write 7 into answer.txt.\n") and third.endswith("$ ")
-    assert "$ echo 7 > answer.txt\n[exit 0]\n$ cat answer.txt notes.txt\n7\nthe answer is seven\n" in third
+    assert third.startswith("<|system|>\n" + SYSTEM) and "- shell(command: string): Run a shell" in third
+    assert "<|user|>\nWrite 7 into answer.txt.\n" in third and third.endswith("<|assistant|>\n")
+    assert '<tool_result name="shell">\nexit 0\n7\nthe answer is seven\n\n</tool_result>' in third
+    assert episode.workspace.files == {"answer.txt": "7\n", "notes.txt": "the answer is seven\n"}
+
+
+def test_an_invalid_action_is_a_step_answered_with_an_error_and_counted_by_the_reward():
+    rule = {
+        "type": "multi",
+        "name": "agent",
+        "graders": {
+            "check": CHECK_RULE,
+            "invalid": {"type": "invalid_actions"},
+            "format": {"type": "format_errors"},
+            "steps": {"type": "steps"},
+        },
+        "calculate_output": "check - 0.25 * invalid - 0.01 * steps",
+    }
+    generate = scripted(
+        "I will write the file.",  # no call: malformed
+        call("browse", url="x"),  # unknown tool
+        call("write_file", path="answer.txt"),  # fails the schema: content is required
+        '<tool_call>{"name": "write_file", "arguments": {"path": "answer.txt", "content": "7"}</tool_call>',
+        call("write_file", path="answer.txt", content="7"),
+        call("submit"),
+    )
+    [episode] = episodes_play([ITEM | {"max_steps": 8}], generate, rule=rule)
+    kinds = [turn.error.kind if turn.error else None for turn in episode.turns]
+    assert kinds == ["format", "unknown_tool", "arguments", "format", None, None]
+    assert episode.grade.components == {"check": 1.0, "invalid": 4.0, "format": 2.0, "steps": 6.0}
+    assert episode.grade.total == pytest.approx(1.0 - 1.0 - 0.06)
+    assert episode.messages[3] == {
+        "role": "user",
+        "content": "Invalid action: no tool call: answer with <tool_call>{...}</tool_call>",
+        "error_observation": True,
+    }
+    assert "unknown tool 'browse'" in episode.messages[5]["content"]
+    assert episode.messages[7]["content"] == "Invalid action: write_file: 'content' is required"
+    record = episode.turns[1].record()
+    assert record["valid"] is False and record["format_ok"] is True and record["tool_calls"] == []
+
+
+def test_an_item_may_restrict_its_tools():
+    item = ITEM | {"tools": ["write_file", "submit"]}
+    [episode] = episodes_play(
+        [item], scripted(call("shell", command="echo 7 > answer.txt"), call("submit")), rule=CHECK_RULE
+    )
+    assert [tool["function"]["name"] for tool in episode.tools] == ["write_file", "submit"]
+    assert episode.turns[0].error.kind == "unknown_tool" and episode.grade.total == 0.0
+
+
+def test_run_tests_answers_with_each_tests_result_from_the_pristine_tests():
+    item = {
+        "kind": "agent",
+        "id": "fix",
+        "instructions": "Fix add.",
+        "max_steps": 4,
+        "check_command": "python test_app.py",
+        "files": {
+            "app.py": "def add(a, b):\n    return a - b\n",
+            "test_app.py": "from app import add\n\ndef test_add():\n    assert add(2, 3) == 5\n\n"
+            "def test_zero():\n    assert add(0, 0) == 0\n",
+        },
+    }
+    generate = scripted(
+        call("run_tests"),
+        call("write_file", path="test_app.py", content="def test_add():\n    pass\n"),  # cannot cheat
+        call("run_tests"),
+        call("submit"),
+    )
+    [episode] = episodes_play([item], generate, rule=CHECK_RULE)
+    first, _, third = (turn.results[0] for turn in episode.turns[:3])
+    assert [(t["name"], t["status"]) for t in first["tests"]] == [("test_add", "fail"), ("test_zero", "pass")]
+    assert first["passed"] == 1 and first["failed"] == 1 and first["path"] == "test_app.py"
+    assert [(t["name"], t["status"]) for t in third["tests"]] == [("test_add", "fail"), ("test_zero", "pass")]
+    assert episode.messages[3]["content"].startswith("1 passed, 1 failed\nFAIL test_add")
 
 
 def test_an_agent_that_never_submits_stops_at_its_step_budget_and_fails_the_check():
-    [episode] = episodes_play([ITEM], scripted("echo 8 > answer.txt"), rule=CHECK_RULE)
+    [episode] = episodes_play([ITEM], scripted(call("shell", command="echo 8 > answer.txt")), rule=CHECK_RULE)
     assert len(episode.turns) == ITEM["max_steps"] and not episode.submitted
     assert episode.grade.total == 0.0
 
 
 def test_an_agents_commands_stay_inside_its_sandbox():
+    command = "cat /etc/shadow; echo $FLYWHEEL_HOME; id -u"
     [episode] = episodes_play(
-        [ITEM], scripted("cat /etc/shadow; echo $FLYWHEEL_HOME; id -u", "submit"), rule=CHECK_RULE
+        [ITEM], scripted(call("shell", command=command), call("submit")), rule=CHECK_RULE
     )
-    result = episode.turns[0].result
-    assert "root:" not in result.stdout and result.stdout.splitlines()[0] == ""  # no host variables
-    assert result.stdout.splitlines()[1] != "0"  # not root
+    result = episode.turns[0].results[0]
+    assert "root:" not in result["stdout"] and result["stdout"].splitlines()[0] == ""  # no host variables
+    assert result["stdout"].splitlines()[1] != "0"  # not root
     assert episode.grade.total == 0.0
 
 
 def test_an_items_sandbox_limits_bound_its_agents_commands():
     """The item asks for 0.5 s a command (the default is 5 s): a one-second sleep is stopped."""
     item = ITEM | {"sandbox": {"limits": {"wall_seconds": 0.5}}}
-    [episode] = episodes_play([item], scripted("sleep 1; echo 7 > answer.txt", "submit"), rule=CHECK_RULE)
-    assert episode.turns[0].result.stop_reason == StopReason.TIMEOUT
+    generate = scripted(call("shell", command="sleep 1; echo 7 > answer.txt"), call("submit"))
+    [episode] = episodes_play([item], generate, rule=CHECK_RULE)
+    assert episode.turns[0].results[0]["stop_reason"] == str(StopReason.TIMEOUT)
     assert episode.grade.total == 0.0
 
 
 def test_episodes_of_a_group_play_in_separate_sandboxes():
-    generate = scripted("echo 7 >> answer.txt", "submit")
+    generate = scripted(call("shell", command="echo 7 >> answer.txt"), call("submit"))
     episodes = episodes_play([ITEM, ITEM, ITEM], generate, rule=CHECK_RULE)
     assert [episode.grade.total for episode in episodes] == [1.0, 1.0, 1.0]  # each wrote one line
     wave = sandbox_pool().max_sandboxes - 1  # episodes at once: one sandbox stays free for graders
     assert len(generate.calls[0]) == min(3, wave)  # a turn of the wave is one batched generation
 
 
-def test_the_oldest_turns_leave_the_observation_first_when_the_context_is_short():
-    generate = scripted("echo first", "echo second", "echo third")
-    [episode] = episodes_play([ITEM | {"max_steps": 3}], generate, rule=CHECK_RULE)
-    seen = observation(episode, fits=lambda text: len(text) < 150)
-    assert "$ echo third\nthird\n" in seen and "$ echo first" not in seen
-    assert seen.startswith("Write 7 into answer.txt.")
+def test_long_tool_output_is_truncated_with_a_marker_and_the_cut_recorded():
+    generate = scripted(call("shell", command="python3 -c \"print('x' * 5000)\""), call("submit"))
+    [episode] = episodes_play([ITEM], generate, rule=CHECK_RULE)
+    shown = episode.messages[3]["content"]
+    assert "characters truncated ...]" in shown and len(shown) < 1300
+    cut = episode.turns[0].truncated_chars
+    assert cut == len("exit 0\n" + "x" * 5000 + "\n") - 1200
+    assert episode.turns[0].record()["tool_result"]["truncated_chars"] == cut
 
 
-def test_action_parsing():
-    assert action_command("```bash\nls\n```\nthen more") == "ls"
-    assert action_command("  submit  ") is None
-    assert action_command("pwd\nsubmit") == "pwd"
+def test_the_oldest_tool_results_are_elided_first_when_the_context_is_short():
+    generate = scripted(
+        call("shell", command="echo first"),
+        call("shell", command="echo second"),
+        call("shell", command="echo third"),
+        call("submit"),
+    )
+    [episode] = episodes_play([ITEM | {"max_steps": 4}], generate, rule=CHECK_RULE)
+    prompt, elided = prompt_fitted(
+        episode.messages,
+        episode.tools,
+        plain_render,
+        lambda text: "exit 0\nfirst" not in text and "exit 0\nsecond" not in text,
+    )
+    assert elided == [3, 5]  # the first two results, oldest first; the third kept
+    assert "exit 0\nthird" in prompt and "[tool result elided: 13 characters" in prompt
+    assert "echo first" in prompt  # the calls themselves stay: only results are elided
+
+
+def test_tool_call_parsing():
+    tools = item_tools({})
+    assert tool_calls_parse(call("read_file", path="a.py") + " and " + call("submit"), tools) == [
+        ToolCall("read_file", {"path": "a.py"}),
+        ToolCall("submit", {}),
+    ]
+    # A stop sequence may cut the closing tag: the last block still parses.
+    assert tool_calls_parse('<tool_call>{"name": "submit", "arguments": {}}', tools) == [
+        ToolCall("submit", {})
+    ]
+    # OpenAI's wire shape: arguments as a JSON string.
+    wire = '<tool_call>{"name": "read_file", "arguments": "{\\"path\\": \\"a\\"}"}</tool_call>'
+    assert tool_calls_parse(wire, tools) == [ToolCall("read_file", {"path": "a"})]
+    with pytest.raises(ToolCallError, match="'extra' is not a parameter"):
+        tool_calls_parse(call("submit", extra=1), tools)
+    with pytest.raises(ToolCallError, match="'path' must be string"):
+        tool_calls_parse(call("read_file", path=3), tools)
 
 
 def test_agent_items_get_rollout_batches_of_their_own():
@@ -178,9 +324,10 @@ def test_a_runs_agent_batch_stores_every_turn_and_the_learner_reads_them_back(ag
     for row in rows:
         steps = list(TrajectoryStep.objects.filter(trajectory=row).order_by("index"))
         assert 1 <= row.step_count == len(steps) <= ITEM["max_steps"]
-        assert {step.kind for step in steps[:-1]} <= {"command"}
+        assert {step.kind for step in steps} == {"tool_call"}
         first = steps[0].data()
-        assert first["observation"].startswith("Write 7 into answer.txt.") and first["token_ids"]
+        assert "[user]\nWrite 7 into answer.txt." in first["observation"] and first["token_ids"]
+        assert steps[-1].data()["final_workspace"]["files"]["notes.txt"] == "the answer is seven\n"
     assert all(row.wall_seconds > 0 for row in rows)
     assert Run.objects.get(pk=agent_run.pk).sandbox_cpu_seconds == pytest.approx(batch.sandbox_cpu_seconds)
     episodes = _episodes(rows)

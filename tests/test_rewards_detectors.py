@@ -86,8 +86,11 @@ def test_exiting_before_the_assertions_is_flagged(source):
 
 def test_an_exit_in_a_fixture_file_is_flagged_with_its_line():
     conftest = "import pytest\n\n@pytest.fixture(autouse=True)\ndef stop():\n    raise SystemExit(0)\n"
-    [flag] = detect(ITEM, Sample(files={"solution.py": HONEST, "conftest.py": conftest}))
-    assert (flag.detector, flag.evidence) == ("early_exit", "conftest.py line 5: raise SystemExit(0)")
+    flags = detect(ITEM, Sample(files={"solution.py": HONEST, "conftest.py": conftest}))
+    assert [(flag.detector, flag.evidence, flag.confidence) for flag in flags] == [
+        ("early_exit", "conftest.py line 5: raise SystemExit(0)", "high"),
+        ("conftest_planted", "conftest.py in the sample's files", "high"),
+    ]
 
 
 def test_the_harness_reporting_tests_never_ran_is_flagged():

@@ -159,6 +159,9 @@ def test_the_run_page_shows_configuration_progress_events_metrics_and_checkpoint
     cells = "".join(f'<td class="num">{value}</td>' for value in (latest, at_step, low, high))
     assert cells in metrics
     assert reverse("checkpoint-fork", args=[Checkpoint.objects.get().pk]) in body
+    export = reverse("api-checkpoint-export", args=[run.pk, 3])
+    assert f'<a class="btn btn-small" href="{export}" download' in body
+    assert f'href="{export}?archive=zip" download>zip</a>' in body
 
 
 def test_a_failed_run_shows_its_error_and_where(client, lab):

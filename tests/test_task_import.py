@@ -68,7 +68,6 @@ def test_a_bad_line_names_its_line_and_field_and_imports_nothing(task_set):
     assert [(e.line, e.field) for e in report.errors] == [
         (2, "reference"),
         (3, "tests"),
-        (3, "entry_point"),
         (4, None),
     ]
     assert TaskSetVersion.objects.count() == 0 and TaskItem.objects.count() == 0
@@ -157,6 +156,28 @@ def test_a_bad_sandbox_field_names_the_line_and_the_limit_and_imports_nothing(ta
         (3, "sandbox", "unknown field for an answer item"),
     ]
     assert TaskItem.objects.count() == 0
+
+
+def test_agent_items_may_restrict_their_tools_and_bad_tools_name_the_line(task_set):
+    tools = {"tools": ["read_file", "write_file", "run_tests", "submit"], "test_file": "test_app.py"}
+    good = AGENT | {"files": {"app.py": "x = 1\n", "test_app.py": "def test(): ..."}} | tools
+    report = do_import(
+        task_set,
+        jsonl(
+            good,
+            AGENT | {"id": "b", "tools": ["shell", "browse"]},
+            AGENT | {"id": "c", "tools": ["shell"], "test_file": "nope.py"},
+        ),
+    )
+    assert not report.ok
+    assert [(e.line, e.field, e.message) for e in report.errors] == [
+        (2, "tools", "unknown tool 'browse' (built-ins: shell, read_file, write_file, run_tests, submit)"),
+        (3, "tools", "must include submit (an episode ends with it)"),
+        (3, "test_file", "must name one of the item's files"),
+    ]
+    assert TaskItem.objects.count() == 0
+    report = do_import(task_set, jsonl(good))
+    assert report.ok and TaskItem.objects.get().data["tools"] == tools["tools"]
 
 
 # --- a large import beside other users ------------------------------------------------------

@@ -314,6 +314,9 @@ FLYWHEEL_SANDBOX_WORKER_CHECK = env_bool("FLYWHEEL_SANDBOX_WORKER_CHECK", True)
 # (inference/model_sources.py). Off for workers that load models from caches the web host lacks.
 FLYWHEEL_HUB_CHECK = env_bool("FLYWHEEL_HUB_CHECK", True)
 FLYWHEEL_HUB_TIMEOUT_SECONDS = env_int("FLYWHEEL_HUB_TIMEOUT_SECONDS", 5)
+# The OpenAI-compatible endpoint (/v1/): how many tiers and checkpoints each web process keeps
+# loaded between requests (the least recently used is dropped first).
+FLYWHEEL_SERVE_MODELS = env_int("FLYWHEEL_SERVE_MODELS", 2)
 
 # --- rewards
 

@@ -29,3 +29,16 @@ def streamed(request: HttpRequest, lines: Iterable[str]) -> Iterator[str] | Asyn
             yield chunk
 
     return chunks()
+
+
+def streamed_bytes(request: HttpRequest, chunks: Iterable[bytes]) -> Iterator[bytes] | AsyncIterator[bytes]:
+    """Binary chunks (an archive as it is written), pulled one at a time in the sync thread."""
+    if not isinstance(request, ASGIRequest):
+        return iter(chunks)
+    iterator = iter(chunks)
+
+    async def pull() -> AsyncIterator[bytes]:
+        while chunk := await sync_to_async(next, thread_sensitive=False)(iterator, b""):
+            yield chunk
+
+    return pull()

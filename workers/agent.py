@@ -1,135 +1,224 @@
-"""Multi-step agent episodes: the policy acts in a sandbox, one shell command a turn, until it
-submits or spends the item's step budget; the item's check command then grades the workspace.
+"""Multi-step agent episodes: the policy calls tools in a sandbox, turn by turn, until it submits
+or spends the item's step budget; the reward rule then grades the final workspace.
 
-The protocol is plain text, so any causal LM can play it. Each turn the policy sees the item's
-instructions and the transcript so far (older turns dropped first when the context is short),
-ending in a shell prompt `$ `. Its completion is the action: the first fenced code block if there
-is one, else the first line. `submit` (or an empty action) ends the episode. The command runs in
-the episode's own sandbox; its exit status and output (capped) are the next observation.
+The prompt is a multi-turn chat (system, the item's instructions as the user's message, then each
+assistant turn with its tool calls and each tool's result), rendered with the policy's chat
+template (`inference.tool_chat`: its `tools=` support where it has one, else the text protocol).
+Each completion is parsed into tool calls, checked against the tools' JSON schemas (the item's
+`tools`, built-ins by default: `workers.agent_tools`). A malformed call, an unknown tool or
+arguments that fail the schema is an **invalid action**: recorded as a step (`valid: false`),
+answered with an error message, and counted by the `invalid_actions` (and for a malformed one,
+`format_errors`) reward terms. `submit` ends the episode.
+
+Context limits are explicit: a tool's output is truncated (head and tail kept, a marker between)
+and the record says by how much; when the conversation would not leave the model room to answer,
+the oldest tool results are elided first, and each step records which were.
 
 Episodes of a batch advance together, one batched generation a turn, as many at once as the
 sandbox pool lends sandboxes. Model output is untrusted: it only ever runs inside the sandbox.
 """
 
-import re
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from inference.generation import Completion
+from inference.sessions import ChatSessions
+from inference.tool_chat import ToolCall, ToolCallError, chat_render, tool_calls_parse
 from rewards.engine import Sample, ScoreResult, score
 from rewards.graders.base import GraderError
-from sandboxes.interface import ExecResult, InfrastructureError, Limits, task_spec
+from sandboxes.interface import InfrastructureError, Limits, task_spec
 from sandboxes.services import sandbox_acquire, sandbox_pool
+from workers.agent_tools import (
+    SUBMIT,
+    Workspace,
+    item_tools,
+    tool_run,
+    truncated,
+    workspace_diff,
+    workspace_initial,
+    workspace_read,
+)
 
-SUBMIT = "submit"
 COMMAND_SECONDS = 5.0
-OBSERVATION_CHARS = 400  # of each command's output, in the transcript the policy sees
-RECORD_CHARS = 4000  # of each command's output, in the trajectory's record
-FENCE = re.compile(r"```[a-z]*\n(.*?)```", re.DOTALL)
 LIMITS = Limits(wall_seconds=COMMAND_SECONDS, cpu_seconds=COMMAND_SECONDS)
+SYSTEM = "You are an agent working in a sandboxed workspace. Use the tools; call submit when you are done."
+ELIDED = "[tool result elided: {chars} characters, to fit the context]"
 
 Generate = Callable[[list[str]], list[Completion]]
+# A wave's multi-turn generator: `turn(episode indices, prompts)`, reusing each one's cache.
+Sessions = Callable[[], "ChatSessions"]
+Render = Callable[[list[dict], list[dict]], str]  # (messages, tools) -> prompt text
+
+
+def plain_render(messages: list[dict], tools: list[dict]) -> str:
+    """The text protocol without a chat template (for policies with none, and scripted tests)."""
+    return chat_render(None, messages, tools)
+
+
+def policy_render(policy) -> Render:
+    """The conversation through the policy's chat template."""
+    return lambda messages, tools: chat_render(policy.tokenizer, messages, tools)
 
 
 @dataclass
 class Turn:
-    observation: str  # the prompt the policy saw, before its chat template
+    """One step: what the policy was shown, what it answered, and what its calls did."""
+
+    new_messages: list[dict]  # the messages since the previous turn (its observation)
+    prompt: str  # the rendered prompt it answered
     completion: Completion
-    command: str | None  # None: it submitted
-    result: ExecResult | None = None
+    calls: list[ToolCall] = field(default_factory=list)
+    error: ToolCallError | None = None  # an invalid action
+    results: list[dict] = field(default_factory=list)  # one record per call, in order
+    files_changed: list[dict] = field(default_factory=list)
+    elided: list[int] = field(default_factory=list)  # message indices elided from this prompt
+    truncated_chars: int = 0  # cut from the tool outputs this turn produced
+
+    @property
+    def valid(self) -> bool:
+        return self.error is None
+
+    @property
+    def submitted(self) -> bool:
+        return any(call.name == SUBMIT for call in self.calls) and self.valid
+
+    def reply(self) -> dict:
+        """The assistant's message: its text, and its calls when they parsed."""
+        raw = self.completion.text  # rendered as written, so the next prompt extends this one
+        if not self.valid:
+            return {"role": "assistant", "content": raw, "raw": raw}
+        text = raw.split("<tool_call>", 1)[0].strip()
+        return {
+            "role": "assistant",
+            "content": text,
+            "tool_calls": [call.message_part(index) for index, call in enumerate(self.calls)],
+            "raw": raw,
+        }
 
     def record(self) -> dict:
         """The turn as a trajectory step stores it (the replay's observation / action / result)."""
         data = {
-            "observation": self.observation,
+            "observation": observation_text(self.new_messages),
+            "messages": self.new_messages,
             "action": self.completion.text,
-            "command": self.command,
+            "reply": self.reply(),
+            "tool_calls": [{"name": call.name, "arguments": call.arguments} for call in self.calls],
+            "valid": self.valid,
+            "format_ok": self.error is None or self.error.kind != "format",
             "prompt_token_ids": self.completion.prompt_token_ids,
             "token_ids": self.completion.token_ids,
             "logprobs": self.completion.logprobs,
             "finish_reason": self.completion.finish_reason,
         }
-        if self.result is not None:
-            data["tool_result"] = {
-                "exit_code": self.result.exit_code,
-                "stop_reason": str(self.result.stop_reason),
-                "stdout": self.result.stdout[:RECORD_CHARS],
-                "stderr": self.result.stderr[:RECORD_CHARS],
-                "wall_seconds": round(self.result.wall_seconds, 4),
-                "cpu_seconds": round(self.result.cpu_seconds, 4),
-            }
+        if self.error is not None:
+            data["error"] = {"kind": self.error.kind, "message": str(self.error)}
+        if self.results:
+            data["tool_results"] = self.results
+            data["tool_result"] = self.results[-1]
+        if self.files_changed:
+            data["files_changed"] = self.files_changed
+        if self.elided:
+            data["elided_messages"] = self.elided
+        if self.truncated_chars:
+            data["truncated_chars"] = self.truncated_chars
         return data
+
+
+def observation_text(messages: list[dict]) -> str:
+    """What a turn's new messages said, as the replay shows it."""
+    parts = []
+    for message in messages:
+        role = message["role"]
+        label = f"tool {message.get('name', '')}".strip() if role == "tool" else role
+        parts.append(f"[{label}]\n{message.get('content') or ''}")
+    return "\n".join(parts)
 
 
 @dataclass
 class AgentEpisode:
     item: dict
+    tools: list[dict] = field(default_factory=list)
+    messages: list[dict] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     submitted: bool = False
     error: str | None = None  # the infrastructure failed; the episode is errored
     grade: ScoreResult | None = None
+    workspace: Workspace = field(default_factory=Workspace)  # the latest snapshot
     seconds: float = 0.0  # wall time, acting and graded
+    seen: int = 0  # messages already shown to the policy
+
+    def __post_init__(self) -> None:
+        if not self.tools:
+            self.tools = item_tools(self.item)
+        if not self.messages:
+            system = self.item.get("system") or SYSTEM
+            instructions = self.item["instructions"]
+            self.messages = [{"role": "system", "content": system}, {"role": "user", "content": instructions}]
+        self.workspace = workspace_initial(self.item)
 
     @property
     def done(self) -> bool:
         return self.submitted or self.error is not None or len(self.turns) >= int(self.item["max_steps"])
 
     @property
-    def cpu_seconds(self) -> float:
-        return sum(turn.result.cpu_seconds for turn in self.turns if turn.result is not None)
+    def invalid_actions(self) -> int:
+        return sum(not turn.valid for turn in self.turns)
 
     def sample(self) -> Sample:
-        """What the reward rule sees: the last action as text and every step, for trajectory checks."""
+        """What the reward rule sees: the last action, every step (for trajectory checks) and the
+        final workspace's files."""
         steps = [
-            {"kind": "command", "valid": turn.command is not None, "exit_code": turn.result.exit_code}
+            {
+                "kind": "tool_call",
+                "valid": turn.valid,
+                "format_ok": turn.error is None or turn.error.kind != "format",
+                "tools": [call.name for call in turn.calls],
+                # the shell commands, for the detectors that look for tampering with the checks
+                "action": "\n".join(c.arguments["command"] for c in turn.calls if c.name == "shell"),
+                "tokens": len(turn.completion.token_ids),
+            }
             for turn in self.turns
-            if turn.result is not None
         ]
         last = self.turns[-1].completion.text if self.turns else ""
         return Sample(
-            output_text=last, steps=steps, tokens=sum(len(t.completion.token_ids) for t in self.turns)
+            output_text=last,
+            steps=steps,
+            files=dict(self.workspace.files),
+            tokens=sum(len(turn.completion.token_ids) for turn in self.turns),
         )
 
-
-def action_command(text: str) -> str | None:
-    """The shell command in a completion, or None when the policy submits.
-
-    >>> action_command("```sh\\necho hi > a.txt\\n```"), action_command("ls -l\\nmore")
-    ('echo hi > a.txt', 'ls -l')
-    >>> action_command(" submit"), action_command("")
-    (None, None)
-    """
-    fenced = FENCE.search(text)
-    command = (fenced.group(1) if fenced else text.strip().split("\n", 1)[0]).strip()
-    return None if command in ("", SUBMIT) else command
-
-
-def transcript_line(turn: Turn) -> str:
-    if turn.result is None:
-        return f"$ {SUBMIT}\n"
-    output = (turn.result.stdout + turn.result.stderr)[-OBSERVATION_CHARS:]
-    return (
-        f"$ {turn.command}\n{output}"
-        + ("" if output.endswith("\n") or not output else "\n")
-        + (f"[exit {turn.result.exit_code}]\n")
-    )
+    def conversation(self) -> list[dict]:
+        """The whole conversation: system, instructions, each reply and each tool result."""
+        return list(self.messages)
 
 
 def context_fits(policy, max_new_tokens: int) -> Callable[[str], bool]:
-    """Whether an observation, through the policy's chat template, leaves room to answer."""
+    """Whether a rendered prompt leaves the policy room to answer."""
     budget = policy.max_context - int(max_new_tokens)
-    return lambda text: len(policy.tokenizer(policy.prompt_text(text))["input_ids"]) <= budget
+    return lambda text: len(policy.tokenizer(text)["input_ids"]) <= budget
 
 
-def observation(episode: AgentEpisode, fits: Callable[[str], bool]) -> str:
-    """Instructions, then as much of the transcript as fits (the newest turns), then `$ `."""
-    head = f"{episode.item['instructions'].rstrip()}\nRun one shell command per turn; `{SUBMIT}` when done.\n"
-    lines = [transcript_line(turn) for turn in episode.turns]
-    while lines and not fits(head + "".join(lines) + "$ "):
-        lines.pop(0)
-    return head + "".join(lines) + "$ "
+def prompt_fitted(
+    messages: list[dict], tools: list[dict], render: Render, fits: Callable[[str], bool]
+) -> tuple[str, list[int]]:
+    """The prompt, with the oldest tool results elided first until it fits; and which were."""
+    shown = [dict(message) for message in messages]
+    elided: list[int] = []
+    prompt = render(shown, tools)
+    candidates = [index for index, message in enumerate(shown) if _is_result(message)]
+    for index in candidates:
+        if fits(prompt):
+            break
+        shown[index]["content"] = ELIDED.format(chars=len(shown[index].get("content") or ""))
+        elided.append(index)
+        prompt = render(shown, tools)
+    return prompt, elided
+
+
+def _is_result(message: dict) -> bool:
+    return message["role"] == "tool" or bool(message.get("error_observation"))
 
 
 def episodes_play(
@@ -137,38 +226,47 @@ def episodes_play(
     generate: Generate,
     *,
     rule: dict,
-    prompt_text: Callable[[str], str] = lambda text: text,
+    render: Render = plain_render,
     fits: Callable[[str], bool] = lambda text: True,
     judge=None,
     on_done: Callable[[int, list[AgentEpisode]], None] | None = None,
+    sessions: Sessions | None = None,
 ) -> list[AgentEpisode]:
     """Play one episode per item (repeat an item for a group) and grade each with `rule`; waves
     one smaller than the sandbox pool. `on_done(first item's index, wave)` gets each wave as it
-    finishes, to store it early."""
+    finishes, to store it early. With `sessions` (a ChatSessions factory, one per wave) each
+    turn reuses its episode's key/value cache instead of calling `generate` on whole prompts."""
     # One sandbox stays free for graders that need a fresh one (the episodes' own are all held).
     wave = max(1, sandbox_pool().max_sandboxes - 1)
     episodes: list[AgentEpisode] = []
     for start in range(0, len(items), wave):
-        played = _wave_play(items[start : start + wave], generate, rule, prompt_text, fits, judge)
+        turn = _turns(generate, sessions)
+        played = _wave_play(items[start : start + wave], turn, rule, render, fits, judge)
         if on_done is not None:
             on_done(start, played)
         episodes += played
     return episodes
 
 
-def _wave_play(items, generate: Generate, rule: dict, prompt_text, fits, judge) -> list[AgentEpisode]:
+def _turns(
+    generate: Generate, sessions: Sessions | None
+) -> Callable[[list[int], list[str]], list[Completion]]:
+    if sessions is None:
+        return lambda keys, prompts: generate(prompts)
+    return sessions().turn
+
+
+def _wave_play(items, turn, rule: dict, render: Render, fits, judge) -> list[AgentEpisode]:
     started = time.monotonic()
     episodes = [AgentEpisode(item) for item in items]
     with ExitStack() as stack:
         specs = [task_spec(item.get("files") or {}, LIMITS, item.get("sandbox")) for item in items]
         sandboxes = [stack.enter_context(sandbox_acquire(spec)) for spec in specs]
         while live := [index for index, episode in enumerate(episodes) if not episode.done]:
-            observations = [observation(episodes[index], fits) for index in live]
-            completions = generate([prompt_text(text) for text in observations])
-            for index, seen, completion in zip(live, observations, completions, strict=True):
-                _act(
-                    episodes[index], sandboxes[index], Turn(seen, completion, action_command(completion.text))
-                )
+            prompts = [prompt_fitted(episodes[i].messages, episodes[i].tools, render, fits) for i in live]
+            completions = turn(live, [prompt for prompt, _ in prompts])
+            for index, (prompt, elided), completion in zip(live, prompts, completions, strict=True):
+                episode_step(episodes[index], sandboxes[index], prompt, elided, completion)
         for episode, sandbox in zip(episodes, sandboxes, strict=True):
             episode.grade = _grade(episode, sandbox, rule, judge)
     for episode in episodes:  # a wave's episodes play side by side: each took the wave's time
@@ -176,19 +274,58 @@ def _wave_play(items, generate: Generate, rule: dict, prompt_text, fits, judge) 
     return episodes
 
 
-def _act(episode: AgentEpisode, sandbox, turn: Turn) -> None:
+def episode_step(
+    episode: AgentEpisode, sandbox, prompt: str, elided: list[int], completion: Completion
+) -> Turn:
+    """Parse the completion, run its calls, and extend the conversation with what they returned."""
+    turn = Turn(episode.messages[episode.seen :], prompt, completion, elided=elided)
     episode.turns.append(turn)
-    if turn.command is None:
-        episode.submitted = True
-        return
     try:
-        turn.result = sandbox.exec(turn.command)  # the item's wall_seconds if it asks, else COMMAND_SECONDS
+        turn.calls = tool_calls_parse(completion.text, episode.tools)
+    except ToolCallError as exc:
+        turn.error = exc
+    episode.messages.append(turn.reply())
+    episode.seen = len(episode.messages)
+    if not turn.valid:
+        episode.messages.append(
+            {"role": "user", "content": f"Invalid action: {turn.error}", "error_observation": True}
+        )
+        return turn
+    try:
+        _calls_run(episode, sandbox, turn)
     except InfrastructureError as exc:  # the machinery failed, not the policy: the episode is errored
         episode.error = f"the sandbox failed at turn {len(episode.turns)}: {exc}"
+    return turn
+
+
+def _calls_run(episode: AgentEpisode, sandbox, turn: Turn) -> None:
+    seconds = sandbox.limits.wall_seconds
+    for call in turn.calls:
+        if call.name == SUBMIT:
+            turn.results.append({"submitted": True})
+            episode.submitted = True
+            break
+        outcome = tool_run(call, sandbox, episode.item, seconds)
+        text, cut = truncated(outcome.output)
+        turn.truncated_chars += cut
+        record = {"tool": call.name, **outcome.record}
+        if cut:
+            record["truncated_chars"] = cut
+        turn.results.append(record)
+        if outcome.mutates:
+            after = workspace_read(sandbox)
+            turn.files_changed += workspace_diff(episode.workspace, after)
+            episode.workspace = after
+        episode.messages.append({"role": "tool", "name": call.name, "content": text})
 
 
 def _grade(episode: AgentEpisode, sandbox, rule: dict, judge) -> ScoreResult:
     if episode.error is not None:
+        return ScoreResult(total=None, errors=[GraderError("", "sandbox_error", episode.error)], errored=True)
+    try:
+        episode.workspace = workspace_read(sandbox)  # the final workspace, before a grader touches it
+    except InfrastructureError as exc:
+        episode.error = f"the sandbox failed reading the final workspace: {exc}"
         return ScoreResult(total=None, errors=[GraderError("", "sandbox_error", episode.error)], errored=True)
     item = {key: value for key, value in episode.item.items() if key != "pk"}
     return score(rule, item, episode.sample(), judge=judge, sandbox=sandbox)

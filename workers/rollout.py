@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from inference.chat import item_prompt
 from inference.generation import Completion, generate
 from inference.policy import Policy
 from inference.settings import SamplingParams
@@ -67,7 +68,7 @@ def rollout_groups(
     pool=None,
 ) -> list[Trajectory]:
     """`group_size` scored completions for each item, in item order."""
-    prompts = [policy.prompt_text(item["prompt"]) for item in items for _ in range(group_size)]
+    prompts = [policy.prompt_text(item_prompt(item)) for item in items for _ in range(group_size)]
     completions = generate(policy.model, policy.tokenizer, prompts, params, generator=generator)
     expanded = [item for item in items for _ in range(group_size)]
     grades = grade_completions(expanded, [completion.text for completion in completions], pool=pool)

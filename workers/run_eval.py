@@ -9,14 +9,15 @@ version's step; a redelivery finds them written and does nothing.
 from collections import defaultdict
 from statistics import fmean
 
+from inference.chat import item_prompt
 from inference.decoding import tier_generate, tier_prepare
 from inference.policy import PolicyLoadError, policy_load
 from rewards.engine import ScoreResult
 from runs.models import MetricPoint, Run
 from runs.run_store import policy_dir
-from workers.agent import context_fits, episodes_play
+from workers.agent import context_fits, episodes_play, policy_render
 from workers.run_learner import held_out_items, metrics_write
-from workers.run_rollout import grade, run_judge, run_reward_models, tier_settings
+from workers.run_rollout import agent_sessions, grade, run_judge, run_reward_models, tier_settings
 
 PASS_RATE = "heldout/pass_rate"
 
@@ -32,7 +33,7 @@ def held_out_grades(run: Run, policy, items: list[dict], settings) -> list[Score
     results: dict[int, ScoreResult] = {}
     short = [index for index, item in enumerate(items) if item["kind"] != "agent"]
     if short:
-        prompts = [policy.prompt_text(items[index]["prompt"]) for index in short]
+        prompts = [policy.prompt_text(item_prompt(items[index])) for index in short]
         texts = [completion.text for completion in tier_generate(policy, prompts, settings)]
         graded = grade(
             spec, [items[i] for i in short], texts, judge=judge, reward_models=run_reward_models(run)
@@ -44,8 +45,9 @@ def held_out_grades(run: Run, policy, items: list[dict], settings) -> list[Score
             [items[index] for index in agents],
             lambda prompts: tier_generate(policy, prompts, settings),
             rule=spec,
-            prompt_text=policy.prompt_text,
+            render=policy_render(policy),
             fits=context_fits(policy, settings.max_new_tokens),
+            sessions=agent_sessions(policy, settings),
             judge=judge,
         )
         results |= {index: episode.grade for index, episode in zip(agents, episodes, strict=True)}

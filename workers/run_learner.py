@@ -83,6 +83,7 @@ def grpo_config(run: Run) -> GRPOConfig:
         temperature=tier["temperature"],
         top_p=tier["top_p"],
         top_k=tier["top_k"],
+        chat=tier.get("chat", True),
     )
 
 

@@ -11,6 +11,7 @@ import math
 import time
 from typing import Any
 
+from inference.chat import item_prompt
 from runs.lifecycle import run_transition
 from runs.models import Run
 from runs.run_store import learner_dir
@@ -56,6 +57,7 @@ def offline_config(run: Run) -> SFTConfig | DPOConfig:
         "mixed_precision": hyper["mixed_precision"],
         "checkpoint_every": hyper["checkpoint_every"],
         "batch_size": hyper["batch_size"],
+        "chat": run.tier_config.get("chat", True),
     }
     if run.method == Run.Method.DPO:
         return DPOConfig(**common, beta=hyper["beta"])
@@ -68,14 +70,17 @@ def offline_data(run: Run) -> list[dict]:
     if run.method == Run.Method.DPO:
         return dpo_pairs_check(
             [
-                {"prompt": item["prompt"], "chosen": meta["chosen"], "rejected": meta["rejected"]}
+                {"prompt": item_prompt(item), "chosen": meta["chosen"], "rejected": meta["rejected"]}
                 for item in items
                 if {"chosen", "rejected"} <= set(meta := item.get("metadata") or {})
             ]
         )
     return sft_examples(
         [
-            {"prompt": item["prompt"], "completion": item.get("reference_solution") or item.get("reference")}
+            {
+                "prompt": item_prompt(item),
+                "completion": item.get("reference_solution") or item.get("reference"),
+            }
             for item in items
         ]
     )

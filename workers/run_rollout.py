@@ -22,9 +22,11 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from inference.chat import item_prompt
 from inference.decoding import TierModel, tier_generate, tier_prepare
 from inference.generation import Completion
 from inference.policy import policy_load
+from inference.sessions import ChatSessions
 from inference.settings import SamplingParams, TierSettings
 from rewards.engine import Sample, ScoreResult, score_batch
 from runs import events
@@ -32,7 +34,7 @@ from runs.leases import lease_kept
 from runs.models import RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
 from runs.run_store import policy_dir
 from sandboxes.sandbox import sandbox_cpu_seconds
-from workers.agent import AgentEpisode, context_fits, episodes_play
+from workers.agent import AgentEpisode, context_fits, episodes_play, policy_render
 
 logger = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
@@ -164,7 +166,7 @@ def _rollout(batch: RolloutBatch) -> int:
         stored += _store(batch, _short_play(run, policy, short, generate, group_size))
     agents = [(index, item) for index, item in enumerate(expanded) if item["kind"] == "agent"]
     if agents:
-        stored += _agents_play(batch, run, policy, agents, generate, group_size)
+        stored += _agents_play(batch, run, policy, agents, generate, group_size, generator)
     elapsed, cpu = time.monotonic() - started, sandbox_cpu_seconds() - cpu_before
     # Only a batch still running ends as done: a rollback may have cancelled it meanwhile, and a
     # second worker that finished it too (the first was presumed dead) charges nothing twice.
@@ -197,7 +199,7 @@ class Played:
 
 def _short_play(run: Run, policy, short: list[tuple[int, dict]], generate, group_size: int) -> list[Played]:
     started = time.monotonic()
-    prompts = [policy.prompt_text(item["prompt"]) for _, item in short]
+    prompts = [policy.prompt_text(item_prompt(item)) for _, item in short]
     completions = generate(prompts)
     items = [item for _, item in short]
     texts = [completion.text for completion in completions]
@@ -231,7 +233,19 @@ def _completion_record(prompt: str, completion: Completion) -> dict:
     }
 
 
-def _agents_play(batch, run: Run, policy, agents: list[tuple[int, dict]], generate, group_size: int) -> int:
+def agent_sessions(policy: TierModel, settings: TierSettings, generator=None):
+    """Multi-turn generation reusing each episode's cache across its turns; None (whole prompts
+    through the tier's decoder) when the tier decodes speculatively."""
+    if settings.speculative:
+        return None
+    return lambda: ChatSessions(
+        policy.model, policy.tokenizer, settings.sampling_params(), generator=generator
+    )
+
+
+def _agents_play(
+    batch, run: Run, policy, agents: list[tuple[int, dict]], generate, group_size: int, generator=None
+) -> int:
     """Agent episodes, one wave of sandboxes at a time; each wave is stored when it ends."""
     samples = [index % group_size for index, _ in agents]  # episodes come back in the items' order
     stored = 0
@@ -244,10 +258,11 @@ def _agents_play(batch, run: Run, policy, agents: list[tuple[int, dict]], genera
         [item for _, item in agents],
         generate,
         rule=run.reward_rule_version.spec,
-        prompt_text=policy.prompt_text,
+        render=policy_render(policy),
         fits=context_fits(policy, int(run.tier_config["max_new_tokens"])),
         judge=run_judge(run),
         on_done=store,
+        sessions=agent_sessions(policy, tier_settings(run), generator),
     )
     return stored
 
@@ -257,13 +272,23 @@ def _agent_played(episode: AgentEpisode, sample_index: int) -> Played:
     return Played(
         item=episode.item,
         sample_index=sample_index,
-        steps=[("submit" if turn.command is None else "command", turn.record()) for turn in turns],
+        steps=agent_steps(episode),
         result=episode.grade,
         text=turns[-1].completion.text if turns else "",
         prompt_tokens=sum(len(turn.completion.prompt_token_ids) for turn in turns),
         completion_tokens=sum(len(turn.completion.token_ids) for turn in turns),
         seconds=episode.seconds,
     )
+
+
+def agent_steps(episode: AgentEpisode) -> list[tuple[str, dict]]:
+    """Each turn as a `tool_call` step; the last also holds the final workspace (bounded) and the
+    episode's invalid-action count."""
+    steps = [("tool_call", turn.record()) for turn in episode.turns]
+    if steps:
+        steps[-1][1]["final_workspace"] = episode.workspace.record()
+        steps[-1][1]["invalid_actions"] = episode.invalid_actions
+    return steps
 
 
 def rollout_batch_fail(batch: RolloutBatch, why: str) -> None:

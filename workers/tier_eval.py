@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from inference.chat import item_prompt
 from inference.decoding import GenerationStats, model_bytes, tier_generate, tier_load
 from inference.settings import TierSettings
 from rewards.engine import Sample, score_batch
@@ -131,7 +132,7 @@ def tier_measure(
 ) -> dict:
     """Generate every item's completion under the tier and measure it (and grade it)."""
     settings = settings or tier_model.settings
-    prompts = [tier_model.prompt_text(item["prompt"]) for item in items]
+    prompts = [tier_model.prompt_text(item_prompt(item)) for item in items]
     stats = GenerationStats()
     generator = torch.Generator().manual_seed(seed)
     with PeakRss() as memory:
@@ -175,7 +176,9 @@ def tier_run(config: dict, checkpoint: str | Path, items: list[dict], *, spec=No
     started = time.perf_counter()
     tier_model = tier_load(settings, checkpoint)
     load_seconds = time.perf_counter() - started
-    tier_generate(tier_model, [tier_model.prompt_text(items[0]["prompt"])], settings.with_(max_new_tokens=2))
+    tier_generate(
+        tier_model, [tier_model.prompt_text(item_prompt(items[0]))], settings.with_(max_new_tokens=2)
+    )
     result = tier_measure(tier_model, items, settings=settings, spec=spec, pool=pool)
     result.pop("texts")
     return result | {"load_seconds": round(load_seconds, 3)}

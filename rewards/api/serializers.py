@@ -188,6 +188,20 @@ class GraderErrorSerializer(serializers.Serializer):
 class HackingFlagSerializer(serializers.Serializer):
     detector = serializers.CharField()
     evidence = serializers.JSONField()
+    confidence = serializers.ChoiceField(
+        choices=["high", "low"], help_text="high: the reward is the rule's floor unless the rule opts out"
+    )
+
+
+class TestResultSerializer(serializers.Serializer):
+    name = serializers.CharField(
+        help_text='"test_add", "line 3", "check line 5", "case 2", "tests/test_a.py::test_x"'
+    )
+    passed = serializers.BooleanField()
+    outcome = serializers.ChoiceField(choices=["pass", "fail", "error", "timeout"])
+    message = serializers.CharField(allow_blank=True, help_text="The failing assertion's message")
+    expected = serializers.CharField(required=False, allow_null=True)
+    actual = serializers.CharField(required=False, allow_null=True)
 
 
 class ScoreResultSerializer(serializers.Serializer):
@@ -200,6 +214,10 @@ class ScoreResultSerializer(serializers.Serializer):
         help_text="An infrastructure failure: masked from learning, not a zero"
     )
     flags = HackingFlagSerializer(many=True)
+    tests = TestResultSerializer(many=True, help_text="Per test, where a unit_tests grader ran the code")
+    stop_reason = serializers.CharField(
+        allow_null=True, help_text="exited, timeout, out_of_memory, output_cap or killed; null without code"
+    )
 
 
 class ScoredPairSerializer(serializers.Serializer):

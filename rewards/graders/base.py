@@ -76,6 +76,7 @@ ERROR_KINDS = {
 class HackingFlag:
     detector: str
     evidence: str
+    confidence: str = "low"  # "high": the rule's floor replaces the reward unless the rule opts out
 
 
 class GradingError(Exception):

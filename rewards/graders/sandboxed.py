@@ -1,8 +1,10 @@
 """Graders that run code: unit_tests, agent_check and python, always inside a sandbox from the pool.
 
 - unit_tests: a code item's tests run against the sample's solution (sample.files["solution.py"],
-  else the last fenced Python block of its text). The tests are the item's pristine copy, whatever
-  the sample wrote over them; the score is the pass rate.
+  else the last fenced Python block of its text), in the item's test format (Flywheel's own,
+  candidate, namespace, io or pytest: sandboxes/formats.py). The tests are the item's pristine
+  copy, whatever the sample wrote over them; the score is the pass rate (`score: "pass_rate"`) or
+  1.0 only when every test passes (`score: "all_pass"`, what benchmarks report as pass@1).
 - agent_check: an agent item's check_command, in the episode's sandbox when the caller still
   holds it, else in a fresh one seeded with the item's files and then the sample's; either way the
   test and check files are restored to the item's copy first. 1.0 when it exits 0.
@@ -20,9 +22,19 @@ from typing import Any
 
 from rewards.graders.base import Field, GradingError, as_number, grader
 from rewards.graders.workspace import SOLUTION_FILE, TEST_FILE, protected_files, solution_source
-from sandboxes.interface import Limits, Outcome, SandboxPathError, SandboxSpec, StopReason, task_spec
+from sandboxes.formats import COMPARE_MODES, DEFAULT_FLOAT_TOLERANCE, TestFormatError, item_format
+from sandboxes.interface import (
+    Limits,
+    Outcome,
+    SandboxPathError,
+    SandboxSpec,
+    StopReason,
+    TestRunResult,
+    task_spec,
+)
 
 DEFAULT_SECONDS = 10.0
+SCORE_MODES = ("pass_rate", "all_pass")
 
 
 def limits(seconds: float | None) -> Limits:
@@ -64,14 +76,22 @@ def write_sample_files(sandbox: Any, files: dict[str, str], skip: set[str]) -> N
     solution_file=Field(str, required=False, default=SOLUTION_FILE),
     timeout=Field((int, float), required=False, default=DEFAULT_SECONDS),
     per_test_seconds=Field((int, float), required=False),
+    score=Field(str, required=False, choices=SCORE_MODES, default="pass_rate"),
+    compare=Field(str, required=False, choices=COMPARE_MODES),
+    float_tolerance=Field((int, float), required=False),
 )
 def unit_tests(
     context: Any,
     solution_file: str = SOLUTION_FILE,
     timeout: float | None = None,
     per_test_seconds: float | None = None,
+    score: str = "pass_rate",
+    compare: str | None = None,
+    float_tolerance: float | None = None,
 ) -> float:
-    """The fraction of the code item's tests that pass against the sample's solution, run in a sandbox.
+    """The fraction of the code item's tests that pass against the sample's solution, run in a sandbox
+    (`score: "all_pass"`: 1.0 when every test passes, else 0.0). `compare` and `float_tolerance`
+    are the io format's output comparison when the item names none.
 
     (Runs in a sandbox: the engine tests show it; a doctest here would need one.)
 
@@ -79,25 +99,76 @@ def unit_tests(
     'unit_tests'
     """
     item = context.item
-    if item.get("kind") != "code" or not isinstance(item.get("tests"), str):
-        raise GradingError("grader_exception", "unit_tests grades code items: this item has no tests")
-    files = {**(item.get("setup_files") or {}), TEST_FILE: item["tests"]}
+    if item.get("kind") != "code":
+        raise GradingError("grader_exception", "unit_tests grades code items: this item is not one")
+    test_format = item_format(item)
+    if test_format is None:
+        raise GradingError("grader_exception", "the item's tests hold no test in any format")
+    context.notes["test_format"] = test_format
+    files = dict(item.get("setup_files") or {})
+    if isinstance(item.get("tests"), str) and test_format not in ("io", "pytest"):
+        files[TEST_FILE] = item["tests"]
     spec = task_spec(files, limits(timeout), item.get("sandbox"))
     with pool_of(context).acquire(spec) as sandbox:
         write_sample_files(sandbox, context.sample.files, {solution_file})
         solution = {solution_file: solution_source(context.sample, solution_file)}
         try:
-            result = sandbox.run_tests(TEST_FILE, per_test_seconds=per_test_seconds, files=solution)
-        except ValueError as exc:  # the item's tests do not parse
+            result = run_item_tests(
+                sandbox,
+                item,
+                test_format,
+                solution_file,
+                solution,
+                per_test_seconds,
+                compare,
+                float_tolerance,
+            )
+        except (TestFormatError, ValueError) as exc:  # the item's tests do not parse
             raise GradingError("grader_exception", str(exc)) from None
     context.notes["test_run"] = result
     if not result.tests:
-        raise GradingError("grader_exception", "the item's tests hold no test function and no assert")
+        raise GradingError("grader_exception", "the item's tests hold no test in their format")
     timed_out = [test.name for test in result.tests if test.outcome == Outcome.TIMEOUT]
-    if timed_out or result.execution.stop_reason == StopReason.TIMEOUT:
+    if test_format != "io" and (timed_out or result.execution.stop_reason == StopReason.TIMEOUT):
         where = ", ".join(timed_out) or "the test run"
         raise GradingError("sandbox_timeout", f"{where} ran past the time limit", score=0.0)
+    if score == "all_pass":
+        return 1.0 if result.all_passed else 0.0
     return result.passed / len(result.tests)
+
+
+def run_item_tests(
+    sandbox: Any,
+    item: dict,
+    test_format: str,
+    solution_file: str,
+    solution: dict[str, str],
+    per_test_seconds: float | None,
+    compare: str | None,
+    float_tolerance: float | None,
+) -> TestRunResult:
+    """The item's tests in its format, against the solution (written in the same round trip)."""
+    if test_format == "io":
+        return sandbox.run_io_tests(
+            item["io_tests"],
+            program=solution_file,
+            compare=item.get("io_compare") or compare or "exact",
+            tolerance=float(item.get("float_tolerance") or float_tolerance or DEFAULT_FLOAT_TOLERANCE),
+            per_case_seconds=per_test_seconds,
+            files=solution,
+        )
+    if test_format == "pytest":
+        return sandbox.run_pytest(files=solution)
+    return sandbox.run_tests(
+        TEST_FILE,
+        style="candidate" if test_format == "candidate" else None,
+        entry_point=item.get("entry_point") or "",
+        inject=test_format == "namespace",
+        setup_code=item.get("test_setup_code") or "",
+        solution=solution_file.removesuffix(".py").replace("/", "."),
+        per_test_seconds=per_test_seconds,
+        files=solution,
+    )
 
 
 @grader(

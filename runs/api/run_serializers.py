@@ -7,6 +7,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from inference.token_text import token_texts
 from runs import lifecycle
 from runs.models import Checkpoint, Run, RunEvent, TaskItem, Trajectory, TrajectoryStep
 
@@ -313,7 +314,16 @@ class TrajectoryStepSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_data(self, step: TrajectoryStep) -> dict[str, Any]:
-        return step.data()
+        """The payload; a step that recorded token ids only gains `tokens`, each id's text, when
+        the run's tokenizer is readable here (the replay colours text, not ids)."""
+        data = step.data()
+        ids = data.get("token_ids")
+        if isinstance(ids, list) and ids and "tokens" not in data:
+            source = step.trajectory.run.tier_config.get("base_model", "")
+            texts = token_texts(source, ids) if all(isinstance(i, int) for i in ids) else None
+            if texts is not None:
+                data["tokens"] = texts
+        return data
 
 
 class CheckpointSerializer(serializers.ModelSerializer):

@@ -6,18 +6,23 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import serializers
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from rewards.models import RewardRuleVersion
-from runs import lifecycle, monitors, selectors
+from runs import checkpoint_exports, lifecycle, monitors, selectors
 from runs.api import run_serializers as s
 from runs.api.views import ApiView
 from runs.lifecycle import RunRequest
 from runs.models import Project, Run, TaskSetVersion, Tier
 from runs.roles import Permission
-from webapp.api import NewestFirstCursorPagination, idempotent
+from webapp.api import NewestFirstCursorPagination, error_body, idempotent
+from webapp.streaming import streamed_bytes
 
 
 class OldestFirstPagination(NewestFirstCursorPagination):
@@ -300,3 +305,61 @@ class CheckpointDetailView(ApiView):
     def get(self, request: Request, id: int) -> Response:
         checkpoint = selectors.checkpoint_for(user=request.user, checkpoint_id=id)
         return Response(s.CheckpointSerializer(checkpoint).data)
+
+
+class GzipRenderer(BaseRenderer):
+    """Lets a client ask for the archive by `Accept`; errors stay JSON."""
+
+    media_type = "application/gzip"
+    format = "tar.gz"
+
+    def render(
+        self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None
+    ) -> bytes:
+        return data if isinstance(data, bytes) else b""
+
+
+class ZipRenderer(GzipRenderer):
+    media_type = "application/zip"
+    format = "zip"
+
+
+class CheckpointExportQuerySerializer(serializers.Serializer):
+    archive = serializers.ChoiceField(
+        choices=list(checkpoint_exports.ARCHIVES), default="tar.gz", help_text="The archive's format"
+    )
+    weights = serializers.ChoiceField(
+        choices=list(checkpoint_exports.WEIGHTS),
+        default="full",
+        help_text="full: all weights (a LoRA run's adapter merged into its base); adapter: a LoRA run's "
+        "peft adapter as it is",
+    )
+
+
+class CheckpointExportView(ApiView):
+    renderer_classes = [JSONRenderer, GzipRenderer, ZipRenderer]
+
+    @extend_schema(
+        parameters=[CheckpointExportQuerySerializer],
+        responses={
+            (200, "application/gzip"): OpenApiResponse(
+                OpenApiTypes.BINARY, description="A save_pretrained folder with a model card (README.md)"
+            ),
+            (200, "application/zip"): OpenApiResponse(OpenApiTypes.BINARY, description="The same, as a zip"),
+        },
+        summary="Download a checkpoint as a save_pretrained folder with a model card, streamed",
+    )
+    def get(self, request: Request, id: int, step: int) -> StreamingHttpResponse | Response:
+        query = self.query(CheckpointExportQuerySerializer)
+        checkpoint = selectors.checkpoint_of_run_for(user=request.user, run_id=id, step=step)
+        try:
+            plan = checkpoint_exports.export_plan(checkpoint, query["weights"])
+        except checkpoint_exports.ExportError as exc:
+            return Response(error_body(409, str(exc), "weights"), status=409)
+        archive = query["archive"]
+        chunks = checkpoint_exports.archive_chunks(plan.entries, plan.name, archive)
+        response = StreamingHttpResponse(
+            streamed_bytes(request._request, chunks), content_type=checkpoint_exports.ARCHIVES[archive]
+        )
+        response["Content-Disposition"] = f'attachment; filename="{plan.name}.{archive}"'
+        return response

@@ -183,6 +183,10 @@ class Tier(models.Model):
     stop = models.JSONField(default=list, blank=True)
     max_new_tokens = models.PositiveIntegerField(default=256)
     batch_size = models.PositiveIntegerField(default=8)
+    chat = models.BooleanField(
+        default=True,
+        help_text="Render prompts with the model's chat template (when it has one); off: raw prompts",
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
     created_by = models.ForeignKey(

@@ -22,14 +22,16 @@ import fcntl
 import functools
 import gc
 import heapq  # noqa: F401
+import importlib
 import io  # noqa: F401
 import itertools  # noqa: F401
 import json
 import math
 import os
 import random  # noqa: F401  (pre-imported warm; its fork hook gives every child a fresh seed)
-import re  # noqa: F401
+import re
 import resource
+import runpy
 import select
 import signal
 import socket
@@ -134,7 +136,7 @@ class Server:
             files.append((path, mode, blob[offset : offset + size]))
             offset += size
         self.pristine = files
-        self.compiled = precompile_tests(files)
+        self.compiled = {}
         self.nproc_overhead = head.get("nproc_overhead", 1)
         return self.op_reset(head, b"")
 
@@ -187,7 +189,26 @@ class Server:
         for path, mode, size in head.get("files", ()):  # written first; a refused path runs nothing
             self.write(path, blob[offset : offset + size], mode)
             offset += size
-        return Execution(self, head, blob[offset:]).run(), b""
+        if head["kind"] == "tests":
+            self.compile_once(head)
+        reply = Execution(self, head, blob[offset:]).run()
+        reply["findings"] = workspace_findings(self.workspace, self.pristine, head.get("protected", ()))
+        return reply, b""
+
+    def compile_once(self, head: dict) -> None:
+        """The pristine tests compiled here, once per source, so that no child parses or compiles
+        them: the compiler's allocations in a child would copy pages of the server's heap on every
+        run. A source that does not compile is left to the child, which reports the error."""
+        key = (head["path"], head["style"], head["source"])
+        if key in self.compiled:
+            return
+        try:
+            program = compile_tests(head["source"], head["path"], head["style"])
+        except (SyntaxError, ValueError, IndexError, MemoryError, RecursionError):
+            return
+        if len(self.compiled) >= COMPILED_CAP:
+            self.compiled.clear()
+        self.compiled[key] = program
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -497,7 +518,12 @@ def child_main(server: Server, head: dict, pipes: dict) -> None:
                 os.write(2, f"{head['argv'][0]}: {exc.strerror}\n".encode())
                 os._exit(127)
         prepare_python(server.workspace)
-        code = run_snippet(head["code"]) if kind == "python" else run_tests(head, server.compiled)
+        if kind == "python":
+            code = run_snippet(head["code"])
+        elif kind == "program":
+            code = run_program(head)
+        else:
+            code = run_tests(head, server.compiled)
     except BaseException:  # noqa: BLE001  (the child must never return into the server loop)
         try:
             traceback.print_exc()
@@ -593,61 +619,351 @@ def on_alarm(signum: int, frame: object) -> None:
     raise TestTimeout
 
 
-def test_style(source: str, path: str) -> str:
-    """ "functions" when the file has top-level test_* functions, else "asserts" (the host's rule)."""
-    tree = ast.parse(source, path)
-    functions = (node for node in tree.body if isinstance(node, ast.FunctionDef))
-    return "functions" if any(node.name.startswith("test") for node in functions) else "asserts"
+# -- compiling the tests (in the server, once per source: never in a child) ------------------------
+
+COMPARE_NAME = "__flywheel_compare__"
+OPERATORS = {
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.Is: "is",
+    ast.IsNot: "is not",
+    ast.In: "in",
+    ast.NotIn: "not in",
+}
+TEST_FILE = re.compile(r"(^|/)(test_[^/]*\.py|[^/]*_test\.py|conftest\.py)$")
+PLANTED = re.compile(r"(^|/)(conftest\.py|sitecustomize\.py|usercustomize\.py|[^/]*\.pth)$")
+COMPILED_CAP = 64
 
 
-def compile_tests(source: str, path: str, style: str) -> object:
-    """The test file compiled for its style: the whole module ("functions"), or (line, is_assert,
-    code) for each top-level statement ("asserts": each assert is a test, the rest is setup)."""
-    if style == "functions":
-        return compile(source, path, "exec")
+class AssertRewriter(ast.NodeTransformer):
+    """`assert a == b, m` becomes `assert __flywheel_compare__(a, b, "==", actual_is_left), m`: the
+    harness sees both values (expected and actual on a failure, and the type of a value whose
+    equality holds against anything)."""
+
+    def visit_Assert(self, node: ast.Assert) -> ast.AST:
+        test = node.test
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in OPERATORS):
+            return node
+        left, right = test.left, test.comparators[0]
+        actual_is_left = not (is_literal(left) and not is_literal(right))
+        call = ast.Call(
+            func=ast.Name(COMPARE_NAME, ast.Load()),
+            args=[left, right, ast.Constant(OPERATORS[type(test.ops[0])]), ast.Constant(actual_is_left)],
+            keywords=[],
+        )
+        node.test = ast.copy_location(call, test)
+        return node
+
+
+def is_literal(node: ast.AST) -> bool:
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def rewritten(tree: ast.Module) -> ast.Module:
+    return ast.fix_missing_locations(AssertRewriter().visit(tree))
+
+
+def holds_assert(node: ast.AST) -> bool:
+    """An assert in the statement, not counting those in functions or classes it defines (the
+    host's rule, sandboxes/formats.py)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.Assert):
+            return True
+        for child in ast.iter_child_nodes(current):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                stack.append(child)
+    return False
+
+
+def statement_pieces(statements: list, path: str, is_test: typing.Callable) -> list:
     return [
         (
             statement.lineno,
-            isinstance(statement, ast.Assert),
+            is_test(statement),
             compile(ast.Module(body=[statement], type_ignores=[]), path, "exec"),
         )
-        for statement in ast.parse(source, path).body
+        for statement in statements
     ]
 
 
-def precompile_tests(files: list[tuple[str, int, bytes]]) -> dict[tuple[str, str, str], object]:
-    """The pristine test files, compiled once here so that no child parses or compiles them: the
-    compiler's allocations in a child would copy pages of the server's heap on every run."""
-    compiled = {}
-    for path, _, content in files:
-        name = os.path.basename(path)
-        if not (name.endswith(".py") and (name.startswith("test") or name.endswith("_test.py"))):
+def check_is_whole(check: ast.FunctionDef) -> bool:
+    stack = list(check.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom, ast.Nonlocal, ast.Global, ast.Await)):
+            return True
+        stack.extend(
+            child
+            for child in ast.iter_child_nodes(node)
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
+        )
+    return False
+
+
+def compile_tests(source: str, path: str, style: str) -> object:
+    """The test file compiled for its style, its asserts rewritten:
+    - "functions": the whole module;
+    - "asserts": (line, is_test, code) per top-level statement (a statement holding an assert is a
+      test, the rest is setup);
+    - "candidate": (the module without its own top-level `check(...)` calls, the candidate's
+      parameter name, and (line, is_test, code) per statement of check's body, or None when
+      check runs whole)."""
+    tree = rewritten(ast.parse(source, path))
+    if style == "functions":
+        return compile(tree, path, "exec")
+    if style == "asserts":
+        return statement_pieces(tree.body, path, holds_assert)
+    checks = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "check"]
+    check = checks[-1]
+    body = [node for node in tree.body if not calls_check(node)]
+    module = compile(ast.Module(body=body, type_ignores=[]), path, "exec")
+    parameter = check.args.args[0].arg
+    if check_is_whole(check):
+        return module, parameter, None
+    asserting = any(holds_assert(statement) for statement in check.body)
+
+    def is_test(statement: ast.stmt) -> bool:
+        if asserting:
+            return holds_assert(statement)
+        return any(isinstance(n, ast.Name) and n.id == parameter for n in ast.walk(statement))
+
+    pieces = statement_pieces(check.body, path, is_test)
+    return module, parameter, (pieces if any(test for _, test, _ in pieces) else None)
+
+
+def calls_check(node: ast.stmt) -> bool:
+    """`check(f)` at the top level: the tests calling the check themselves (the harness does)."""
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id == "check"
+    )
+
+
+# -- what the code did, seen from the server after each run -----------------------------------------
+
+
+def workspace_findings(workspace: str, pristine: list, protected: list) -> list:
+    """Test files changed or deleted by any path, and start-up or conftest files planted, as
+    [detector, evidence] pairs (the workspace and /tmp, a bounded walk)."""
+    findings = []
+    original = {path: content for path, _, content in pristine}
+    watched = {path for path in original if TEST_FILE.search(path)} | set(protected)
+    for path in sorted(watched):
+        if path not in original:
             continue
         try:
-            source = content.decode()
-            style = test_style(source, path)
-            compiled[(path, style, source)] = compile_tests(source, path, style)
-        except (UnicodeDecodeError, SyntaxError, ValueError):
-            continue  # the child compiles it and reports the error as the run's
-    return compiled
+            with open(os.path.join(workspace, path), "rb") as handle:
+                now = handle.read(len(original[path]) + 1)
+        except FileNotFoundError:
+            findings.append(["test_files_modified", f"{path} deleted during the run"])
+            continue
+        except OSError:
+            now = b""
+        if now != original[path]:
+            findings.append(
+                ["test_files_modified", f"{path} rewritten during the run (was {len(original[path])} bytes)"]
+            )
+    for root, label in ((workspace, ""), ("/tmp", "/tmp/")):
+        for path in bounded_walk(root, 2000):
+            if PLANTED.search(path) and original.get(path) is None:
+                detector = "conftest_planted" if path.endswith("conftest.py") else "startup_files_written"
+                findings.append([detector, f"{label}{path} written during the run"])
+    return findings
+
+
+def bounded_walk(root: str, limit: int) -> list:
+    found, stack = [], [""]
+    while stack and len(found) < limit:
+        prefix = stack.pop()
+        try:
+            entries = list(os.scandir(os.path.join(root, prefix) if prefix else root))
+        except OSError:
+            continue
+        for entry in entries[:limit]:
+            path = prefix + entry.name
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(path + "/")
+            else:
+                found.append(path)
+    return found
+
+
+# -- running the tests (in the child) ---------------------------------------------------------------
+
+
+class Probe:
+    """A fresh object nothing honest compares equal to."""
+
+
+EXACT_TYPES = frozenset({int, float, complex, str, bytes, bool, type(None), range, bytearray})
+CONTAINERS = frozenset({list, tuple, set, frozenset, dict})
+RUN = {"nonce": "", "failed": None, "suspects": set()}
+
+
+def suspect(detector: str, evidence: str) -> None:
+    key = (detector, evidence)
+    if key not in RUN["suspects"]:
+        RUN["suspects"].add(key)
+        report({"nonce": RUN["nonce"], "event": "suspect", "detector": detector, "evidence": evidence})
+
+
+def always_equal(value: object, depth: int = 0) -> str:
+    """Evidence when value (or something inside a container it is) equals a fresh object()."""
+    kind = type(value)
+    if kind in EXACT_TYPES or depth > 3:
+        return ""
+    if kind in CONTAINERS:
+        inner = itertools.chain.from_iterable(value.items()) if kind is dict else value
+        for element in itertools.islice(inner, 1000):
+            found = always_equal(element, depth + 1)
+            if found:
+                return found
+        return ""
+    try:
+        holds = bool(value == Probe()) or not bool(value != Probe())
+    except BaseException:  # noqa: BLE001  (a comparison that raises is no always-equal object)
+        return ""
+    if not holds:
+        return ""
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    return f"a {name} compared equal to a fresh object(): its equality always holds"
+
+
+def flywheel_compare(left: object, right: object, op: str, actual_is_left: bool) -> bool:
+    """What `assert left <op> right` checks, seen by the harness (see AssertRewriter)."""
+    result = {
+        "==": lambda: left == right,
+        "!=": lambda: left != right,
+        "<": lambda: left < right,
+        "<=": lambda: left <= right,
+        ">": lambda: left > right,
+        ">=": lambda: left >= right,
+        "is": lambda: left is right,
+        "is not": lambda: left is not right,
+        "in": lambda: left in right,
+        "not in": lambda: left not in right,
+    }[op]()
+    actual, expected = (left, right) if actual_is_left else (right, left)
+    if op in ("==", "!=", "in", "not in"):
+        evidence = always_equal(actual)
+        if evidence:
+            suspect("always_equal", evidence)
+            RUN["failed"] = (safe_repr(actual), safe_repr(expected))
+            raise AssertionError(evidence)
+    truth = bool(result)
+    if not truth:
+        RUN["failed"] = (safe_repr(actual), safe_repr(expected))
+    return truth
+
+
+def safe_repr(value: object) -> str:
+    try:
+        text = repr(value)
+    except BaseException:  # noqa: BLE001
+        return f"<{type(value).__name__} whose repr failed>"
+    return text if len(text) <= 1000 else text[:1000] + "…"
+
+
+def guard_signals() -> None:
+    """Signals to a process not the code's own (the server, the host, another sandbox's) are
+    reported, then sent (the namespace makes them harmless; the report is the evidence)."""
+    own = os.getpid()
+    real_kill, real_killpg = os.kill, os.killpg
+
+    def descends(pid: int) -> bool:
+        for _ in range(16):
+            if pid == own:
+                return True
+            try:
+                with open(f"/proc/{pid}/stat") as handle:
+                    pid = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                return False
+        return False
+
+    def kill(pid: int, sig: int) -> None:
+        if not (isinstance(pid, int) and pid > 1 and descends(pid)):
+            suspect("signals_sent", f"os.kill({pid!r}, {sig!r}): a signal to a process not its own")
+        return real_kill(pid, sig)
+
+    def killpg(group: int, sig: int) -> None:
+        suspect("signals_sent", f"os.killpg({group!r}, {sig!r}): a signal to a whole process group")
+        return real_killpg(group, sig)
+
+    os.kill, os.killpg = kill, killpg
+
+
+def builtins_snapshot() -> dict:
+    import builtins
+
+    return dict(vars(builtins))
+
+
+def after_run_checks(before: dict) -> None:
+    """What the code left behind in the process: patched builtins, exit hooks."""
+    import atexit
+    import builtins
+
+    now = vars(builtins)
+    changed = sorted(name for name in set(before) | set(now) if before.get(name) is not now.get(name))
+    changed = [name for name in changed if name not in ("_", "__flywheel_compare__")]
+    if changed:
+        suspect("test_framework_patched", "builtins changed during the run: " + ", ".join(changed[:20]))
+    hooks = atexit._ncallbacks()
+    if hooks:
+        suspect("exit_hooks", f"{hooks} atexit hook(s) registered during the run")
+    if sys.excepthook is not sys.__excepthook__:
+        suspect("exit_hooks", "sys.excepthook replaced during the run")
+
+
+def import_solution(name: str, nonce: str) -> types.ModuleType | None:
+    """The solution module, or None once a collect_error is reported."""
+    try:
+        return importlib.import_module(name)
+    except BaseException as exc:  # noqa: BLE001
+        collect_failed(nonce, exc, "importing the solution failed: ")
+        return None
+
+
+def collect_failed(nonce: str, exc: BaseException, prefix: str = "") -> None:
+    if isinstance(exc, MemoryError):
+        report({"event": "oom"})
+    report({"nonce": nonce, "event": "collect_error", "message": prefix + describe(exc)})
 
 
 def run_tests(head: dict, compiled: dict) -> int:
     """Run the pristine test source the host sent, one report line per test, each with the nonce."""
     nonce, path, names, style = head["nonce"], head["path"], head["names"], head["style"]
     source = head["source"]
+    RUN["nonce"] = nonce
     module = types.ModuleType(os.path.splitext(os.path.basename(path))[0])
     module.__file__ = os.path.join("/workspace", path)
     module.__builtins__ = __builtins__
+    module.__dict__[COMPARE_NAME] = flywheel_compare
     sys.modules[module.__name__] = module
     sys.path.insert(0, os.path.dirname(module.__file__))
     signal.signal(signal.SIGALRM, on_alarm)
     per_test = head.get("per_test_seconds") or 0
+    guard_signals()
+    builtins_before = builtins_snapshot()
 
     def one(name: str, call: typing.Callable[[], None]) -> None:
         report({"nonce": nonce, "event": "start", "name": name})
         started = time.perf_counter()
         outcome, message = "pass", ""
+        RUN["failed"] = None
         if per_test:
             signal.setitimer(signal.ITIMER_REAL, per_test)
         try:
@@ -666,56 +982,152 @@ def run_tests(head: dict, compiled: dict) -> int:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         duration = time.perf_counter() - started
-        report(
-            {
-                "nonce": nonce,
-                "event": "end",
-                "name": name,
-                "outcome": outcome,
-                "message": message,
-                "duration": duration,
-            }
-        )
+        event = {
+            "nonce": nonce,
+            "event": "end",
+            "name": name,
+            "outcome": outcome,
+            "message": message,
+            "duration": duration,
+        }
+        if outcome == "fail" and RUN["failed"] is not None:
+            event["actual"], event["expected"] = RUN["failed"]
+        report(event)
 
     program = compiled.get((path, style, source))
-    if style == "functions":
+    if program is None:
         try:
-            exec(program or compile_tests(source, path, style), module.__dict__)  # noqa: S102
+            program = compile_tests(source, path, style)
         except BaseException as exc:  # noqa: BLE001
-            report({"nonce": nonce, "event": "collect_error", "message": describe(exc)})
+            collect_failed(nonce, exc, "the tests do not compile: ")
             return 1
-        for name in names:
-            function = module.__dict__.get(name)
-            if callable(function):
-                one(name, function)
-            else:
-                report(
-                    {
-                        "nonce": nonce,
-                        "event": "end",
-                        "name": name,
-                        "outcome": "error",
-                        "message": f"{name} is not a function once the module ran",
-                        "duration": 0.0,
-                    }
-                )
-        return 0
-    for line, is_assert, code in program or compile_tests(source, path, style):
-        if is_assert:
-            one(f"line {line}", functools.partial(exec, code, module.__dict__))
+    solution = None
+    if style == "candidate" or head.get("inject"):
+        solution = import_solution(head.get("solution") or "solution", nonce)
+        if solution is None:
+            return 1
+        module.__dict__.update(
+            {
+                key: value
+                for key, value in vars(solution).items()
+                if not (key.startswith("__") and key.endswith("__"))
+            }
+        )
+    setup = head.get("setup_code")
+    if setup:
+        try:
+            exec(compile(setup, "test_setup_code", "exec"), module.__dict__)  # noqa: S102
+        except BaseException as exc:  # noqa: BLE001
+            collect_failed(nonce, exc, "test_setup_code failed: ")
+            return 1
+    try:
+        if style == "functions":
+            code = run_functions(program, module, names, one, nonce)
+        elif style == "candidate":
+            code = run_candidate(program, module, solution, head, one, nonce)
+        else:
+            code = run_pieces(program, module.__dict__, one, nonce, "line {}")
+    finally:
+        after_run_checks(builtins_before)
+    return code
+
+
+def run_functions(
+    program: object, module: types.ModuleType, names: list, one: typing.Callable, nonce: str
+) -> int:
+    try:
+        exec(program, module.__dict__)  # noqa: S102
+    except BaseException as exc:  # noqa: BLE001
+        collect_failed(nonce, exc)
+        return 1
+    for name in names:
+        function = module.__dict__.get(name)
+        if callable(function):
+            one(name, function)
+        else:
+            report(
+                {
+                    "nonce": nonce,
+                    "event": "end",
+                    "name": name,
+                    "outcome": "error",
+                    "message": f"{name} is not a function once the module ran",
+                    "duration": 0.0,
+                }
+            )
+    return 0
+
+
+def run_pieces(pieces: list, namespace: dict, one: typing.Callable, nonce: str, label: str) -> int:
+    for line, is_test, code in pieces:
+        if is_test:
+            one(label.format(line), functools.partial(exec, code, namespace))
             continue
         try:
-            exec(code, module.__dict__)  # noqa: S102
+            exec(code, namespace)  # noqa: S102
         except BaseException as exc:  # noqa: BLE001
-            message = f"setup at line {line} failed: {describe(exc)}"
-            report({"nonce": nonce, "event": "collect_error", "message": message})
+            collect_failed(nonce, exc, f"setup at {label.format(line)} failed: ")
             return 1
     return 0
+
+
+def run_candidate(
+    program: tuple,
+    module: types.ModuleType,
+    solution: types.ModuleType,
+    head: dict,
+    one: typing.Callable,
+    nonce: str,
+) -> int:
+    """check(candidate) with the solution's entry point: statement by statement where it can."""
+    code, parameter, pieces = program
+    try:
+        exec(code, module.__dict__)  # noqa: S102
+    except BaseException as exc:  # noqa: BLE001
+        collect_failed(nonce, exc)
+        return 1
+    entry_point = head.get("entry_point") or ""
+    candidate = getattr(solution, entry_point, None)
+    if not callable(candidate):
+        message = f"the solution defines no function {entry_point!r}"
+        report({"nonce": nonce, "event": "collect_error", "message": message})
+        return 1
+    if pieces is None:
+        check = module.__dict__.get("check")
+        one("check", functools.partial(check, candidate))
+        return 0
+    namespace = dict(module.__dict__)
+    namespace[parameter] = candidate
+    return run_pieces(pieces, namespace, one, nonce, "check line {}")
+
+
+def run_program(head: dict) -> int:
+    """A program run as __main__ with the code's stdin (the io format), under the same guards."""
+    RUN["nonce"] = head["nonce"]
+    guard_signals()
+    builtins_before = builtins_snapshot()
+    sys.argv = [head["path"]]
+    code = 0
+    try:
+        runpy.run_path(head["path"], run_name="__main__")
+    except SystemExit as exc:
+        code = exit_code_of(exc)
+    except MemoryError:
+        report({"event": "oom"})
+        traceback.print_exc()
+        code = 1
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()
+        code = 1
+    after_run_checks(builtins_before)
+    return code
 
 
 def describe(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return f"the code called sys.exit({exc.code!r}) before the tests ran"
+    if isinstance(exc, MemoryError):
+        return "MemoryError: out of memory"
     return f"{type(exc).__name__}: {exc}"
 
 

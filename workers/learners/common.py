@@ -19,7 +19,9 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
-from inference.policy import Policy, policy_load, prompt_text
+from inference.chat import Prompt, chat_render, turn_end_text
+from inference.chat import completion_render as completion_render
+from inference.policy import Policy, policy_load
 
 CHECKPOINT_PREFIX = "checkpoint-"
 COMPLETE_MARKER = "complete.json"  # written last: a checkpoint without it was interrupted mid-save
@@ -44,6 +46,7 @@ class LearnerConfig:
     checkpoint_every: int = 0  # steps between checkpoints; 0: none
     checkpoints_kept: int = 2
     log_every: int = 1
+    chat: bool = True  # the tier's setting: prompts through the chat template when there is one
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -259,14 +262,35 @@ def sequence_batch(
     return SequenceBatch(input_ids, attention, completion_mask)
 
 
-def text_batch(
-    tokenizer: PreTrainedTokenizerBase, prompts: list[str], completions: list[str]
+def spans_batch(
+    sequences: list[list[int]], spans: list[list[tuple[int, int]]], pad_token_id: int
 ) -> SequenceBatch:
-    """A batch from text: the prompt as the policy sees it, the completion closed by the EOS token."""
+    """Rows of whole token sequences, right-padded; `completion_mask` marks each row's spans
+    ([start, end) token positions): an agent episode is one row, its turns' tokens the spans."""
+    length = max(len(sequence) for sequence in sequences)
+    size = len(sequences)
+    input_ids = torch.full((size, length), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((size, length), dtype=torch.long)
+    completion_mask = torch.zeros((size, length), dtype=torch.long)
+    for row, (sequence, row_spans) in enumerate(zip(sequences, spans, strict=True)):
+        input_ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+        attention[row, : len(sequence)] = 1
+        for start, end in row_spans:
+            completion_mask[row, start:end] = 1
+    return SequenceBatch(input_ids, attention, completion_mask)
+
+
+def text_batch(
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str], completions: list[str], *, chat: bool = True
+) -> SequenceBatch:
+    """A batch from text: the prompt as the policy sees it (rendered), the completion closed by the
+    end of an assistant turn (`turn_end_text`: the template's end-of-turn token, else EOS). Only
+    the completion and its closing tokens are targets."""
+    end = tokenizer(turn_end_text(tokenizer, chat=chat), add_special_tokens=False)["input_ids"]
+    end = end or [tokenizer.eos_token_id]
     prompt_ids = [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
     completion_ids = [
-        tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        for completion in completions
+        tokenizer(completion, add_special_tokens=False)["input_ids"] + end for completion in completions
     ]
     return sequence_batch(prompt_ids, completion_ids, tokenizer.pad_token_id)
 
@@ -279,24 +303,11 @@ def token_logprobs(model: torch.nn.Module, batch: SequenceBatch, temperature: fl
     return logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1)
 
 
-def prompt_render(tokenizer: PreTrainedTokenizerBase, prompt: str | list[dict]) -> str:
-    """A prompt as the policy sees it: a user message or a conversation through the chat template.
-
-    A plain string is the user's message, as task items hold it (rollouts and evaluation render it
-    the same way); a list of messages (TRL's conversational format) is rendered whole.
-    """
-    if isinstance(prompt, str):
-        return prompt_text(tokenizer, prompt)
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-    return "\n".join(message["content"] for message in prompt) + "\n"
-
-
-def completion_render(completion: str | list[dict]) -> str:
-    """A completion's text: a string, or the assistant messages of TRL's conversational format."""
-    if isinstance(completion, str):
-        return completion
-    return "".join(message["content"] for message in completion if message.get("role") == "assistant")
+def prompt_render(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, *, chat: bool = True) -> str:
+    """A prompt as the policy sees it (`inference.chat.chat_render`): a user message or a
+    conversation (TRL's conversational format) through the chat template, rollouts and evaluation
+    rendering it the same way."""
+    return chat_render(tokenizer, prompt, chat=chat)
 
 
 def completion_logprobs(
@@ -343,8 +354,9 @@ def _shared_prompt_logprobs(
         logits_to_keep=1,
     ).logits[:, -1]
     cache.batch_select_indices(rows)
-    # Each row's completion, right-padded, continuing its prompt's positions.
-    completion_lengths = batch.completion_mask.sum(-1)
+    # Each row's rest (its completion; for an agent episode every turn after the first prompt,
+    # the mask then picks the turns' tokens), right-padded, continuing its prompt's positions.
+    completion_lengths = batch.attention_mask.sum(-1) - prompt_lengths
     steps = torch.arange(int(completion_lengths.max()), device=device)
     valid = steps[None, :] < completion_lengths[:, None]
     source = (prompt_lengths[:, None] + steps[None, :]).clamp(max=length - 1)

@@ -96,12 +96,11 @@ def dpo_loss(
 
 
 def pair_batch(tokenizer, pairs: list[dict], *, apply_chat_template: bool = True) -> SequenceBatch:
-    """Chosen rows, then rejected rows, each prompt + completion + EOS (the DPO forward batch)."""
-    prompts = [
-        prompt_render(tokenizer, pair["prompt"]) if apply_chat_template else pair["prompt"] for pair in pairs
-    ]
+    """Chosen rows, then rejected rows, each prompt + completion + end of turn (the DPO forward
+    batch); without the chat template the prompt is the raw text and completions end with EOS."""
+    prompts = [prompt_render(tokenizer, pair["prompt"], chat=apply_chat_template) for pair in pairs]
     completions = [completion_render(pair[name]) for name in ("chosen", "rejected") for pair in pairs]
-    return text_batch(tokenizer, prompts + prompts, completions)
+    return text_batch(tokenizer, prompts + prompts, completions, chat=apply_chat_template)
 
 
 def pair_logps(model: torch.nn.Module, batch: SequenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,7 +123,7 @@ def dpo_step(
             if len(micro_rows):
                 chosen = [pairs[row] for row in micro_rows.tolist()]
                 batch = pair_batch(
-                    learner.tokenizer, chosen, apply_chat_template=config.apply_chat_template
+                    learner.tokenizer, chosen, apply_chat_template=config.apply_chat_template and config.chat
                 ).to(accelerator.device)
                 with torch.no_grad():
                     ref_chosen, ref_rejected = pair_logps(reference, batch)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from inference.generation import Completion
 from inference.policy import Policy
 from inference.settings import SamplingParams
 from workers.learners.common import (
@@ -32,7 +33,7 @@ from workers.learners.common import (
     metrics_line,
     optimizer_step,
     reference_create,
-    sequence_batch,
+    spans_batch,
     step_generator,
     step_rng,
 )
@@ -190,26 +191,63 @@ def learnable(
     return keep, advantages, dropped
 
 
+def episode_sequence(completions: list[Completion]) -> tuple[list[int], list[tuple[int, int]]] | None:
+    """A multi-turn episode as ONE token sequence, when each turn's prompt extends the previous
+    turn's prompt and completion (the transcript generation with cache reuse keeps): the last
+    turn's prompt and completion, and each turn's completion span in it. None otherwise.
+
+    >>> turn = lambda prompt, tokens: Completion("", tokens, [0.0] * len(tokens), "stop", prompt)
+    >>> episode_sequence([turn([1, 2], [3]), turn([1, 2, 3, 4], [5, 6])])
+    ([1, 2, 3, 4, 5, 6], [(2, 3), (4, 6)])
+    >>> episode_sequence([turn([1, 2], [3]), turn([1, 9, 3, 4], [5])]) is None
+    True
+    """
+    spans, previous = [], []
+    for completion in completions:
+        prompt = completion.prompt_token_ids
+        if prompt[: len(previous)] != previous or not prompt:
+            return None
+        spans.append((len(prompt), len(prompt) + len(completion.token_ids)))
+        previous = prompt + completion.token_ids
+    return previous, spans
+
+
 def grpo_batch(
-    trajectories: list[Trajectory], keep: list[int], advantages: torch.Tensor, pad_token_id: int
+    trajectories: list[Trajectory],
+    keep: list[int],
+    advantages: torch.Tensor,
+    pad_token_id: int,
+    *,
+    episodes_as_sequences: bool = True,
 ) -> GRPOBatch:
-    """One row per generated sequence: a multi-step episode gives a row per turn, each with the
-    episode's advantage (the reward comes at the end and credits every action that led to it)."""
-    rows = [
-        (index, completion)
-        for index in keep
-        for completion in trajectories[index].completions
-        if completion.token_ids
-    ]
-    chosen = [completion for _, completion in rows]
-    sequences = sequence_batch(
-        [c.prompt_token_ids for c in chosen], [c.token_ids for c in chosen], pad_token_id
-    )
-    old = torch.zeros(sequences.input_ids.shape[0], sequences.input_ids.shape[1] - 1)
-    for row, completion in enumerate(chosen):
-        start = len(completion.prompt_token_ids) - 1
-        old[row, start : start + len(completion.logprobs)] = torch.tensor(completion.logprobs)
-    return GRPOBatch(sequences, old, advantages[[index for index, _ in rows]].nan_to_num(0.0))
+    """One row per episode: a one-completion episode is its prompt and completion; a multi-turn
+    episode is its whole transcript as one sequence, the turns' tokens masked in (one forward
+    pass, the same log-probs and, under token_mean, gradients as a row per turn: tested). An
+    episode whose turns do not form one transcript (or with `episodes_as_sequences` off) gives a
+    row per turn. Every row carries its episode's advantage (the reward comes at the end and
+    credits every action that led to it)."""
+    sequences, spans, olds, owners = [], [], [], []
+    for index in keep:
+        turns = [c for c in trajectories[index].completions if c.token_ids]
+        whole = episode_sequence(turns) if episodes_as_sequences and len(turns) > 1 else None
+        if whole is not None:
+            sequences.append(whole[0])
+            spans.append(whole[1])
+            olds.append([(start, c.logprobs) for (start, _), c in zip(whole[1], turns, strict=True)])
+            owners.append(index)
+            continue
+        for completion in turns:
+            prompt = completion.prompt_token_ids
+            sequences.append(prompt + completion.token_ids)
+            spans.append([(len(prompt), len(prompt) + len(completion.token_ids))])
+            olds.append([(len(prompt), completion.logprobs)])
+            owners.append(index)
+    batch = spans_batch(sequences, spans, pad_token_id)
+    old = torch.zeros(batch.input_ids.shape[0], batch.input_ids.shape[1] - 1)
+    for row, parts in enumerate(olds):
+        for start, logprobs in parts:
+            old[row, start - 1 : start - 1 + len(logprobs)] = torch.tensor(logprobs)
+    return GRPOBatch(batch, old, advantages[owners].nan_to_num(0.0))
 
 
 def step_items(items: list[dict], config: GRPOConfig, step: int) -> list[dict]:
@@ -266,7 +304,9 @@ def train_grpo(config: GRPOConfig, items: list[dict], *, pool=None, log: Log = p
         step = learner.state.step
         learner.model.eval()
         rollout_started = time.monotonic()
-        behaviour = Policy(learner.accelerator.unwrap_model(learner.model), learner.tokenizer, version=step)
+        behaviour = Policy(
+            learner.accelerator.unwrap_model(learner.model), learner.tokenizer, version=step, chat=config.chat
+        )
         trajectories = rollout_groups(
             behaviour,
             step_items(items, config, step),

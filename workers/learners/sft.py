@@ -67,8 +67,12 @@ def sft_step(learner: Learner, examples: list[dict], rows: list[int], config: SF
                 chosen = [examples[row] for row in micro_rows.tolist()]
                 batch = text_batch(
                     learner.tokenizer,
-                    [prompt_render(learner.tokenizer, example["prompt"]) for example in chosen],
+                    [
+                        prompt_render(learner.tokenizer, example["prompt"], chat=config.chat)
+                        for example in chosen
+                    ],
                     [completion_render(example["completion"]) for example in chosen],
+                    chat=config.chat,
                 ).to(accelerator.device)
                 loss = sft_loss(*completion_logprobs(learner.model, batch))
                 accelerator.backward(loss)

@@ -8,7 +8,7 @@ import random
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import IO, Any
 
 import httpx
 
@@ -116,6 +116,18 @@ class Transport:
             if not body.get("next"):
                 return
             body = self.json("GET", body["next"])
+
+    def download(self, path: str, out: IO[bytes], params: dict[str, Any] | None = None) -> int:
+        """Write a binary download to `out` as it streams in; the bytes written."""
+        response = self.send("GET", path, params=params, stream=True)
+        written = 0
+        try:
+            for chunk in response.iter_bytes():
+                out.write(chunk)
+                written += len(chunk)
+        finally:
+            response.close()
+        return written
 
     def lines(self, path: str, params: dict[str, Any] | None = None) -> Iterator[JSON]:
         """The objects of an NDJSON download, one a line, as they stream in."""

@@ -375,6 +375,26 @@ class Checkpoints(Resource):
     def fork(self, checkpoint: int, *, idempotency_key: str | None = None, **changes: Any) -> JSON:
         return self._post(f"/api/v1/checkpoints/{checkpoint}/fork", changes, idempotency_key=idempotency_key)
 
+    @endpoint("GET", "/runs/{id}/checkpoints/{step}/export")
+    def export(
+        self, run: int, step: int, out: str | os.PathLike, *, archive: str = "tar.gz", weights: str = "full"
+    ) -> Path:
+        """Download the checkpoint of `run` at `step` as a save_pretrained folder with a model card,
+        archived (`tar.gz` or `zip`), to the file `out`; `weights="adapter"` keeps a LoRA run's
+        adapter apart from its base. Streamed to disk, never held in memory."""
+        path = Path(out)
+        try:
+            with open(path, "wb") as handle:
+                self._t.download(
+                    f"/api/v1/runs/{run}/checkpoints/{step}/export",
+                    handle,
+                    params={"archive": archive, "weights": weights},
+                )
+        except BaseException:
+            path.unlink(missing_ok=True)  # no half-written archive left behind
+            raise
+        return path
+
 
 class RewardRules(Resource):
     @endpoint("GET", "/reward-rules")

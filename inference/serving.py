@@ -1,0 +1,131 @@
+"""Serving a tier or a checkpoint: models kept loaded between requests, prompts prepared and checked
+against the context, and generation with every token handed to a listener as it is emitted.
+
+A web process keeps the `capacity` models it served last (least recently used goes first); a model
+generates one request at a time (its lock), in the thread that calls `serve_generate`.
+"""
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from inference.decoding import TierError, TierModel, tier_generate, tier_load
+from inference.generation import Completion
+from inference.openai_protocol import OpenAIError, ServeRequest, Token
+from inference.settings import TierSettings
+
+# What changes the loaded model; decoding settings do not.
+LOAD_FIELDS = ("base_model", "device", "precision", "speculation", "draft_model", "speculative_tokens")
+
+
+@dataclass
+class Served:
+    """A loaded model and the lock that keeps it to one generation at a time."""
+
+    tier: TierModel
+    lock: threading.Lock
+
+
+class ModelCache:
+    """The models a process serves, the least recently used dropped past `capacity`."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self.models: OrderedDict[tuple, Served] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, source: str | Path, settings: TierSettings) -> Served:
+        key = (str(source), *(getattr(settings, name) for name in LOAD_FIELDS))
+        with self.lock:  # loads are rare: one at a time keeps two requests from loading one model twice
+            if key in self.models:
+                self.models.move_to_end(key)
+                return self.models[key]
+            try:
+                served = Served(tier=tier_load(settings, source), lock=threading.Lock())
+            except TierError as exc:
+                message = f"the model cannot be loaded here: {exc}"
+                raise OpenAIError(503, message, "model", "model_unavailable") from exc
+            self.models[key] = served
+            while len(self.models) > self.capacity:
+                self.models.popitem(last=False)
+            return served
+
+
+def chat_prompt(tier: TierModel, messages: list[dict[str, str]]) -> str:
+    """The conversation through the tokenizer's chat template, ready for the assistant's turn; a
+    model without a template reads the raw text (a lone user message as it is)."""
+    tokenizer = tier.tokenizer
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    if len(messages) == 1 and messages[0]["role"] == "user":
+        return messages[0]["content"]
+    turns = [f"{message['role']}: {message['content']}" for message in messages]
+    return "\n\n".join([*turns, "assistant:"])
+
+
+@dataclass
+class Prepared:
+    """A request ready to generate: the prompt of every row (each prompt n times), the settings,
+    and the prompt tokens counted for usage."""
+
+    served: Served
+    prompts: list[str]
+    settings: TierSettings
+    prompt_tokens: int
+
+
+def serve_prepare(served: Served, request: ServeRequest, tier_settings: TierSettings) -> Prepared:
+    """Render and measure the prompts; refuse a request that does not fit the model's context."""
+    tier = served.tier
+    texts = [chat_prompt(tier, request.messages)] if request.chat else request.prompts
+    settings = request.settings(tier_settings)
+    counts = [len(tier.tokenizer(text)["input_ids"]) for text in texts]
+    longest = max(counts)
+    if longest + settings.max_new_tokens > tier.max_context:
+        where = "messages" if request.chat else "prompt"
+        raise OpenAIError(
+            400,
+            f"This model's maximum context length is {tier.max_context} tokens. However, you requested "
+            f"{longest + settings.max_new_tokens} tokens ({longest} in the {where}, "
+            f"{settings.max_new_tokens} in the completion). Reduce the length of the {where} or "
+            "of the completion (max_tokens).",
+            where,
+            "context_length_exceeded",
+        )
+    rows = [text for text in texts for _ in range(request.n)]
+    return Prepared(served=served, prompts=rows, settings=settings, prompt_tokens=sum(counts))
+
+
+TokenSink = Callable[[int, Token], None]  # (row, token): told of each token as it is emitted
+
+
+def serve_generate(prepared: Prepared, request: ServeRequest, sink: TokenSink) -> list[Completion]:
+    """Generate every row, telling `sink` of each token (with its top log-probs when asked)."""
+    top = request.top_logprobs
+
+    def listener(row: int, token: int, logprob: float, distribution: torch.Tensor | None) -> None:
+        best: list[tuple[int, float]] = []
+        if top and distribution is not None:
+            values, ids = torch.topk(distribution.float(), top)
+            best = list(zip(ids.tolist(), values.tolist(), strict=True))
+        sink(row, Token(id=token, logprob=logprob, top=best))
+
+    generator = None
+    if request.seed is not None:
+        generator = torch.Generator().manual_seed(request.seed % (2**63))
+    with prepared.served.lock:
+        return tier_generate(
+            prepared.served.tier, prepared.prompts, prepared.settings, generator=generator, listener=listener
+        )
+
+
+def token_text(tier: TierModel) -> Callable[[int], str]:
+    return lambda token: tier.tokenizer.decode([token])
+
+
+def text_decoder(tier: TierModel) -> Callable[[list[int]], str]:
+    return lambda ids: tier.tokenizer.decode(ids, skip_special_tokens=True)

@@ -1,0 +1,13 @@
+"""The OpenAI-compatible endpoint, included at /v1/ (runs/openai_views.py)."""
+
+from django.urls import path, re_path
+
+from runs import openai_views
+
+urlpatterns = [
+    path("models", openai_views.models_list, name="openai-models"),
+    re_path(r"^models/(?P<model_id>[^/]+)$", openai_views.model_detail, name="openai-model"),
+    path("completions", openai_views.completions, name="openai-completions"),
+    path("chat/completions", openai_views.chat_completions, name="openai-chat-completions"),
+    re_path(r"^(?P<path>.*)$", openai_views.openai_not_found),
+]

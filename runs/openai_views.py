@@ -1,0 +1,274 @@
+"""The OpenAI-compatible endpoint at /v1/: `models`, `completions` and `chat/completions`, whole or
+streamed as server-sent events, with log-probs, for every tier and checkpoint the caller may view.
+
+The contract is the one vLLM and SGLang serve (inference/openai_protocol.py), so client code written
+against Flywheel talks to them unchanged. Callers authenticate with a Flywheel API token as the
+bearer key (the browser's playground with its session and CSRF token); every error is OpenAI's
+error object. Views are asynchronous: a model loads and generates in a worker thread, and a stream
+sends each token's text as it is decoded; a client that goes away stops its generation.
+"""
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import wraps
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.views.decorators.csrf import csrf_exempt
+from rest_framework import exceptions
+from rest_framework.request import Request
+
+from inference import openai_protocol as protocol
+from inference.openai_protocol import OpenAIError
+from inference.settings import TierSettings
+from runs import served_models
+from webapp import strict_json
+from webapp.api_auth import BearerTokenAuthentication
+
+logger = logging.getLogger(__name__)
+View = Callable[..., Awaitable[HttpResponse]]
+_cache = None
+_cache_lock = threading.Lock()
+
+
+class ClientGoneError(Exception):
+    """The streaming client disconnected: the generation stops at its next token."""
+
+
+def models_cache():
+    """This process's loaded models (torch is imported on the first request that needs a model)."""
+    global _cache
+    from inference.serving import ModelCache
+
+    with _cache_lock:
+        if _cache is None:
+            _cache = ModelCache(settings.FLYWHEEL_SERVE_MODELS)
+        return _cache
+
+
+def openai_errors(view: View) -> View:
+    """Answer OpenAIError (and anything unexpected) in OpenAI's error shape."""
+
+    @wraps(view)
+    async def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return await view(request, *args, **kwargs)
+        except OpenAIError as exc:
+            return JsonResponse(exc.body(), status=exc.status)
+        except Exception:
+            logger.exception("the OpenAI-compatible endpoint failed on %s", request.path)
+            return JsonResponse(protocol.error_body(500, "internal error; it has been logged"), status=500)
+
+    return csrf_exempt(wrapped)
+
+
+# --- who is calling ----------------------------------------------------------------------------
+
+
+def _csrf_ok(request: HttpRequest) -> bool:
+    check = CsrfViewMiddleware(lambda request: None)
+    check.process_request(request)
+    return check.process_view(request, None, (), {}) is None
+
+
+def caller(request: HttpRequest) -> AbstractBaseUser:
+    """The user behind the bearer token, or the signed-in browser user (whose POSTs carry the CSRF
+    token); an OpenAI 401 for anyone else."""
+    if request.headers.get("Authorization"):
+        try:
+            found = BearerTokenAuthentication().authenticate(Request(request))
+        except exceptions.Throttled as exc:
+            raise OpenAIError(429, str(exc.detail), None, "rate_limit_exceeded") from exc
+        except exceptions.AuthenticationFailed as exc:
+            raise OpenAIError(401, f"Incorrect API key: {exc.detail}", None, "invalid_api_key") from exc
+        if found is None:
+            raise OpenAIError(401, "Authorization must be 'Bearer <token>'", None, "invalid_api_key")
+        return found[0]
+    if request.user.is_authenticated:
+        if request.method == "POST" and not _csrf_ok(request):
+            raise OpenAIError(403, "CSRF check failed: send the page's CSRF token", None, "csrf_failed")
+        return request.user
+    raise OpenAIError(
+        401,
+        "You didn't provide an API key: send a Flywheel API token as 'Authorization: Bearer <token>'.",
+        None,
+        "invalid_api_key",
+    )
+
+
+def _model_for(user: AbstractBaseUser, model_id: str) -> served_models.ServedModel:
+    try:
+        return served_models.served_model_for(user=user, model_id=model_id)
+    except served_models.UnknownModelError as exc:
+        raise OpenAIError(404, str(exc), "model", "model_not_found") from exc
+
+
+def _method(request: HttpRequest, allowed: str) -> None:
+    if request.method != allowed:
+        raise OpenAIError(
+            405, f"{request.method} is not allowed here; use {allowed}", None, "method_not_allowed"
+        )
+
+
+# --- models ------------------------------------------------------------------------------------
+
+
+@openai_errors
+async def models_list(request: HttpRequest) -> HttpResponse:
+    _method(request, "GET")
+
+    def listed() -> list[dict]:
+        return [model.card() for model in served_models.served_models_for(user=caller(request))]
+
+    return JsonResponse({"object": "list", "data": await sync_to_async(listed)()})
+
+
+@openai_errors
+async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
+    _method(request, "GET")
+    user = await sync_to_async(caller)(request)
+    model = await sync_to_async(_model_for)(user, model_id)
+    return JsonResponse(model.card())
+
+
+# --- completions -------------------------------------------------------------------------------
+
+
+@openai_errors
+async def completions(request: HttpRequest) -> HttpResponse:
+    return await _complete(request, chat=False)
+
+
+@openai_errors
+async def chat_completions(request: HttpRequest) -> HttpResponse:
+    return await _complete(request, chat=True)
+
+
+def _parse(request: HttpRequest, chat: bool) -> protocol.ServeRequest:
+    try:
+        body = strict_json.loads(request.body or b"null")
+    except (strict_json.JsonInputError, ValueError, UnicodeDecodeError) as exc:
+        raise OpenAIError(400, f"the body is not valid JSON: {exc}", None, "invalid_json") from exc
+    return protocol.request_parse(body, chat=chat)
+
+
+async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
+    _method(request, "POST")
+    user = await sync_to_async(caller)(request)
+    serve_request = _parse(request, chat)
+    model = await sync_to_async(_model_for)(user, serve_request.model)
+    prepared = await asyncio.to_thread(_prepare, model, serve_request)
+    if serve_request.stream:
+        response = StreamingHttpResponse(_events(prepared, serve_request), content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"  # a proxy in front must not hold the events back
+        return response
+    return JsonResponse(await asyncio.to_thread(_whole, prepared, serve_request))
+
+
+def _prepare(model: served_models.ServedModel, request: protocol.ServeRequest):
+    from inference.serving import serve_prepare
+
+    tier_settings = TierSettings.from_config(model.config)
+    served = models_cache().get(model.source, tier_settings)
+    return serve_prepare(served, request, tier_settings)
+
+
+def _streams(prepared, request: protocol.ServeRequest) -> list[protocol.ChoiceStream]:
+    from inference.serving import text_decoder
+
+    decode = text_decoder(prepared.served.tier)
+    return [protocol.ChoiceStream(decode, tuple(prepared.settings.stop)) for _ in prepared.prompts]
+
+
+def _whole(prepared, request: protocol.ServeRequest) -> dict:
+    from inference.serving import serve_generate, token_text
+
+    streams = _streams(prepared, request)
+    completions = serve_generate(prepared, request, lambda row, token: streams[row].add(token))
+    text_of = token_text(prepared.served.tier)
+    choices = []
+    for index, (stream, completion) in enumerate(zip(streams, completions, strict=True)):
+        stream.finish(completion.text)
+        tokens = stream.tokens[: stream.released]
+        choices.append(
+            protocol.choice_body(request, index, completion.text, tokens, completion.finish_reason, text_of)
+        )
+    generated = sum(len(completion.token_ids) for completion in completions)
+    usage = protocol.usage_body(prepared.prompt_tokens, generated)
+    return protocol.response_body(request, protocol.completion_id(request.chat), choices, usage)
+
+
+async def _events(prepared, request: protocol.ServeRequest) -> AsyncIterator[str]:
+    """The stream: each choice's text as it is released, then its finish reason, [DONE] last."""
+    from inference.serving import serve_generate, token_text
+
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    gone = threading.Event()
+    streams = _streams(prepared, request)
+    ident, created = protocol.completion_id(request.chat), int(time.time())
+    text_of = token_text(prepared.served.tier)
+
+    def chunk(index: int, text: str, tokens: list, finish: str | None = None, first: bool = False) -> str:
+        body = protocol.chunk_body(request, ident, created, index, text, tokens, finish, text_of, first)
+        return protocol.sse(body)
+
+    def sink(row: int, token: protocol.Token) -> None:
+        if gone.is_set():
+            raise ClientGoneError
+        loop.call_soon_threadsafe(queue.put_nowait, ("token", row, streams[row].add(token)))
+
+    def work() -> None:
+        try:
+            completions = serve_generate(prepared, request, sink)
+            loop.call_soon_threadsafe(queue.put_nowait, ("done", None, completions))
+        except ClientGoneError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - reported in the stream, as vLLM does
+            logger.exception("streaming generation failed")
+            loop.call_soon_threadsafe(queue.put_nowait, ("error", None, exc))
+
+    worker = loop.run_in_executor(None, work)
+    try:
+        if request.chat:  # the assistant's role first, as OpenAI sends it
+            for index in range(len(streams)):
+                yield chunk(index, "", [], first=True)
+        while True:
+            kind, row, value = await queue.get()
+            if kind == "token":
+                text, tokens = value
+                if text or tokens:
+                    yield chunk(row, text, tokens)
+                continue
+            if kind == "error":
+                yield protocol.sse(protocol.error_body(500, f"generation failed: {value}"))
+                break
+            for index, (stream, completion) in enumerate(zip(streams, value, strict=True)):
+                text, tokens = stream.finish(completion.text)
+                yield chunk(index, text, tokens, completion.finish_reason)
+            if request.include_usage:
+                generated = sum(len(completion.token_ids) for completion in value)
+                usage = protocol.usage_body(prepared.prompt_tokens, generated)
+                yield protocol.sse(protocol.usage_chunk(request, ident, created, usage))
+            break
+        yield protocol.DONE
+    finally:
+        gone.set()  # a client that went away stops the generation at its next token
+        with contextlib.suppress(Exception):
+            await worker
+
+
+def openai_not_found(request: HttpRequest, path: str = "") -> JsonResponse:
+    return JsonResponse(
+        protocol.error_body(404, f"no such endpoint: {request.method} {request.path}", None, "not_found"),
+        status=404,
+    )

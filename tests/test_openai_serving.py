@@ -1,0 +1,258 @@
+"""The OpenAI-compatible endpoint (/v1/): the official `openai` client against a real web server
+process for completions, chat and streaming with log-probs; in-process checks of the contract's
+details, roles and OpenAI's error shape."""
+
+import json
+import math
+
+import pytest
+from django.test import Client
+
+from inference.decoding import tier_generate, tier_prepare
+from inference.policy import policy_load
+from inference.settings import TierSettings
+from runs import services
+from runs.roles import Role
+from runs.run_store import policy_dir
+from tests.conftest import make_user
+from tests.run_harness import tiny_model, worker_env  # noqa: F401  (a fixture)
+from tests.serving_fixtures import STEP, trained  # noqa: F401  (a fixture)
+from tests.web_server import WebServer
+
+PROMPT = "add 3 to x"
+
+
+def bearer(user) -> Client:
+    _, raw = services.api_token_create(user=user, name="openai")
+    return Client(headers={"Authorization": f"Bearer {raw}"})
+
+
+def greedy(source, config: dict, prompts: list[str], **changes) -> list:
+    settings = TierSettings.from_config(config).with_(temperature=0.0, **changes)
+    return tier_generate(tier_prepare(policy_load(source), settings), prompts, settings)
+
+
+def post(client: Client, path: str, body: dict):
+    return client.post(path, json.dumps(body), content_type="application/json")
+
+
+# --- in process --------------------------------------------------------------------------------
+
+
+def test_models_lists_the_callers_tiers_and_checkpoints_only(trained):  # noqa: F811
+    run, tier = trained["run"], trained["tier"]
+    response = bearer(trained["owner"]).get("/v1/models")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["object"] == "list"
+    assert [m["id"] for m in body["data"]] == [f"tier-{tier.pk}", f"run-{run.pk}-step-{STEP}"]
+    assert body["data"][1]["flywheel"] == {
+        "name": f"Adder GRPO @ step {STEP}",
+        "kind": "checkpoint",
+        "project": trained["project"].pk,
+    }
+    assert body["data"][0]["owned_by"] == trained["project"].name
+    assert bearer(make_user("nobody")).get("/v1/models").json() == {"object": "list", "data": []}
+
+
+def test_a_completion_is_the_tiers_decoding_of_the_raw_prompt(trained):  # noqa: F811
+    run = trained["run"]
+    client = bearer(trained["owner"])
+    model = f"run-{run.pk}-step-{STEP}"
+    response = post(client, "/v1/completions", {"model": model, "prompt": PROMPT, "temperature": 0})
+    assert response.status_code == 200
+    body = response.json()
+    (expected,) = greedy(policy_dir(run.pk, STEP), run.tier_config, [PROMPT])
+    assert body["object"] == "text_completion" and body["model"] == model
+    assert body["id"].startswith("cmpl-")
+    assert body["choices"] == [
+        {"index": 0, "text": expected.text, "logprobs": None, "finish_reason": expected.finish_reason}
+    ]
+    assert body["usage"] == {
+        "prompt_tokens": len(expected.prompt_token_ids),
+        "completion_tokens": len(expected.token_ids),
+        "total_tokens": len(expected.prompt_token_ids) + len(expected.token_ids),
+    }
+
+
+def test_chat_renders_the_template_and_reports_logprobs_with_top_alternatives(trained):  # noqa: F811
+    tier = trained["tier"]
+    client = bearer(trained["owner"])
+    body = {
+        "model": f"tier-{tier.pk}",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "temperature": 0,
+        "max_tokens": 6,
+        "logprobs": True,
+        "top_logprobs": 3,
+    }
+    response = post(client, "/v1/chat/completions", body)
+    assert response.status_code == 200, response.content
+    choice = response.json()["choices"][0]
+    policy = policy_load(trained["model"])
+    (expected,) = greedy(trained["model"], {"base_model": tier.base_model}, [policy.prompt_text(PROMPT)])
+    expected_text = expected.text[: len(choice["message"]["content"])]
+    assert choice["message"]["role"] == "assistant"
+    assert choice["message"]["content"] == expected_text
+    entries = choice["logprobs"]["content"]
+    assert [entry["token"] for entry in entries] == [
+        policy.tokenizer.decode([token]) for token in expected.token_ids[: len(entries)]
+    ]
+    for entry, logprob in zip(entries, expected.logprobs, strict=False):
+        assert math.isclose(entry["logprob"], logprob, abs_tol=1e-4)
+        assert len(entry["top_logprobs"]) == 3
+        # Greedy: the chosen token is the most likely one.
+        assert math.isclose(entry["top_logprobs"][0]["logprob"], entry["logprob"], abs_tol=1e-4)
+        assert entry["bytes"] == list(entry["token"].encode())
+
+
+def test_request_values_override_the_tiers_decoding_and_stops_cut_the_text(trained):  # noqa: F811
+    run = trained["run"]
+    client = bearer(trained["owner"])
+    model = f"run-{run.pk}-step-{STEP}"
+    (free,) = greedy(policy_dir(run.pk, STEP), run.tier_config, [PROMPT], max_new_tokens=12)
+    stop = free.text[3:5]
+    assert stop and stop not in free.text[:3]
+    body = {"model": model, "prompt": PROMPT, "temperature": 0, "max_tokens": 12, "stop": stop, "logprobs": 2}
+    choice = post(client, "/v1/completions", body).json()["choices"][0]
+    assert choice["text"] == free.text[: free.text.index(stop)]
+    assert choice["finish_reason"] == "stop"
+    logprobs = choice["logprobs"]
+    assert "".join(logprobs["tokens"]).startswith(choice["text"])
+    assert logprobs["text_offset"][0] == 0
+    assert all(len(top) <= 2 for top in logprobs["top_logprobs"])
+    two = post(
+        client, "/v1/completions", {"model": model, "prompt": [PROMPT, "x plus 3"], "n": 2, "max_tokens": 3}
+    )
+    assert [c["index"] for c in two.json()["choices"]] == [0, 1, 2, 3]
+
+
+def test_errors_are_openais_error_object(trained):  # noqa: F811
+    run = trained["run"]
+    owner = bearer(trained["owner"])
+    model = f"run-{run.pk}-step-{STEP}"
+    missing = post(Client(), "/v1/completions", {"model": model, "prompt": "x"})
+    assert missing.status_code == 401
+    assert missing.json()["error"]["type"] == "authentication_error"
+    assert missing.json()["error"]["code"] == "invalid_api_key"
+    wrong = post(Client(headers={"Authorization": "Bearer fw_nope"}), "/v1/completions", {"model": model})
+    assert wrong.status_code == 401
+    bad = post(owner, "/v1/completions", {"model": model, "prompt": "x", "temperature": 9})
+    assert bad.status_code == 400
+    assert bad.json() == {
+        "error": {
+            "message": "temperature must be between 0 and 2; got 9",
+            "type": "invalid_request_error",
+            "param": "temperature",
+            "code": "invalid_value",
+        }
+    }
+    unknown = post(owner, "/v1/completions", {"model": "tier-999999", "prompt": "x"})
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["code"] == "model_not_found"
+    assert owner.get("/v1/completions").status_code == 405
+    assert owner.get("/v1/nothing-here").json()["error"]["code"] == "not_found"
+    not_json = owner.post("/v1/chat/completions", "{", content_type="application/json")
+    assert not_json.status_code == 400 and not_json.json()["error"]["code"] == "invalid_json"
+    too_long = post(owner, "/v1/completions", {"model": model, "prompt": "x " * 5000})
+    assert too_long.status_code == 400
+    assert too_long.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_a_project_outsider_cannot_see_or_use_its_models_and_a_viewer_can(trained):  # noqa: F811
+    run = trained["run"]
+    model = f"run-{run.pk}-step-{STEP}"
+    outsider = post(bearer(make_user("outsider-oa")), "/v1/completions", {"model": model, "prompt": "x"})
+    assert outsider.status_code == 404
+    assert outsider.json()["error"]["message"] == (
+        f"The model `{model}` does not exist or you do not have access to it."
+    )
+    viewer = make_user("viewer-oa")
+    services.member_add(project=trained["project"], username=viewer.username, role=Role.VIEWER)
+    response = post(bearer(viewer), "/v1/completions", {"model": model, "prompt": "x", "max_tokens": 2})
+    assert response.status_code == 200
+
+
+def test_a_signed_in_browser_needs_the_csrf_token(trained):  # noqa: F811
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(trained["owner"])
+    body = {"model": f"tier-{trained['tier'].pk}", "prompt": "x", "max_tokens": 2}
+    refused = post(client, "/v1/completions", body)
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "csrf_failed"
+    assert client.get("/v1/models").status_code == 200
+
+
+# --- the official client against a real server ------------------------------------------------
+
+
+@pytest.fixture
+def served(transactional_db, tiny_model, tmp_path):  # noqa: F811
+    """The trained run, and the stack's web server on the test database."""
+    from tests.serving_fixtures import trained_setup
+
+    setup = trained_setup(tiny_model)
+    _, token = services.api_token_create(user=setup["owner"], name="openai")
+    with WebServer(worker_env(), tmp_path / "web.log") as server:
+        yield setup | {"url": f"{server.url}/v1", "token": token}
+
+
+def test_the_official_openai_client_completes_chats_and_streams_with_logprobs(served):
+    openai = pytest.importorskip("openai")
+    run = served["run"]
+    client = openai.OpenAI(base_url=served["url"], api_key=served["token"], max_retries=0)
+    model = f"run-{run.pk}-step-{STEP}"
+    assert [m.id for m in client.models.list()] == [f"tier-{served['tier'].pk}", model]
+    source = policy_dir(run.pk, STEP)
+    (plain,) = greedy(source, run.tier_config, [PROMPT])
+
+    completion = client.completions.create(model=model, prompt=PROMPT, temperature=0, logprobs=2)
+    assert completion.choices[0].text == plain.text
+    assert completion.choices[0].finish_reason == plain.finish_reason
+    assert len(completion.choices[0].logprobs.token_logprobs) == len(completion.choices[0].logprobs.tokens)
+    assert completion.usage.completion_tokens == len(plain.token_ids)
+
+    streamed = client.completions.create(model=model, prompt=PROMPT, temperature=0, logprobs=1, stream=True)
+    pieces = list(streamed)
+    assert "".join(p.choices[0].text for p in pieces) == plain.text
+    assert pieces[-1].choices[0].finish_reason == plain.finish_reason
+    tokens = [t for p in pieces if p.choices[0].logprobs for t in p.choices[0].logprobs.token_logprobs]
+    assert tokens == pytest.approx(completion.choices[0].logprobs.token_logprobs, abs=1e-4)
+
+    policy = policy_load(source)
+    (chat_plain,) = greedy(source, run.tier_config, [policy.prompt_text(PROMPT)])
+    messages = [{"role": "user", "content": PROMPT}]
+    chat = client.chat.completions.create(
+        model=model, messages=messages, temperature=0, logprobs=True, top_logprobs=2
+    )
+    assert chat.choices[0].message.content == chat_plain.text
+    assert [e.logprob for e in chat.choices[0].logprobs.content] == pytest.approx(
+        chat_plain.logprobs[: len(chat.choices[0].logprobs.content)], abs=1e-4
+    )
+
+    stream = client.chat.completions.create(
+        model=model,
+        messages=messages,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == chat_plain.text
+    streamed_logprobs = [
+        e.logprob
+        for c in chunks
+        if c.choices and c.choices[0].logprobs
+        for e in c.choices[0].logprobs.content
+    ]
+    assert streamed_logprobs == pytest.approx([e.logprob for e in chat.choices[0].logprobs.content], abs=1e-4)
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(chat_plain.token_ids)
+
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.completions.create(model="tier-999999", prompt="x")
+    assert missing.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=served["url"], api_key="fw_wrong", max_retries=0).models.list()
