@@ -15,12 +15,14 @@ from django.core.paginator import Paginator
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.text import slugify
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from rewards import selectors as reward_selectors
-from runs import forms, selectors, services
+from rewards.references import references_verify
+from runs import forms, runs_table, selectors, services
 from runs.demo import DEMO_FUNCTIONS, demo_run_launch
 from runs.models import Membership, Project, StagedImport, TaskItem, TaskSet, TaskSetVersion
 from runs.roles import Permission, Role, role_allows
@@ -83,12 +85,16 @@ def _task_sets_with_latest(project: Project) -> QuerySet[TaskSet]:
 @require_GET
 def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_for(user=request.user, project_id=project_id)
-    runs = list(selectors.runs_of(project=project)[:RUNS_ON_PROJECT_PAGE])
-    positions = selectors.queue_positions(project_ids=[project.pk])
-    for run in runs:
-        run.queue_position = positions.get(run.pk)
+    table = runs_table.table_context(
+        selectors.runs_of(project=project),
+        request.GET,
+        action=reverse("project-detail", args=[project.pk]),
+        show_project=False,
+        limit=RUNS_ON_PROJECT_PAGE,
+        positions=selectors.queue_positions(project_ids=[project.pk]),
+    )
     context = _access(request.user, project) | {
-        "runs": runs,
+        "table": table,
         "run_count": project.runs.count(),
         "task_sets": _task_sets_with_latest(project),
         "tiers": project.tiers.order_by("name"),
@@ -352,6 +358,28 @@ def version_detail(request: HttpRequest, task_set_id: int, number: int) -> HttpR
 
 
 @login_required
+@require_POST
+def version_verify(request: HttpRequest, task_set_id: int, number: int) -> HttpResponse:
+    """Verify references: each code item's reference solution against its own tests, in the sandbox."""
+    version = selectors.version_for(user=request.user, task_set_id=task_set_id, number=number)
+    selectors.require(user=request.user, project_id=version.task_set.project_id, permission=Permission.EDIT)
+    report = references_verify(selectors.grading_items_of(version=version))
+    if report.broken:
+        named = "; ".join(f"{check.item}: {check.reason}" for check in report.broken[:20])
+        more = f" (and {len(report.broken) - 20} more)" if len(report.broken) > 20 else ""
+        messages.error(
+            request, f"{len(report.broken)} of {report.checked} references are broken: {named}{more}"
+        )
+    if report.errored:
+        messages.warning(request, f"{report.errored} references could not be checked (the sandbox failed)")
+    if not report.broken and not report.errored:
+        messages.success(
+            request, f"All {report.passed} references pass their tests ({report.skipped} items have none)."
+        )
+    return redirect("version-detail", task_set_id=task_set_id, number=number)
+
+
+@login_required
 @require_GET
 def version_export(request: HttpRequest, task_set_id: int, number: int) -> StreamingHttpResponse:
     version = selectors.version_for(user=request.user, task_set_id=task_set_id, number=number)
@@ -416,7 +444,12 @@ def tier_detail(request: HttpRequest, tier_id: int) -> HttpResponse:
     tier = selectors.tier_for(user=request.user, tier_id=tier_id)
     from runs.tier_views import evaluate_context
 
-    context = _access(request.user, tier.project) | {"tier": tier} | evaluate_context(request.user, tier)
+    stops = [forms.stop_escape(stop) for stop in tier.stop or []]
+    context = (
+        _access(request.user, tier.project)
+        | {"tier": tier, "stops": stops}
+        | evaluate_context(request.user, tier)
+    )
     return render(request, "runs/tier_detail.html", context)
 
 

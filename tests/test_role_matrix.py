@@ -452,6 +452,14 @@ RUN_CASES = [
     Case("run-monitors", "post", "edit", lambda w: {"run_id": run_of(w).pk}, body=lambda w: {"window": "6"}),
     Case("trajectory-list", "get", "view", lambda w: {"run_id": run_of(w).pk}),
     Case("trajectory-group", "get", "view", lambda w: {"trajectory_id": trajectory_id(w)["id"]}),
+    Case("run-list", "get", SELF),
+    Case(
+        "trajectory-bulk-review",
+        "post",
+        "review",
+        lambda w: {"run_id": run_of(w).pk},
+        body=lambda w: {"trajectory": [trajectory_id(w)["id"]], "label": "good"},
+    ),
 ]
 
 

@@ -207,7 +207,8 @@ class RunMetricsView(ApiView):
             since_step=filters.get("since_step"),
             max_points=filters.get("max_points"),
         )
-        return Response(s.RunMetricsSerializer({"run": run.pk, "metrics": series}).data)
+        axes = selectors.step_axes_of(run=run)
+        return Response(s.RunMetricsSerializer({"run": run.pk, "metrics": series, "axes": axes}).data)
 
 
 class TrajectoryListView(ApiView):
