@@ -5,6 +5,8 @@ from runs import run_views, tier_views, views
 urlpatterns = [
     path("", views.project_list, name="project-list"),
     path("projects/new/", views.project_create, name="project-create"),
+    path("demo/", views.demo_start, name="demo-start"),
+    path("readme/", views.readme, name="readme"),
     path("projects/<int:project_id>/", views.project_detail, name="project-detail"),
     path("projects/<int:project_id>/members/", views.project_members, name="project-members"),
     path("projects/<int:project_id>/demo-run/", views.demo_run, name="demo-run"),
