@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from inference.chat import chat_render
 from inference.decoding import TierError, TierModel, tier_generate, tier_load
 from inference.generation import Completion
 from inference.openai_protocol import OpenAIError, ServeRequest, Token
@@ -56,15 +57,10 @@ class ModelCache:
 
 
 def chat_prompt(tier: TierModel, messages: list[dict[str, str]]) -> str:
-    """The conversation through the tokenizer's chat template, ready for the assistant's turn; a
-    model without a template reads the raw text (a lone user message as it is)."""
-    tokenizer = tier.tokenizer
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    if len(messages) == 1 and messages[0]["role"] == "user":
-        return messages[0]["content"]
-    turns = [f"{message['role']}: {message['content']}" for message in messages]
-    return "\n\n".join([*turns, "assistant:"])
+    """The conversation as the tier's rollouts render a prompt (inference/chat.py): through the
+    tokenizer's chat template, ready for the assistant's turn, when the tier chats and the model
+    has a template; otherwise the raw text."""
+    return chat_render(tier.tokenizer, messages, chat=tier.settings.chat)
 
 
 @dataclass

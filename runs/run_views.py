@@ -17,6 +17,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from reward_models import selectors as reward_model_selectors
 from runs import forms, lifecycle, monitors, runs_table, selectors
 from runs.lifecycle import RunRequest
 from runs.models import Run, Trajectory
@@ -173,6 +174,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             for name, action in monitors.actions_of(run).items()
         ],
         "live": _live_config(run),
+        "reward_model_uses": reward_model_selectors.uses_of_run(run=run),
     }
     return render(request, "runs/run_detail.html", context)
 
@@ -320,6 +322,7 @@ def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
         "page": page,
         "steps": steps,
         "step_count": trajectory.steps.count(),
+        "tests": selectors.test_results_of(trajectory=trajectory),
         "can_review": role_allows(access["role"], Permission.REVIEW),
         "reviews": reviews,
         "my_review": next((r for r in reviews if r.reviewer_id == request.user.pk), None),

@@ -107,6 +107,14 @@ def version_for(*, user: AbstractBaseUser, task_set_id: int, number: int) -> Tas
     return version
 
 
+def grading_items_of(*, version: TaskSetVersion) -> list[dict]:
+    """The version's items as graders see them (their data with id, kind and split), in file order."""
+    return [
+        item.data | {"id": item.external_id, "kind": item.kind, "split": item.split}
+        for item in version.items.order_by("position")
+    ]
+
+
 def version_by_id_for(*, user: AbstractBaseUser, version_id: int) -> TaskSetVersion:
     version = TaskSetVersion.objects.select_related("task_set").filter(pk=version_id).first()
     if version is None:
@@ -414,6 +422,15 @@ def trajectory_for(
 def steps_of(*, trajectory: Trajectory, index: int | None = None) -> QuerySet[TrajectoryStep]:
     steps = trajectory.steps.all()
     return steps if index is None else steps.filter(index=index)
+
+
+def test_results_of(*, trajectory: Trajectory) -> list[dict]:
+    """Each test's outcome where the trajectory's code was tested (its last step's tool result):
+    name, passed, outcome, message, and expected and actual where the assertion exposed them."""
+    last = trajectory.steps.order_by("-index").first()
+    result = last.data().get("tool_result") if last is not None else None
+    tests = result.get("tests") if isinstance(result, dict) else None
+    return [test for test in tests if isinstance(test, dict)] if isinstance(tests, list) else []
 
 
 def checkpoints_for(*, user: AbstractBaseUser) -> QuerySet[Checkpoint]:

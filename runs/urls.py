@@ -1,9 +1,10 @@
 from django.urls import path
 
-from runs import run_views, tier_views, views
+from runs import playground, run_views, tier_views, views
 
 urlpatterns = [
     path("", views.project_list, name="project-list"),
+    path("playground/", playground.playground, name="playground"),
     path("projects/new/", views.project_create, name="project-create"),
     path("demo/", views.demo_start, name="demo-start"),
     path("readme/", views.readme, name="readme"),
@@ -40,6 +41,11 @@ urlpatterns = [
         "task-sets/<int:task_set_id>/versions/<int:number>/resplit/",
         views.version_resplit,
         name="version-resplit",
+    ),
+    path(
+        "task-sets/<int:task_set_id>/versions/<int:number>/verify/",
+        views.version_verify,
+        name="version-verify",
     ),
     path("tiers/<int:tier_id>/", views.tier_detail, name="tier-detail"),
     path("tiers/<int:tier_id>/edit/", views.tier_edit, name="tier-edit"),

@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from inference.model_sources import local_models
 from rewards import selectors as reward_selectors
+from rewards.references import references_verify
 from runs import forms, runs_table, selectors, services
 from runs.demo import DEMO_FUNCTIONS, demo_project_for, demo_run_launch
 from runs.models import Membership, Project, StagedImport, TaskItem, TaskSet, TaskSetVersion
@@ -387,6 +388,28 @@ def version_detail(request: HttpRequest, task_set_id: int, number: int) -> HttpR
         ),
     }
     return render(request, "runs/version_detail.html", context)
+
+
+@login_required
+@require_POST
+def version_verify(request: HttpRequest, task_set_id: int, number: int) -> HttpResponse:
+    """Verify references: each code item's reference solution against its own tests, in the sandbox."""
+    version = selectors.version_for(user=request.user, task_set_id=task_set_id, number=number)
+    selectors.require(user=request.user, project_id=version.task_set.project_id, permission=Permission.EDIT)
+    report = references_verify(selectors.grading_items_of(version=version))
+    if report.broken:
+        named = "; ".join(f"{check.item}: {check.reason}" for check in report.broken[:20])
+        more = f" (and {len(report.broken) - 20} more)" if len(report.broken) > 20 else ""
+        messages.error(
+            request, f"{len(report.broken)} of {report.checked} references are broken: {named}{more}"
+        )
+    if report.errored:
+        messages.warning(request, f"{report.errored} references could not be checked (the sandbox failed)")
+    if not report.broken and not report.errored:
+        messages.success(
+            request, f"All {report.passed} references pass their tests ({report.skipped} items have none)."
+        )
+    return redirect("version-detail", task_set_id=task_set_id, number=number)
 
 
 @login_required

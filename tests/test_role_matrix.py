@@ -427,6 +427,12 @@ RUN_CASES = [
     Case("api-checkpoints", "get", SELF, query=lambda w: {"run": run_of(w).pk}),
     Case("api-checkpoint", "get", "view", checkpoint_id),
     Case("api-checkpoint-fork", "post", "edit", checkpoint_id, body=lambda w: {}),
+    # The matrix's checkpoint has no weights on disk: a caller who may export it is told so (409).
+    Case("api-checkpoint-export", "get", "view", lambda w: {"id": run_of(w).pk, "step": 1}),
+    Case("playground", "get", SELF),
+    # The OpenAI-compatible endpoint (runs/openai_urls.py), signed in by session as the playground is.
+    Case("openai-models", "get", SELF),
+    Case("openai-model", "get", "view", lambda w: {"model_id": f"tier-{w['tier'].pk}"}),
     Case("run-create", "get", "edit", pid),
     Case("run-create", "post", "edit", pid, body=launch_form),
     Case("run-detail", "get", "view", lambda w: {"run_id": run_of(w).pk}),

@@ -162,6 +162,7 @@ def test_the_run_page_shows_configuration_progress_events_metrics_and_checkpoint
     export = reverse("api-checkpoint-export", args=[run.pk, 3])
     assert f'<a class="btn btn-small" href="{export}" download' in body
     assert f'href="{export}?archive=zip" download>zip</a>' in body
+    assert f'href="/playground/?models=run-{run.pk}-step-3"' in body
 
 
 def test_a_failed_run_shows_its_error_and_where(client, lab):

@@ -17,7 +17,7 @@ from runs.models import MetricPoint, Run
 from runs.run_store import policy_dir
 from workers.agent import context_fits, episodes_play, policy_render
 from workers.run_learner import held_out_items, metrics_write
-from workers.run_rollout import agent_sessions, grade, run_judge, tier_settings
+from workers.run_rollout import agent_sessions, grade, run_judge, run_reward_models, tier_settings
 
 PASS_RATE = "heldout/pass_rate"
 
@@ -35,7 +35,10 @@ def held_out_grades(run: Run, policy, items: list[dict], settings) -> list[Score
     if short:
         prompts = [policy.prompt_text(item_prompt(items[index])) for index in short]
         texts = [completion.text for completion in tier_generate(policy, prompts, settings)]
-        results |= dict(zip(short, grade(spec, [items[i] for i in short], texts, judge=judge), strict=True))
+        graded = grade(
+            spec, [items[i] for i in short], texts, judge=judge, reward_models=run_reward_models(run)
+        )
+        results |= dict(zip(short, graded, strict=True))
     agents = [index for index, item in enumerate(items) if item["kind"] == "agent"]
     if agents:
         episodes = episodes_play(
