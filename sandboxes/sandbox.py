@@ -393,8 +393,16 @@ PYTEST_RUNNER = """
 import json, os, sys
 import pytest
 
+def out_of_memory(report):
+    if report.failed and "MemoryError" in str(report.longrepr):
+        os.write(3, b'{"event": "oom"}\\n')
+
 class FlywheelReport:
+    def pytest_collectreport(self, report):
+        out_of_memory(report)
+
     def pytest_runtest_logreport(self, report):
+        out_of_memory(report)
         if report.when == "call" or report.outcome != "passed":
             message = ""
             if report.outcome != "passed":
