@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +146,8 @@ def start_workers(env: dict[str, str]) -> list[subprocess.Popen]:
         for line in process.stdout:
             if " ready." in line:
                 break
+        # Keep reading: a worker whose output pipe fills up blocks on its next log line.
+        threading.Thread(target=lambda process=process: [None for _ in process.stdout], daemon=True).start()
         processes.append(process)
     return processes
 
