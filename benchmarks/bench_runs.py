@@ -245,14 +245,15 @@ def run_once(staleness: int, pids: list[int], owner, project, version, rule, tie
             "eval_items": 0,
         },
     )
-    cpu_before, machine_before = tree_cpu_seconds(pids), machine_cpu_seconds()
+    cpu_before, machine_before, window = tree_cpu_seconds(pids), machine_cpu_seconds(), time.monotonic()
     run = run_create(request=request, by=owner)
     while not run.is_terminal:
         time.sleep(0.2)  # following a run to its end
         run.refresh_from_db()
     cpu, machine_cpu = tree_cpu_seconds(pids) - cpu_before, machine_cpu_seconds() - machine_before
+    window = time.monotonic() - window  # submit to end: the span the CPU figures cover
     assert run.status == Run.Status.SUCCEEDED, run.error
-    return measured(run, staleness, cpu, machine_cpu)
+    return measured(run, staleness, cpu, (machine_cpu - cpu) / window)
 
 
 def step_phases(run, waits: list[float], learns: list[float]) -> list[StepPhases]:
@@ -273,7 +274,8 @@ def step_phases(run, waits: list[float], learns: list[float]) -> list[StepPhases
     return phases
 
 
-def measured(run, staleness: int, cpu: float, machine_cpu: float) -> Measured:
+def measured(run, staleness: int, cpu: float, others_rate: float) -> Measured:
+    """The run's figures; `others_rate`: the cores other jobs kept busy while it ran."""
     from runs.models import MetricPoint, RolloutBatch
 
     while not MetricPoint.objects.filter(run=run, name="heldout/pass_rate", step=STEPS).exists():
@@ -305,8 +307,7 @@ def measured(run, staleness: int, cpu: float, machine_cpu: float) -> Measured:
             "wait": statistics.median(step.wait for step in steps),
         },
         "workers_cpu_seconds": cpu,
-        "machine_cpu_seconds": machine_cpu,
-        "others_cpu_share": max(0.0, machine_cpu - cpu) / (wall * CORES),
+        "others_cpu_share": max(0.0, others_rate) / CORES,
         "submit_to_first_rollout_s": (first_claim - run.created_at).total_seconds(),
         "submit_to_learner_running_s": (run.started_at - run.created_at).total_seconds(),
     }
