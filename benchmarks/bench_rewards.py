@@ -17,7 +17,9 @@ baseline measured in the same run.
   `multiprocessing.Process` that runs prompt + completion + tests + `check(entry_point)` in a temp
   directory under its reliability guard and time limit, with the same number of threads. Also, for
   reference, the same program in a bare `os.fork()` with a pipe (no Manager). Target: at least 3x
-  the harness's checks/s at identical verdicts (both verdict tables are printed).
+  the harness's checks/s at identical verdicts (both verdict tables are printed). Besides wall-clock
+  checks/s (and per core), the CPU time of every process involved per check is measured, which a
+  loaded machine disturbs far less (bubblewrap: its sandboxes are this process's descendants).
 
 Every figure is the median of several repeats; sandboxed checks and their baselines alternate round
 by round, and ratios are the median of the rounds' ratios. Run: .venv/bin/python
@@ -405,6 +407,9 @@ def candidate_workload(count: int, rounds: int) -> dict:
         "ratio_to_bare_fork": round(statistics.median(fork_ratios), 2),
         "cpu_ms_per_check": {
             side: round(1000 * statistics.median(values), 2) for side, values in cpu.items()
+        },
+        "checks_per_cpu_second": {
+            side: round(1 / statistics.median(values), 1) for side, values in cpu.items()
         },
         "cpu_ratio_to_humaneval_harness": round(
             statistics.median(cpu["harness"]) / statistics.median(cpu["pool"]), 2
