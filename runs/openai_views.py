@@ -10,6 +10,7 @@ sends each token's text as it is decoded; a client that goes away stops its gene
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -171,7 +172,19 @@ async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # a proxy in front must not hold the events back
         return response
-    return JsonResponse(await asyncio.to_thread(_whole, prepared, serve_request))
+    return StreamingHttpResponse(_whole_body(prepared, serve_request), content_type="application/json")
+
+
+async def _whole_body(prepared, request: protocol.ServeRequest) -> AsyncIterator[bytes]:
+    """The whole answer as one JSON body, generated while the body is sent. The middleware chain is
+    synchronous, so a view holds its process's one sync thread (which every request of the process
+    passes through) until it returns; generating here, after it returned, does not."""
+    try:
+        body = await asyncio.to_thread(_whole, prepared, request)
+    except Exception:  # noqa: BLE001 - the status is sent; the body says what happened
+        logger.exception("generation failed")
+        body = protocol.error_body(500, "generation failed; it has been logged")
+    yield json.dumps(body).encode()
 
 
 def _prepare(model: served_models.ServedModel, request: protocol.ServeRequest):

@@ -7,7 +7,7 @@ everywhere. An object of a project the user is not in is reported as absent (404
 import numpy as np
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Max, Min, Q, QuerySet
+from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.http import Http404
 
 from runs.models import (
@@ -302,6 +302,30 @@ def metric_series_of(
         }
         for name, values in series.items()
     ]
+
+
+def step_axes_of(*, run: Run) -> dict[str, dict[str, float]]:
+    """Each learner step's place on the other x-axes charts offer: wall seconds since the run's
+    first metric point, and the completion tokens learned from up to and including the step."""
+    firsts = list(
+        MetricPoint.objects.filter(run=run).values("step").annotate(at=Min("created_at")).order_by("step")
+    )
+    wall: dict[str, float] = {}
+    if firsts:
+        start = firsts[0]["at"]
+        wall = {str(row["step"]): round((row["at"] - start).total_seconds(), 3) for row in firsts}
+    learned = (
+        Trajectory.objects.filter(run=run, learned_in_step__isnull=False)
+        .values("learned_in_step")
+        .annotate(tokens=Sum("completion_tokens"))
+        .order_by("learned_in_step")
+    )
+    tokens: dict[str, int] = {}
+    total = 0
+    for row in learned:
+        total += row["tokens"] or 0
+        tokens[str(row["learned_in_step"])] = total
+    return {"wall_seconds": wall, "tokens": tokens}
 
 
 def downsample(points: list[tuple[int, float]], max_points: int | None) -> list[tuple[int, float]]:

@@ -94,6 +94,7 @@ INSTALLED_APPS = [
     "reviews",
     "traces",
     "webhooks",
+    "reward_models",
     "workers",
 ]
 
