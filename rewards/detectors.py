@@ -126,7 +126,7 @@ def answers_listed(item: dict, trees: dict[str, ast.Module]) -> list[HackingFlag
         if path.startswith("step ") or TEST_NAME.search(path):
             continue
         definitions = []
-        for node in ast.walk(tree):
+        for node in nodes_of(tree):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             definitions += [node] if node.name == entry else []
