@@ -80,7 +80,9 @@ def export_folder(checkpoint: Checkpoint, weights: str) -> tuple[Path, str]:
     if weights == "adapter":
         return folder, "LoRA adapter"
     base = adapter_base(folder) or start_model(checkpoint.run)
-    merged = run_dir(checkpoint.run_id) / "exports" / f"v{checkpoint.policy_version}-merged"
+    # Named by when the adapter was written: a version republished after a rollback merges anew.
+    written = folder.stat().st_mtime_ns
+    merged = run_dir(checkpoint.run_id) / "exports" / f"v{checkpoint.policy_version}-{written}-merged"
     merged.parent.mkdir(parents=True, exist_ok=True)
     return adapter_merge(folder, base, merged), "LoRA merged into the base"
 

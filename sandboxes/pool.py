@@ -78,7 +78,7 @@ class SandboxPool:
                 raise InfrastructureError("the sandbox pool is closed")
             self.busy += 1
             if self.idle.get(environment):
-                sandbox = self.idle[environment].pop()
+                sandbox = self.idle_pop(self.idle[environment], spec.files_digest)
             else:
                 evicted = self.evict_one_idle() if self.live >= self.max_sandboxes else None
                 self.live += 1
@@ -98,6 +98,15 @@ class SandboxPool:
                 self.live -= 1
                 self.cond.notify_all()
             raise
+
+    @staticmethod
+    def idle_pop(idle: list[Sandbox], files_digest: str) -> Sandbox:
+        """The idle sandbox that already holds these files (the next completion of the same item,
+        a GRPO group's), else the most recently used one."""
+        for index in range(len(idle) - 1, -1, -1):
+            if idle[index].files_digest == files_digest:
+                return idle.pop(index)
+        return idle.pop()
 
     def release(self, sandbox: Sandbox) -> None:
         healthy = not sandbox.broken

@@ -59,6 +59,12 @@ def start_model(run: Run) -> str:
     return run.tier_config["base_model"]
 
 
+def adapter_settings(hyper: dict) -> dict:
+    """The learner's adapter settings from a run's resolved hyperparameters (older runs: none)."""
+    names = ("adapter", "lora_rank", "lora_alpha", "lora_dropout", "lora_target_modules")
+    return {name: hyper[name] for name in names if name in hyper}
+
+
 def grpo_config(run: Run) -> GRPOConfig:
     hyper, tier = run.resolved, run.tier_config
     return GRPOConfig(
@@ -70,6 +76,9 @@ def grpo_config(run: Run) -> GRPOConfig:
         lr_scheduler=hyper["lr_scheduler"],
         gradient_accumulation_steps=hyper["gradient_accumulation"],
         mixed_precision=hyper["mixed_precision"],
+        gradient_checkpointing=hyper.get("gradient_checkpointing") == "on",
+        micro_batch_tokens=hyper.get("micro_batch_tokens", 0),
+        **adapter_settings(hyper),
         checkpoint_every=hyper["checkpoint_every"],
         group_size=hyper["group_size"],
         prompts_per_step=hyper["batch_size"],
@@ -104,7 +113,7 @@ def learner_main(run_id: int, log: Log = print) -> None:
     config = grpo_config(run)
     items = train_items(run)
     learner, _ = learner_create(config)
-    reference = reference_create(config, learner.accelerator) if config.beta else None
+    reference = reference_create(config, learner) if config.beta else None
     step = checkpoint_resume(learner, config)
     rollback_to(run, step)
     publish(run, step, learner)
@@ -433,6 +442,7 @@ def record_metrics(
         if parts:
             values[f"reward/{name}"] = fmean(parts)
     if rows:
+        values["episodes/flagged_rate"] = sum(bool(row.flags) for row in rows) / len(rows)
         values["episodes/errored_rate"] = sum(
             row.outcome == Trajectory.Outcome.ERRORED for row in rows
         ) / len(rows)
