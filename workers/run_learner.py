@@ -256,6 +256,12 @@ def rollback_to(run: Run, step: int) -> None:
 
 
 def chunks_per_step(items_per_step: int) -> int:
+    """How many rollout batches a step's items make: one per rollout process, or batches of at
+    most FLYWHEEL_ROLLOUT_BATCH_ITEMS items. Smaller batches keep every worker busy: one that
+    finishes early takes the next batch (the next step's, ahead of the learner) instead of
+    idling while a slow batch ends the step."""
+    if settings.FLYWHEEL_ROLLOUT_BATCH_ITEMS > 0:
+        return max(1, -(-items_per_step // settings.FLYWHEEL_ROLLOUT_BATCH_ITEMS))
     return max(1, min(settings.FLYWHEEL_ROLLOUT_CONCURRENCY, items_per_step))
 
 
