@@ -37,6 +37,33 @@ class SessionStats:
     encoded_tokens: int = 0  # what the model actually encoded for them (reuse: only the new ones)
     generated_tokens: int = 0
     rebuilds: int = 0  # turns whose prompt did not extend its transcript
+    cpu_seconds: float = 0.0  # for callers that time a session (the benchmark)
+
+
+def transcript_extend(
+    tokenizer: PreTrainedTokenizerBase, transcript: Transcript, prompt: str, *, reuse: bool = True
+) -> list[int] | None:
+    """Append the prompt's new text to the transcript; its new tokens, or None when the prompt
+    does not extend the transcript (then the transcript restarts from the prompt, encoded whole)."""
+    if transcript.token_ids and reuse and prompt.startswith(transcript.text):
+        rest = prompt[len(transcript.text) :]
+        eos = tokenizer.eos_token or ""
+        if transcript.ended_with_eos and eos and rest.startswith(eos):
+            rest = rest[len(eos) :]  # the template's end of turn: the sampled EOS token is it
+        new = tokenizer(rest, add_special_tokens=False)["input_ids"] if rest else []
+        transcript.token_ids += new
+        transcript.text = prompt
+        return new
+    transcript.token_ids = tokenizer(prompt)["input_ids"]
+    transcript.text, transcript.fed = prompt, 0
+    return None
+
+
+def transcript_answer(transcript: Transcript, text: str, token_ids: list[int], eos_token_id: int) -> None:
+    """Append the model's answer (its text and tokens) to the transcript."""
+    transcript.token_ids += token_ids
+    transcript.text += text
+    transcript.ended_with_eos = bool(token_ids) and token_ids[-1] == eos_token_id
 
 
 class ChatSessions:
@@ -80,21 +107,8 @@ class ChatSessions:
     # -- the transcript ---------------------------------------------------------------------
 
     def _extend(self, key: int, prompt: str) -> list[int] | None:
-        """Append the prompt's new text to the key's transcript; its new tokens, or None when the
-        prompt does not extend the transcript (then the transcript restarts from the prompt)."""
         transcript = self.transcripts.setdefault(key, Transcript())
-        if transcript.token_ids and self.reuse and prompt.startswith(transcript.text):
-            rest = prompt[len(transcript.text) :]
-            eos = self.tokenizer.eos_token or ""
-            if transcript.ended_with_eos and eos and rest.startswith(eos):
-                rest = rest[len(eos) :]  # the template's end of turn: the sampled EOS token is it
-            new = self.tokenizer(rest, add_special_tokens=False)["input_ids"] if rest else []
-            transcript.token_ids += new
-            transcript.text = prompt
-            return new
-        transcript.token_ids = self.tokenizer(prompt)["input_ids"]
-        transcript.text, transcript.fed = prompt, 0
-        return None
+        return transcript_extend(self.tokenizer, transcript, prompt, reuse=self.reuse)
 
     def _unfed(self, key: int) -> list[int]:
         transcript = self.transcripts[key]
@@ -164,10 +178,9 @@ class ChatSessions:
         completions = []
         for row, key in enumerate(keys):
             completion = completion_build(self.tokenizer, tokens[row], logprobs[row], params, prompt_ids[row])
-            transcript = self.transcripts[key]
-            transcript.token_ids += tokens[row]
-            transcript.text += completion.text
-            transcript.ended_with_eos = bool(tokens[row]) and tokens[row][-1] == self.tokenizer.eos_token_id
+            transcript_answer(
+                self.transcripts[key], completion.text, tokens[row], self.tokenizer.eos_token_id
+            )
             completions.append(completion)
         return completions
 

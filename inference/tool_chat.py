@@ -27,8 +27,7 @@ CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 MAX_CALL_CHARS = 200_000  # a call's JSON past this is refused unread
 PROTOCOL = (
-    "You can call these tools. To call one, answer with a JSON object inside a tagged block:\n"
-    '<tool_call>{{"name": "<tool name>", "arguments": {{<arguments>}}}}</tool_call>\n'
+    'Call a tool as <tool_call>{{"name": "<tool>", "arguments": {{<arguments>}}}}</tool_call>\n'
     "Tools:\n{tools}"
 )
 
@@ -158,10 +157,13 @@ def tool_calls_parse(text: str, tools: list[dict]) -> list[ToolCall]:
 def _call(block: str, schemas: dict[str, dict]) -> ToolCall:
     if len(block) > MAX_CALL_CHARS:
         raise ToolCallError("format", f"a tool call is {len(block)} characters (at most {MAX_CALL_CHARS})")
+    text = block.strip()
     try:
-        raw = json.loads(block.strip())
+        raw, end = json.JSONDecoder().raw_decode(text)
     except (ValueError, RecursionError) as exc:
         raise ToolCallError("format", f"a tool call is not valid JSON: {exc}") from None
+    if text[end:].strip():
+        raise ToolCallError("format", f"a tool call has text after its JSON: {text[end:].strip()[:80]!r}")
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
         raise ToolCallError("format", 'a tool call must be {"name": "<tool>", "arguments": {...}}')
     arguments = raw.get("arguments", raw.get("parameters", {}))

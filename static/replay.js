@@ -67,16 +67,19 @@
     if (tests && tests.length) {
       var table = el("table", "table tests");
       var head = el("tr");
-      ["test", "result", "message"].forEach(function (h) { head.appendChild(el("th", null, h)); });
+      ["test", "result", "message", "expected", "actual"].forEach(function (h) { head.appendChild(el("th", null, h)); });
       table.appendChild(head);
       tests.forEach(function (t) {
         var row = el("tr");
         var passed = t.passed !== undefined ? t.passed : t.status === "passed";
         row.appendChild(el("td", null, t.name || t.test || ""));
-        row.appendChild(el("td", passed ? "pass" : "fail", passed ? "passed" : (t.status || "failed")));
+        row.appendChild(el("td", passed ? "pass" : "fail", passed ? "passed" : (t.outcome || t.status || "failed")));
         row.appendChild(el("td", null, t.message || t.error || ""));
+        row.appendChild(el("td", null, t.expected === undefined || t.expected === null ? "" : String(t.expected)));
+        row.appendChild(el("td", null, t.actual === undefined || t.actual === null ? "" : String(t.actual)));
         table.appendChild(row);
       });
+      if (result.stop_reason) box.appendChild(el("p", "muted small", "stopped: " + result.stop_reason));
       box.appendChild(table);
     }
     return box;
@@ -106,6 +109,44 @@
     return out;
   }
 
+  // A stored unified diff (git's shape), its lines coloured by their first character.
+  function unifiedDiff(text) {
+    var out = el("pre", "diff");
+    text.replace(/\n$/, "").split("\n").forEach(function (t) {
+      var head = t.indexOf("+++") === 0 || t.indexOf("---") === 0 || t.indexOf("@@") === 0;
+      var className = head ? "same" : t[0] === "+" ? "add" : t[0] === "-" ? "del" : "same";
+      out.appendChild(el("span", className, t + "\n"));
+    });
+    return out;
+  }
+
+  function toolCalls(data) {
+    var box = el("div", "tool-calls");
+    if (data.valid === false) {
+      var error = data.error || {};
+      box.appendChild(el("p", "invalid bad", "invalid action (" + (error.kind || "invalid") + "): " + (error.message || "")));
+    }
+    (data.tool_calls || []).forEach(function (call) {
+      box.appendChild(el("p", "tool-call-name", call.name));
+      box.appendChild(pre(call.arguments, "tool-call-arguments"));
+    });
+    return box;
+  }
+
+  function workspace(record) {
+    var box = el("div", "workspace");
+    var files = record.files || {};
+    Object.keys(files).sort().forEach(function (path) {
+      box.appendChild(el("h4", null, path));
+      box.appendChild(pre(files[path], "workspace-file"));
+    });
+    var bound = record.bound || {};
+    var note = "bounded to " + bound.files + " files, " + bound.file_bytes + " bytes each, " + bound.total_bytes + " in all";
+    if (record.omitted && record.omitted.length) note += "; left out: " + record.omitted.join(", ");
+    box.appendChild(el("p", "muted small", note));
+    return box;
+  }
+
   function filesChanged(files) {
     var box = el("div", "files");
     var list = Array.isArray(files) ? files : Object.keys(files).map(function (path) {
@@ -114,7 +155,7 @@
     });
     list.forEach(function (f) {
       box.appendChild(el("h4", null, f.path || "file"));
-      if (f.diff) box.appendChild(pre(f.diff, "diff"));
+      if (f.diff) box.appendChild(unifiedDiff(asText(f.diff)));
       else box.appendChild(lineDiff(asText(f.before || ""), asText(f.after || "")));
     });
     return box;
@@ -188,15 +229,19 @@
     var action = data.action !== undefined ? data.action : data.completion;
     if (action === undefined) action = data.code !== undefined ? data.code : data.command;
     if (action !== undefined) node.appendChild(section(data.action !== undefined ? "Action" : "Completion", pre(action, "action")));
+    if (data.tool_calls !== undefined || data.valid === false) node.appendChild(section("Tool calls", toolCalls(data)));
+    var results = data.tool_results || null;
     var result = data.tool_result !== undefined ? data.tool_result : data.result;
-    if (result !== undefined) node.appendChild(section("Tool result", toolResult(result)));
+    if (results && results.length > 1) results.forEach(function (r) { node.appendChild(section("Tool result: " + (r.tool || ""), toolResult(r))); });
+    else if (result !== undefined) node.appendChild(section("Tool result", toolResult(result)));
     var files = data.files_changed || data.files;
     if (files && (files.length || Object.keys(files).length)) node.appendChild(section("Files changed", filesChanged(files)));
+    if (data.final_workspace) node.appendChild(section("Final workspace", workspace(data.final_workspace)));
     if (data.finish_reason) node.appendChild(el("p", "muted small", "finish reason: " + data.finish_reason));
     if (data.token_ids || data.tokens) node.appendChild(section("Tokens", tokens(data)));
     var reward = rewardPart(data, step.index === config.count - 1);
     if (reward) node.appendChild(section("Reward", reward));
-    var known = ["observation", "prompt", "action", "completion", "code", "command", "tool_result", "result", "files_changed", "files", "finish_reason", "tokens", "token_ids", "logprobs", "prompt_token_ids", "reward", "components", "reward_components"];
+    var known = ["observation", "prompt", "action", "completion", "code", "command", "tool_result", "result", "files_changed", "files", "finish_reason", "tokens", "token_ids", "logprobs", "prompt_token_ids", "reward", "components", "reward_components", "messages", "reply", "tool_calls", "tool_results", "valid", "format_ok", "error", "final_workspace"];
     var rest = {};
     Object.keys(data).forEach(function (key) { if (known.indexOf(key) === -1) rest[key] = data[key]; });
     if (Object.keys(rest).length) node.appendChild(section("More", pre(rest)));

@@ -1,0 +1,221 @@
+"""The demo agent task family, and teaching a base model the tool-call protocol by a short SFT run.
+
+Family (`fix-*` items, from the demo tasks of runs/demo_tasks.py): `solution.py` holds the task's
+function with the slip the pretraining corpus makes (the constant off by one), `test_solution.py`
+its tests. The agent reads the module, rewrites it with `write_file`, checks with `run_tests`, and
+submits; `agent_check` runs the tests on the final workspace.
+
+Teaching: expert episodes are played for real (a scripted policy, in sandboxes, so every tool
+result is exactly what a rollout would show), then the base model is fine-tuned on them: each
+episode one token sequence built the way generation builds it (`inference.sessions`), the loss on
+the assistant turns only. Like the corpus, the expert's fix is right only part of the time, so the
+taught model "half-knows" the family and RL has something to lift.
+"""
+
+import json
+import random
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from inference.generation import Completion
+from inference.policy import policy_load
+from inference.sessions import Transcript, transcript_answer, transcript_extend
+from runs import demo_tasks
+from workers.agent import AgentEpisode, episodes_play, plain_render, policy_render
+from workers.learners.common import spans_batch
+
+SOLUTION, TESTS = "solution.py", "test_solution.py"
+SYSTEM = "Fix the code."
+CONTEXT = 1024  # positions the taught model attends over (the base model's 256 are too few)
+
+
+def agent_item(spec: demo_tasks.TaskSpec, *, slip: int = 1) -> dict:
+    """A `fix` agent item: the function with its constant off by `slip`, and its tests."""
+    broken = demo_tasks.solution(replace(spec, constant=spec.constant + slip))
+    return {
+        "id": f"fix-{spec.key}",
+        "kind": "agent",
+        "system": SYSTEM,
+        "instructions": f"{demo_tasks.describe(spec)} {SOLUTION} fails its tests: fix it.",
+        "files": {SOLUTION: broken, TESTS: demo_tasks.tests(spec)},
+        "check_command": f"python3 {TESTS}",
+        "test_file": TESTS,
+        "tools": ["read_file", "write_file", "run_tests", "submit"],
+        "max_steps": 6,
+        "metadata": {"family": "fix", "op": spec.op, "phrase": spec.phrase},
+    }
+
+
+def agent_demo_items(*, seed: int, train_size: int, heldout_size: int) -> dict[str, list[dict]]:
+    """Train and held-out `fix` items (scalar tasks), disjoint, from the demo split."""
+    train, heldout = demo_tasks.demo_split(seed, max(heldout_size * 2, 2))
+    scalar = [spec for spec in train if spec.kind == "scalar"][:train_size]
+    held = [spec for spec in heldout if spec.kind == "scalar"][:heldout_size]
+    return {
+        "train": [agent_item(spec) | {"split": "train"} for spec in scalar],
+        "heldout": [agent_item(spec) | {"split": "heldout"} for spec in held],
+    }
+
+
+def call(name: str, **arguments) -> str:
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def expert_actions(item: dict, constant_error: int = 0, *, mistake: bool = False) -> list[str]:
+    """The expert's turns: read, fix (its constant off by `constant_error`), test, submit;
+    `mistake` first makes one invalid call (read_file without its path)."""
+    spec = spec_of(item)
+    fix = demo_tasks.solution(replace(spec, constant=spec.constant + constant_error))
+    actions = [
+        call("read_file", path=SOLUTION),
+        call("write_file", path=SOLUTION, content=fix),
+        call("run_tests"),
+        call("submit"),
+    ]
+    return ([call("read_file")] if mistake else []) + actions
+
+
+def spec_of(item: dict) -> demo_tasks.TaskSpec:
+    key = item["id"].removeprefix("fix-")
+    return next(spec for spec in demo_tasks.all_specs() if spec.key == key)
+
+
+def expert_play(items: list[dict], actions: list[list[str]]) -> list[AgentEpisode]:
+    """Play each item's scripted actions for real (sandboxes, tools, grading)."""
+    plans = [list(plan) for plan in actions]
+    waves = {"start": 0}  # waves play in order; each scripted session serves one
+
+    class Scripted:
+        def __init__(self) -> None:
+            self.start, self.first = waves["start"], True
+
+        def turn(self, keys: list[int], prompts: list[str]) -> list[Completion]:
+            if self.first:  # every episode of a wave plays its first turn together
+                waves["start"] += len(keys)
+                self.first = False
+            texts = [plans[self.start + key].pop(0) for key in keys]
+            return [Completion(text=text, token_ids=[], logprobs=[], finish_reason="stop") for text in texts]
+
+    rule = {"type": "agent_check", "name": "check"}
+    return episodes_play(items, lambda prompts: [], rule=rule, sessions=Scripted)
+
+
+@dataclass
+class TeachReport:
+    episodes: int
+    steps: int
+    final_loss: float
+    seconds: float
+    tokens: int  # in the longest episode
+
+
+def teach_sequences(tokenizer, episodes: list[AgentEpisode]) -> tuple[list[list[int]], list[list[tuple]]]:
+    """Each episode as the token sequence generation would build, and its assistant spans."""
+    render = policy_render(type("P", (), {"tokenizer": tokenizer})())
+    sequences, spans = [], []
+    for episode in episodes:
+        transcript, row = Transcript(), []
+        messages = episode.conversation()
+        for position, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            transcript_extend(tokenizer, transcript, render(messages[:position], episode.tools))
+            answer = tokenizer(message["raw"], add_special_tokens=False)["input_ids"] + [
+                tokenizer.eos_token_id
+            ]
+            start = len(transcript.token_ids)
+            transcript_answer(transcript, message["raw"], answer, tokenizer.eos_token_id)
+            row.append((start, len(transcript.token_ids)))
+        sequences.append(transcript.token_ids)
+        spans.append(row)
+    return sequences, spans
+
+
+def agent_policy_build(
+    out_dir: str | Path,
+    episodes: list[AgentEpisode],
+    *,
+    vocab_size: int = 512,
+    hidden_size: int = 64,
+    layers: int = 2,
+    steps: int = 120,
+    learning_rate: float = 5e-3,
+    seed: int = 0,
+    log=print,
+) -> TeachReport:
+    """A small policy that knows only these episodes: a tokenizer trained on their transcripts, a
+    fresh model taught them. What the suite's real agent runs use: a model, not a script, that
+    calls tools (and makes the episodes' mistakes) through the whole product path."""
+    from workers.base_model import BaseModelConfig, model_create, tokenizer_train
+
+    out = Path(out_dir)
+    texts = [plain_render(episode.conversation(), episode.tools) for episode in episodes]
+    tokenizer = tokenizer_train(texts, vocab_size)
+    config = BaseModelConfig(
+        seed=seed,
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        layers=layers,
+        heads=4,
+        intermediate_size=hidden_size * 2,
+    )
+    model_create(config, tokenizer).save_pretrained(out / "untaught")
+    tokenizer.save_pretrained(out / "untaught")
+    return agent_teach(
+        out / "untaught",
+        out,
+        episodes,
+        steps=steps,
+        batch_size=1,
+        learning_rate=learning_rate,
+        seed=seed,
+        log=log,
+    )
+
+
+def agent_teach(
+    source: str | Path,
+    target: str | Path,
+    episodes: list[AgentEpisode],
+    *,
+    steps: int = 300,
+    batch_size: int = 8,
+    learning_rate: float = 2e-3,
+    seed: int = 0,
+    log=print,
+) -> TeachReport:
+    """Fine-tune the model at `source` on the episodes' assistant turns; save it to `target`."""
+    started = time.monotonic()
+    policy = policy_load(source)
+    model, tokenizer = policy.model, policy.tokenizer
+    model.config.max_position_embeddings = max(CONTEXT, int(model.config.max_position_embeddings))
+    sequences, spans = teach_sequences(tokenizer, episodes)
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    model.train()
+    loss = torch.tensor(0.0)
+    for step in range(steps):
+        rows = [rng.randrange(len(sequences)) for _ in range(batch_size)]
+        batch = spans_batch([sequences[r] for r in rows], [spans[r] for r in rows], tokenizer.pad_token_id)
+        labels = batch.input_ids.masked_fill(batch.completion_mask == 0, -100)
+        loss = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step % 50 == 0 or step == steps - 1:
+            log(f"teach step {step:4d}  loss {loss.item():.4f}")
+    model.eval()
+    Path(target).mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return TeachReport(
+        episodes=len(episodes),
+        steps=steps,
+        final_loss=round(loss.item(), 4),
+        seconds=round(time.monotonic() - started, 1),
+        tokens=max(len(sequence) for sequence in sequences),
+    )
