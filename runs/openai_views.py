@@ -121,9 +121,9 @@ def _authenticated(request: HttpRequest) -> AbstractBaseUser:
     )
 
 
-def _model_for(user: AbstractBaseUser, model_id: str) -> served_models.ServedModel:
+def _model_for(user: AbstractBaseUser, model_id: str, fetch: bool = False) -> served_models.ServedModel:
     try:
-        return served_models.served_model_for(user=user, model_id=model_id)
+        return served_models.served_model_for(user=user, model_id=model_id, fetch=fetch)
     except served_models.UnknownModelError as exc:
         raise OpenAIError(404, str(exc), "model", "model_not_found") from exc
 
@@ -181,7 +181,7 @@ async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
     _method(request, "POST")
     user = await sync_to_async(caller)(request)
     serve_request = _parse(request, chat)
-    model = await sync_to_async(_model_for)(user, serve_request.model)
+    model = await sync_to_async(_model_for)(user, serve_request.model, fetch=True)
     prepared = await asyncio.to_thread(_prepare, model, serve_request)
     if serve_request.stream:
         response = StreamingHttpResponse(_events(prepared, serve_request), content_type="text/event-stream")
