@@ -4,8 +4,10 @@ streamed as server-sent events, with log-probs, for every tier and checkpoint th
 The contract is the one vLLM and SGLang serve (inference/openai_protocol.py), so client code written
 against Flywheel talks to them unchanged. Callers authenticate with a Flywheel API token as the
 bearer key (the browser's playground with its session and CSRF token); every error is OpenAI's
-error object. Views are asynchronous: a model loads and generates in a worker thread, and a stream
-sends each token's text as it is decoded; a client that goes away stops its generation.
+error object, and requests count against the caller's API rate. Views are asynchronous: a model
+loads in a worker thread before the view answers (so a load failure has its status), then generates
+in one while the body is sent, whole or as a stream of each token's text as it is decoded; a
+client that goes away stops its generation.
 """
 
 import asyncio
