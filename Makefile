@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers bench-api bench-traces demo-flywheel bench-all
+.PHONY: up down demo test lint format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-lora gpu-check bench-tiers bench-api bench-traces bench-agents demo-flywheel bench-all
 
 venv: $(INSTALLED)
 
@@ -101,8 +101,19 @@ bench-tiers: venv sandbox-deps
 bench-traces: venv
 	$(PY) benchmarks/bench_traces.py
 
+bench-lora: venv sandbox-image
+	$(PY) benchmarks/bench_lora.py
+
+# On a CUDA machine: a ~0.5B random-init Qwen2, bf16 generation, GRPO steps full and LoRA (one JSON line).
+gpu-check: venv
+	$(PY) benchmarks/gpu_check.py
+
 bench-learner: venv sandbox-image
 	$(PY) benchmarks/bench_learner.py
+
+# Agent episodes: KV-cache reuse across turns vs re-encoding, one sequence per episode vs rows per turn.
+bench-agents: venv
+	$(PY) benchmarks/bench_agents.py
 
 # MLflow is the baseline only: it lives in a venv of its own, never in the project's.
 MLFLOW_VENV ?= /tmp/mlflow-venv
