@@ -16,12 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from inference.chat import messages_problems
 from inference.settings import MAX_NEW_TOKENS, TierSettings
 
 MAX_CHOICES = 16
 MAX_TOP_LOGPROBS = 20
 MAX_PROMPTS = 64
-ROLES = ("system", "user", "assistant", "developer", "tool")
+ROLES = ("system", "user", "assistant", "developer")  # developer: OpenAI's newer name for system
 ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -37,9 +38,17 @@ ERROR_TYPES = {
 class OpenAIError(Exception):
     """An answer in OpenAI's error shape: the status, a message, the parameter at fault, a code."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = headers or {}  # sent with the answer (Retry-After)
 
     def body(self) -> dict[str, Any]:
         return error_body(self.status, self.message, self.param, self.code)
@@ -171,6 +180,8 @@ def _messages(body: dict) -> list[dict[str, str]]:
         _check(role in ROLES, f"role must be one of {', '.join(ROLES)}", f"{where}.role")
         text = _content(message.get("content"), f"{where}.content")
         checked.append({"role": "system" if role == "developer" else role, "content": text})
+    for param, problem in messages_problems(checked):
+        raise OpenAIError(400, f"{param}: {problem}", param, "invalid_value")
     return checked
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from inference.chat import chat_render
 from inference.decoding import TierError, TierModel, tier_generate, tier_load
 from inference.generation import Completion
 from inference.openai_protocol import OpenAIError, ServeRequest, Token
@@ -39,7 +40,7 @@ class ModelCache:
         self.lock = threading.Lock()
 
     def get(self, source: str | Path, settings: TierSettings) -> Served:
-        key = (str(source), *(getattr(settings, name) for name in LOAD_FIELDS))
+        key = (str(source), _written_at(source), *(getattr(settings, name) for name in LOAD_FIELDS))
         with self.lock:  # loads are rare: one at a time keeps two requests from loading one model twice
             if key in self.models:
                 self.models.move_to_end(key)
@@ -55,16 +56,18 @@ class ModelCache:
             return served
 
 
+def _written_at(source: str | Path) -> int | None:
+    """When a local model folder was written: a policy version republished after a resume rolled it
+    back is a new folder (renamed into place), so it is loaded again, not served from the cache."""
+    path = Path(source)
+    return path.stat().st_mtime_ns if path.is_dir() else None
+
+
 def chat_prompt(tier: TierModel, messages: list[dict[str, str]]) -> str:
-    """The conversation through the tokenizer's chat template, ready for the assistant's turn; a
-    model without a template reads the raw text (a lone user message as it is)."""
-    tokenizer = tier.tokenizer
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    if len(messages) == 1 and messages[0]["role"] == "user":
-        return messages[0]["content"]
-    turns = [f"{message['role']}: {message['content']}" for message in messages]
-    return "\n\n".join([*turns, "assistant:"])
+    """The conversation as the tier's rollouts render a prompt (inference/chat.py): through the
+    tokenizer's chat template, ready for the assistant's turn, when the tier chats and the model
+    has a template; otherwise the raw text."""
+    return chat_render(tier.tokenizer, messages, chat=tier.settings.chat)
 
 
 @dataclass

@@ -58,3 +58,36 @@ def labels_of(*, trajectory_ids: list[int]) -> dict[int, list[Review]]:
     for review in Review.objects.filter(trajectory_id__in=trajectory_ids).select_related("reviewer"):
         found.setdefault(review.trajectory_id, []).append(review)
     return found
+
+
+def agreement_of(*, run) -> dict:
+    """How often reviewers agree where two or more labelled the same trajectory of the run:
+    `shared` such trajectories, `agreeing` those with one label, `pairwise` the share of reviewer
+    pairs on a trajectory that gave the same label, and up to 20 `disagreements` to look at."""
+    by_trajectory: dict[int, list[tuple[str, str]]] = {}
+    rows = (
+        Review.objects.filter(trajectory__run=run)
+        .order_by("trajectory_id", "reviewer__username")
+        .values_list("trajectory_id", "reviewer__username", "label")
+    )
+    for trajectory_id, reviewer, label in rows:
+        by_trajectory.setdefault(trajectory_id, []).append((reviewer, label))
+    shared = {tid: labels for tid, labels in by_trajectory.items() if len(labels) > 1}
+    pairs = same = 0
+    for labels in shared.values():
+        values = [label for _, label in labels]
+        for i, first in enumerate(values):
+            for second in values[i + 1 :]:
+                pairs += 1
+                same += first == second
+    disagreements = [
+        {"trajectory": tid, "labels": labels}
+        for tid, labels in sorted(shared.items())
+        if len({label for _, label in labels}) > 1
+    ]
+    return {
+        "shared": len(shared),
+        "agreeing": len(shared) - len(disagreements),
+        "pairwise": same / pairs if pairs else None,
+        "disagreements": disagreements[:20],
+    }

@@ -69,6 +69,21 @@ def review_save(
     return review
 
 
+@transaction.atomic
+def review_save_many(
+    *, trajectories: Iterable[Trajectory], by: AbstractBaseUser, label: str, comment: str = ""
+) -> int:
+    """The same label (and comment) from one reviewer on each trajectory: a bulk labelling of a
+    selection, all or nothing. Returns how many were labelled."""
+    count = 0
+    for trajectory in trajectories:
+        review_save(trajectory=trajectory, by=by, label=label, comment=comment)
+        count += 1
+    if not count:
+        raise ValidationError({"trajectories": "tick at least one trajectory to label"})
+    return count
+
+
 def review_delete(*, review: Review) -> None:
     if review.trace_id is not None:
         project_id, trace_id = review.trace.project_id, review.trace_id

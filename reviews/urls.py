@@ -6,6 +6,9 @@ urlpatterns = [
     path("trajectories/<int:trajectory_id>/review/", views.trajectory_review, name="trajectory-review"),
     path("trajectories/<int:trajectory_id>/prefer/", views.trajectory_prefer, name="trajectory-prefer"),
     path("runs/<int:run_id>/review-queues/", views.queue_list, name="review-queue-list"),
+    path(
+        "runs/<int:run_id>/trajectories/review/", views.trajectory_bulk_review, name="trajectory-bulk-review"
+    ),
     path("traces/<int:trace_id>/review/", views.trace_review, name="trace-review"),
     path(
         "projects/<int:project_id>/traces/review-queue/", views.trace_queue_create, name="trace-queue-create"

@@ -63,6 +63,33 @@ def trajectory_review(request: HttpRequest, trajectory_id: int) -> HttpResponse:
     return _back(request, fallback)
 
 
+BULK_MAX = 500
+
+
+@login_required
+@require_POST
+def trajectory_bulk_review(request: HttpRequest, run_id: int) -> HttpResponse:
+    """One label for every ticked trajectory of the run (the trajectory browser's selection)."""
+    run = run_selectors.run_for(user=request.user, run_id=run_id, permission=Permission.REVIEW)
+    fallback = reverse("trajectory-list", args=[run.pk])
+    ids = [int(value) for value in request.POST.getlist("trajectory") if value.isdigit()][:BULK_MAX]
+    trajectories = list(run.trajectories.filter(pk__in=ids).order_by("pk"))
+    label = request.POST.get("label", "")
+    try:
+        count = services.review_save_many(
+            trajectories=trajectories,
+            by=request.user,
+            label=label,
+            comment=request.POST.get("comment", "")[:10_000],
+        )
+    except ValidationError as exc:
+        messages.error(request, f"Not labelled: {_refusal(exc)}")
+        return _back(request, fallback)
+    noun = "trajectory" if count == 1 else "trajectories"
+    messages.success(request, f"Labelled {count} {noun} {label.replace('_', ' ')}.")
+    return _back(request, fallback)
+
+
 def _next_in(request: HttpRequest, queue) -> HttpResponse:
     item = services.queue_next(queue=queue, user=request.user)
     if item is None:
@@ -186,6 +213,8 @@ def queue_list(request: HttpRequest, run_id: int) -> HttpResponse:
         "can_review": role_allows(access["role"], Permission.REVIEW),
         "labels": Review.Label.choices,
         "outcomes": run.trajectories.model.Outcome.choices,
+        "agreement": selectors.agreement_of(run=run),
+        "label_names": dict(Review.Label.choices),
     }
     return render(request, "reviews/queue_list.html", context)
 

@@ -19,7 +19,7 @@ from django.db.models import Count
 
 from rewards import engine
 from rewards.models import RewardRuleVersion
-from rewards.services import item_dict, project_judge
+from rewards.services import item_dict, project_judge, project_reward_models
 from runs.models import Run, Trajectory
 from runs.services import StateError
 
@@ -103,7 +103,8 @@ def reward_rule_backtest(
     pairs = [(item_dict(t.item), trajectory_sample(t)) for t in trajectories]
     judge = judge or project_judge(version.rule.project)
     try:
-        results = engine.score_batch(version.spec, pairs, pool=pool, judge=judge)
+        scorer = project_reward_models(version.rule.project)
+        results = engine.score_batch(version.spec, pairs, pool=pool, judge=judge, reward_models=scorer)
     except engine.RuleError as exc:  # saved under an older engine that accepted what this one does not
         raise StateError(
             f"version {version.number} does not validate any more: {exc}; save a fixed version"

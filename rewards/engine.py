@@ -313,7 +313,8 @@ class Leaf:
     texts: dict[str, Template]
     structures: dict[str, Any]  # message lists whose strings are Templates
 
-    def run(self, context: Context) -> float:
+    def arguments_for(self, context: Context) -> dict[str, Any]:
+        """The function's keyword arguments for this sample: the templates rendered."""
         kwargs = dict(self.arguments)
         if self.texts or self.structures:
             variables = context.variables()
@@ -321,9 +322,19 @@ class Leaf:
                 kwargs[name] = template.render(variables)
             for name, structure in self.structures.items():
                 kwargs[name] = render_structure(structure, variables)
-        if self.kind.wants_context:
-            kwargs["context"] = context
-        value = self.kind.function(**kwargs)
+        return kwargs
+
+    def run(self, context: Context) -> float:
+        ready = context.notes.get(BATCHED, {})
+        if id(self) in ready:  # scored with the whole batch (score_batch)
+            value = ready[id(self)]
+            if isinstance(value, BaseException):
+                raise value
+        else:
+            kwargs = self.arguments_for(context)
+            if self.kind.wants_context:
+                kwargs["context"] = context
+            value = self.kind.function(**kwargs)
         number = as_number(value) if isinstance(value, (int, float)) else None
         if number is None:
             raise GradingError("invalid_output", f"the grader returned {value!r}, not a number")
@@ -336,6 +347,9 @@ class Multi:
     formula: Formula
 
 
+BATCHED = "batched"  # Context.notes key: values of batch graders, by leaf
+
+
 @dataclass
 class CompiledRule:
     root: Leaf | Multi
@@ -345,6 +359,7 @@ class CompiledRule:
     opt_out: frozenset[str]
     uses_sandbox: bool
     uses_judge: bool
+    batched: list[Leaf] = field(default_factory=list)  # leaves whose grader scores a batch at once
 
 
 def compile_rule(spec: dict) -> CompiledRule:
@@ -362,7 +377,16 @@ def compile_rule(spec: dict) -> CompiledRule:
         opt_out=frozenset(spec.get("hacking_opt_out") or ()),
         uses_sandbox=any(kind.uses_sandbox for kind in kinds),
         uses_judge=any(kind.uses_judge for kind in kinds),
+        batched=[leaf for leaf in leaves(root) if leaf.kind.batch is not None],
     )
+
+
+def leaves(node: Leaf | Multi):
+    if isinstance(node, Leaf):
+        yield node
+        return
+    for child in node.children.values():
+        yield from leaves(child)
 
 
 def compile_node(spec: dict) -> Leaf | Multi:
@@ -447,12 +471,20 @@ class Tally:
 
 
 def score(
-    spec: dict, item: dict, sample: Sample, *, pool=None, judge: Judge | None = None, sandbox=None
+    spec: dict,
+    item: dict,
+    sample: Sample,
+    *,
+    pool=None,
+    judge: Judge | None = None,
+    sandbox=None,
+    reward_models=None,
 ) -> ScoreResult:
     """Score one sample of one item with a rule (raises RuleError for a rule that does not validate).
 
     `pool` is the sandbox pool for sandbox graders (default: the process's shared pool), `judge`
-    answers score_model and label_model, `sandbox` is the episode's live sandbox for agent_check.
+    answers score_model and label_model, `sandbox` is the episode's live sandbox for agent_check,
+    `reward_models` answers reward_model graders.
 
     >>> rule = {"type": "string_check", "name": "exact", "input": "{{ sample.output_text }}",
     ...         "reference": "{{ item.reference }}", "operation": "eq"}
@@ -460,7 +492,9 @@ def score(
     >>> result.total, result.components, result.errors, result.errored, result.flags
     (1.0, {'exact': 1.0}, [], False, [])
     """
-    return score_compiled(compiled(spec), item, sample, pool=pool, judge=judge, sandbox=sandbox)
+    return score_compiled(
+        compiled(spec), item, sample, pool=pool, judge=judge, sandbox=sandbox, reward_models=reward_models
+    )
 
 
 def score_batch(
@@ -470,15 +504,28 @@ def score_batch(
     pool=None,
     judge: Judge | None = None,
     max_workers: int | None = None,
+    reward_models=None,
 ) -> list[ScoreResult]:
     """Score many (item, sample) pairs with one rule, in order.
 
     In-process rules score in a plain loop (they take microseconds); rules with sandbox or judge
-    graders score in threads, as many as the sandbox pool lends sandboxes at once.
+    graders score in threads, as many as the sandbox pool lends sandboxes at once. Graders that
+    score a batch at once (reward_model: one forward pass for all) score first, for every pair.
     """
     rule = compiled(spec)
+    contexts = [
+        Context(item, Sample.from_dict(sample) if isinstance(sample, dict) else sample, pool, judge)
+        for item, sample in pairs
+    ]
+    for context in contexts:
+        context.reward_models = reward_models
+    for leaf in rule.batched:
+        batch_fill(leaf, contexts)
     if not (rule.uses_sandbox or rule.uses_judge) or len(pairs) < 2:
-        return [score_compiled(rule, item, sample, pool=pool, judge=judge) for item, sample in pairs]
+        return [
+            score_compiled(rule, item, sample, pool=pool, judge=judge, context=context)
+            for (item, sample), context in zip(pairs, contexts, strict=True)
+        ]
     if rule.uses_sandbox and pool is None:
         from sandboxes.services import sandbox_pool
 
@@ -486,16 +533,51 @@ def score_batch(
     workers = max_workers or (pool.max_sandboxes if pool is not None else 8)
     with ThreadPoolExecutor(max_workers=min(workers, len(pairs)), thread_name_prefix="score") as executor:
         return list(
-            executor.map(lambda pair: score_compiled(rule, pair[0], pair[1], pool=pool, judge=judge), pairs)
+            executor.map(
+                lambda index: score_compiled(
+                    rule, pairs[index][0], pairs[index][1], pool=pool, judge=judge, context=contexts[index]
+                ),
+                range(len(pairs)),
+            )
         )
 
 
+def batch_fill(leaf: Leaf, contexts: list[Context]) -> None:
+    """Score `leaf` for every context in one call of its grader's batch function; each value (or the
+    error that stands for it) waits in the context's notes for the leaf to read."""
+    ready, kwargs = [], []
+    for context in contexts:
+        try:
+            kwargs.append(leaf.arguments_for(context))
+            ready.append(context)
+        except TemplateRenderError:
+            continue  # scored alone, where the same error is reported on its component
+    if not ready:
+        return
+    try:
+        values = leaf.kind.batch(kwargs, ready)
+    except Exception as exc:  # noqa: BLE001  (the whole batch failed: each sample reports it)
+        values = [exc] * len(ready)
+    for context, value in zip(ready, values, strict=True):
+        context.notes.setdefault(BATCHED, {})[id(leaf)] = value
+
+
 def score_compiled(
-    rule: CompiledRule, item: dict, sample: Sample, *, pool=None, judge=None, sandbox=None
+    rule: CompiledRule,
+    item: dict,
+    sample: Sample,
+    *,
+    pool=None,
+    judge=None,
+    sandbox=None,
+    reward_models=None,
+    context: Context | None = None,
 ) -> ScoreResult:
-    if isinstance(sample, dict):
-        sample = Sample.from_dict(sample)
-    context = Context(item, sample, pool, judge, sandbox)
+    if context is None:
+        if isinstance(sample, dict):
+            sample = Sample.from_dict(sample)
+        context = Context(item, sample, pool, judge, sandbox, reward_models=reward_models)
+    sample = context.sample
     tally = Tally()
     if isinstance(rule.root, Multi):
         total = evaluate_multi(rule.root, "", rule.name, context, tally)

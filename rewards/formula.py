@@ -130,6 +130,20 @@ class Formula:
         return float(result)
 
 
+def _syntax_problem(source: str, exc: SyntaxError) -> str:
+    """Where and why a formula does not parse; Python reports column 0 for an expression that
+    ends too early, which names the end instead.
+
+    >>> _syntax_problem("a +", SyntaxError("invalid syntax", ("<unknown>", 1, 0, "a +")))
+    "ends with '+': a term is missing after it"
+    """
+    if source and source[-1] in "+-*/%^(,.":
+        return f"ends with {source[-1]!r}: a term is missing after it"
+    if not exc.offset:
+        return f"does not parse: {exc.msg}"
+    return f"does not parse at column {exc.offset}: {exc.msg}"
+
+
 def parse_formula(source: str, names: set[str]) -> tuple[Formula | None, list[str]]:
     """The formula, or why it is refused. `names` are the sub-graders it may use.
 
@@ -148,7 +162,7 @@ def parse_formula(source: str, names: set[str]) -> tuple[Formula | None, list[st
         # OpenAI's formulas write powers as a ^ b, binding tighter than * (formulas hold no strings)
         expression = ast.parse(source.strip().replace("^", "**"), mode="eval")
     except SyntaxError as exc:
-        return None, [f"does not parse at column {exc.offset}: {exc.msg}"]
+        return None, [_syntax_problem(source.strip(), exc)]
     except (RecursionError, MemoryError):
         return None, [f"does not parse: it nests too deeply (at most {MAX_FORMULA_DEPTH} operations)"]
     depth = nesting_depth(expression.body)

@@ -333,6 +333,14 @@ def project_judge(project: Project) -> engine.Judge:
     return tier_judge({tier.name: tier_snapshot(tier) for tier in project.tiers.all()})
 
 
+def project_reward_models(project: Project):
+    """The scorer of `reward_model` graders: the project's trained reward models by name. Models (and
+    torch) load on the first score only."""
+    from reward_models.scoring import reward_models_scorer
+
+    return reward_models_scorer(project.pk)
+
+
 def score_pairs(
     *, version: RewardRuleVersion, pairs: list[tuple[dict, dict]], pool: Any = None, judge: Any = None
 ) -> DryRun:
@@ -341,7 +349,13 @@ def score_pairs(
     scored = _samples(pairs)
     judge = judge or project_judge(version.rule.project)
     try:
-        results = engine.score_batch(version.spec, scored, pool=pool, judge=judge)
+        results = engine.score_batch(
+            version.spec,
+            scored,
+            pool=pool,
+            judge=judge,
+            reward_models=project_reward_models(version.rule.project),
+        )
     except engine.RuleError as exc:  # saved under an older engine that accepted what this one does not
         raise StateError(
             f"version {version.number} does not validate any more: {exc}; save a fixed version"

@@ -16,6 +16,11 @@ urlpatterns = [
     path("task-sets/<int:id>/versions", views.VersionListView.as_view(), name="api-versions"),
     path("task-sets/<int:id>/versions/<int:number>", views.VersionDetailView.as_view(), name="api-version"),
     path(
+        "task-sets/<int:id>/versions/<int:number>/verify",
+        views.VersionVerifyView.as_view(),
+        name="api-version-verify",
+    ),
+    path(
         "task-sets/<int:id>/versions/<int:number>/export",
         views.VersionExportView.as_view(),
         name="api-version-export",

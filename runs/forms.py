@@ -69,25 +69,58 @@ class TokenForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="What uses it, such as a CI job or script")
 
 
+STOP_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+STOP_UNESCAPES = {"\\": "\\", "n": "\n", "t": "\t", "r": "\r"}
+
+
+def stop_escape(text: str) -> str:
+    r"""A stop sequence as one line of the form: newlines, tabs and backslashes written as escapes.
+
+    >>> stop_escape("\n\nHuman:")
+    '\\n\\nHuman:'
+    """
+    return "".join(STOP_ESCAPES.get(char, char) for char in text)
+
+
+def stop_unescape(line: str) -> str:
+    r"""The inverse of stop_escape; a backslash before any other character is kept as it is.
+
+    >>> stop_unescape(r"\n\n") == "\n\n" and stop_unescape(r"a\d") == "a\\d"
+    True
+    """
+    out, chars = [], iter(line)
+    for char in chars:
+        if char != "\\":
+            out.append(char)
+            continue
+        following = next(chars, "")
+        out.append(STOP_UNESCAPES.get(following, "\\" + following))
+    return "".join(out)
+
+
 class TierForm(forms.ModelForm):
     stop = forms.CharField(
         required=False,
+        strip=False,
         widget=forms.Textarea(attrs={"rows": 3}),
-        help_text="Stop sequences, one per line",
+        help_text=r"Stop sequences, one per line; write a newline as \n, a tab as \t, a backslash as \\",
     )
 
     class Meta:
         model = Tier
         fields = list(TIER_FIELDS)
-        widgets = {"description": forms.Textarea(attrs={"rows": 2})}
+        widgets = {
+            "description": forms.Textarea(attrs={"rows": 2}),
+            "base_model": forms.TextInput(attrs={"list": "local-models", "autocomplete": "off"}),
+        }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.instance.pk and not self.is_bound:
-            self.initial["stop"] = "\n".join(self.instance.stop or [])
+            self.initial["stop"] = "\n".join(stop_escape(stop) for stop in self.instance.stop or [])
 
     def clean_stop(self) -> list[str]:
-        return [line for line in self.cleaned_data["stop"].splitlines() if line.strip()]
+        return [stop_unescape(line) for line in self.cleaned_data["stop"].splitlines() if line.strip()]
 
     def _post_clean(self) -> None:
         # The service checks the whole tier (names, impossible combinations); the model's own

@@ -71,12 +71,14 @@ def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
         return {}, {"method": f"must be one of {', '.join(Run.Method.values)}"}
     resolved, hyper_problems = resolve(request.method, request.hyperparameters or {})
     problems |= {f"hyperparameters.{name}": message for name, message in hyper_problems.items()}
-    problems |= _ownership_problems(request)
-    if problems:
-        return resolved, problems
-    problems |= _data_problems(request, resolved)
-    problems |= _tier_problems(request.tier, request.method)
-    problems |= _reward_problems(request)
+    # Every independent problem is reported at once; only checks that rest on what failed wait.
+    ownership = _ownership_problems(request)
+    problems |= ownership
+    if not ownership:
+        if not hyper_problems:
+            problems |= _data_problems(request, resolved)
+        problems |= _tier_problems(request.tier, request.method)
+        problems |= _reward_problems(request)
     if request.max_steps < 1:
         problems["max_steps"] = "must be at least 1"
     if request.max_wall_seconds is not None and request.max_wall_seconds < 1:

@@ -9,14 +9,16 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from runs import forms, lifecycle, monitors, selectors
+from reward_models import selectors as reward_model_selectors
+from runs import forms, lifecycle, monitors, runs_table, selectors
 from runs.lifecycle import RunRequest
 from runs.models import Run, Trajectory
 from runs.roles import Permission, role_allows
@@ -67,8 +69,42 @@ def run_create(request: HttpRequest, project_id: int) -> HttpResponse:
         else:
             messages.success(request, f"Run {run.name} queued.")
             return redirect("run-detail", run_id=run.pk)
+    elif form.is_bound:
+        _add_lifecycle_problems(form, project)
     context = _access(request.user, project) | {"form": form, "hyperparameters": form.hyperparameter_rows()}
     return render(request, "runs/run_form.html", context)
+
+
+def _add_lifecycle_problems(form: forms.RunForm, project) -> None:
+    """A form refused for one field is still checked by the lifecycle, so one submission names
+    every problem REST would (group_size=1 beside an empty name), each once."""
+    data = form.cleaned_data
+    if not all(data.get(name) for name in ("task_set_version", "reward_rule_version", "tier")):
+        return
+    request = RunRequest(
+        project=project,
+        name=data.get("name") or "-",  # an empty name is already reported by the form
+        task_set_version=data["task_set_version"],
+        reward_rule_version=data["reward_rule_version"],
+        tier=data["tier"],
+        method=data.get("method") or Run.Method.GRPO,
+        hyperparameters=data.get("hyperparameters") or {},
+        max_steps=data["max_steps"] if data.get("max_steps") is not None else 1,
+        max_wall_seconds=data.get("max_wall_seconds"),
+        max_sandbox_cpu_seconds=data.get("max_sandbox_cpu_seconds"),
+        train_split=data.get("train_split") or "train",
+        eval_split=data.get("eval_split") or "heldout",
+    )
+    _resolved, problems = lifecycle.run_problems(request)
+    already = set(form.errors)
+    fresh = {key: message for key, message in problems.items() if _form_field(key) not in already}
+    if fresh:
+        form.add_refusal(ValidationError(fresh))
+
+
+def _form_field(key: str) -> str:
+    head, _, rest = key.partition(".")
+    return f"hp_{rest}" if head == "hyperparameters" else head
 
 
 # --- the run page --------------------------------------------------------------------------
@@ -138,6 +174,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             for name, action in monitors.actions_of(run).items()
         ],
         "live": _live_config(run),
+        "reward_model_uses": reward_model_selectors.uses_of_run(run=run),
     }
     return render(request, "runs/run_detail.html", context)
 
@@ -285,11 +322,14 @@ def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
         "page": page,
         "steps": steps,
         "step_count": trajectory.steps.count(),
+        "tests": selectors.test_results_of(trajectory=trajectory),
         "can_review": role_allows(access["role"], Permission.REVIEW),
         "reviews": reviews,
         "my_review": next((r for r in reviews if r.reviewer_id == request.user.pk), None),
         "labels": LABELS,
         "queue": int(queue) if queue.isdigit() else None,
+        "next_url": _next_url(trajectory, int(queue) if queue.isdigit() else None, request.user),
+        "disagree": len({review.label for review in reviews}) > 1,
         "replay": {
             "trajectory": trajectory.pk,
             "steps": reverse("api-trajectory-steps", args=[trajectory.pk]),
@@ -297,6 +337,31 @@ def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
         },
     }
     return render(request, "runs/run_trajectory.html", context)
+
+
+def _next_url(trajectory: Trajectory, queue_id: int | None, user) -> str | None:
+    """Where "next" goes: the queue's next open item after this one, or else the run's next older
+    trajectory."""
+    if queue_id is not None:
+        from reviews.models import QueueItem  # reviews builds on runs; read at request time
+
+        here = (
+            QueueItem.objects.filter(queue_id=queue_id, trajectory=trajectory)
+            .values_list("position", flat=True)
+            .first()
+        )
+        after = QueueItem.objects.filter(
+            queue_id=queue_id, done_at__isnull=True, trajectory__isnull=False, position__gt=here or 0
+        ).exclude(trajectory=trajectory)
+        item = after.filter(Q(assignee=user) | Q(assignee__isnull=True)).order_by("position").first()
+        if item is not None:
+            return f"{reverse('trajectory-detail', args=[item.trajectory_id])}?queue={queue_id}"
+        return None
+    older = (
+        trajectory.run.trajectories.filter(pk__lt=trajectory.pk).order_by("-pk").values_list("pk", flat=True)
+    )
+    target = older.first()
+    return reverse("trajectory-detail", args=[target]) if target else None
 
 
 LABELS = [
@@ -317,28 +382,62 @@ FILTERS = {
 }
 
 
-def _trajectory_filters(request: HttpRequest) -> dict[str, Any]:
-    """The browser's filters from the query string; a value that does not parse is ignored."""
+FILTER_EXPECTS = {int: "a whole number", float: "a number", str: "text"}
+
+
+def _trajectory_filters(request: HttpRequest) -> tuple[dict[str, Any], list[str]]:
+    """The browser's filters from the query string, and a message for each value that does not
+    parse (naming the filter and what it expects): a bad filter is never silently ignored."""
     found: dict[str, Any] = {}
+    errors: list[str] = []
     for name, kind in FILTERS.items():
         raw = request.GET.get(name, "").strip()
         if raw:
             try:
                 found[name] = kind(raw)
             except ValueError:
-                continue
+                errors.append(
+                    f"{FILTER_LABELS[name]}: {raw!r} is not {FILTER_EXPECTS[kind]}; filter not applied"
+                )
     if request.GET.get("flagged") in ("1", "0"):
         found["flagged"] = request.GET["flagged"] == "1"
-    return found
+    return found, errors
+
+
+FILTER_LABELS = {
+    "outcome": "Outcome",
+    "policy_version": "Policy",
+    "min_reward": "Reward ≥",
+    "max_reward": "Reward ≤",
+    "step": "Step",
+    "task": "Task",
+    "flag": "Flag",
+    "label": "Label",
+}
+
+
+def _searched(trajectories, *, task: str | None, text: str) -> Any:
+    """The page's looser matches than REST's: a task id by part, and text in prompt or output."""
+    if task:
+        trajectories = trajectories.filter(item__external_id__icontains=task)
+    if text:
+        trajectories = trajectories.filter(Q(completion_text__icontains=text) | Q(item__text__icontains=text))
+    return trajectories
 
 
 @login_required
 @require_GET
 def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_for(user=request.user, run_id=run_id)
-    filters = _trajectory_filters(request)
-    trajectories = selectors.trajectories_filtered(
-        run.trajectories.select_related("item").prefetch_related("reviews").order_by("-pk"), **filters
+    filters, filter_errors = _trajectory_filters(request)
+    text = request.GET.get("q", "").strip()
+    trajectories = _searched(
+        selectors.trajectories_filtered(
+            run.trajectories.select_related("item").prefetch_related("reviews__reviewer").order_by("-pk"),
+            **(filters | {"task": None}),
+        ),
+        task=filters.get("task"),
+        text=text,
     )
     page = Paginator(trajectories, TRAJECTORIES_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
@@ -347,11 +446,17 @@ def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
         "run": run,
         "page": page,
         "filters": filters,
-        "raw": {name: request.GET.get(name, "") for name in [*FILTERS, "flagged"]},
+        "raw": {name: request.GET.get(name, "") for name in [*FILTERS, "flagged", "q"]},
+        "filter_errors": filter_errors,
+        "task_ids": run.task_set_version.items.order_by("position").values_list("external_id", flat=True)[
+            :500
+        ],
         "query": query.urlencode(),
         "outcomes": Trajectory.Outcome.choices,
         "labels": [*LABELS, ("unreviewed", "Unreviewed")],
-        "live": _live_config(run) | {"filtered": bool(filters)},
+        "review_labels": LABELS,
+        "can_review": role_allows(_access(request.user, run.project)["role"], Permission.REVIEW),
+        "live": _live_config(run) | {"filtered": bool(filters or text)},
     }
     return render(request, "runs/trajectory_list.html", context)
 
@@ -362,6 +467,7 @@ def trajectory_group(request: HttpRequest, trajectory_id: int) -> HttpResponse:
     trajectory = selectors.trajectory_for(user=request.user, trajectory_id=trajectory_id)
     group = list(selectors.group_of(trajectory=trajectory).select_related("item").prefetch_related("reviews"))
     access = _access(request.user, trajectory.run.project)
+    _mark_preferences(group, trajectory)
     context = access | {
         "run": trajectory.run,
         "trajectory": trajectory,
@@ -372,22 +478,102 @@ def trajectory_group(request: HttpRequest, trajectory_id: int) -> HttpResponse:
     return render(request, "runs/trajectory_group.html", context)
 
 
+def _mark_preferences(group: list[Trajectory], current: Trajectory) -> None:
+    """Each card's preferences already given, so a reviewer sees what is recorded: `won` and
+    `lost` (the other trajectory's id and the reviewer), and `versus_current` (the chosen id,
+    when a preference between it and the page's trajectory exists)."""
+    from reviews.models import Preference  # reviews builds on runs; read here, at request time
+
+    ids = [member.pk for member in group]
+    preferences = Preference.objects.filter(chosen_id__in=ids, rejected_id__in=ids).select_related("reviewer")
+    for member in group:
+        member.won, member.lost, member.versus_current = [], [], None
+    by_id = {member.pk: member for member in group}
+    for preference in preferences.order_by("pk"):
+        who = preference.reviewer.get_username()
+        by_id[preference.chosen_id].won.append((preference.rejected_id, who))
+        by_id[preference.rejected_id].lost.append((preference.chosen_id, who))
+        pair = {preference.chosen_id, preference.rejected_id}
+        if current.pk in pair and len(pair) == 2:
+            other = by_id[(pair - {current.pk}).pop()]
+            other.versus_current = preference.chosen_id
+
+
+# --- the runs page ------------------------------------------------------------------------
+
+RUNS_PAGE_LIMIT = 200
+
+
+@login_required
+@require_GET
+def run_list(request: HttpRequest) -> HttpResponse:
+    """Every run of the caller's projects in one table: sort, filter, search, tick to compare."""
+    projects = list(selectors.projects_of(user=request.user).order_by("name"))
+    project_ids = [project.pk for project in projects]
+    chosen = request.GET.get("project", "")
+    if chosen.isdigit() and int(chosen) in project_ids:
+        project_ids = [int(chosen)]
+    table = runs_table.table_context(
+        Run.objects.filter(project_id__in=project_ids),
+        request.GET,
+        action=reverse("run-list"),
+        show_project=True,
+        limit=RUNS_PAGE_LIMIT,
+        positions=selectors.queue_positions(project_ids=project_ids),
+    )
+    context = {
+        "table": table,
+        "projects": projects,
+        "project_filter": chosen if len(project_ids) == 1 else "",
+    }
+    return render(request, "runs/run_list.html", context)
+
+
 # --- compare runs ---------------------------------------------------------------------------
 
 COMPARE_MAX = 8
 
 
+def _compare_ids(request: HttpRequest) -> tuple[list[int], list[str]]:
+    """The run ids asked for (?runs=1,2 or ?runs=1&runs=2), and a message for each part that is
+    not an id."""
+    ids: list[int] = []
+    errors: list[str] = []
+    for part in request.GET.getlist("runs"):
+        for value in part.split(","):
+            value = value.strip()
+            if value.isdigit():
+                ids.append(int(value))
+            elif value:
+                errors.append(f"{value!r} is not a run id (run ids are whole numbers)")
+    ids = list(dict.fromkeys(ids))
+    if len(ids) > COMPARE_MAX:
+        errors.append(f"at most {COMPARE_MAX} runs are compared at once; the first {COMPARE_MAX} are shown")
+    return ids[:COMPARE_MAX], errors
+
+
+def _visible_runs(user, ids: list[int]) -> tuple[list[Run], list[str]]:
+    """The runs among `ids` the user may see, and an error for each other one. A run of a project
+    the user is not a member of reads as missing: its existence is not disclosed."""
+    runs, errors = [], []
+    for run_id in ids:
+        try:
+            runs.append(selectors.run_for(user=user, run_id=run_id))
+        except (Http404, PermissionDenied):
+            errors.append(f"run {run_id} does not exist, or is in a project you are not a member of")
+    return runs, errors
+
+
 @login_required
 @require_GET
 def run_compare(request: HttpRequest) -> HttpResponse:
-    """Several runs' metric overlaid, and their configurations with differences highlighted."""
-    ids = []
-    for part in request.GET.getlist("runs"):
-        ids += [int(value) for value in part.split(",") if value.strip().isdigit()]
-    ids = list(dict.fromkeys(ids))[:COMPARE_MAX]
+    """Several runs: every metric overlaid, one chart each, and their configurations with the
+    settings that differ shown (the identical ones on request)."""
+    ids, errors = _compare_ids(request)
+    runs, missing = _visible_runs(request.user, ids)
+    errors += missing
     if not ids:
-        raise Http404("name the runs to compare: ?runs=1,2")
-    runs = [selectors.run_for(user=request.user, run_id=run_id) for run_id in ids]
+        errors.append("name the runs to compare: tick them in the runs table, or ?runs=1,2")
     configs = [lifecycle.run_config(run) for run in runs]
     keys = sorted({key for config in configs for key in config})
     rows = [
@@ -399,20 +585,24 @@ def run_compare(request: HttpRequest) -> HttpResponse:
         }
         for key in keys
     ]
+    show_all = request.GET.get("all") == "1"
     names = sorted(
         {name for run in runs for name in selectors.metric_names_of(run=run).values_list("name", flat=True)}
     )
-    metric = request.GET.get("metric") or (
-        "reward/mean" if "reward/mean" in names else (names[0] if names else "")
-    )
+    query = request.GET.copy()
+    query.pop("all", None)
     context = {
         "runs": runs,
-        "rows": rows,
+        "errors": errors,
+        "rows": [row for row in rows if row["differs"] or show_all],
         "differing": sum(row["differs"] for row in rows),
+        "identical": sum(not row["differs"] for row in rows),
+        "setting_count": len(rows),
+        "show_all": show_all,
+        "base_query": query.urlencode(),
         "names": names,
-        "metric": metric,
         "compare": {
-            "metric": metric,
+            "names": names,
             "max_points": LIVE_MAX_POINTS,
             "runs": [
                 {"id": run.pk, "name": run.name, "metrics": reverse("api-run-metrics", args=[run.pk])}
@@ -421,4 +611,4 @@ def run_compare(request: HttpRequest) -> HttpResponse:
         },
         "ids": ",".join(str(run.pk) for run in runs),
     }
-    return render(request, "runs/run_compare.html", context)
+    return render(request, "runs/run_compare.html", context, status=200 if runs or not ids else 404)

@@ -7,7 +7,7 @@ everywhere. An object of a project the user is not in is reported as absent (404
 import numpy as np
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Max, Min, Q, QuerySet
+from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.http import Http404
 
 from runs.models import (
@@ -105,6 +105,14 @@ def version_for(*, user: AbstractBaseUser, task_set_id: int, number: int) -> Tas
     if version is None:
         raise Http404("no such version")
     return version
+
+
+def grading_items_of(*, version: TaskSetVersion) -> list[dict]:
+    """The version's items as graders see them (their data with id, kind and split), in file order."""
+    return [
+        item.data | {"id": item.external_id, "kind": item.kind, "split": item.split}
+        for item in version.items.order_by("position")
+    ]
 
 
 def version_by_id_for(*, user: AbstractBaseUser, version_id: int) -> TaskSetVersion:
@@ -296,6 +304,30 @@ def metric_series_of(
     ]
 
 
+def step_axes_of(*, run: Run) -> dict[str, dict[str, float]]:
+    """Each learner step's place on the other x-axes charts offer: wall seconds since the run's
+    first metric point, and the completion tokens learned from up to and including the step."""
+    firsts = list(
+        MetricPoint.objects.filter(run=run).values("step").annotate(at=Min("created_at")).order_by("step")
+    )
+    wall: dict[str, float] = {}
+    if firsts:
+        start = firsts[0]["at"]
+        wall = {str(row["step"]): round((row["at"] - start).total_seconds(), 3) for row in firsts}
+    learned = (
+        Trajectory.objects.filter(run=run, learned_in_step__isnull=False)
+        .values("learned_in_step")
+        .annotate(tokens=Sum("completion_tokens"))
+        .order_by("learned_in_step")
+    )
+    tokens: dict[str, int] = {}
+    total = 0
+    for row in learned:
+        total += row["tokens"] or 0
+        tokens[str(row["learned_in_step"])] = total
+    return {"wall_seconds": wall, "tokens": tokens}
+
+
 def downsample(points: list[tuple[int, float]], max_points: int | None) -> list[tuple[int, float]]:
     """At most `max_points` (2 or more) of `points`, sorted by step: each of max_points // 2
     buckets of consecutive points keeps its minimum and its maximum, in step order (the first
@@ -390,6 +422,15 @@ def trajectory_for(
 def steps_of(*, trajectory: Trajectory, index: int | None = None) -> QuerySet[TrajectoryStep]:
     steps = trajectory.steps.all()
     return steps if index is None else steps.filter(index=index)
+
+
+def test_results_of(*, trajectory: Trajectory) -> list[dict]:
+    """Each test's outcome where the trajectory's code was tested (its last step's tool result):
+    name, passed, outcome, message, and expected and actual where the assertion exposed them."""
+    last = trajectory.steps.order_by("-index").first()
+    result = last.data().get("tool_result") if last is not None else None
+    tests = result.get("tests") if isinstance(result, dict) else None
+    return [test for test in tests if isinstance(test, dict)] if isinstance(tests, list) else []
 
 
 def checkpoints_for(*, user: AbstractBaseUser) -> QuerySet[Checkpoint]:

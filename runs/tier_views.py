@@ -3,6 +3,7 @@
 Objects come through `runs.selectors` (non-member 404, missing permission 403, as over REST);
 requests go through `runs.tier_evaluations`."""
 
+import math
 from typing import Any
 
 from django import forms
@@ -112,6 +113,32 @@ def tier_evaluate(request: HttpRequest, tier_id: int) -> HttpResponse:
     return render(request, "runs/tier_detail.html", context, status=400)
 
 
+def wilson_interval(passed: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a pass rate: honest on few items and near 0 or 1.
+
+    >>> wilson_interval(5, 6)
+    (0.436, 0.97)
+    """
+    if n == 0:
+        return 0.0, 1.0
+    rate = passed / n
+    centre = (rate + z * z / (2 * n)) / (1 + z * z / n)
+    spread = z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return round(max(0.0, centre - spread), 3), round(min(1.0, centre + spread), 3)
+
+
+def pass_rate_text(result: dict) -> str | None:
+    """'0.833 (5 of 6 items; 95% CI 0.436–0.97)', or the bare rate when the counts are missing."""
+    rate, passed, scored = result.get("pass_rate"), result.get("passed"), result.get("scored")
+    if rate is None:
+        return None
+    if not isinstance(passed, int) or not isinstance(scored, int) or scored <= 0:
+        return f"{rate:.3g}"
+    low, high = wilson_interval(passed, scored)
+    item_word = "item" if scored == 1 else "items"
+    return f"{rate:.3g} ({passed} of {scored} {item_word}; 95% CI {low:.3g}–{high:.3g})"
+
+
 def chart_data(results: list[dict]) -> dict:
     """The capability/speed chart's points and its Pareto front (sorted by speed)."""
     points = [
@@ -139,6 +166,9 @@ def tier_evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResp
         {"label": label, "key": key, "values": [result.get(key) for result in results]}
         for key, label in METRICS
     ]
+    # A pass rate is shown with what it rests on: 0.83 of 6 items is not 0.83 of 600.
+    rows[0]["values"] = [pass_rate_text(result) for result in results]
+    rows.insert(1, {"label": "Items scored", "key": "scored", "values": [r.get("scored") for r in results]})
     settings_rows = []
     names = (
         "precision",

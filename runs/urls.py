@@ -1,10 +1,13 @@
 from django.urls import path
 
-from runs import run_views, tier_views, views
+from runs import playground, run_views, tier_views, views
 
 urlpatterns = [
     path("", views.project_list, name="project-list"),
+    path("playground/", playground.playground, name="playground"),
     path("projects/new/", views.project_create, name="project-create"),
+    path("demo/", views.demo_start, name="demo-start"),
+    path("readme/", views.readme, name="readme"),
     path("projects/<int:project_id>/", views.project_detail, name="project-detail"),
     path("projects/<int:project_id>/members/", views.project_members, name="project-members"),
     path("projects/<int:project_id>/demo-run/", views.demo_run, name="demo-run"),
@@ -39,6 +42,11 @@ urlpatterns = [
         views.version_resplit,
         name="version-resplit",
     ),
+    path(
+        "task-sets/<int:task_set_id>/versions/<int:number>/verify/",
+        views.version_verify,
+        name="version-verify",
+    ),
     path("tiers/<int:tier_id>/", views.tier_detail, name="tier-detail"),
     path("tiers/<int:tier_id>/edit/", views.tier_edit, name="tier-edit"),
     path("tiers/<int:tier_id>/delete/", views.tier_delete, name="tier-delete"),
@@ -49,6 +57,7 @@ urlpatterns = [
         name="tier-evaluation-detail",
     ),
     path("projects/<int:project_id>/runs/new/", run_views.run_create, name="run-create"),
+    path("runs/", run_views.run_list, name="run-list"),
     path("runs/compare/", run_views.run_compare, name="run-compare"),
     path("runs/<int:run_id>/", run_views.run_detail, name="run-detail"),
     path("runs/<int:run_id>/monitors/", run_views.run_monitors, name="run-monitors"),

@@ -1,38 +1,72 @@
-// Compare runs: one metric of several runs overlaid, each series downsampled server-side.
+// Compare runs: every metric of the runs overlaid, one chart a metric, each series downsampled
+// server-side; smoothing, log scale and x-axis from the shared chart controls (charts.js).
 (function () {
   "use strict";
   var node = document.getElementById("compare-config-data");
   if (!node) return;
   var config = JSON.parse(node.textContent);
+  var COLOURS = ["#1f4fa8", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490", "#a16207", "#475569"];
+  var loaded = []; // per run: {run, series: name -> {x, y}, axes}
 
   function load(run) {
-    var url = run.metrics + "?name=" + encodeURIComponent(config.metric) + "&max_points=" + config.max_points;
-    return fetch(url, { credentials: "same-origin" })
-      .then(function (r) { return r.ok ? r.json() : { metrics: [] }; })
+    var url = run.metrics + "?max_points=" + config.max_points;
+    return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) { return r.ok ? r.json() : { metrics: [], axes: null }; })
       .then(function (body) {
-        var points = body.metrics.length ? body.metrics[0].points : [];
-        return {
-          name: run.name + " (#" + run.id + ")",
-          x: points.map(function (p) { return p.step; }),
-          y: points.map(function (p) { return p.value; }),
-          mode: "lines",
-        };
+        var series = {};
+        body.metrics.forEach(function (m) {
+          series[m.name] = { x: m.points.map(function (p) { return p.step; }), y: m.points.map(function (p) { return p.value; }) };
+        });
+        return { run: run, series: series, axes: body.axes };
       });
   }
 
+  function slug(name) { return name.replace(/[^A-Za-z0-9_-]/g, "-"); }
+
+  function draw() {
+    var charts = window.flywheelCharts;
+    var grid = document.getElementById("compare-charts");
+    if (!grid || !charts || !window.Plotly) return;
+    config.names.forEach(function (name) {
+      var id = "compare-" + slug(name);
+      var plot = document.getElementById(id);
+      if (!plot) {
+        var made = charts.cell(id, name);
+        made.cell.dataset.metric = name;
+        grid.appendChild(made.cell);
+        charts.followSize(made.plot);
+        plot = made.plot;
+      }
+      var traces = [];
+      loaded.forEach(function (entry, index) {
+        var s = entry.series[name];
+        if (!s) return;
+        var at = charts.placed(s.x, s.y, entry.axes);
+        traces.push({ name: entry.run.name + " #" + entry.run.id, x: at.x, y: at.y, mode: "lines", line: { color: COLOURS[index % COLOURS.length] } });
+      });
+      var layout = charts.layoutFor({
+        title: { text: name, font: { size: 13 } },
+        margin: { l: 45, r: 10, t: 30, b: 40 },
+        height: plot.closest(".chart-full") ? Math.max(300, window.innerHeight - 90) : 270,
+        showlegend: true,
+        legend: { font: { size: 10 }, orientation: "h", x: 0, y: -0.34, yanchor: "top" },
+        paper_bgcolor: "rgba(0,0,0,0)",
+        plot_bgcolor: "rgba(0,0,0,0)",
+        font: { color: getComputedStyle(document.body).color },
+      });
+      var shown = charts.smoothed(traces);
+      window.Plotly.react(plot, shown, layout, { displaylogo: false, responsive: true });
+      plot.dataset.points = String(charts.rawPoints(shown));
+      plot.dataset.runs = String(traces.length);
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
-    var chart = document.getElementById("compare-chart");
-    var select = document.getElementById("compare-metric");
-    if (select) select.addEventListener("change", function () { select.form.submit(); });
-    if (!config.metric || !window.Plotly) return;
-    Promise.all(config.runs.map(load)).then(function (traces) {
-      window.Plotly.react(chart, traces, {
-        title: { text: config.metric, font: { size: 13 } },
-        margin: { l: 50, r: 10, t: 30, b: 30 },
-        height: 360,
-        xaxis: { title: { text: "step" } },
-      }, { displaylogo: false, responsive: true });
-      chart.dataset.points = String(traces.reduce(function (s, t) { return s + t.x.length; }, 0));
+    if (!config.names.length) return;
+    Promise.all(config.runs.map(load)).then(function (entries) {
+      loaded = entries;
+      draw();
+      if (window.flywheelCharts) window.flywheelCharts.onChange(draw);
     });
   });
 })();

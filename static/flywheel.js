@@ -66,7 +66,14 @@
         .then(function (html) {
           var fresh = new DOMParser().parseFromString(html, "text/html").getElementById(section.id);
           if (!fresh) throw new Error("section missing");
+          // Ticked runs stay ticked across a live re-render of the runs table.
+          var ticked = Array.prototype.map.call(section.querySelectorAll("input[name=runs]:checked"), function (box) { return box.value; });
           section.innerHTML = fresh.innerHTML;
+          ticked.forEach(function (id) {
+            var box = section.querySelector('input[name=runs][value="' + id + '"]');
+            if (box) box.checked = true;
+          });
+          section.querySelectorAll("#compare-form").forEach(updateCompare);
         })
         .catch(function () {
           showBanner(EVENT_TEXT[eventName] || "Something changed in this project");
@@ -132,7 +139,33 @@
     update();
   }
 
+  // The runs table: the compare button says how many runs are ticked (delegated, so a table
+  // re-rendered by a live update keeps working).
+  function updateCompare(form) {
+    var ticked = form.querySelectorAll("input[name=runs]:checked").length;
+    var button = form.querySelector("#compare-selected");
+    var count = form.querySelector("#compare-count");
+    if (button) {
+      button.disabled = ticked < 2;
+      button.textContent = ticked < 2 ? "Compare selected" : "Compare " + ticked + " runs";
+    }
+    if (count) count.textContent = ticked === 0 ? "Tick runs to compare them." : ticked === 1 ? "Tick one more." : ticked + " ticked.";
+    form.querySelectorAll("tr[data-run]").forEach(function (row) {
+      var box = row.querySelector("input[name=runs]");
+      row.classList.toggle("selected", Boolean(box && box.checked));
+    });
+  }
+
+  function setupRunsTable() {
+    document.querySelectorAll("#compare-form").forEach(updateCompare);
+    document.addEventListener("change", function (event) {
+      var form = event.target.closest && event.target.closest("#compare-form");
+      if (form && event.target.name === "runs") updateCompare(form);
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    setupRunsTable();
     setupCopyButtons();
     setupLiveSection();
     setupMethodRows();

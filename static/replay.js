@@ -67,16 +67,19 @@
     if (tests && tests.length) {
       var table = el("table", "table tests");
       var head = el("tr");
-      ["test", "result", "message"].forEach(function (h) { head.appendChild(el("th", null, h)); });
+      ["test", "result", "message", "expected", "actual"].forEach(function (h) { head.appendChild(el("th", null, h)); });
       table.appendChild(head);
       tests.forEach(function (t) {
         var row = el("tr");
         var passed = t.passed !== undefined ? t.passed : t.status === "passed";
         row.appendChild(el("td", null, t.name || t.test || ""));
-        row.appendChild(el("td", passed ? "pass" : "fail", passed ? "passed" : (t.status || "failed")));
+        row.appendChild(el("td", passed ? "pass" : "fail", passed ? "passed" : (t.outcome || t.status || "failed")));
         row.appendChild(el("td", null, t.message || t.error || ""));
+        row.appendChild(el("td", null, t.expected === undefined || t.expected === null ? "" : String(t.expected)));
+        row.appendChild(el("td", null, t.actual === undefined || t.actual === null ? "" : String(t.actual)));
         table.appendChild(row);
       });
+      if (result.stop_reason) box.appendChild(el("p", "muted small", "stopped: " + result.stop_reason));
       box.appendChild(table);
     }
     return box;

@@ -95,8 +95,12 @@
         input = el("input", { id: id, type: field.kind === "number" ? "number" : "text", step: "any" });
         input.value = value === undefined || value === null ? "" : (isObject(value) || Array.isArray(value) ? pretty(value) : String(value));
       }
-      input.addEventListener("input", function () { readField(grader, field, input); });
-      input.addEventListener("change", function () { readField(grader, field, input); });
+      // A field drawn for one type of grader fires "change" as it loses focus, which can come
+      // after the grader was retyped: its old value must not be written into the new grader.
+      var drawnFor = grader.type;
+      function read() { if (grader.type === drawnFor) readField(grader, field, input); }
+      input.addEventListener("input", read);
+      input.addEventListener("change", read);
       return input;
     }
 
@@ -142,6 +146,10 @@
         if (grader[field.name] !== undefined) kept[field.name] = grader[field.name];
       });
       if (newType === "multi") kept.graders = isObject(grader.graders) ? grader.graders : {};
+      // A multi is a different grader from the one it replaces: it does not inherit its name
+      // (nor a single grader the multi's).
+      if (newType === "multi" && grader.type !== "multi") kept.name = "combined";
+      else if (grader.type === "multi" && newType !== "multi") kept.name = newType;
       Object.keys(grader).forEach(function (key) { delete grader[key]; });
       Object.keys(kept).forEach(function (key) { grader[key] = kept[key]; });
     }

@@ -14,7 +14,7 @@
   var CHARTS = [
     { id: "reward", title: "Reward (mean, min–max band, ± std)", match: function (n) { return n === "reward/mean"; } },
     { id: "components", title: "Sub-rewards", match: function (n) { return /^reward\//.test(n) && !/^reward\/(mean|std|min|max)$/.test(n); } },
-    { id: "pass-rate", title: "Pass rate (train and held-out)", match: function (n) { return n === "train/pass_rate" || /^heldout\/pass_rate/.test(n) || n === "heldout/reward"; } },
+    { id: "pass-rate", title: "Pass rate (train and held-out)", match: function (n) { return n === "train/pass_rate" || /^heldout\/pass_rate/.test(n); } },
     { id: "kl", title: "KL", match: function (n) { return n === "learner/kl"; } },
     { id: "entropy", title: "Entropy", match: function (n) { return n === "learner/entropy"; } },
     { id: "loss", title: "Loss and clip fraction", match: function (n) { return n === "learner/loss" || n === "learner/clip_fraction"; } },
@@ -26,7 +26,7 @@
     { id: "throughput", title: "Tokens/s", match: function (n) { return n === "throughput/tokens_per_s"; } },
   ];
   var OTHER = { id: "other", title: "Other metrics", match: function () { return true; } };
-  var BAND = { "reward/min": true, "reward/max": true, "reward/std": true };
+  var BAND = { "reward/min": true, "reward/max": true, "reward/std": true, "heldout/reward": true };
 
   var series = {}; // name -> {x: [], y: []}
   var lastEventId = config.last_event || 0;
@@ -57,33 +57,34 @@
     return OTHER;
   }
 
+  var charts = window.flywheelCharts;
+  var axes = null; // step -> wall seconds / tokens, from the metrics endpoint
+
   function chartNode(chart) {
     var node = document.getElementById("chart-" + chart.id);
     if (node) return node;
     var container = document.getElementById("charts");
-    if (!container) return null;
-    node = document.createElement("div");
-    node.className = "chart";
-    node.id = "chart-" + chart.id;
-    node.dataset.points = "0";
+    if (!container || !charts) return null;
+    var made = charts.cell("chart-" + chart.id, chart.title);
     // Keep the charts in their declared order.
     var order = CHARTS.concat([OTHER]).map(function (c) { return c.id; });
     var mine = order.indexOf(chart.id);
     var before = null;
     Array.prototype.forEach.call(container.children, function (child) {
-      if (!before && order.indexOf(child.id.replace("chart-", "")) > mine) before = child;
+      if (!before && order.indexOf((child.dataset.chart || "").replace("chart-", "")) > mine) before = child;
     });
-    container.insertBefore(node, before);
+    container.insertBefore(made.cell, before);
     // Plotly's `responsive` follows the window only: a chart laid out while alone in the grid
     // keeps the full width when a second chart halves its cell. Follow the cell instead.
-    if ("ResizeObserver" in window) {
-      new window.ResizeObserver(function () {
-        if (window.Plotly && node.data) window.Plotly.Plots.resize(node);
-      }).observe(node);
-    }
+    charts.followSize(made.plot);
     var empty = document.getElementById("charts-empty");
     if (empty) empty.hidden = true;
-    return node;
+    return made.plot;
+  }
+
+  function line(name, s, extra) {
+    var at = charts ? charts.placed(s.x, s.y, axes) : s;
+    return Object.assign({ name: name, x: at.x, y: at.y, mode: "lines" }, extra || {});
   }
 
   function traces(chart) {
@@ -91,21 +92,27 @@
     if (chart.id === "reward") {
       var out = [];
       if (series["reward/max"] && series["reward/min"]) {
-        out.push({ name: "max", x: series["reward/max"].x, y: series["reward/max"].y, mode: "lines", line: { width: 0.5, color: "#9db7e0" } });
-        out.push({ name: "min", x: series["reward/min"].x, y: series["reward/min"].y, mode: "lines", fill: "tonexty", fillcolor: "rgba(60,110,200,0.15)", line: { width: 0.5, color: "#9db7e0" } });
+        out.push(line("max", series["reward/max"], { line: { width: 0.5, color: "#9db7e0" }, meta: "band" }));
+        out.push(line("min", series["reward/min"], { fill: "tonexty", fillcolor: "rgba(60,110,200,0.15)", line: { width: 0.5, color: "#9db7e0" }, meta: "band" }));
       }
       if (series["reward/mean"]) {
         var std = {};
         if (series["reward/std"]) series["reward/std"].x.forEach(function (step, i) { std[step] = series["reward/std"].y[i]; });
         var mean = series["reward/mean"];
-        var trace = { name: "mean", x: mean.x, y: mean.y, mode: "lines", line: { color: "#1f4fa8" } };
-        if (series["reward/std"]) trace.error_y = { type: "data", array: mean.x.map(function (s) { return std[s] || 0; }), visible: true, thickness: 0.5, width: 0, color: "#7d9bd4" };
+        var trace = line("mean", mean, { line: { color: "#1f4fa8" } });
+        if (series["reward/std"] && (!charts || charts.state().x === "step")) {
+          trace.error_y = { type: "data", array: mean.x.map(function (s) { return std[s] || 0; }), visible: true, thickness: 0.5, width: 0, color: "#7d9bd4" };
+        }
         out.push(trace);
+      }
+      // Held-out reward is measured on other items, less often: its own axis, on the right.
+      if (series["heldout/reward"]) {
+        out.push(line("held-out", series["heldout/reward"], { yaxis: "y2", mode: "lines+markers", line: { color: "#c2410c", dash: "dot" } }));
       }
       return out;
     }
     return names.map(function (n) {
-      var trace = { name: n, x: series[n].x, y: series[n].y, mode: "lines" };
+      var trace = line(n, series[n]);
       if (chart.stacked) trace.stackgroup = "time";
       return trace;
     });
@@ -116,17 +123,31 @@
     if (!data.length || !window.Plotly) return;
     var node = chartNode(chart);
     if (!node) return;
-    var layout = {
+    var base = {
       title: { text: chart.title, font: { size: 13 } },
-      margin: { l: 45, r: 10, t: 30, b: 30 },
-      height: 240,
+      margin: { l: 45, r: 10, t: 30, b: 40 },
+      height: node.closest(".chart-full") ? Math.max(300, window.innerHeight - 90) : (data.length > 1 ? 270 : 240),
       showlegend: data.length > 1,
-      legend: { font: { size: 10 } },
-      xaxis: { title: { text: "step" } },
+      legend: { font: { size: 10 }, orientation: "h", x: 0, y: -0.34, yanchor: "top" },
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "rgba(0,0,0,0)",
+      font: { color: getComputedStyle(document.body).color },
     };
-    window.Plotly.react(node, data, layout, { displaylogo: false, responsive: true });
-    var points = data.reduce(function (sum, t) { return sum + t.x.length; }, 0);
-    node.dataset.points = String(points);
+    if (data.some(function (t) { return t.yaxis === "y2"; })) {
+      base.yaxis2 = { title: { text: "held-out", font: { size: 11 } }, overlaying: "y", side: "right", showgrid: false };
+      base.margin.r = 45;
+    }
+    var layout = charts ? charts.layoutFor(base) : base;
+    if (layout.yaxis2 && charts && charts.state().log) layout.yaxis2.type = "log";
+    var shown = charts ? charts.smoothed(data) : data;
+    window.Plotly.react(node, shown, layout, { displaylogo: false, responsive: true });
+    node.dataset.points = String(charts ? charts.rawPoints(shown) : data.length);
+    if (charts) {
+      var state = charts.state();
+      node.dataset.smoothing = String(state.smoothing);
+      node.dataset.yscale = state.log ? "log" : "linear";
+      node.dataset.x = state.x;
+    }
   }
 
   function scheduleDraw(chart) {
@@ -157,6 +178,7 @@
     else if (!n || s.x[n - 1] < step) { s.x.push(step); s.y.push(value); }
     else return; // an older step: the next re-fetch has it in place
     if (s.x.length > 2 * config.max_points) needsRefetch();
+    if (charts && charts.state().x !== "step") needsRefetch(); // the new step's place comes with the axes
     scheduleDraw(chartFor(name));
   }
 
@@ -169,6 +191,7 @@
   function loadMetrics() {
     if (!config.metrics) return Promise.resolve();
     return getJSON(config.metrics + "?max_points=" + config.max_points).then(function (body) {
+      if (body.axes) axes = body.axes;
       var fresh = {};
       body.metrics.forEach(function (m) {
         fresh[m.name] = { x: m.points.map(function (p) { return p.step; }), y: m.points.map(function (p) { return p.value; }) };
@@ -320,10 +343,22 @@
 
   // --- trajectories as they finish --------------------------------------------------------
 
-  function trajectoryRow(t) {
+  // A new row of the trajectory browser, in its columns (a selection box when the table has one).
+  function trajectoryRow(t, bulk) {
     var row = document.createElement("tr");
     row.dataset.trajectory = String(t.id);
     row.className = "fresh";
+    if (bulk) {
+      var pick = document.createElement("td");
+      pick.className = "select-col";
+      var box = document.createElement("input");
+      box.type = "checkbox";
+      box.name = "trajectory";
+      box.value = String(t.id);
+      box.setAttribute("aria-label", "Select trajectory " + t.id);
+      pick.appendChild(box);
+      row.appendChild(pick);
+    }
     var first = document.createElement("td");
     var link = document.createElement("a");
     link.href = config.trajectory_page.replace("{id}", String(t.id));
@@ -334,13 +369,19 @@
     outcome.appendChild(badge(t.outcome, "outcome-" + t.outcome));
     row.appendChild(outcome);
     row.appendChild(cell(t.reward === null ? "—" : String(t.reward), "num"));
-    row.appendChild(cell("v" + t.policy_version, "num"));
     var item = document.createElement("td");
     var code = document.createElement("code");
     code.textContent = t.item_external_id;
     item.appendChild(code);
     row.appendChild(item);
+    row.appendChild(cell((t.prompt_preview || "").slice(0, 90), "preview prompt-preview"));
+    row.appendChild(cell((t.completion_preview || "—").slice(0, 90), "preview output-preview"));
+    row.appendChild(cell("v" + t.policy_version, "num"));
     row.appendChild(cell(t.learned_in_step === null ? "—" : String(t.learned_in_step), "num"));
+    row.appendChild(cell(t.advantage === null || t.advantage === undefined ? "—" : Number(t.advantage).toFixed(3), "num"));
+    row.appendChild(cell(""));
+    row.appendChild(cell(""));
+    row.appendChild(cell(""));
     return row;
   }
 
@@ -353,7 +394,8 @@
       rows.forEach(function (t) {
         if (t.id <= lastTrajectoryId) return;
         lastTrajectoryId = t.id;
-        body.insertBefore(trajectoryRow(t), body.firstChild);
+        var host = body.closest("table");
+        body.insertBefore(trajectoryRow(t, Boolean(host && host.dataset.bulk)), body.firstChild);
       });
       var count = document.getElementById("new-trajectories");
       if (count && rows.length) count.textContent = String(Number(count.textContent || "0") + rows.length);
@@ -435,6 +477,8 @@
       window.setTimeout(connect, Math.min(8000, 500 * Math.pow(2, retries)));
     };
   }
+
+  if (charts) charts.onChange(function () { CHARTS.concat([OTHER]).forEach(function (chart) { scheduleDraw(chart); }); });
 
   window.flywheelLive = { series: function () { return series; }, refetch: refetchAll };
 

@@ -10,6 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import URLPattern
 
 from reviews import api_urls as review_api_urls
+from reward_models import api_urls as reward_model_api_urls
 from rewards import api_urls as reward_api_urls
 from runs import api_urls, services
 from tests.conftest import api_client_for
@@ -34,6 +35,7 @@ API_PATTERNS = (
     + review_api_urls.urlpatterns
     + webhook_api_urls.urlpatterns
     + trace_api_urls.urlpatterns
+    + reward_model_api_urls.urlpatterns
 )
 
 

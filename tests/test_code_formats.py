@@ -202,3 +202,25 @@ def test_a_file_with_a_test_less_code_item_imports_nothing_and_names_its_line():
     stream = [(json.dumps(line) + "\n").encode() for line in lines]
     report = services.task_set_import(task_set=task_set, stream=stream, file_format="jsonl", by=user)
     assert report.ok and report.version.item_count == 5
+
+
+@pytest.mark.django_db
+def test_a_dry_run_shows_each_formats_per_test_results_and_matches_the_schema():
+    from rewards import services as reward_services
+    from tests.conftest import api_client_for
+    from tests.test_api_schema import assert_matches_schema
+
+    owner = make_user("dry-runner")
+    project = make_project(owner, name="dry-run formats")
+    rule = reward_services.reward_rule_create(project=project, name="tests", spec=RULE, by=owner)
+    items = [code_item(name) for name in LINES]
+    samples = [{"files": {"solution.py": WRONG}, "item_id": item["id"]} for item in items]
+    path = f"/api/v1/reward-rules/{rule.pk}/dry-run"
+    response = api_client_for(owner).post(path, {"items": items, "samples": samples}, format="json")
+    assert response.status_code == 200, response.json()
+    schema = json.loads(api_client_for(owner).get("/api/v1/schema/", {"format": "json"}).content)
+    assert_matches_schema(schema, response, "post", "/api/v1/reward-rules/{id}/dry-run")
+    results = [entry["result"] for entry in response.json()["results"]]
+    assert [result["total"] for result in results] == [0.5] * len(LINES)
+    assert [result["tests"][0]["name"] for result in results] == list(FIRST_TEST.values())
+    assert {result["stop_reason"] for result in results} == {"exited"}

@@ -3,7 +3,11 @@ export_checkpoint` writes are `save_pretrained` folders with a model card, which
 `AutoModelForCausalLM.from_pretrained` and generate the same greedy text as the run's tier."""
 
 import io
+import json
+import os
 import random
+import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -13,18 +17,23 @@ import torch
 from django.core.management import CommandError, call_command
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from flywheel import Client, NotFoundError
 from inference.decoding import tier_generate, tier_prepare
 from inference.export import adapter_base, archive_chunks, is_adapter
 from inference.policy import policy_load
 from inference.settings import TierSettings
+from runs import services
+from runs.artifacts import artifact_delete
 from runs.roles import Role
-from runs.run_store import policy_dir
+from runs.run_store import policy_dir, policy_prefix, policy_publish
 from runs.services import member_add
 from tests.conftest import api_client_for, make_user
-from tests.run_harness import tiny_model  # noqa: F401  (a fixture)
+from tests.run_harness import tiny_model, worker_env  # noqa: F401  (a fixture)
 from tests.serving_fixtures import STEP, trained  # noqa: F401  (a fixture)
+from tests.web_server import WebServer
 
 PROMPTS = ["add 3 to x", "x plus 3"]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def export_url(run_id: int, step: int = STEP, **query: str) -> str:
@@ -55,10 +64,11 @@ def tier_texts(trained, source: Path) -> list[tuple[list[int], str]]:  # noqa: F
     return [(c.token_ids, c.text) for c in completions]
 
 
-def hf_texts(folder: Path, max_new_tokens: int) -> list[tuple[list[int], str]]:
-    """Greedy text from the export, loaded the way anyone would load it: transformers alone."""
+def hf_texts(folder: Path, max_new_tokens: int, model=None) -> list[tuple[list[int], str]]:
+    """Greedy text from the export, loaded the way anyone would load it: transformers alone (or
+    the model given, for an adapter on its base)."""
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder)
+    model = model if model is not None else AutoModelForCausalLM.from_pretrained(folder)
     texts = []
     for prompt in PROMPTS:
         rendered = tokenizer.apply_chat_template(
@@ -166,17 +176,55 @@ def test_a_lora_checkpoint_exports_its_adapter_or_merged_full_weights(trained, t
     base = AutoModelForCausalLM.from_pretrained(trained["model"])
     config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     adapted = peft.get_peft_model(base, config)
-    folder = policy_dir(run.pk, STEP)
-    for path in folder.iterdir():
-        path.unlink()
-    adapted.save_pretrained(folder)
-    AutoTokenizer.from_pretrained(trained["model"]).save_pretrained(folder)
+    artifact_delete(policy_prefix(run.pk, STEP))  # the version published again, as an adapter
+    folder = policy_publish(run.pk, STEP, adapted, AutoTokenizer.from_pretrained(trained["model"]))
     assert is_adapter(folder) and adapter_base(folder) == str(trained["model"])
     owner = api_client_for(trained["owner"])
     adapter = unpack(body_of(owner.get(export_url(run.pk, weights="adapter"))), "tar.gz", tmp_path / "a")
     assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in adapter.iterdir()}
     assert "- Weights: LoRA adapter" in (adapter / "README.md").read_text()
+    on_base = peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(trained["model"]), adapter)
+    max_new_tokens = run.tier_config["max_new_tokens"]
+    assert hf_texts(adapter, max_new_tokens, on_base.eval()) == tier_texts(trained, folder)
     merged = unpack(body_of(owner.get(export_url(run.pk))), "tar.gz", tmp_path / "m")
     assert not is_adapter(merged)
     assert "- Weights: LoRA merged into the base" in (merged / "README.md").read_text()
     assert hf_texts(merged, run.tier_config["max_new_tokens"]) == tier_texts(trained, folder)
+
+
+@pytest.fixture
+def export_server(transactional_db, tiny_model, tmp_path):  # noqa: F811
+    """The trained run, an owner's token, and the stack's web server on the test database."""
+    from tests.serving_fixtures import trained_setup
+
+    setup = trained_setup(tiny_model)
+    _, token = services.api_token_create(user=setup["owner"], name="export")
+    with WebServer(worker_env(), tmp_path / "web.log") as server:
+        yield setup | {"url": server.url, "token": token}
+
+
+def test_the_client_and_the_command_line_download_an_export(export_server, tmp_path):
+    run, url, token = export_server["run"], export_server["url"], export_server["token"]
+    with Client(url=url, token=token) as client:
+        seen: list[int] = []
+        path = client.checkpoints.export(
+            run.pk, STEP, tmp_path / "c.zip", archive="zip", progress=seen.append
+        )
+        assert sum(seen) == path.stat().st_size
+        with pytest.raises(NotFoundError):
+            client.checkpoints.export(run.pk, STEP + 1, tmp_path / "missing.tar.gz")
+    assert not (tmp_path / "missing.tar.gz").exists()  # no half-written archive left behind
+    folder = unpack(path.read_bytes(), "zip", tmp_path / "client")
+    assert "- Weights: full" in (folder / "README.md").read_text()
+    env = os.environ | {
+        "FLYWHEEL_URL": url,
+        "FLYWHEEL_TOKEN": token,
+        "PYTHONPATH": str(ROOT / "client" / "src"),  # the tree's client, as the editable install
+    }
+    out = tmp_path / "cli.tar.gz"
+    argv = [sys.executable, "-m", "flywheel.cli", "--json", "checkpoints", "export", str(run.pk), str(STEP)]
+    done = subprocess.run([*argv, "-o", str(out)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"output": str(out), "bytes": out.stat().st_size}
+    cli_folder = unpack(out.read_bytes(), "tar.gz", tmp_path / "cli")
+    assert (cli_folder / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()

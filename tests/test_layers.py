@@ -25,11 +25,12 @@ APPLICATIONS = (
     "reviews",
     "traces",
     "webhooks",
+    "reward_models",
     "sandboxes",
     "inference",
 )
 BOTTOM = ("inference", "sandboxes")
-DOMAIN = ("runs", "rewards", "reviews", "traces", "webhooks")
+DOMAIN = ("runs", "rewards", "reviews", "traces", "webhooks", "reward_models")
 FRAMEWORKS = ("django", "rest_framework", "drf_spectacular", "channels", "celery")
 
 
@@ -169,11 +170,12 @@ def test_inference_and_sandboxes_import_no_other_package_and_no_django():
 def test_domain_apps_reach_workers_only_from_their_task_modules():
     graph = import_graph(ROOT, APPLICATIONS)
     assert upward_violations(graph) == []
-    # The exception is used, and only there: runs' tasks run the supervisor's and evaluation's code.
+    # The exception is used, and only there: runs' tasks run the supervisor's and evaluation's code,
+    # reward models' the reward-model learner's.
     reaching = {
         m for m, targets in graph.items() if app(m) in DOMAIN and "workers" in {app(t) for t in targets}
     }
-    assert reaching == {"runs.tasks"}
+    assert reaching == {"runs.tasks", "reward_models.tasks"}
 
 
 def test_no_import_cycle_joins_two_packages_except_through_a_task():
@@ -185,7 +187,12 @@ def test_no_import_cycle_joins_two_packages_except_through_a_task():
 
 def test_every_celery_task_module_sits_beside_a_service_or_drives_runs():
     graph = import_graph(ROOT, APPLICATIONS)
-    assert sorted(m for m in graph if is_task_module(m)) == ["runs.tasks", "webhooks.tasks", "workers.tasks"]
+    assert sorted(m for m in graph if is_task_module(m)) == [
+        "reward_models.tasks",
+        "runs.tasks",
+        "webhooks.tasks",
+        "workers.tasks",
+    ]
     assert "workers.tasks" not in {t for m, targets in graph.items() if app(m) in DOMAIN for t in targets}
 
 

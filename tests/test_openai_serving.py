@@ -4,6 +4,7 @@ details, roles and OpenAI's error shape."""
 
 import json
 import math
+import shutil
 
 import pytest
 from django.test import Client
@@ -16,10 +17,12 @@ from runs.roles import Role
 from runs.run_store import policy_dir
 from tests.conftest import make_user
 from tests.run_harness import tiny_model, worker_env  # noqa: F401  (a fixture)
-from tests.serving_fixtures import STEP, trained  # noqa: F401  (a fixture)
+from tests.serving_fixtures import STEP, publish_trained, trained  # noqa: F401  (a fixture)
 from tests.web_server import WebServer
 
 PROMPT = "add 3 to x"
+# In process (WSGI) the test client reads the async body synchronously, and Django says so.
+pytestmark = pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume asynchronous iterators")
 
 
 def bearer(user) -> Client:
@@ -34,6 +37,12 @@ def greedy(source, config: dict, prompts: list[str], **changes) -> list:
 
 def post(client: Client, path: str, body: dict):
     return client.post(path, json.dumps(body), content_type="application/json")
+
+
+def answer(response) -> dict:
+    """A whole answer's JSON: sent as a one-chunk stream, generated after the view returned."""
+    assert response.streaming and response["Content-Type"] == "application/json"
+    return json.loads(b"".join(response))
 
 
 # --- in process --------------------------------------------------------------------------------
@@ -61,7 +70,7 @@ def test_a_completion_is_the_tiers_decoding_of_the_raw_prompt(trained):  # noqa:
     model = f"run-{run.pk}-step-{STEP}"
     response = post(client, "/v1/completions", {"model": model, "prompt": PROMPT, "temperature": 0})
     assert response.status_code == 200
-    body = response.json()
+    body = answer(response)
     (expected,) = greedy(policy_dir(run.pk, STEP), run.tier_config, [PROMPT])
     assert body["object"] == "text_completion" and body["model"] == model
     assert body["id"].startswith("cmpl-")
@@ -87,8 +96,8 @@ def test_chat_renders_the_template_and_reports_logprobs_with_top_alternatives(tr
         "top_logprobs": 3,
     }
     response = post(client, "/v1/chat/completions", body)
-    assert response.status_code == 200, response.content
-    choice = response.json()["choices"][0]
+    assert response.status_code == 200
+    choice = answer(response)["choices"][0]
     policy = policy_load(trained["model"])
     (expected,) = greedy(trained["model"], {"base_model": tier.base_model}, [policy.prompt_text(PROMPT)])
     expected_text = expected.text[: len(choice["message"]["content"])]
@@ -114,7 +123,7 @@ def test_request_values_override_the_tiers_decoding_and_stops_cut_the_text(train
     stop = free.text[3:5]
     assert stop and stop not in free.text[:3]
     body = {"model": model, "prompt": PROMPT, "temperature": 0, "max_tokens": 12, "stop": stop, "logprobs": 2}
-    choice = post(client, "/v1/completions", body).json()["choices"][0]
+    choice = answer(post(client, "/v1/completions", body))["choices"][0]
     assert choice["text"] == free.text[: free.text.index(stop)]
     assert choice["finish_reason"] == "stop"
     logprobs = choice["logprobs"]
@@ -124,7 +133,25 @@ def test_request_values_override_the_tiers_decoding_and_stops_cut_the_text(train
     two = post(
         client, "/v1/completions", {"model": model, "prompt": [PROMPT, "x plus 3"], "n": 2, "max_tokens": 3}
     )
-    assert [c["index"] for c in two.json()["choices"]] == [0, 1, 2, 3]
+    assert [c["index"] for c in answer(two)["choices"]] == [0, 1, 2, 3]
+
+
+def test_a_speculative_tier_serves_the_same_greedy_tokens_and_logprobs(trained):  # noqa: F811
+    fast = services.tier_create(
+        project=trained["project"],
+        by=trained["owner"],
+        name="lookup",
+        base_model=trained["tier"].base_model,
+        speculation="prompt_lookup",
+        speculative_tokens=3,
+        max_new_tokens=12,
+    )
+    body = {"model": f"tier-{fast.pk}", "prompt": "x plus 3 x plus 3 x plus", "temperature": 0, "logprobs": 1}
+    choice = answer(post(bearer(trained["owner"]), "/v1/completions", body))["choices"][0]
+    (plain,) = greedy(trained["model"], {"base_model": fast.base_model}, [body["prompt"]], max_new_tokens=12)
+    assert choice["text"] == plain.text
+    kept = len(choice["logprobs"]["token_logprobs"])
+    assert choice["logprobs"]["token_logprobs"] == pytest.approx(plain.logprobs[:kept], abs=1e-4)
 
 
 def test_errors_are_openais_error_object(trained):  # noqa: F811
@@ -154,6 +181,9 @@ def test_errors_are_openais_error_object(trained):  # noqa: F811
     assert owner.get("/v1/nothing-here").json()["error"]["code"] == "not_found"
     not_json = owner.post("/v1/chat/completions", "{", content_type="application/json")
     assert not_json.status_code == 400 and not_json.json()["error"]["code"] == "invalid_json"
+    last = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    not_ending_with_user = post(owner, "/v1/chat/completions", {"model": model, "messages": last})
+    assert not_ending_with_user.json()["error"]["param"] == "messages"
     too_long = post(owner, "/v1/completions", {"model": model, "prompt": "x " * 5000})
     assert too_long.status_code == 400
     assert too_long.json()["error"]["code"] == "context_length_exceeded"
@@ -171,6 +201,22 @@ def test_a_project_outsider_cannot_see_or_use_its_models_and_a_viewer_can(traine
     services.member_add(project=trained["project"], username=viewer.username, role=Role.VIEWER)
     response = post(bearer(viewer), "/v1/completions", {"model": model, "prompt": "x", "max_tokens": 2})
     assert response.status_code == 200
+
+
+def test_the_endpoint_shares_the_apis_rate_per_user(trained, monkeypatch):  # noqa: F811
+    from rest_framework.throttling import UserRateThrottle
+
+    monkeypatch.setattr(UserRateThrottle, "THROTTLE_RATES", {"user": "2/hour"})
+    hasty = make_user("hasty")
+    # The history lives in Redis, which outlives the test database (and its reused user ids).
+    UserRateThrottle.cache.delete(UserRateThrottle.cache_format % {"scope": "user", "ident": hasty.pk})
+    client = bearer(hasty)
+    assert [client.get("/v1/models").status_code for _ in range(2)] == [200, 200]
+    refused = client.get("/v1/models")
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert refused.json()["error"]["type"] == "rate_limit_error"
+    assert 3000 < int(refused["Retry-After"]) <= 3600
 
 
 def test_a_signed_in_browser_needs_the_csrf_token(trained):  # noqa: F811
@@ -256,3 +302,21 @@ def test_the_official_openai_client_completes_chats_and_streams_with_logprobs(se
     assert missing.value.body["code"] == "model_not_found"
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=served["url"], api_key="fw_wrong", max_retries=0).models.list()
+
+
+def test_the_model_cache_keeps_a_model_and_reloads_a_republished_version(trained):  # noqa: F811
+    from inference.serving import ModelCache
+
+    run = trained["run"]
+    settings = TierSettings.from_config(run.tier_config)
+    cache = ModelCache(capacity=1)
+    source = policy_dir(run.pk, STEP)
+    first = cache.get(source, settings)
+    assert cache.get(source, settings) is first
+    assert cache.get(source, settings.with_(temperature=0.5, max_new_tokens=3)) is first  # decoding only
+    shutil.rmtree(source)  # a resume rolled the version back; the learner publishes it again
+    publish_trained(run, trained["model"], step=STEP, metrics=False)
+    again = cache.get(source, settings)
+    assert again is not first
+    cache.get(trained["model"], settings)  # a second model pushes the least recently used out
+    assert [key[0] for key in cache.models] == [str(trained["model"])]

@@ -455,7 +455,9 @@ def test_a_viewer_cannot_edit_or_delete_a_tier(client, team):
     assert client.post(reverse("tier-delete", args=[tier.pk])).status_code == 403
     tier.refresh_from_db()
     assert tier.name == "fast" and tier.base_model == "org/tiny"
-    assert "Edit" not in text(client.get(reverse("tier-detail", args=[tier.pk])))
+    page = text(client.get(reverse("tier-detail", args=[tier.pk])))
+    assert "Edit" not in page
+    assert f'href="/playground/?models=tier-{tier.pk}"' in page  # a viewer may still try it
 
 
 # --- API tokens ----------------------------------------------------------------------------

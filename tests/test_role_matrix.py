@@ -427,6 +427,12 @@ RUN_CASES = [
     Case("api-checkpoints", "get", SELF, query=lambda w: {"run": run_of(w).pk}),
     Case("api-checkpoint", "get", "view", checkpoint_id),
     Case("api-checkpoint-fork", "post", "edit", checkpoint_id, body=lambda w: {}),
+    # The matrix's checkpoint has no weights on disk: a caller who may export it is told so (409).
+    Case("api-checkpoint-export", "get", "view", lambda w: {"id": run_of(w).pk, "step": 1}),
+    Case("playground", "get", SELF),
+    # The OpenAI-compatible endpoint (runs/openai_urls.py), signed in by session as the playground is.
+    Case("openai-models", "get", SELF),
+    Case("openai-model", "get", "view", lambda w: {"model_id": f"tier-{w['tier'].pk}"}),
     Case("run-create", "get", "edit", pid),
     Case("run-create", "post", "edit", pid, body=launch_form),
     Case("run-detail", "get", "view", lambda w: {"run_id": run_of(w).pk}),
@@ -446,6 +452,16 @@ RUN_CASES = [
     Case("run-monitors", "post", "edit", lambda w: {"run_id": run_of(w).pk}, body=lambda w: {"window": "6"}),
     Case("trajectory-list", "get", "view", lambda w: {"run_id": run_of(w).pk}),
     Case("trajectory-group", "get", "view", lambda w: {"trajectory_id": trajectory_id(w)["id"]}),
+    Case("run-list", "get", SELF),
+    Case("readme", "get", SELF),
+    Case("demo-start", "post", SELF),
+    Case(
+        "trajectory-bulk-review",
+        "post",
+        "review",
+        lambda w: {"run_id": run_of(w).pk},
+        body=lambda w: {"trajectory": [trajectory_id(w)["id"]], "label": "good"},
+    ),
 ]
 
 

@@ -162,6 +162,7 @@ def test_the_run_page_shows_configuration_progress_events_metrics_and_checkpoint
     export = reverse("api-checkpoint-export", args=[run.pk, 3])
     assert f'<a class="btn btn-small" href="{export}" download' in body
     assert f'href="{export}?archive=zip" download>zip</a>' in body
+    assert f'href="/playground/?models=run-{run.pk}-step-3"' in body
 
 
 def test_a_failed_run_shows_its_error_and_where(client, lab):
@@ -179,7 +180,7 @@ def test_an_action_button_changes_the_status_and_a_stale_one_changes_nothing(cli
     assert "Run first is cancelled." in text(response)
     events = RunEvent.objects.count()
     response = client.post(reverse("run-pause", args=[run.pk]), follow=True)
-    assert f"Not done: run {run.pk} is cancelled" in text(response)
+    assert "Not paused: run first is cancelled now (the page was stale)." in text(response)
     assert Run.objects.get(pk=run.pk).status == S.CANCELLED and RunEvent.objects.count() == events
     client.post(reverse("run-retry", args=[run.pk]))
     assert Run.objects.get(pk=run.pk).status == S.QUEUED

@@ -28,6 +28,17 @@ class JsonInputError(ValueError):
         self.reason, self.lineno, self.colno = reason, lineno, colno
 
 
+def _decode_reason(exc: json.JSONDecodeError) -> str:
+    """The json module's message without its dangling " at" (the place is added after it), and a
+    raw control character named, since it is invisible in the text."""
+    reason = exc.msg.removesuffix(" at")
+    if reason == "Invalid control character" and exc.pos < len(exc.doc):
+        char = exc.doc[exc.pos]
+        escaped = json.dumps(char)[1:-1]
+        reason = f"raw control character {char!r} inside a string: write it escaped, as {escaped}"
+    return reason
+
+
 def _refuse_constant(name: str) -> Any:
     raise JsonInputError(f"{name} is not a JSON number")
 
@@ -67,7 +78,7 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     except JsonInputError:
         raise
     except json.JSONDecodeError as exc:
-        raise JsonInputError(f"not valid JSON: {exc.msg}", exc.lineno, exc.colno) from None
+        raise JsonInputError(f"not valid JSON: {_decode_reason(exc)}", exc.lineno, exc.colno) from None
     except RecursionError:
         raise JsonInputError(f"nested deeper than {max_depth} levels") from None
     except (ValueError, UnicodeDecodeError) as exc:

@@ -88,6 +88,11 @@ def _problems(
     return problems
 
 
+def webhook_problems(*, url: str, statuses: list[str] | None = None) -> dict[str, str]:
+    """What webhook_create would refuse in these fields, without creating anything."""
+    return _problems(url=url, statuses=statuses)
+
+
 def secret_generate() -> str:
     return "whsec_" + secrets.token_urlsafe(32)
 

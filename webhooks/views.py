@@ -32,6 +32,12 @@ def webhook_list(request: HttpRequest, project_id: int) -> HttpResponse:
             add_service_errors(form, exc)
         else:
             form = WebhookForm()
+    elif form.is_bound:
+        # The form refused a field; the URL is still checked, so one submission names both.
+        url = form.cleaned_data.get("url", request.POST.get("url", ""))
+        problems = services.webhook_problems(url=url) if "url" not in form.errors else {}
+        if problems:
+            add_service_errors(form, ValidationError(problems))
     return _list_page(request, project, form, created=created)
 
 

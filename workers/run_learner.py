@@ -18,11 +18,13 @@ none is learned from twice.
 
 import logging
 import os
+import shutil
 import socket
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from statistics import fmean, pstdev
 
 from django.conf import settings
@@ -34,10 +36,25 @@ from inference.generation import Completion
 from runs import events, monitors
 from runs.lifecycle import run_event, run_transition
 from runs.models import Checkpoint, MetricPoint, RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
-from runs.run_store import learner_dir, policies_discard_after, policy_dir, policy_publish
+from runs.run_store import (
+    checkpoint_fetch,
+    checkpoint_is_local,
+    checkpoint_upload,
+    learner_dir,
+    policies_discard_after,
+    policy_dir,
+    policy_publish,
+)
 from runs.services import StateError
 from runs.tier_evaluations import run_final_evaluate
-from workers.learners.common import checkpoint_resume, checkpoint_save, learner_create, reference_create
+from workers.learners.common import (
+    CHECKPOINT_PREFIX,
+    checkpoint_dirs,
+    checkpoint_resume,
+    checkpoint_save,
+    learner_create,
+    reference_create,
+)
 from workers.learners.grpo import GRPOConfig, grpo_batch, learn_on_batch, learnable, step_items
 from workers.rollout import Trajectory as Episode
 from workers.run_rollout import item_dicts, lease_lapsed, rollout_batches_expire
@@ -59,6 +76,12 @@ def start_model(run: Run) -> str:
     return run.tier_config["base_model"]
 
 
+def adapter_settings(hyper: dict) -> dict:
+    """The learner's adapter settings from a run's resolved hyperparameters (older runs: none)."""
+    names = ("adapter", "lora_rank", "lora_alpha", "lora_dropout", "lora_target_modules")
+    return {name: hyper[name] for name in names if name in hyper}
+
+
 def grpo_config(run: Run) -> GRPOConfig:
     hyper, tier = run.resolved, run.tier_config
     return GRPOConfig(
@@ -70,6 +93,9 @@ def grpo_config(run: Run) -> GRPOConfig:
         lr_scheduler=hyper["lr_scheduler"],
         gradient_accumulation_steps=hyper["gradient_accumulation"],
         mixed_precision=hyper["mixed_precision"],
+        gradient_checkpointing=hyper.get("gradient_checkpointing") == "on",
+        micro_batch_tokens=hyper.get("micro_batch_tokens", 0),
+        **adapter_settings(hyper),
         checkpoint_every=hyper["checkpoint_every"],
         group_size=hyper["group_size"],
         prompts_per_step=hyper["batch_size"],
@@ -104,8 +130,8 @@ def learner_main(run_id: int, log: Log = print) -> None:
     config = grpo_config(run)
     items = train_items(run)
     learner, _ = learner_create(config)
-    reference = reference_create(config, learner.accelerator) if config.beta else None
-    step = checkpoint_resume(learner, config)
+    reference = reference_create(config, learner) if config.beta else None
+    step = resume(run, learner, config)
     rollback_to(run, step)
     publish(run, step, learner)
     if step == 0:
@@ -230,6 +256,12 @@ def rollback_to(run: Run, step: int) -> None:
 
 
 def chunks_per_step(items_per_step: int) -> int:
+    """How many rollout batches a step's items make: one per rollout process, or batches of at
+    most FLYWHEEL_ROLLOUT_BATCH_ITEMS items. Smaller batches keep every worker busy: one that
+    finishes early takes the next batch (the next step's, ahead of the learner) instead of
+    idling while a slow batch ends the step."""
+    if settings.FLYWHEEL_ROLLOUT_BATCH_ITEMS > 0:
+        return max(1, -(-items_per_step // settings.FLYWHEEL_ROLLOUT_BATCH_ITEMS))
     return max(1, min(settings.FLYWHEEL_ROLLOUT_CONCURRENCY, items_per_step))
 
 
@@ -433,6 +465,7 @@ def record_metrics(
         if parts:
             values[f"reward/{name}"] = fmean(parts)
     if rows:
+        values["episodes/flagged_rate"] = sum(bool(row.flags) for row in rows) / len(rows)
         values["episodes/errored_rate"] = sum(
             row.outcome == Trajectory.Outcome.ERRORED for row in rows
         ) / len(rows)
@@ -471,8 +504,23 @@ def checkpoint(run: Run, learner, config: GRPOConfig, step: int) -> None:
     if Checkpoint.objects.filter(run=run, step=step).exists():
         return
     path = checkpoint_save(learner, config)
-    Checkpoint.objects.create(run=run, step=step, policy_version=step, path=str(path))
+    stored = checkpoint_upload(run.pk, step, path)
+    Checkpoint.objects.create(run=run, step=step, policy_version=step, path=stored)
     run_event(run, "checkpoint", f"checkpoint at step {step}", data={"step": step})
+
+
+def resume(run: Run, learner, config) -> int:
+    """Resume from the run's last recorded checkpoint, fetched through the artifact storage (the
+    learner may have moved hosts); local checkpoints the record does not know are set aside."""
+    latest = Checkpoint.objects.filter(run=run).order_by("-step").first()
+    if latest is not None and Path(latest.path).is_absolute():  # recorded before the storage
+        return checkpoint_resume(learner, config)
+    for local in checkpoint_dirs(config.output_dir):
+        if latest is None or not checkpoint_is_local(latest.path, local):
+            shutil.rmtree(local, ignore_errors=True)
+    if latest is not None and not checkpoint_dirs(config.output_dir):
+        checkpoint_fetch(latest.path, Path(config.output_dir) / f"{CHECKPOINT_PREFIX}{latest.step}")
+    return checkpoint_resume(learner, config)
 
 
 def evaluate_later(run_id: int, version: int) -> None:

@@ -22,8 +22,9 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from inference.adapters import is_adapter
 from inference.chat import item_prompt
-from inference.decoding import TierModel, tier_generate, tier_prepare
+from inference.decoding import TierModel, tier_adapter_serve, tier_generate, tier_prepare
 from inference.generation import Completion
 from inference.policy import policy_load
 from inference.sessions import ChatSessions
@@ -90,8 +91,16 @@ def rollout_batch_renew(batch: RolloutBatch) -> bool:
 
 def _policy(run: Run, version: int) -> TierModel:
     """The version's policy prepared the run's tier's way (precision, draft model), kept per
-    process. Keyed by its folder, which names the run's key: ids are reused by other databases."""
-    return _policy_at(str(policy_dir(run.pk, version)), version, tier_settings(run))
+    process. Keyed by its folder, which names the run's key: ids are reused by other databases.
+    A LoRA run's version is an adapter, swapped into the base this process keeps resident."""
+    return policy_version_load(run, version, tier_settings(run))
+
+
+def policy_version_load(run: Run, version: int, settings: TierSettings) -> TierModel:
+    path = policy_dir(run.pk, version)
+    if is_adapter(path) and settings.precision != "int8":
+        return tier_adapter_serve(settings, path, version=version)
+    return _policy_at(str(path), version, settings)
 
 
 @lru_cache(maxsize=2)
@@ -203,13 +212,15 @@ def _short_play(run: Run, policy, short: list[tuple[int, dict]], generate, group
     completions = generate(prompts)
     items = [item for _, item in short]
     texts = [completion.text for completion in completions]
-    grades = grade(run.reward_rule_version.spec, items, texts, judge=run_judge(run))
+    grades = grade(
+        run.reward_rule_version.spec, items, texts, judge=run_judge(run), reward_models=run_reward_models(run)
+    )
     seconds = (time.monotonic() - started) / len(short)
     return [
         Played(
             item=item,
             sample_index=index % group_size,
-            steps=[("completion", _completion_record(prompt, completion))],
+            steps=[("completion", _completion_record(prompt, completion) | _tool_result(result))],
             result=result,
             text=completion.text,
             prompt_tokens=len(completion.prompt_token_ids),
@@ -218,6 +229,14 @@ def _short_play(run: Run, policy, short: list[tuple[int, dict]], generate, group
         )
         for (index, item), prompt, completion, result in zip(short, prompts, completions, grades, strict=True)
     ]
+
+
+def _tool_result(result: ScoreResult) -> dict:
+    """What running the completion's code gave, where the rule ran tests: each test's outcome
+    (name, passed, the failing assertion's message, expected and actual) and how the code stopped."""
+    if not result.tests and result.stop_reason is None:
+        return {}
+    return {"tool_result": {"stop_reason": result.stop_reason, "tests": result.tests}}
 
 
 def _completion_record(prompt: str, completion: Completion) -> dict:
@@ -363,7 +382,22 @@ def _run_judge(run_id: int, key: str):  # the key: ids are reused by other datab
     return project_judge(Run.objects.select_related("project").get(pk=run_id).project)
 
 
-def grade(spec: dict, items: list[dict], texts: list[str], *, judge=None) -> list[ScoreResult]:
+def run_reward_models(run: Run):
+    """The scorer of the run's reward_model graders (its project's reward models, each version
+    pinned for the run on first use), kept per process: a model loads on its first score."""
+    return _run_reward_models(run.pk, str(run.key), run.project_id)
+
+
+@lru_cache(maxsize=4)
+def _run_reward_models(run_id: int, key: str, project_id: int):  # the key: ids are reused by other databases
+    from reward_models.scoring import reward_models_scorer
+
+    return reward_models_scorer(project_id, run_id=run_id)
+
+
+def grade(
+    spec: dict, items: list[dict], texts: list[str], *, judge=None, reward_models=None
+) -> list[ScoreResult]:
     """Score each (item, completion) with the run's reward rule; identical pairs are scored once
     (after RL has sharpened a policy, most of a group is the same text)."""
     unique: dict[tuple[str, str], int] = {}
@@ -373,7 +407,7 @@ def grade(spec: dict, items: list[dict], texts: list[str], *, judge=None) -> lis
         if key not in unique:
             unique[key] = len(pairs)
             pairs.append(({k: v for k, v in item.items() if k != "pk"}, Sample(output_text=text)))
-    results = score_batch(spec, pairs, judge=judge)
+    results = score_batch(spec, pairs, judge=judge, reward_models=reward_models)
     return [results[unique[(item["id"], text)]] for item, text in zip(items, texts, strict=True)]
 
 

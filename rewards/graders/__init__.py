@@ -4,7 +4,7 @@ Each module registers its graders with `@grader(...)` when imported; importing t
 imports them all. `multi` is not a registry entry: the engine composes it from the others.
 """
 
-from rewards.graders import judge, sandboxed, text, trajectory  # noqa: F401  (they register themselves)
+from rewards.graders import judge, reward_model, sandboxed, text, trajectory  # noqa: F401  (they register themselves)
 from rewards.graders.base import REGISTRY, GraderKind
 
 MULTI = "multi"

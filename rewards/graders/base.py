@@ -102,6 +102,8 @@ class Context:
     sandbox: Any = None  # the episode's live sandbox, where the caller still holds one
     notes: dict = field(default_factory=dict)  # what graders learned that detectors use: "test_run"
     _variables: dict | None = None
+    # Answers `reward_model` graders: scorer(name, version, prompts, completions) -> scores.
+    reward_models: Any = None
 
     def variables(self) -> dict:
         """The template namespaces: `item` and `sample`."""
@@ -138,6 +140,10 @@ class GraderKind:
     uses_sandbox: bool = False
     uses_judge: bool = False
     wants_context: bool = False
+    uses_reward_model: bool = False
+    # Scores many samples in one call: batch(kwargs of each sample, their contexts) -> a value or a
+    # GradingError per sample. score_batch uses it; scoring one sample calls `function`.
+    batch: Callable[[list[dict], list["Context"]], list] | None = None
 
     @property
     def summary(self) -> str:
@@ -153,7 +159,15 @@ REGISTRY: dict[str, GraderKind] = {}
 
 
 def grader(
-    type_name: str, *, check=None, openai=False, uses_sandbox=False, uses_judge=False, **fields: Field
+    type_name: str,
+    *,
+    check=None,
+    openai=False,
+    uses_sandbox=False,
+    uses_judge=False,
+    uses_reward_model=False,
+    batch=None,
+    **fields: Field,
 ):
     """Register a grader function under a rule type, with the rule fields it takes."""
 
@@ -171,6 +185,8 @@ def grader(
             uses_sandbox=uses_sandbox,
             uses_judge=uses_judge,
             wants_context="context" in parameters,
+            uses_reward_model=uses_reward_model,
+            batch=batch,
         )
         return function
 

@@ -21,7 +21,14 @@ import secrets
 from typing import Any
 
 from rewards.graders.base import Field, GradingError, as_number, grader
-from rewards.graders.workspace import SOLUTION_FILE, TEST_FILE, protected_files, solution_source
+from rewards.graders.workspace import (
+    SOLUTION_FILE,
+    STARTUP_FILE,
+    TEST_FILE,
+    TEST_NAME,
+    protected_files,
+    solution_source,
+)
 from sandboxes.formats import COMPARE_MODES, DEFAULT_FLOAT_TOLERANCE, TestFormatError, item_format
 from sandboxes.interface import (
     Limits,
@@ -59,9 +66,15 @@ def check_seconds(spec: dict) -> list[tuple[str, str]]:
     return problems
 
 
-def write_sample_files(sandbox: Any, files: dict[str, str], skip: set[str]) -> None:
+def write_sample_files(
+    sandbox: Any, files: dict[str, str], skip: set[str], *, tests_too: bool = True
+) -> None:
+    """The sample's files into the workspace, but those in `skip` and, without `tests_too`, test
+    files, conftest.py and interpreter start-up files (the detectors flag them either way)."""
     for path, content in files.items():
         if path in skip or not isinstance(content, str):
+            continue
+        if not tests_too and (TEST_NAME.search(path) or STARTUP_FILE.search(path)):
             continue
         try:
             sandbox.write_file(path, content)
@@ -110,7 +123,7 @@ def unit_tests(
         files[TEST_FILE] = item["tests"]
     spec = task_spec(files, limits(timeout), item.get("sandbox"))
     with pool_of(context).acquire(spec) as sandbox:
-        write_sample_files(sandbox, context.sample.files, {solution_file})
+        write_sample_files(sandbox, context.sample.files, {solution_file}, tests_too=False)
         solution = {solution_file: solution_source(context.sample, solution_file)}
         try:
             result = run_item_tests(

@@ -9,6 +9,7 @@ from rewards.graders.base import Sample
 TEST_FILE = "test_solution.py"  # where unit_tests puts a code item's tests
 SOLUTION_FILE = "solution.py"  # the module a code item's tests import
 TEST_NAME = re.compile(r"(^|/)(test_[^/]*\.py|[^/]*_test\.py|conftest\.py|tests?/.*)$")
+STARTUP_FILE = re.compile(r"(^|/)(sitecustomize\.py|usercustomize\.py|[^/]*\.pth)$")
 FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 

@@ -12,6 +12,7 @@ from runs import lifecycle
 from runs.models import Checkpoint, Run, RunEvent, TaskItem, Trajectory, TrajectoryStep
 
 INT32_MAX = 2**31 - 1
+PREVIEW_CHARS = 200
 HYPERPARAMETERS_HELP = 'By name; a value or "auto" (or leave it out) for the method\'s default'
 
 # --- query parameters ----------------------------------------------------------------------
@@ -253,9 +254,19 @@ class MetricSeriesSerializer(serializers.Serializer):
     points = MetricPointSerializer(many=True, help_text="By step")
 
 
+class StepAxesSerializer(serializers.Serializer):
+    wall_seconds = serializers.DictField(
+        child=serializers.FloatField(), help_text="Step -> seconds from the run's first metric to the step's"
+    )
+    tokens = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Step -> completion tokens learned from, up to that step"
+    )
+
+
 class RunMetricsSerializer(serializers.Serializer):
     run = serializers.IntegerField()
     metrics = MetricSeriesSerializer(many=True, help_text="One series a metric name, by name")
+    axes = StepAxesSerializer(help_text="Other x-axes for charts: wall time and tokens, by step")
 
 
 class TrajectorySerializer(serializers.ModelSerializer):
@@ -264,6 +275,10 @@ class TrajectorySerializer(serializers.ModelSerializer):
     errors = serializers.ListField(child=serializers.JSONField(), read_only=True)
     flags = serializers.ListField(child=serializers.JSONField(), read_only=True)
     labels = serializers.SerializerMethodField(help_text="Its review labels, one per reviewer")
+    prompt_preview = serializers.SerializerMethodField(
+        help_text="The item's prompt, its first 200 characters"
+    )
+    completion_preview = serializers.SerializerMethodField(help_text="The output, its first 200 characters")
 
     class Meta:
         model = Trajectory
@@ -288,9 +303,17 @@ class TrajectorySerializer(serializers.ModelSerializer):
             "learned_in_step",
             "advantage",
             "labels",
+            "prompt_preview",
+            "completion_preview",
             "created_at",
         ]
         read_only_fields = fields
+
+    def get_prompt_preview(self, trajectory: Trajectory) -> str:
+        return trajectory.item.text[:PREVIEW_CHARS]
+
+    def get_completion_preview(self, trajectory: Trajectory) -> str:
+        return trajectory.completion_text[:PREVIEW_CHARS]
 
     def get_labels(self, trajectory: Trajectory) -> list[str]:
         return sorted({review.label for review in trajectory.reviews.all()})

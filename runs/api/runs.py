@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rewards.models import RewardRuleVersion
 from runs import checkpoint_exports, lifecycle, monitors, selectors
 from runs.api import run_serializers as s
+from runs.api.schema import ErrorSerializer
 from runs.api.views import ApiView
 from runs.lifecycle import RunRequest
 from runs.models import Project, Run, TaskSetVersion, Tier
@@ -206,7 +207,8 @@ class RunMetricsView(ApiView):
             since_step=filters.get("since_step"),
             max_points=filters.get("max_points"),
         )
-        return Response(s.RunMetricsSerializer({"run": run.pk, "metrics": series}).data)
+        axes = selectors.step_axes_of(run=run)
+        return Response(s.RunMetricsSerializer({"run": run.pk, "metrics": series, "axes": axes}).data)
 
 
 class TrajectoryListView(ApiView):
@@ -346,6 +348,11 @@ class CheckpointExportView(ApiView):
                 OpenApiTypes.BINARY, description="A save_pretrained folder with a model card (README.md)"
             ),
             (200, "application/zip"): OpenApiResponse(OpenApiTypes.BINARY, description="The same, as a zip"),
+            (409, "application/json"): OpenApiResponse(
+                ErrorSerializer,
+                description="The export cannot be made: weights=adapter of a full-weight run, or "
+                "weights no longer on disk",
+            ),
         },
         summary="Download a checkpoint as a save_pretrained folder with a model card, streamed",
     )

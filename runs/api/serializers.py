@@ -128,17 +128,41 @@ class VersionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class ReferenceCheckSerializer(serializers.Serializer):
+    item = serializers.CharField(help_text="The item's id")
+    position = serializers.IntegerField(help_text="Its place in the version, from 0")
+    passed = serializers.BooleanField()
+    reason = serializers.CharField(allow_blank=True, help_text="Why the reference fails its tests")
+    tests = serializers.ListField(child=serializers.DictField(), help_text="Each test's outcome")
+
+
+class ReferenceReportSerializer(serializers.Serializer):
+    checked = serializers.IntegerField(help_text="Code items with a reference_solution, run")
+    passed = serializers.IntegerField()
+    skipped = serializers.IntegerField(help_text="Items with no reference_solution, or not code")
+    errored = serializers.IntegerField(help_text="The sandbox failed: not the item's fault")
+    broken = ReferenceCheckSerializer(many=True, help_text="Every item whose reference fails, by name")
+    errors = ReferenceCheckSerializer(many=True)
+
+
 class ImportResultSerializer(VersionSerializer):
     created = serializers.SerializerMethodField(
         help_text="false: the content equals the latest version, which is returned"
     )
+    references = serializers.SerializerMethodField(
+        help_text="With `verify_references`: each code item's reference run against its tests"
+    )
 
     class Meta(VersionSerializer.Meta):
-        fields = [*VersionSerializer.Meta.fields, "created"]
+        fields = [*VersionSerializer.Meta.fields, "created", "references"]
         read_only_fields = fields
 
     def get_created(self, version: TaskSetVersion) -> bool:
         return self.context["created"]
+
+    @extend_schema_field(ReferenceReportSerializer(allow_null=True))
+    def get_references(self, version: TaskSetVersion) -> dict | None:
+        return self.context.get("references")
 
 
 class SplitSettingsSerializer(serializers.Serializer):
@@ -158,6 +182,10 @@ class ImportInputSerializer(serializers.Serializer):
         min_value=0, max_value=1, required=False, help_text="Default: the latest version's, else 0.2"
     )
     dry_run = serializers.BooleanField(default=False, help_text="Validate and preview; store nothing")
+    verify_references = serializers.BooleanField(
+        default=False,
+        help_text="After importing, run each code item's reference_solution against its tests and report",
+    )
 
 
 class LineErrorSerializer(serializers.Serializer):

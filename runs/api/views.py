@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from rewards.references import references_verify
 from runs import selectors, services
 from runs.api import serializers as s
 from runs.api.schema import FlywheelAutoSchema
@@ -232,13 +233,17 @@ class TaskSetImportView(ApiView):
         )
         if data["dry_run"]:
             return Response(s.DryRunSerializer(report).data)
-        return import_response(report)
+        references = None
+        if report.ok and data["verify_references"]:
+            references = references_verify(selectors.grading_items_of(version=report.version)).to_dict()
+        return import_response(report, references)
 
 
-def import_response(report: ImportReport) -> Response:
+def import_response(report: ImportReport, references: dict | None = None) -> Response:
     if not report.ok:
         return file_errors_response(report)
-    data = s.ImportResultSerializer(report.version, context={"created": report.created}).data
+    context = {"created": report.created, "references": references}
+    data = s.ImportResultSerializer(report.version, context=context).data
     return Response(data, status=201 if report.created else 200)
 
 
@@ -299,6 +304,19 @@ class VersionExportView(ApiView):
         name = re.sub(r"[^A-Za-z0-9._-]+", "-", version.task_set.name).strip("-") or "task-set"
         response["Content-Disposition"] = f'attachment; filename="{name}-v{version.number}.jsonl"'
         return response
+
+
+class VersionVerifyView(ApiView):
+    @extend_schema(
+        request=None,
+        responses=s.ReferenceReportSerializer,
+        summary="Verify references: run each code item's reference solution against its tests in the sandbox",
+    )
+    def post(self, request: Request, id: int, number: int) -> Response:
+        selectors.task_set_for(user=request.user, task_set_id=id, permission=Permission.EDIT)
+        version = selectors.version_for(user=request.user, task_set_id=id, number=number)
+        report = references_verify(selectors.grading_items_of(version=version))
+        return Response(s.ReferenceReportSerializer(report.to_dict()).data)
 
 
 class VersionSplitView(ApiView):

@@ -185,6 +185,8 @@ class Server:
         return {"ok": True, "entries": entries}, b""
 
     def op_exec(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
+        if head.get("reset_first"):  # the pool's reset of a returned sandbox, in this round trip
+            self.op_reset(head, b"")
         offset = 0
         for path, mode, size in head.get("files", ()):  # written first; a refused path runs nothing
             self.write(path, blob[offset : offset + size], mode)
@@ -207,7 +209,7 @@ class Server:
         except (SyntaxError, ValueError, IndexError, MemoryError, RecursionError):
             return
         if len(self.compiled) >= COMPILED_CAP:
-            self.compiled.clear()
+            del self.compiled[next(iter(self.compiled))]  # the oldest
         self.compiled[key] = program
 
     # -- helpers -------------------------------------------------------------------------------
@@ -636,7 +638,7 @@ OPERATORS = {
 }
 TEST_FILE = re.compile(r"(^|/)(test_[^/]*\.py|[^/]*_test\.py|conftest\.py)$")
 PLANTED = re.compile(r"(^|/)(conftest\.py|sitecustomize\.py|usercustomize\.py|[^/]*\.pth)$")
-COMPILED_CAP = 64
+COMPILED_CAP = 512
 
 
 class AssertRewriter(ast.NodeTransformer):
@@ -809,7 +811,7 @@ class Probe:
 
 EXACT_TYPES = frozenset({int, float, complex, str, bytes, bool, type(None), range, bytearray})
 CONTAINERS = frozenset({list, tuple, set, frozenset, dict})
-RUN = {"nonce": "", "failed": None, "suspects": set()}
+RUN = {"nonce": "", "failed": None, "suspects": set(), "namespaces": []}
 
 
 def suspect(detector: str, evidence: str) -> None:
@@ -866,6 +868,15 @@ def flywheel_compare(left: object, right: object, op: str, actual_is_left: bool)
     if not truth:
         RUN["failed"] = (safe_repr(actual), safe_repr(expected))
     return truth
+
+
+def harness_intact() -> None:
+    """The tests' view of the harness (its comparison hook) is the harness's: code that replaced
+    it is reported, and the hook put back."""
+    for namespace in RUN["namespaces"]:
+        if namespace.get(COMPARE_NAME) is not flywheel_compare:
+            suspect("test_framework_patched", f"the harness's {COMPARE_NAME} was replaced during the run")
+            namespace[COMPARE_NAME] = flywheel_compare
 
 
 def safe_repr(value: object) -> str:
@@ -952,6 +963,7 @@ def run_tests(head: dict, compiled: dict) -> int:
     module.__file__ = os.path.join("/workspace", path)
     module.__builtins__ = __builtins__
     module.__dict__[COMPARE_NAME] = flywheel_compare
+    RUN["namespaces"] = [module.__dict__]
     sys.modules[module.__name__] = module
     sys.path.insert(0, os.path.dirname(module.__file__))
     signal.signal(signal.SIGALRM, on_alarm)
@@ -960,6 +972,7 @@ def run_tests(head: dict, compiled: dict) -> int:
     builtins_before = builtins_snapshot()
 
     def one(name: str, call: typing.Callable[[], None]) -> None:
+        harness_intact()
         report({"nonce": nonce, "event": "start", "name": name})
         started = time.perf_counter()
         outcome, message = "pass", ""
@@ -982,6 +995,7 @@ def run_tests(head: dict, compiled: dict) -> int:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         duration = time.perf_counter() - started
+        harness_intact()
         event = {
             "nonce": nonce,
             "event": "end",
@@ -1098,6 +1112,7 @@ def run_candidate(
         return 0
     namespace = dict(module.__dict__)
     namespace[parameter] = candidate
+    RUN["namespaces"].append(namespace)
     return run_pieces(pieces, namespace, one, nonce, "check line {}")
 
 

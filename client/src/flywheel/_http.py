@@ -7,7 +7,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import httpx
@@ -117,7 +117,13 @@ class Transport:
                 return
             body = self.json("GET", body["next"])
 
-    def download(self, path: str, out: IO[bytes], params: dict[str, Any] | None = None) -> int:
+    def download(
+        self,
+        path: str,
+        out: IO[bytes],
+        params: dict[str, Any] | None = None,
+        progress: Callable[[int], Any] | None = None,
+    ) -> int:
         """Write a binary download to `out` as it streams in; the bytes written."""
         response = self.send("GET", path, params=params, stream=True)
         written = 0
@@ -125,6 +131,8 @@ class Transport:
             for chunk in response.iter_bytes():
                 out.write(chunk)
                 written += len(chunk)
+                if progress is not None:
+                    progress(len(chunk))
         finally:
             response.close()
         return written

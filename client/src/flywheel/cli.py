@@ -250,6 +250,18 @@ def export(client: Client, args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def checkpoints_export(client: Client, args: argparse.Namespace, out: Output) -> int:
+    """A checkpoint as a save_pretrained folder with a model card, archived, with a progress bar."""
+    target = args.output or f"run-{args.run}-step-{args.step}.{args.archive}"
+    with out.bar(desc=f"export run {args.run} step {args.step}", unit="B", unit_scale=True) as bar:
+        path = client.checkpoints.export(
+            args.run, args.step, target, archive=args.archive, weights=args.weights, progress=bar.update
+        )
+    size = path.stat().st_size
+    out.result({"output": str(path), "bytes": size}, f"wrote {size} bytes to {path}")
+    return 0
+
+
 # --- the parser ----------------------------------------------------------------------------
 
 
@@ -310,6 +322,18 @@ def parser() -> argparse.ArgumentParser:
     log.add_argument("--completion")
     log.add_argument("--model")
     log.set_defaults(handler=traces_log)
+
+    checkpoints = commands.add_parser("checkpoints", help="export checkpoints")
+    checkpoint_commands = checkpoints.add_subparsers(dest="checkpoints_command", required=True)
+    checkpoint_export = checkpoint_commands.add_parser(
+        "export", help="download a checkpoint as a save_pretrained folder with a model card (an archive)"
+    )
+    checkpoint_export.add_argument("run", type=int)
+    checkpoint_export.add_argument("step", type=int)
+    checkpoint_export.add_argument("-o", "--output", help="the archive (default: run-RUN-step-STEP.tar.gz)")
+    checkpoint_export.add_argument("--archive", default="tar.gz", choices=("tar.gz", "zip"))
+    checkpoint_export.add_argument("--weights", default="full", choices=("full", "adapter"))
+    checkpoint_export.set_defaults(handler=checkpoints_export)
 
     exporting = commands.add_parser("export", help="download reviewed data of a run, or a task-set version")
     exporting.add_argument("--run", type=int)

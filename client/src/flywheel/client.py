@@ -17,6 +17,7 @@ from flywheel.resources import (
     Me,
     Projects,
     Reviews,
+    RewardModels,
     RewardRules,
     Runs,
     Tasks,
@@ -88,6 +89,7 @@ class Client:
         self.reviews = Reviews(t)
         self.webhooks = Webhooks(t)
         self.traces = Traces(t)
+        self.reward_models = RewardModels(t)
 
     @property
     def url(self) -> str:

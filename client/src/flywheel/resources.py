@@ -5,7 +5,7 @@ create across processes); everything returns the API's JSON objects."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -116,14 +116,19 @@ class TaskSets(Resource):
         dry_run: bool = False,
         split_seed: int | None = None,
         heldout_fraction: float | None = None,
+        verify_references: bool = False,
         idempotency_key: str | None = None,
     ) -> JSON:
         """Import a JSONL or CSV file (a path or an open binary file) as a new version. A file with
-        any error imports nothing and raises BadRequestError, whose `details` name each line and field."""
+        any error imports nothing and raises BadRequestError, whose `details` name each line and field.
+        `verify_references`: then run each code item's reference against its tests (`references`)."""
         handle = open(file, "rb") if isinstance(file, (str, os.PathLike)) else file  # noqa: SIM115
         name = Path(getattr(handle, "name", "tasks.jsonl")).name
         data = _body(
-            dry_run="true" if dry_run else None, split_seed=split_seed, heldout_fraction=heldout_fraction
+            dry_run="true" if dry_run else None,
+            split_seed=split_seed,
+            heldout_fraction=heldout_fraction,
+            verify_references="true" if verify_references else None,
         )
         try:
             return self._t.json(
@@ -149,6 +154,12 @@ class TaskSets(Resource):
     def export(self, task_set: int, number: int) -> Iterator[JSON]:
         """The version's items as the file it was made from, one object a line."""
         return self._t.lines(f"/api/v1/task-sets/{task_set}/versions/{number}/export")
+
+    @endpoint("POST", "/task-sets/{id}/versions/{number}/verify")
+    def verify(self, task_set: int, number: int) -> JSON:
+        """Run each code item's reference_solution against its own tests in the sandbox: `broken`
+        names every item whose reference fails, with the reason."""
+        return self._post(f"/api/v1/task-sets/{task_set}/versions/{number}/verify", {})
 
     @endpoint("POST", "/task-sets/{id}/versions/{number}/split")
     def resplit(
@@ -377,11 +388,19 @@ class Checkpoints(Resource):
 
     @endpoint("GET", "/runs/{id}/checkpoints/{step}/export")
     def export(
-        self, run: int, step: int, out: str | os.PathLike, *, archive: str = "tar.gz", weights: str = "full"
+        self,
+        run: int,
+        step: int,
+        out: str | os.PathLike,
+        *,
+        archive: str = "tar.gz",
+        weights: str = "full",
+        progress: Callable[[int], Any] | None = None,
     ) -> Path:
         """Download the checkpoint of `run` at `step` as a save_pretrained folder with a model card,
         archived (`tar.gz` or `zip`), to the file `out`; `weights="adapter"` keeps a LoRA run's
-        adapter apart from its base. Streamed to disk, never held in memory."""
+        adapter apart from its base. Streamed to disk, never held in memory; `progress` is told
+        the bytes of each chunk."""
         path = Path(out)
         try:
             with open(path, "wb") as handle:
@@ -389,6 +408,7 @@ class Checkpoints(Resource):
                     f"/api/v1/runs/{run}/checkpoints/{step}/export",
                     handle,
                     params={"archive": archive, "weights": weights},
+                    progress=progress,
                 )
         except BaseException:
             path.unlink(missing_ok=True)  # no half-written archive left behind
@@ -641,3 +661,65 @@ class Traces(Resource):
             project=project, traces=traces, filters=filters, task_set=task_set, task_set_name=task_set_name
         )
         return self._post("/api/v1/traces/promote", body, idempotency_key=idempotency_key)
+
+
+class RewardModels(Resource):
+    @endpoint("GET", "/reward-models")
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+        return self._list("/api/v1/reward-models", project=project, limit=limit)
+
+    @endpoint("POST", "/reward-models")
+    def create(
+        self, project: int, name: str, *, description: str | None = None, idempotency_key: str | None = None
+    ) -> JSON:
+        body = _body(project=project, name=name, description=description)
+        return self._post("/api/v1/reward-models", body, idempotency_key=idempotency_key)
+
+    @endpoint("GET", "/reward-models/{id}")
+    def get(self, reward_model: int) -> JSON:
+        """The reward model with its newest version (status, held-out pair accuracy)."""
+        return self._get(f"/api/v1/reward-models/{reward_model}")
+
+    @endpoint("DELETE", "/reward-models/{id}")
+    def delete(self, reward_model: int) -> None:
+        self._delete(f"/api/v1/reward-models/{reward_model}")
+
+    @endpoint("GET", "/reward-models/{id}/versions")
+    def versions(self, reward_model: int, *, limit: int | None = None) -> Iterator[JSON]:
+        return self._list(f"/api/v1/reward-models/{reward_model}/versions", limit=limit)
+
+    @endpoint("POST", "/reward-models/{id}/train")
+    def train(
+        self,
+        reward_model: int,
+        task_set_version: int,
+        *,
+        tier: int | None = None,
+        base_model: str | None = None,
+        hyperparameters: JSON | None = None,
+        idempotency_key: str | None = None,
+    ) -> JSON:
+        """A new version, queued for training on the task-set version's preference pairs."""
+        body = _body(
+            task_set_version=task_set_version,
+            tier=tier,
+            base_model=base_model,
+            hyperparameters=hyperparameters,
+        )
+        return self._post(
+            f"/api/v1/reward-models/{reward_model}/train", body, idempotency_key=idempotency_key
+        )
+
+    @endpoint("GET", "/reward-model-versions/{id}")
+    def version(self, version: int) -> JSON:
+        """A version: status, step of steps, loss history, held-out pair accuracy before and after."""
+        return self._get(f"/api/v1/reward-model-versions/{version}")
+
+    @endpoint("POST", "/reward-model-versions/{id}/cancel")
+    def cancel(self, version: int) -> JSON:
+        return self._post(f"/api/v1/reward-model-versions/{version}/cancel")
+
+    @endpoint("GET", "/runs/{id}/reward-models")
+    def of_run(self, run: int) -> list[JSON]:
+        """The reward-model versions a run's rewards used."""
+        return self._get(f"/api/v1/runs/{run}/reward-models")

@@ -5,7 +5,9 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from runs import services
+from rewards.references import references_verify
+from runs import selectors, services
+from runs.management.commands.verify_references import progress_stream, summary
 from runs.models import Project, TaskSet
 from runs.task_format import guess_format
 
@@ -22,6 +24,11 @@ class Command(BaseCommand):
         parser.add_argument("--split-seed", type=int)
         parser.add_argument("--heldout-fraction", type=float)
         parser.add_argument("--dry-run", action="store_true", help="Validate and report; import nothing")
+        parser.add_argument(
+            "--verify-references",
+            action="store_true",
+            help="Then run each code item's reference_solution against its tests and name the broken ones",
+        )
 
     def handle(self, *args, **opts) -> None:
         user = get_user_model().objects.filter(username=opts["user"]).first()
@@ -64,6 +71,13 @@ class Command(BaseCommand):
             self.stdout.write(f"created version {report.version.number} with {report.item_count} items")
         else:
             self.stdout.write(f"identical to version {report.version.number}; no new version created")
+        if opts["verify_references"] and not opts["dry_run"]:
+            items = selectors.grading_items_of(version=report.version)
+            with tqdm(total=len(items), unit="item", desc="references", file=progress_stream(self)) as bar:
+                references = references_verify(items, progress=lambda: bar.update(1))
+            self.stdout.write(summary(task_set.name, report.version.number, references))
+            if references.broken:
+                raise CommandError(f"imported, but {len(references.broken)} references are broken")
 
 
 def _tracked(handle, bar):

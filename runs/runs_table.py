@@ -1,0 +1,146 @@
+"""The runs table (project page and the runs page): each run with the numbers people compare runs
+by, annotated in SQL so the table sorts and filters over every run, not just the page shown."""
+
+from dataclasses import dataclass
+
+from django.db.models import F, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce, Now
+
+from runs.models import MetricPoint, Run
+
+REWARD = "reward/mean"
+HELDOUT = "heldout/pass_rate"
+# Column key -> the annotation or field it sorts by (descending with a leading "-").
+SORTS = {
+    "name": "name",
+    "project": "project__name",
+    "status": "status",
+    "method": "method",
+    "model": "model",
+    "steps": "learner_step",
+    "reward": "last_reward",
+    "heldout": "heldout_pass_rate",
+    "duration": "duration",
+    "cpu": "sandbox_cpu_seconds",
+    "created": "created_at",
+}
+DEFAULT_SORT = "-created"
+
+
+@dataclass(frozen=True)
+class RunQuery:
+    """What the table's controls ask for; every field is optional."""
+
+    q: str = ""
+    status: str = ""
+    method: str = ""
+    sort: str = DEFAULT_SORT
+
+    @classmethod
+    def from_params(cls, params) -> "RunQuery":
+        sort = params.get("sort", DEFAULT_SORT)
+        status = params.get("status", "")
+        method = params.get("method", "")
+        return cls(
+            q=params.get("q", "").strip()[:200],
+            status=status if status in Run.Status.values else "",
+            method=method if method in Run.Method.values else "",
+            sort=sort if sort.removeprefix("-") in SORTS else DEFAULT_SORT,
+        )
+
+    def sort_link(self, column: str) -> str:
+        """The sort a column header links to: its own column flips direction."""
+        if self.sort == column:
+            return f"-{column}"
+        if self.sort == f"-{column}":
+            return column
+        return (
+            f"-{column}" if column in ("reward", "heldout", "steps", "cpu", "duration", "created") else column
+        )
+
+
+def _latest(name: str) -> Subquery:
+    points = MetricPoint.objects.filter(run=OuterRef("pk"), name=name).order_by("-step", "-pk")
+    return Subquery(points.values("value")[:1])
+
+
+def runs_table(runs: QuerySet[Run], query: RunQuery) -> QuerySet[Run]:
+    """`runs` with last_reward, heldout_pass_rate, duration and model, filtered and sorted."""
+    runs = runs.select_related("project", "tier").annotate(
+        last_reward=_latest(REWARD),
+        heldout_pass_rate=_latest(HELDOUT),
+        duration=Coalesce(F("finished_at"), Now()) - F("started_at"),
+        model=F("tier_config__base_model"),
+    )
+    if query.status:
+        runs = runs.filter(status=query.status)
+    if query.method:
+        runs = runs.filter(method=query.method)
+    if query.q:
+        runs = runs.filter(
+            Q(name__icontains=query.q)
+            | Q(tier_config__base_model__icontains=query.q)
+            | Q(tier_config__name__icontains=query.q)
+            | Q(project__name__icontains=query.q)
+        )
+    key = SORTS[query.sort.removeprefix("-")]
+    descending = query.sort.startswith("-")
+    order = F(key).desc(nulls_last=True) if descending else F(key).asc(nulls_last=True)
+    return runs.order_by(order, "-pk")
+
+
+COLUMNS = [
+    ("name", "Name", ""),
+    ("project", "Project", ""),
+    ("status", "Status", ""),
+    ("method", "Method", ""),
+    ("model", "Model", ""),
+    ("steps", "Steps", "num"),
+    ("reward", "Last reward", "num"),
+    ("heldout", "Held-out pass rate", "num"),
+    ("duration", "Duration", "num"),
+    ("cpu", "Sandbox CPU-s", "num"),
+    ("created", "Created", ""),
+]
+
+
+def table_context(
+    runs: QuerySet[Run], params, *, action: str, show_project: bool, limit: int, positions: dict[int, int]
+) -> dict:
+    """What templates/runs/_runs_table.html draws: the rows (at most `limit`), the columns with
+    their sort links, and the filter controls as the query string set them."""
+    query = RunQuery.from_params(params)
+    rows = list(runs_table(runs, query)[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    for run in rows:
+        run.queue_position = positions.get(run.pk)
+    kept = params.copy()
+    for name in ("sort", "page"):
+        kept.pop(name, None)
+    base = kept.urlencode()
+    current = query.sort.removeprefix("-")
+    columns = [
+        {
+            "key": key,
+            "label": label,
+            "class": css,
+            "link": query.sort_link(key),
+            "sorted": ("descending" if query.sort.startswith("-") else "ascending") if key == current else "",
+        }
+        for key, label, css in COLUMNS
+        if show_project or key != "project"
+    ]
+    return {
+        "rows": rows,
+        "columns": columns,
+        "query": query,
+        "base": f"{base}&" if base else "",
+        "action": action,
+        "hidden": [("project", params["project"])] if params.get("project", "").isdigit() else [],
+        "show_project": show_project,
+        "filtered": bool(query.q or query.status or query.method),
+        "statuses": Run.Status.choices,
+        "methods": Run.Method.choices,
+        "more": f"The first {limit} runs shown; narrow them with the search or filters." if more else "",
+    }
