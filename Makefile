@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint format fuzz bench venv browser-deps sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-tiers bench-api bench-traces demo-flywheel bench-all
+.PHONY: up down demo test lint format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check bench-tiers bench-api bench-traces bench-agents demo-flywheel bench-all
 
 venv: $(INSTALLED)
 
@@ -60,6 +60,11 @@ test: venv browser-deps sandbox-image sandbox-image-pytest
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
+# Screenshots of the run, compare, trajectory and review-queue pages at 1,280 and 1,920 px, light
+# and dark, into docs/screenshots/ (made-up data in the test database; headless Chromium).
+screenshots: venv browser-deps
+	$(PY) -m pytest -q -p no:cacheprovider -o python_files=screenshots.py tests/screenshots.py
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -96,12 +101,23 @@ bench-tiers: venv sandbox-deps
 bench-traces: venv
 	$(PY) benchmarks/bench_traces.py
 
+bench-lora: venv sandbox-image
+	$(PY) benchmarks/bench_lora.py
+
+# On a CUDA machine: a ~0.5B random-init Qwen2, bf16 generation, GRPO steps full and LoRA (one JSON line).
+gpu-check: venv
+	$(PY) benchmarks/gpu_check.py
+
 bench-learner: venv sandbox-image
 	$(PY) benchmarks/bench_learner.py
 
 # A run's learner on 2 processes (accelerate launch, DDP over gloo) against 1, same global batch.
 bench-learner-processes: venv
 	$(PY) benchmarks/bench_learner_processes.py
+
+# Agent episodes: KV-cache reuse across turns vs re-encoding, one sequence per episode vs rows per turn.
+bench-agents: venv
+	$(PY) benchmarks/bench_agents.py
 
 # MLflow is the baseline only: it lives in a venv of its own, never in the project's.
 MLFLOW_VENV ?= /tmp/mlflow-venv

@@ -30,8 +30,16 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from inference.adapters import adapter_activate, adapter_base
 from inference.chat import Prompt
-from inference.generation import Completion, completion_build, filter_logits, stop_position
+from inference.generation import (
+    Completion,
+    completion_build,
+    filter_logits,
+    prompts_encode,
+    stop_position,
+    stop_token_ids,
+)
 from inference.policy import Policy, PolicyLoadError, policy_load
 from inference.settings import PRECISIONS, SamplingParams, TierSettings, model_source
 
@@ -100,9 +108,12 @@ def resolve_device(settings: TierSettings) -> str:
 
 
 def model_prepare(model: PreTrainedModel, settings: TierSettings) -> PreTrainedModel:
-    """The model at the tier's precision on the tier's device (int8: Linear layers quantised)."""
+    """The model at the tier's precision on the tier's device (int8: Linear layers quantised, a
+    LoRA adapter merged into them first)."""
     device = resolve_device(settings)
     if settings.precision == "int8":
+        if getattr(model, "peft_config", None) is not None:
+            model = model.merge_and_unload()
         model = model.to(device="cpu", dtype=torch.float32)
         with warnings.catch_warnings():  # torch.ao's eager quantisation warns that torchao succeeds it
             warnings.simplefilter("ignore", (DeprecationWarning, UserWarning))
@@ -153,6 +164,34 @@ def tier_load(settings: TierSettings, source: str | Path | None = None, *, versi
         raise TierError(str(exc)) from exc
     policy.version = version
     return tier_prepare(policy, settings)
+
+
+# A process keeps one base model resident for the LoRA versions it serves: (what it is, its tier model).
+_resident: dict[str, tuple[tuple, TierModel]] = {}
+
+
+def tier_adapter_serve(settings: TierSettings, adapter: str | Path, *, version: int) -> TierModel:
+    """A LoRA policy version prepared for the tier: its base loaded once per process and kept, the
+    version's adapter weights swapped into it in place (no reload) whenever another version is
+    asked for. int8 cannot carry an adapter (its layers are quantised): load such a tier with
+    `tier_load`, which merges the adapter first."""
+    if settings.precision == "int8":
+        raise TierError("int8 tiers cannot swap LoRA adapters in place; load the version with tier_load")
+    base = adapter_base(adapter)
+    key = (base, settings.precision, settings.device, settings.speculation, settings.draft_model)
+    held = _resident.get("base")
+    if held is None or held[0] != key:
+        _resident.clear()
+        try:
+            policy = policy_load(model_source(base))
+        except PolicyLoadError as exc:
+            raise TierError(str(exc)) from exc
+        held = (key, tier_prepare(policy, settings))
+        _resident["base"] = held
+    tier = held[1]
+    tier.model = adapter_activate(tier.model, adapter)
+    tier.version, tier.settings = version, settings
+    return tier
 
 
 def is_quantised(model: torch.nn.Module) -> bool:
@@ -390,6 +429,7 @@ class _Batch:
     draft: RaggedDecoder | None
     prompt_ids: list[list[int]]
     started: float
+    stop_ids: frozenset[int]  # generation_config's EOS ids, the tokenizer's, the template's end of turn
     listener: TokenListener | None = None
     tokens: list[list[int]] = field(init=False)
     logprobs: list[list[float]] = field(init=False)
@@ -433,7 +473,7 @@ class _Batch:
     def _stops(self, tokens: list[int]) -> bool:
         params = self.params
         return (
-            tokens[-1] == self.tokenizer.eos_token_id
+            tokens[-1] in self.stop_ids
             or len(tokens) >= params.max_new_tokens
             or (
                 bool(params.stop)
@@ -484,7 +524,7 @@ def _prefill(
         row_of = torch.tensor([unique.index(prompt) for prompt in prompts])
     else:
         unique, row_of = list(prompts), torch.arange(len(prompts))
-    encoded = tokenizer(unique, padding=True, padding_side="left", return_tensors="pt")
+    encoded = prompts_encode(tokenizer, unique)
     prompt_valid = encoded["attention_mask"].bool()
     target = RaggedDecoder(tier.model, pad_id, stats, target=True)
     logits = target.feed(encoded["input_ids"], prompt_valid)[:, -1]
@@ -509,6 +549,7 @@ def _prefill(
         draft=draft,
         prompt_ids=[encoded["input_ids"][i][prompt_valid[i]].tolist() for i in row_of.tolist()],
         started=started,
+        stop_ids=stop_token_ids(tier.model, tokenizer),
         listener=listener,
     )
     first = _choose(logits, batch.params, generator)
@@ -640,7 +681,12 @@ def _completions(batch: _Batch) -> list[Completion]:
         stats.latency_seconds.append(batch.done_at[row] or (time.perf_counter() - batch.started))
     return [
         completion_build(
-            batch.tokenizer, batch.tokens[row], batch.logprobs[row], batch.params, batch.prompt_ids[row]
+            batch.tokenizer,
+            batch.tokens[row],
+            batch.logprobs[row],
+            batch.params,
+            batch.prompt_ids[row],
+            batch.stop_ids,
         )
         for row in range(batch.size)
     ]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from inference.chat import has_chat_template, turn_end_text
 from inference.settings import SamplingParams
 
 
@@ -23,6 +24,45 @@ class Completion:
     logprobs: list[float]  # one per token in token_ids
     finish_reason: str  # "stop" (EOS or a stop sequence) or "length" (the token budget ran out)
     prompt_token_ids: list[int] = field(default_factory=list)
+
+
+def stop_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    """The tokens that end a completion: every end-of-sequence id of the model's generation config
+    (Llama 3 and Gemma list several), the tokenizer's EOS, and the chat template's end of turn."""
+    ids: set[int] = set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(configured if isinstance(configured, list) else [configured])
+    ids.add(tokenizer.eos_token_id)
+    if has_chat_template(tokenizer):
+        end = tokenizer(turn_end_text(tokenizer), add_special_tokens=False)["input_ids"]
+        if len(end) == 1:
+            ids.add(end[0])
+    return frozenset(token for token in ids if token is not None)
+
+
+def prompt_token_ids(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[int]:
+    """A rendered prompt's tokens: the tokenizer's special tokens (BOS) added unless the chat
+    template has already written them, so no prompt starts with two BOS tokens.
+
+    Training encodes prompts the same way, so the learner sees what generation saw."""
+    bos = tokenizer.bos_token
+    added = not (bos and prompt.startswith(bos))
+    return tokenizer(prompt, add_special_tokens=added)["input_ids"]
+
+
+def prompts_encode(tokenizer: PreTrainedTokenizerBase, prompts: list[str]) -> dict[str, torch.Tensor]:
+    """Left-padded `input_ids` and `attention_mask` of rendered prompts (`prompt_token_ids`),
+    whatever padding side the tokenizer keeps for training."""
+    rows = [prompt_token_ids(tokenizer, prompt) for prompt in prompts]
+    width = max(len(row) for row in rows)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for index, row in enumerate(rows):
+        if row:
+            input_ids[index, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            attention[index, width - len(row) :] = 1
+    return {"input_ids": input_ids, "attention_mask": attention}
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -74,7 +114,8 @@ def generate(
     A prompt that repeats is prefilled once and its cache copied to its rows."""
     device = next(model.parameters()).device
     unique = list(dict.fromkeys(prompts))
-    encoded = tokenizer(unique, padding=True, padding_side="left", return_tensors="pt").to(device)
+    encoded = {name: tensor.to(device) for name, tensor in prompts_encode(tokenizer, unique).items()}
+    stops = torch.tensor(sorted(stop_token_ids(model, tokenizer)), device=device)
     cache = DynamicCache()
     logits = (
         model(
@@ -99,9 +140,8 @@ def generate(
     batch = len(prompts)
     # Tokens and log-probs stay tensors until the end: moving each step to Python costs more
     # than the tiny models' forward passes.
-    tokens = torch.full(
-        (batch, params.max_new_tokens), tokenizer.pad_token_id, dtype=torch.long, device=device
-    )
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    tokens = torch.full((batch, params.max_new_tokens), pad_id, dtype=torch.long, device=device)
     logprobs = torch.zeros((batch, params.max_new_tokens), device=device)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
@@ -111,14 +151,14 @@ def generate(
         tokens[:, step] = torch.where(active, next_tokens, tokens[:, step])
         logprobs[:, step] = torch.where(active, next_logprobs, logprobs[:, step])
         lengths += active.long()
-        finished |= active & (next_tokens == tokenizer.eos_token_id)
+        finished |= active & torch.isin(next_tokens, stops)
         if params.stop:
             finished |= _stopped_rows(tokenizer, tokens, lengths, active & ~finished, params.stop)
         if bool(finished.all()):
             break
         attention = torch.cat([attention, attention.new_ones(batch, 1)], dim=-1)
         positions = positions[:, -1:] + 1
-        next_input = next_tokens.masked_fill(finished, tokenizer.pad_token_id)
+        next_input = next_tokens.masked_fill(finished, pad_id)
         logits = (
             model(
                 input_ids=next_input[:, None],
@@ -137,8 +177,9 @@ def generate(
         ids[mask.bool()].tolist()
         for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"], strict=True)
     ]
+    stop_ids = frozenset(stops.tolist())
     return [
-        completion_build(tokenizer, token_lists[row], logprob_lists[row], params, prompt_ids[row])
+        completion_build(tokenizer, token_lists[row], logprob_lists[row], params, prompt_ids[row], stop_ids)
         for row in range(batch)
     ]
 
@@ -164,10 +205,12 @@ def completion_build(
     logprobs: list[float],
     params: SamplingParams,
     prompt_ids: list[int],
+    stop_ids: frozenset[int] | None = None,
 ) -> Completion:
+    stop_ids = stop_ids if stop_ids is not None else frozenset({tokenizer.eos_token_id})
     text = tokenizer.decode(token_ids, skip_special_tokens=True)
     cut = stop_position(text, params.stop) if params.stop else None
-    stopped = cut is not None or (bool(token_ids) and token_ids[-1] == tokenizer.eos_token_id)
+    stopped = cut is not None or (bool(token_ids) and token_ids[-1] in stop_ids)
     return Completion(
         text=text if cut is None else text[:cut],
         token_ids=token_ids,

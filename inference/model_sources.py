@@ -73,3 +73,26 @@ def unreachable(reference: str, why: str) -> str:
         f"{reference} is not a local directory nor in the local Hugging Face cache, and the hub could "
         f"not be reached ({why}): give a local path"
     )
+
+
+def local_models(models_dir: Path, *, limit: int = 50) -> list[str]:
+    """The models present on this installation, for a tier form to offer: directories under
+    `models_dir` holding a config.json (as paths), then models in the local Hugging Face cache (as
+    hub ids). Nothing is downloaded or loaded."""
+    found: list[str] = []
+    try:
+        found = sorted(str(path.parent) for path in Path(models_dir).glob("*/config.json"))
+    except OSError:
+        found = []
+    try:
+        from huggingface_hub import constants
+
+        cache = Path(constants.HF_HUB_CACHE)
+        found += sorted(
+            entry.name.removeprefix("models--").replace("--", "/", 1)
+            for entry in cache.glob("models--*")
+            if entry.is_dir()
+        )
+    except (ImportError, OSError):
+        pass
+    return found[:limit]

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from inference.adapters import adapter_activate, adapter_base, is_adapter
 from inference.chat import Prompt, chat_render
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -51,12 +52,18 @@ def policy_modules_load() -> None:
 
 
 def policy_load(source: str | Path, *, device: str = "cpu", dtype: str = "float32") -> Policy:
-    """Load a causal LM and its tokenizer; a tokenizer without a pad token pads with its EOS."""
+    """Load a causal LM and its tokenizer; a tokenizer without a pad token pads with its EOS. A
+    published LoRA adapter loads its base model and attaches the adapter (workers that keep the
+    base resident swap adapters with `inference.adapters.adapter_activate` instead)."""
     if dtype not in DTYPES:
         raise PolicyLoadError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+    adapter = is_adapter(source)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(source))
-        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=DTYPES[dtype])
+        weights = adapter_base(source) if adapter else str(source)
+        model = AutoModelForCausalLM.from_pretrained(weights, dtype=DTYPES[dtype])
+        if adapter:
+            model = adapter_activate(model, source)
     except (OSError, ValueError) as exc:
         raise PolicyLoadError(f"cannot load a policy from {source}: {exc}") from exc
     if tokenizer.pad_token is None:

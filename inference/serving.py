@@ -40,7 +40,7 @@ class ModelCache:
         self.lock = threading.Lock()
 
     def get(self, source: str | Path, settings: TierSettings) -> Served:
-        key = (str(source), *(getattr(settings, name) for name in LOAD_FIELDS))
+        key = (str(source), _written_at(source), *(getattr(settings, name) for name in LOAD_FIELDS))
         with self.lock:  # loads are rare: one at a time keeps two requests from loading one model twice
             if key in self.models:
                 self.models.move_to_end(key)
@@ -54,6 +54,13 @@ class ModelCache:
             while len(self.models) > self.capacity:
                 self.models.popitem(last=False)
             return served
+
+
+def _written_at(source: str | Path) -> int | None:
+    """When a local model folder was written: a policy version republished after a resume rolled it
+    back is a new folder (renamed into place), so it is loaded again, not served from the cache."""
+    path = Path(source)
+    return path.stat().st_mtime_ns if path.is_dir() else None
 
 
 def chat_prompt(tier: TierModel, messages: list[dict[str, str]]) -> str:

@@ -7,6 +7,7 @@ rollout worker loads). A LoRA run's version is a peft adapter: exported as it is
 merged into the base (`full`, the default), which is saved once under the run's folder and reused.
 """
 
+import hashlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,7 +87,9 @@ def export_folder(checkpoint: Checkpoint, weights: str) -> tuple[Path, str]:
 
 def merged_export(checkpoint: Checkpoint, adapter: Path) -> Path:
     """The adapter merged into its base: made once, kept in the artifact storage for every host."""
-    prefix = f"{run_prefix(checkpoint.run_id)}/exports/v{checkpoint.policy_version}-merged"
+    # Named by the adapter's content: a version republished after a rollback merges anew.
+    digest = adapter_digest(adapter)
+    prefix = f"{run_prefix(checkpoint.run_id)}/exports/v{checkpoint.policy_version}-{digest}-merged"
     if artifact_exists(prefix):
         return artifact_get(prefix)
     base = adapter_base(adapter) or start_model(checkpoint.run)
@@ -97,6 +100,15 @@ def merged_export(checkpoint: Checkpoint, adapter: Path) -> Path:
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     return artifact_get(prefix)
+
+
+def adapter_digest(adapter: Path) -> str:
+    """A short digest of the adapter's files (an adapter is small: megabytes)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in adapter.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(adapter).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def held_out_rows(run: Run, up_to: int) -> list[dict]:

@@ -11,7 +11,7 @@ from django.db import transaction
 from rewards import services as reward_services
 from runs import services
 from runs.models import Membership, Project, TaskSet, Tier
-from runs.roles import Role
+from runs.roles import Permission, Role, role_allows
 
 DEMO_PROJECT = "Demo"
 DEMO_TASK_SET = "arithmetic-and-code"
@@ -135,6 +135,33 @@ def demo_ensure(*, username: str, password: str) -> tuple[AbstractBaseUser, Proj
     if project is None:
         project = services.project_create(name=DEMO_PROJECT, by=user, description="A sample project.")
     Membership.objects.get_or_create(project=project, user=user, defaults={"role": Role.OWNER})
+    _demo_contents_ensure(project, user)
+    return user, project
+
+
+@transaction.atomic
+def demo_project_for(*, user: AbstractBaseUser) -> Project:
+    """The demo project a user launches the demo in from the home page: the shared one when they
+    may launch runs there, else their own copy (made the first time, set up like the shared one)."""
+    shared = Project.objects.filter(name=DEMO_PROJECT).first()
+    if shared is not None and role_allows(
+        Membership.objects.filter(project=shared, user=user).values_list("role", flat=True).first(),
+        Permission.EDIT,
+    ):
+        project = shared
+    else:
+        name = f"{DEMO_PROJECT} ({user.get_username()})"[:100]
+        project = Project.objects.filter(name=name, memberships__user=user).first()
+        if project is None:
+            project = services.project_create(
+                name=name, by=user, description="Your copy of the demo project."
+            )
+    _demo_contents_ensure(project, user)
+    return project
+
+
+def _demo_contents_ensure(project: Project, user: AbstractBaseUser) -> None:
+    """The demo's task sets, tiers and reward rules in `project`, those missing created."""
     task_set = TaskSet.objects.filter(project=project, name=DEMO_TASK_SET).first()
     if task_set is None:
         task_set = services.task_set_create(
@@ -154,7 +181,6 @@ def demo_ensure(*, username: str, password: str) -> tuple[AbstractBaseUser, Proj
         if not project.reward_rules.filter(name=rule["name"]).exists():
             reward_services.reward_rule_create(project=project, by=user, **rule)
     _demo_functions_ensure(project, user)
-    return user, project
 
 
 def demo_function_lines() -> list[bytes]:

@@ -109,7 +109,10 @@ class TierForm(forms.ModelForm):
     class Meta:
         model = Tier
         fields = list(TIER_FIELDS)
-        widgets = {"description": forms.Textarea(attrs={"rows": 2})}
+        widgets = {
+            "description": forms.Textarea(attrs={"rows": 2}),
+            "base_model": forms.TextInput(attrs={"list": "local-models", "autocomplete": "off"}),
+        }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

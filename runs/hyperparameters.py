@@ -42,8 +42,25 @@ COMMON = {
     "eval_every": Param(int, 10, 1, 100000, help="learner steps between held-out evaluations"),
     "eval_items": Param(int, 64, 0, 100000, help="held-out items per evaluation (0: all)"),
     "seed": Param(int, 0, 0, 2**31 - 1),
-    "mixed_precision": Param(str, "no", choices=("no", "bf16", "fp16")),
+    "mixed_precision": Param(
+        str, "auto", choices=("auto", "no", "bf16", "fp16"), help="auto: bf16 autocast on a GPU that has it"
+    ),
+    "gradient_checkpointing": Param(
+        str, "off", choices=("off", "on"), help="recompute activations: less memory"
+    ),
+    "micro_batch_tokens": Param(
+        int, 0, 0, 10**9, help="padded tokens per forward micro-batch (rows × longest); 0: no limit"
+    ),
     "pass_threshold": Param(float, 1.0, help="an episode passes when its reward reaches this"),
+    "adapter": Param(
+        str, "none", choices=("none", "lora"), help="lora: train LoRA adapters on a frozen base"
+    ),
+    "lora_rank": Param(int, 8, 1, 1024, help="rank of the LoRA matrices"),
+    "lora_alpha": Param(float, 16.0, 0.0, 100000.0, help="LoRA scaling numerator (scale = alpha / rank)"),
+    "lora_dropout": Param(float, 0.0, 0.0, 0.9, help="dropout on the LoRA input"),
+    "lora_target_modules": Param(
+        str, "auto", help="auto: the family's attention and MLP projections; or names, comma-separated"
+    ),
 }
 
 GRPO = {

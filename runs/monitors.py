@@ -38,6 +38,7 @@ DEFAULTS: dict[str, float] = {
     "entropy_drop_max": 0.75,  # entropy lost more than this fraction of its baseline
     "zero_variance_share_max": 0.5,  # share of groups dropped for equal rewards above this, rising
     "hacking_flags_min": 1,  # this many newly flagged trajectories fire
+    "flagged_rate_max": 0.25,  # share of a step's episodes flagged by the detectors above this fires
     "cooldown_steps": 10,
 }
 HELP: dict[str, str] = {
@@ -49,6 +50,7 @@ HELP: dict[str, str] = {
     "entropy_drop_max": "fraction of its baseline entropy lost that counts as collapse",
     "zero_variance_share_max": "share of zero-variance groups above which a rising share fires",
     "hacking_flags_min": "newly flagged trajectories (reward-hacking detectors) that fire",
+    "flagged_rate_max": "share of a step's episodes flagged by the reward-hacking detectors that fires",
     "cooldown_steps": "steps before the same monitor may fire again",
 }
 INTEGER = {"window", "hacking_flags_min", "cooldown_steps"}
@@ -60,7 +62,8 @@ RESPONSE = "episodes/response_tokens"
 ENTROPY = "learner/entropy"
 ZERO_VARIANCE = "dropped/zero_variance"
 LEARNED = "episodes/learned"
-WATCHED = (ERRORED, REWARD, HELDOUT, RESPONSE, ENTROPY, ZERO_VARIANCE, LEARNED)
+FLAGGED = "episodes/flagged_rate"
+WATCHED = (ERRORED, REWARD, HELDOUT, RESPONSE, ENTROPY, ZERO_VARIANCE, LEARNED, FLAGGED)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ MONITORS: dict[str, str] = {
     "entropy_collapse": "policy entropy collapsing",
     "zero_variance_groups": "a growing share of groups whose rewards do not vary",
     "reward_hacking": "trajectories newly flagged by the reward-hacking detectors",
+    "hacking_rate": "the share of a step's episodes that the reward-hacking detectors flag",
 }
 ACTIONS = ("alert", "pause")
 FLAGGED_EVIDENCE = 5  # flagged trajectories an alert shows
@@ -242,6 +246,26 @@ def _zero_variance(series: Mapping[str, Series], t: Mapping[str, float]) -> Aler
     )
 
 
+def _hacking_rate(series: Mapping[str, Series], t: Mapping[str, float]) -> Alert | None:
+    """The policy is exploiting, not stumbling: a share of a whole step's episodes is flagged.
+
+    >>> _hacking_rate({"episodes/flagged_rate": [(1, 0.1), (2, 0.5)]}, DEFAULTS).monitor
+    'hacking_rate'
+    """
+    points = series.get(FLAGGED) or []
+    if not points or points[-1][1] <= t["flagged_rate_max"]:
+        return None
+    step, rate = points[-1]
+    return Alert(
+        "hacking_rate",
+        f"{rate:.0%} of step {step}'s episodes were flagged by the reward-hacking detectors "
+        f"(threshold {t['flagged_rate_max']:.0%}): the policy is exploiting the reward; review them",
+        rate,
+        t["flagged_rate_max"],
+        {FLAGGED: _points(points[-int(t["window"]) :])},
+    )
+
+
 def _hacking(flagged: int, t: Mapping[str, float]) -> Alert | None:
     if flagged < max(t["hacking_flags_min"], 1):
         return None
@@ -273,6 +297,7 @@ def alerts_for(
         _entropy(series, t),
         _zero_variance(series, t),
         _hacking(flagged, t),
+        _hacking_rate(series, t),
     ]
     return [alert for alert in checks if alert is not None]
 
@@ -361,6 +386,8 @@ def _run_monitor(*, run_id: int, step: int) -> list[RunEvent]:
         if alert.monitor == "reward_hacking":
             data["flagged_total"] = flagged_total
             data["evidence"] = {"flagged": flagged_evidence(run, flagged_new)}
+        if alert.monitor == "hacking_rate":
+            data["evidence"] = alert.evidence | {"flagged": flagged_evidence(run, FLAGGED_EVIDENCE)}
         message = alert.message + (" The run pauses itself." if actions[alert.monitor] == "pause" else "")
         event = run_event(run, "alert", message, level=RunEvent.Level.WARNING, data=data)
         recorded.append(event)

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,6 +27,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
 from rest_framework.request import Request
+from rest_framework.throttling import UserRateThrottle
 
 from inference import openai_protocol as protocol
 from inference.openai_protocol import OpenAIError
@@ -63,7 +65,7 @@ def openai_errors(view: View) -> View:
         try:
             return await view(request, *args, **kwargs)
         except OpenAIError as exc:
-            return JsonResponse(exc.body(), status=exc.status)
+            return JsonResponse(exc.body(), status=exc.status, headers=exc.headers)
         except Exception:
             logger.exception("the OpenAI-compatible endpoint failed on %s", request.path)
             return JsonResponse(protocol.error_body(500, "internal error; it has been logged"), status=500)
@@ -81,6 +83,20 @@ def _csrf_ok(request: HttpRequest) -> bool:
 
 
 def caller(request: HttpRequest) -> AbstractBaseUser:
+    """The authenticated caller, within the REST API's per-user rate (FLYWHEEL_API_RATE, one
+    budget for both): an OpenAI 429 past it."""
+    user = _authenticated(request)
+    throttle = UserRateThrottle()
+    checked = Request(request)
+    checked.user = user
+    if not throttle.allow_request(checked, None):
+        wait = max(1, math.ceil(throttle.wait() or 1))
+        message = f"Rate limit reached ({throttle.rate} per user): retry in {wait} s"
+        raise OpenAIError(429, message, None, "rate_limit_exceeded", {"Retry-After": str(wait)})
+    return user
+
+
+def _authenticated(request: HttpRequest) -> AbstractBaseUser:
     """The user behind the bearer token, or the signed-in browser user (whose POSTs carry the CSRF
     token); an OpenAI 401 for anyone else."""
     if request.headers.get("Authorization"):

@@ -97,7 +97,7 @@ COLUMNS = [
     ("model", "Model", ""),
     ("steps", "Steps", "num"),
     ("reward", "Last reward", "num"),
-    ("heldout", "Held-out pass", "num"),
+    ("heldout", "Held-out pass rate", "num"),
     ("duration", "Duration", "num"),
     ("cpu", "Sandbox CPU-s", "num"),
     ("created", "Created", ""),

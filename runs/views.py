@@ -7,6 +7,7 @@ permission gets 403, exactly as over REST; every write goes through `runs.servic
 import json
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import AbstractBaseUser
@@ -20,10 +21,11 @@ from django.utils.text import slugify
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from inference.model_sources import local_models
 from rewards import selectors as reward_selectors
 from rewards.references import references_verify
 from runs import forms, runs_table, selectors, services
-from runs.demo import DEMO_FUNCTIONS, demo_run_launch
+from runs.demo import DEMO_FUNCTIONS, demo_project_for, demo_run_launch
 from runs.models import Membership, Project, StagedImport, TaskItem, TaskSet, TaskSetVersion
 from runs.roles import Permission, Role, role_allows
 from webapp.streaming import streamed
@@ -55,7 +57,13 @@ def project_list(request: HttpRequest) -> HttpResponse:
     roles = dict(Membership.objects.filter(user=request.user).values_list("project_id", "role"))
     for project in projects:
         project.my_role = roles.get(project.pk)
-    return render(request, "runs/project_list.html", {"projects": projects, "form": forms.ProjectForm()})
+    demo_model = settings.FLYWHEEL_HOME / "models" / "tiny-base"
+    context = {
+        "projects": projects,
+        "form": forms.ProjectForm(),
+        "demo_model": str(demo_model) if demo_model.is_dir() else "",
+    }
+    return render(request, "runs/project_list.html", context)
 
 
 @login_required
@@ -116,6 +124,31 @@ def demo_run(request: HttpRequest, project_id: int) -> HttpResponse:
         return redirect("project-detail", project_id=project.pk)
     messages.success(request, f"Launched {run.name}: it trains the tiny base model with GRPO.")
     return redirect("run-detail", run_id=run.pk)
+
+
+@login_required
+@require_POST
+def demo_start(request: HttpRequest) -> HttpResponse:
+    """The home page's one click: the demo project (the shared one if the user may launch in it,
+    else their own copy, made now) and its GRPO demo run."""
+    try:
+        project = demo_project_for(user=request.user)
+        run = demo_run_launch(project=project, by=request.user)
+    except ValidationError as exc:
+        messages.error(request, f"The demo run was not launched: {_message(exc)}")
+        return redirect("project-list")
+    messages.success(
+        request, f"Launched {run.name} in {project.name}: it trains the tiny base model with GRPO."
+    )
+    return redirect("run-detail", run_id=run.pk)
+
+
+@login_required
+@require_GET
+def readme(request: HttpRequest) -> HttpResponse:
+    from runs.readme import readme_blocks, readme_text
+
+    return render(request, "runs/readme.html", {"blocks": readme_blocks(readme_text())})
 
 
 # --- members -------------------------------------------------------------------------------
@@ -426,7 +459,10 @@ def version_resplit(request: HttpRequest, task_set_id: int, number: int) -> Http
 @require_http_methods(["GET", "POST"])
 def tier_create(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
-    form = forms.TierForm(request.POST if request.method == "POST" else None)
+    models = local_models(settings.FLYWHEEL_HOME / "models")
+    demo_model = str(settings.FLYWHEEL_HOME / "models" / "tiny-base")
+    initial = {"base_model": demo_model if demo_model in models else (models[0] if models else "")}
+    form = forms.TierForm(request.POST if request.method == "POST" else None, initial=initial)
     if form.is_bound and form.is_valid():
         try:
             tier = services.tier_create(project=project, by=request.user, **form.cleaned_data)
@@ -435,7 +471,8 @@ def tier_create(request: HttpRequest, project_id: int) -> HttpResponse:
         else:
             messages.success(request, f"Tier {tier.name} created.")
             return redirect("tier-detail", tier_id=tier.pk)
-    return render(request, "runs/tier_form.html", _access(request.user, project) | {"form": form})
+    context = _access(request.user, project) | {"form": form, "local_models": models}
+    return render(request, "runs/tier_form.html", context)
 
 
 @login_required
@@ -466,7 +503,8 @@ def tier_edit(request: HttpRequest, tier_id: int) -> HttpResponse:
         else:
             messages.success(request, f"Tier {tier.name} saved.")
             return redirect("tier-detail", tier_id=tier.pk)
-    context = _access(request.user, tier.project) | {"form": form, "tier": tier}
+    models = local_models(settings.FLYWHEEL_HOME / "models")
+    context = _access(request.user, tier.project) | {"form": form, "tier": tier, "local_models": models}
     return render(request, "runs/tier_form.html", context)
 
 

@@ -1,8 +1,11 @@
 """Warm sandboxes per worker host, handed out one caller at a time under a concurrency limit.
 
-A sandbox is reset when it comes back (so acquiring one is a dictionary lookup), loaded with the next
-spec's files when they differ (one round trip), and closed when it misbehaved: a broken sandbox is
-never handed out again, and a replacement is started in the background to keep the pool warm.
+A sandbox that comes back is marked stale and reset by its next use, first thing and in the same round
+trip when that use runs code (so acquiring one is a dictionary lookup, and a check costs one round
+trip); it is loaded with the next spec's files when they differ (one round trip, which resets it too),
+an idle sandbox already holding the spec's files is preferred, and a sandbox that misbehaved is
+closed: a broken sandbox is never handed out again, and a replacement is started in the background to
+keep the pool warm. Every process the code started is killed when its execution ends.
 """
 
 import threading
@@ -78,7 +81,7 @@ class SandboxPool:
                 raise InfrastructureError("the sandbox pool is closed")
             self.busy += 1
             if self.idle.get(environment):
-                sandbox = self.idle[environment].pop()
+                sandbox = self.idle_pop(self.idle[environment], spec.files_digest)
             else:
                 evicted = self.evict_one_idle() if self.live >= self.max_sandboxes else None
                 self.live += 1
@@ -99,13 +102,18 @@ class SandboxPool:
                 self.cond.notify_all()
             raise
 
+    @staticmethod
+    def idle_pop(idle: list[Sandbox], files_digest: str) -> Sandbox:
+        """The idle sandbox that already holds these files (the next completion of the same item,
+        a GRPO group's), else the most recently used one."""
+        for index in range(len(idle) - 1, -1, -1):
+            if idle[index].files_digest == files_digest:
+                return idle.pop(index)
+        return idle.pop()
+
     def release(self, sandbox: Sandbox) -> None:
         healthy = not sandbox.broken
-        if healthy:
-            try:
-                sandbox.reset()
-            except InfrastructureError:
-                healthy = False
+        sandbox.stale = healthy  # reset by its next use, first thing, in the same round trip
         with self.cond:
             self.busy -= 1
             keep = healthy and not self.closed

@@ -82,6 +82,9 @@ class Sandbox:
         self.files = spec.files
         self.files_digest = spec.files_digest
         self.server_pid = 0
+        # Set when the pool takes the sandbox back: the next use resets it first, in the same round
+        # trip when that use runs code (one round trip less per check than a reset on return).
+        self.stale = False
 
     # -- lifecycle (backends implement _launch and _terminate) ---------------------------------
 
@@ -111,6 +114,12 @@ class Sandbox:
     def _call(self, head: dict, blob: bytes = b"", *, timeout: float = OP_TIMEOUT) -> tuple[dict, bytes]:
         if self.broken or self.channel is None:
             raise InfrastructureError(f"{self.backend} sandbox is closed or broken; acquire another")
+        if self.stale and head["op"] != "ping":
+            self.stale = False
+            if head["op"] == "exec":
+                head = {**head, "reset_first": True}
+            elif head["op"] not in ("install", "reset"):
+                self.reset()
         try:
             return self.channel.call(head, blob, timeout=timeout)
         except InfrastructureError:

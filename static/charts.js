@@ -61,10 +61,19 @@
     return { x: x, y: y };
   }
 
+  // Grid lines and text from the page's theme (light or dark, as the system says).
+  function themed() {
+    var style = getComputedStyle(document.documentElement);
+    var grid = style.getPropertyValue("--chart-grid").trim() || "#e3e6eb";
+    return { grid: grid, text: getComputedStyle(document.body).color };
+  }
+
   function layoutFor(base) {
-    var layout = Object.assign({}, base);
-    layout.xaxis = Object.assign({}, base.xaxis || {}, { title: { text: X_TITLES[state.x] } });
-    layout.yaxis = Object.assign({}, base.yaxis || {}, { type: state.log ? "log" : "linear" });
+    var theme = themed();
+    var layout = Object.assign({}, base, { paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { color: theme.text } });
+    layout.xaxis = Object.assign({}, base.xaxis || {}, { title: { text: X_TITLES[state.x] }, gridcolor: theme.grid, zerolinecolor: theme.grid });
+    layout.yaxis = Object.assign({}, base.yaxis || {}, { type: state.log ? "log" : "linear", gridcolor: theme.grid, zerolinecolor: theme.grid });
+    if (base.yaxis2) layout.yaxis2 = Object.assign({}, base.yaxis2, { gridcolor: theme.grid });
     return layout;
   }
 

@@ -125,10 +125,10 @@
     if (!node) return;
     var base = {
       title: { text: chart.title, font: { size: 13 } },
-      margin: { l: 45, r: 10, t: 30, b: 36 },
-      height: node.closest(".chart-full") ? Math.max(300, window.innerHeight - 90) : 240,
+      margin: { l: 45, r: 10, t: 30, b: 40 },
+      height: node.closest(".chart-full") ? Math.max(300, window.innerHeight - 90) : (data.length > 1 ? 270 : 240),
       showlegend: data.length > 1,
-      legend: { font: { size: 10 }, orientation: "h", y: -0.25 },
+      legend: { font: { size: 10 }, orientation: "h", x: 0, y: -0.34, yanchor: "top" },
       paper_bgcolor: "rgba(0,0,0,0)",
       plot_bgcolor: "rgba(0,0,0,0)",
       font: { color: getComputedStyle(document.body).color },
@@ -343,10 +343,22 @@
 
   // --- trajectories as they finish --------------------------------------------------------
 
-  function trajectoryRow(t) {
+  // A new row of the trajectory browser, in its columns (a selection box when the table has one).
+  function trajectoryRow(t, bulk) {
     var row = document.createElement("tr");
     row.dataset.trajectory = String(t.id);
     row.className = "fresh";
+    if (bulk) {
+      var pick = document.createElement("td");
+      pick.className = "select-col";
+      var box = document.createElement("input");
+      box.type = "checkbox";
+      box.name = "trajectory";
+      box.value = String(t.id);
+      box.setAttribute("aria-label", "Select trajectory " + t.id);
+      pick.appendChild(box);
+      row.appendChild(pick);
+    }
     var first = document.createElement("td");
     var link = document.createElement("a");
     link.href = config.trajectory_page.replace("{id}", String(t.id));
@@ -357,13 +369,19 @@
     outcome.appendChild(badge(t.outcome, "outcome-" + t.outcome));
     row.appendChild(outcome);
     row.appendChild(cell(t.reward === null ? "—" : String(t.reward), "num"));
-    row.appendChild(cell("v" + t.policy_version, "num"));
     var item = document.createElement("td");
     var code = document.createElement("code");
     code.textContent = t.item_external_id;
     item.appendChild(code);
     row.appendChild(item);
+    row.appendChild(cell((t.prompt_preview || "").slice(0, 90), "preview prompt-preview"));
+    row.appendChild(cell((t.completion_preview || "—").slice(0, 90), "preview output-preview"));
+    row.appendChild(cell("v" + t.policy_version, "num"));
     row.appendChild(cell(t.learned_in_step === null ? "—" : String(t.learned_in_step), "num"));
+    row.appendChild(cell(t.advantage === null || t.advantage === undefined ? "—" : Number(t.advantage).toFixed(3), "num"));
+    row.appendChild(cell(""));
+    row.appendChild(cell(""));
+    row.appendChild(cell(""));
     return row;
   }
 
@@ -376,7 +394,8 @@
       rows.forEach(function (t) {
         if (t.id <= lastTrajectoryId) return;
         lastTrajectoryId = t.id;
-        body.insertBefore(trajectoryRow(t), body.firstChild);
+        var host = body.closest("table");
+        body.insertBefore(trajectoryRow(t, Boolean(host && host.dataset.bulk)), body.firstChild);
       });
       var count = document.getElementById("new-trajectories");
       if (count && rows.length) count.textContent = String(Number(count.textContent || "0") + rows.length);

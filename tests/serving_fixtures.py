@@ -16,13 +16,15 @@ from tests.run_harness import demo_project, tiny_model  # noqa: F401  (a fixture
 STEP = 2
 
 
-def publish_trained(run: Run, model_path, step: int = STEP) -> Checkpoint:
+def publish_trained(run: Run, model_path, step: int = STEP, *, metrics: bool = True) -> Checkpoint | None:
     policy = policy_load(model_path)
     generator = torch.Generator().manual_seed(step)
     with torch.no_grad():
         for parameter in policy.model.parameters():
             parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.3)
     policy_publish(run.pk, step, policy.model, policy.tokenizer)
+    if not metrics:
+        return None
     MetricPoint.objects.bulk_create(
         [
             MetricPoint(run=run, name="heldout/pass_rate", step=0, value=0.25),

@@ -115,6 +115,7 @@ def test_an_import_creates_version_1_and_answers_201(team, task_set, launcher):
         "created_by": team["launcher"].pk,
         "created_at": body["created_at"],
         "created": True,
+        "references": None,
     }
     assert sum(version.split_counts.values()) == 9
 
@@ -138,11 +139,16 @@ def test_a_file_with_errors_answers_400_with_every_line_and_imports_nothing(task
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == "invalid_request" and error["param"] == "file"
-    assert error["error_count"] == 4
+    assert error["error_count"] == 3
     assert error["details"] == [
         {"line": 2, "param": "reference", "message": "is required for an answer item"},
-        {"line": 3, "param": "tests", "message": "is required for a code item"},
-        {"line": 3, "param": "entry_point", "message": "is required for a code item"},
+        {
+            "line": 3,
+            "param": "tests",
+            "message": "holds no test in any format: no test_* function or assert (Flywheel's own, or "
+            "namespace style), no check(candidate) (candidate style), no io_tests, and no test_*.py in "
+            "setup_files (pytest)",
+        },
         {
             "line": 4,
             "param": None,
@@ -151,7 +157,7 @@ def test_a_file_with_errors_answers_400_with_every_line_and_imports_nothing(task
     ]
     assert (
         error["message"]
-        == "nothing imported: line 2, field 'reference': is required for an answer item (and 3 more)"
+        == "nothing imported: line 2, field 'reference': is required for an answer item (and 2 more)"
     )
     assert TaskSetVersion.objects.count() == 0 and TaskItem.objects.count() == 0
 

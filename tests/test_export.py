@@ -64,10 +64,11 @@ def tier_texts(trained, source: Path) -> list[tuple[list[int], str]]:  # noqa: F
     return [(c.token_ids, c.text) for c in completions]
 
 
-def hf_texts(folder: Path, max_new_tokens: int) -> list[tuple[list[int], str]]:
-    """Greedy text from the export, loaded the way anyone would load it: transformers alone."""
+def hf_texts(folder: Path, max_new_tokens: int, model=None) -> list[tuple[list[int], str]]:
+    """Greedy text from the export, loaded the way anyone would load it: transformers alone (or
+    the model given, for an adapter on its base)."""
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder)
+    model = model if model is not None else AutoModelForCausalLM.from_pretrained(folder)
     texts = []
     for prompt in PROMPTS:
         rendered = tokenizer.apply_chat_template(
@@ -182,6 +183,9 @@ def test_a_lora_checkpoint_exports_its_adapter_or_merged_full_weights(trained, t
     adapter = unpack(body_of(owner.get(export_url(run.pk, weights="adapter"))), "tar.gz", tmp_path / "a")
     assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in adapter.iterdir()}
     assert "- Weights: LoRA adapter" in (adapter / "README.md").read_text()
+    on_base = peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(trained["model"]), adapter)
+    max_new_tokens = run.tier_config["max_new_tokens"]
+    assert hf_texts(adapter, max_new_tokens, on_base.eval()) == tier_texts(trained, folder)
     merged = unpack(body_of(owner.get(export_url(run.pk))), "tar.gz", tmp_path / "m")
     assert not is_adapter(merged)
     assert "- Weights: LoRA merged into the base" in (merged / "README.md").read_text()

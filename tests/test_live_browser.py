@@ -107,7 +107,17 @@ def agent_trajectory(run, text: str = "def add(a, b):\n    return a + b\n") -> T
                 "stdout": "1 passed, 1 failed",
                 "stderr": "",
                 "exit_code": 1,
-                "tests": [{"name": "test_add", "passed": True}, {"name": "test_neg", "passed": False}],
+                "tests": [
+                    {"name": "test_add", "passed": True, "outcome": "pass", "message": ""},
+                    {
+                        "name": "test_neg",
+                        "passed": False,
+                        "outcome": "fail",
+                        "message": "line 4: assert add(-1, 1) == 0",
+                        "expected": "0",
+                        "actual": "-2",
+                    },
+                ],
             },
             "tokens": ["py", "test", " -q"],
             "token_ids": [11, 12, 13],
@@ -163,7 +173,10 @@ class ReplayTest(ChannelsLiveServerTestCase):
             page.locator("#replay-jump").fill("2")
             page.get_by_role("button", name="Go").click()
             expect(page.locator("#replay-step .exit")).to_have_text("exit 1")
-            expect(page.locator("#replay-step .tests .fail")).to_have_text(["failed"])
+            expect(page.locator("#replay-step .tests .fail")).to_have_text(["fail"])
+            failing = page.locator("#replay-step .tests tr").nth(2).locator("td")
+            expect(failing).to_have_text(["test_neg", "fail", "line 4: assert add(-1, 1) == 0", "0", "-2"])
+            expect(page.locator("#tests .test-row td:first-child")).to_have_text(["test_add", "test_neg"])
             expect(page.locator("#replay-step .token")).to_have_text(["py", "test", " -q"])
             expect(page.locator("#replay-step .stdout")).to_have_text("1 passed, 1 failed")
             page.get_by_role("button", name="Previous step").click()

@@ -4,6 +4,7 @@ details, roles and OpenAI's error shape."""
 
 import json
 import math
+import shutil
 
 import pytest
 from django.test import Client
@@ -16,7 +17,7 @@ from runs.roles import Role
 from runs.run_store import policy_dir
 from tests.conftest import make_user
 from tests.run_harness import tiny_model, worker_env  # noqa: F401  (a fixture)
-from tests.serving_fixtures import STEP, trained  # noqa: F401  (a fixture)
+from tests.serving_fixtures import STEP, publish_trained, trained  # noqa: F401  (a fixture)
 from tests.web_server import WebServer
 
 PROMPT = "add 3 to x"
@@ -202,6 +203,22 @@ def test_a_project_outsider_cannot_see_or_use_its_models_and_a_viewer_can(traine
     assert response.status_code == 200
 
 
+def test_the_endpoint_shares_the_apis_rate_per_user(trained, monkeypatch):  # noqa: F811
+    from rest_framework.throttling import UserRateThrottle
+
+    monkeypatch.setattr(UserRateThrottle, "THROTTLE_RATES", {"user": "2/hour"})
+    hasty = make_user("hasty")
+    # The history lives in Redis, which outlives the test database (and its reused user ids).
+    UserRateThrottle.cache.delete(UserRateThrottle.cache_format % {"scope": "user", "ident": hasty.pk})
+    client = bearer(hasty)
+    assert [client.get("/v1/models").status_code for _ in range(2)] == [200, 200]
+    refused = client.get("/v1/models")
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert refused.json()["error"]["type"] == "rate_limit_error"
+    assert 3000 < int(refused["Retry-After"]) <= 3600
+
+
 def test_a_signed_in_browser_needs_the_csrf_token(trained):  # noqa: F811
     client = Client(enforce_csrf_checks=True)
     client.force_login(trained["owner"])
@@ -285,3 +302,21 @@ def test_the_official_openai_client_completes_chats_and_streams_with_logprobs(se
     assert missing.value.body["code"] == "model_not_found"
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=served["url"], api_key="fw_wrong", max_retries=0).models.list()
+
+
+def test_the_model_cache_keeps_a_model_and_reloads_a_republished_version(trained):  # noqa: F811
+    from inference.serving import ModelCache
+
+    run = trained["run"]
+    settings = TierSettings.from_config(run.tier_config)
+    cache = ModelCache(capacity=1)
+    source = policy_dir(run.pk, STEP)
+    first = cache.get(source, settings)
+    assert cache.get(source, settings) is first
+    assert cache.get(source, settings.with_(temperature=0.5, max_new_tokens=3)) is first  # decoding only
+    shutil.rmtree(source)  # a resume rolled the version back; the learner publishes it again
+    publish_trained(run, trained["model"], step=STEP, metrics=False)
+    again = cache.get(source, settings)
+    assert again is not first
+    cache.get(trained["model"], settings)  # a second model pushes the least recently used out
+    assert [key[0] for key in cache.models] == [str(trained["model"])]

@@ -453,6 +453,8 @@ RUN_CASES = [
     Case("trajectory-list", "get", "view", lambda w: {"run_id": run_of(w).pk}),
     Case("trajectory-group", "get", "view", lambda w: {"trajectory_id": trajectory_id(w)["id"]}),
     Case("run-list", "get", SELF),
+    Case("readme", "get", SELF),
+    Case("demo-start", "post", SELF),
     Case(
         "trajectory-bulk-review",
         "post",

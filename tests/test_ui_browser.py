@@ -103,9 +103,8 @@ def test_the_first_chart_fits_its_cell_once_a_second_chart_appears(owner, open_a
     expect(page.locator("#chart-reward")).to_have_attribute("data-points", "40")
     expect(page.locator("#chart-kl")).to_have_attribute("data-points", "40")
     cell = page.locator("#chart-reward")
-    expect(cell.locator(".main-svg").first).to_have_attribute(
-        "width", str(round(cell.evaluate("node => node.clientWidth")))
-    )
+    width = float(cell.locator(".main-svg").first.get_attribute("width"))
+    assert abs(width - cell.evaluate("node => node.getBoundingClientRect().width")) <= 1
 
 
 # --- bug 2: the run header follows the run --------------------------------------------------------
@@ -534,3 +533,115 @@ def test_a_reviewer_searches_previews_and_labels_a_selection_in_bulk(owner, revi
         " reviewer pairs agree 0.00 of the time."
     )
     expect(page.locator("#disagreements tbody tr td").nth(1)).to_have_text("ada: good rev: reward_hack")
+
+
+# --- the first screen ----------------------------------------------------------------------------------
+
+
+def test_a_newcomer_launches_the_demo_from_home_and_finds_the_models_offered(
+    owner, open_as, settings, tmp_path
+):
+    settings.FLYWHEEL_HOME = tmp_path
+    model = tmp_path / "models" / "tiny-base"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    page = open_as(owner, "/")
+    expect(page.locator("#how-it-works")).to_contain_text("How a run works")
+    expect(page.locator("#readme-link")).to_have_attribute("href", "/readme/#runs")
+    page.get_by_role("button", name="Launch the demo run").click()
+    expect(page.locator(".message-success")).to_have_text(
+        "Launched GRPO demo in Demo (ada): it trains the tiny base model with GRPO."
+    )
+    expect(page.get_by_role("heading", level=1)).to_contain_text("GRPO demo")
+    run = Run.objects.get()
+    assert (run.project.name, run.tier_config["base_model"]) == ("Demo (ada)", str(model))
+
+    page.goto(page.url.split("/runs/")[0] + f"/projects/{run.project_id}/tiers/new/")
+    expect(page.get_by_label("Base model")).to_have_value(str(model))
+    expect(page.locator("#local-models option")).to_have_count(1)
+    expect(page.locator("#local-models-help code")).to_have_text([str(model)])
+    page.goto(page.url.split("/projects/")[0] + "/readme/")
+    expect(page.locator("#readme h2#runs")).to_have_text("Runs")
+
+
+# --- model output, names and query strings stay inert text on every new page -----------------------------
+
+
+def test_hostile_text_stays_inert_on_every_new_page_and_field(owner, reviewer, open_as, live_server):
+    from reviews import services as review_services
+    from tests.test_live_browser import HOSTILE
+
+    run, (first, second, third) = reviewed_run(owner, reviewer)
+    Run.objects.filter(pk=run.pk).update(name=HOSTILE, tier_config=run.tier_config | {"base_model": HOSTILE})
+    other = lifecycle.run_create(request=lifecycle.run_request_from(run, name="other"), by=owner)
+    metrics(run, range(1, 4), **{HOSTILE[:100]: 1.0, "reward/mean": 0.5})
+    metrics(other, range(1, 4), **{HOSTILE[:100]: 2.0})
+    Trajectory.objects.filter(pk=first.pk).update(completion_text=HOSTILE, advantage=0.5)
+    first.item.__class__.objects.filter(pk=first.item_id).update(text=HOSTILE)
+    review_services.review_save(trajectory=first, by=owner, label="good", comment=HOSTILE)
+    review_services.review_save(trajectory=first, by=reviewer, label="bad", comment=HOSTILE)
+    rival = trajectory_of(run, index=0, sample_index=1, completion_text=HOSTILE)
+    review_services.preference_create(chosen=first, rejected=rival, by=owner, comment=HOSTILE)
+    queue = review_services.queue_create(run=run, name=HOSTILE[:100], filters={}, by=owner)
+    Tier.objects.filter(pk=run.tier_id).update(stop=[HOSTILE])
+    dialogs = []
+    page = open_as(owner, "/runs/")
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    expect(page.get_by_text(HOSTILE).first).to_be_visible()
+    visits = [
+        (f"/projects/{run.project_id}/?q=%3Cscript%3Ealert(3)%3C/script%3E", "#runs-filters"),
+        (f"/runs/{run.pk}/", "#chart-other[data-points='3']"),
+        (f"/runs/compare/?runs={run.pk},{other.pk},%3Cimg%20src=x%20onerror=alert(4)%3E", "#compare-errors"),
+        (
+            f"/runs/{run.pk}/trajectories/?min_reward=%3Cimg%20src=x%20onerror=alert(5)%3E&q=%3Cb%3E",
+            "#filter-errors",
+        ),
+        (f"/trajectories/{first.pk}/", "#review-disagreement"),
+        (f"/trajectories/{first.pk}/group/", ".preferences"),
+        (f"/review-queues/{queue.pk}/", "#queue-items"),
+        (f"/runs/{run.pk}/review-queues/", "#disagreements"),
+        (f"/tiers/{run.tier_id}/", "#stop-sequences"),
+        (f"/tiers/{run.tier_id}/edit/", "#local-models-help"),
+        ("/readme/", "#readme"),
+        ("/", "#first-screen"),
+    ]
+    for path, ready in visits:
+        page.goto(live_server.url + path)
+        expect(page.locator(ready).first).to_be_visible()
+    page.goto(f"{live_server.url}/runs/compare/?runs={run.pk},{other.pk}")
+    expect(page.locator(".chart-cell .main-svg").first).to_be_visible()
+    expect(page.locator("#compare-runs")).to_contain_text(HOSTILE)
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("img[src=x]").count() == 0
+    assert page.locator("script:not([src]):not([type='application/json'])").count() == 0
+    assert dialogs == []
+
+
+# --- themes and width --------------------------------------------------------------------------------------
+
+
+WIDER_THAN_THE_WINDOW = """() => [document.documentElement.scrollWidth - window.innerWidth].concat(
+  Array.from(document.querySelectorAll('.table-scroll, .chart-cell'))
+    .map(n => n.scrollWidth - n.clientWidth))"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_pages_follow_the_system_theme_and_fit_1280_px(owner, open_as, live_server, scheme):
+    live, bravo, charlie = three_runs(owner)
+    for index in range(3):
+        trajectory_of(live, index=index, completion_text="a fairly long output " * 20)
+    page = open_as(owner, "/runs/", width=1280, scheme=scheme)
+    background = "rgb(15, 20, 27)" if scheme == "dark" else "rgb(245, 246, 248)"
+    assert page.evaluate("getComputedStyle(document.body).backgroundColor") == background
+    for path, ready in [
+        ("/runs/", "#runs"),
+        (f"/projects/{live.project_id}/", "#runs"),
+        (f"/runs/{live.pk}/", "#chart-reward .main-svg"),
+        (f"/runs/{live.pk}/trajectories/", "#trajectories"),
+        (f"/runs/compare/?runs={live.pk},{bravo.pk}", "#compare-reward-mean .main-svg"),
+        ("/", "#first-screen"),
+    ]:
+        page.goto(live_server.url + path)
+        expect(page.locator(ready).first).to_be_visible()
+        overflow = page.evaluate(WIDER_THAN_THE_WINDOW)
+        assert max(overflow) <= 1, (path, overflow)

@@ -312,6 +312,8 @@ FLYWHEEL_ROLLOUT_LEASE_SECONDS = env_int("FLYWHEEL_ROLLOUT_LEASE_SECONDS", 30)
 # default: a host runs several workers and learners, and oversubscribed threads slow them all.
 FLYWHEEL_TORCH_THREADS = env_int("FLYWHEEL_TORCH_THREADS", 1)
 FLYWHEEL_ROLLOUT_CONCURRENCY = env_int("FLYWHEEL_ROLLOUT_CONCURRENCY", 2)
+# Task items per rollout batch; 0: a step's items split into one batch per rollout process.
+FLYWHEEL_ROLLOUT_BATCH_ITEMS = env_int("FLYWHEEL_ROLLOUT_BATCH_ITEMS", 0)
 FLYWHEEL_LEARNER_CONCURRENCY = env_int("FLYWHEEL_LEARNER_CONCURRENCY", 1)
 FLYWHEEL_EVAL_CONCURRENCY = env_int("FLYWHEEL_EVAL_CONCURRENCY", 1)
 # Webhooks (sent by the eval workers): how long one POST may take, and how many attempts a

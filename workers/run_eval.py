@@ -10,14 +10,21 @@ from collections import defaultdict
 from statistics import fmean
 
 from inference.chat import item_prompt
-from inference.decoding import tier_generate, tier_prepare
-from inference.policy import PolicyLoadError, policy_load
+from inference.decoding import TierError, tier_generate
+from inference.policy import PolicyLoadError
 from rewards.engine import ScoreResult
 from runs.models import MetricPoint, Run
 from runs.run_store import policy_dir
 from workers.agent import context_fits, episodes_play, policy_render
 from workers.run_learner import held_out_items, metrics_write
-from workers.run_rollout import agent_sessions, grade, run_judge, run_reward_models, tier_settings
+from workers.run_rollout import (
+    agent_sessions,
+    grade,
+    policy_version_load,
+    run_judge,
+    run_reward_models,
+    tier_settings,
+)
 
 PASS_RATE = "heldout/pass_rate"
 
@@ -60,9 +67,11 @@ def policy_evaluate(run_id: int, version: int) -> dict[str, float] | None:
         return None
     # Greedy, otherwise the run's tier as it is: precision, speculation, batching, budget, stops.
     settings = tier_settings(run).with_(temperature=0.0, top_p=1.0, top_k=0)
+    if not policy_dir(run.pk, version).exists():  # rolled back by a resume: that version is gone
+        return None
     try:
-        policy = tier_prepare(policy_load(policy_dir(run.pk, version)), settings)
-    except PolicyLoadError:  # rolled back by a resume: that version no longer exists
+        policy = policy_version_load(run, version, settings)
+    except (PolicyLoadError, TierError):  # rolled back meanwhile
         return None
     items = held_out_items(run)
     results = held_out_grades(run, policy, items, settings)

@@ -84,6 +84,12 @@ def start_model(run: Run) -> str:
     return run.tier_config["base_model"]
 
 
+def adapter_settings(hyper: dict) -> dict:
+    """The learner's adapter settings from a run's resolved hyperparameters (older runs: none)."""
+    names = ("adapter", "lora_rank", "lora_alpha", "lora_dropout", "lora_target_modules")
+    return {name: hyper[name] for name in names if name in hyper}
+
+
 def grpo_config(run: Run) -> GRPOConfig:
     hyper, tier = run.resolved, run.tier_config
     return GRPOConfig(
@@ -95,6 +101,9 @@ def grpo_config(run: Run) -> GRPOConfig:
         lr_scheduler=hyper["lr_scheduler"],
         gradient_accumulation_steps=hyper["gradient_accumulation"],
         mixed_precision=hyper["mixed_precision"],
+        gradient_checkpointing=hyper.get("gradient_checkpointing") == "on",
+        micro_batch_tokens=hyper.get("micro_batch_tokens", 0),
+        **adapter_settings(hyper),
         checkpoint_every=hyper["checkpoint_every"],
         group_size=hyper["group_size"],
         prompts_per_step=hyper["batch_size"],
@@ -139,7 +148,7 @@ def _learner_main(run_id: int, log: Log):
     items = train_items(run)
     learner, _ = learner_create(config)
     group_prepare(learner)
-    reference = reference_create(config, learner.accelerator) if config.beta else None
+    reference = reference_create(config, learner) if config.beta else None
     step = resume(run, learner, config)
     if not learner.accelerator.is_main_process:
         group_follow(learner, config, reference, learner.tokenizer.pad_token_id)
@@ -271,6 +280,12 @@ def rollback_to(run: Run, step: int) -> None:
 
 
 def chunks_per_step(items_per_step: int) -> int:
+    """How many rollout batches a step's items make: one per rollout process, or batches of at
+    most FLYWHEEL_ROLLOUT_BATCH_ITEMS items. Smaller batches keep every worker busy: one that
+    finishes early takes the next batch (the next step's, ahead of the learner) instead of
+    idling while a slow batch ends the step."""
+    if settings.FLYWHEEL_ROLLOUT_BATCH_ITEMS > 0:
+        return max(1, -(-items_per_step // settings.FLYWHEEL_ROLLOUT_BATCH_ITEMS))
     return max(1, min(settings.FLYWHEEL_ROLLOUT_CONCURRENCY, items_per_step))
 
 
@@ -474,6 +489,7 @@ def record_metrics(
         if parts:
             values[f"reward/{name}"] = fmean(parts)
     if rows:
+        values["episodes/flagged_rate"] = sum(bool(row.flags) for row in rows) / len(rows)
         values["episodes/errored_rate"] = sum(
             row.outcome == Trajectory.Outcome.ERRORED for row in rows
         ) / len(rows)

@@ -27,6 +27,7 @@ from workers.learners.sft import SFTConfig, sft_examples, sft_step
 from workers.run_learner import (
     Log,
     StopRequestedError,
+    adapter_settings,
     budget_spent,
     checkpoint,
     evaluate_later,
@@ -55,6 +56,9 @@ def offline_config(run: Run) -> SFTConfig | DPOConfig:
         "lr_scheduler": hyper["lr_scheduler"],
         "gradient_accumulation_steps": hyper["gradient_accumulation"],
         "mixed_precision": hyper["mixed_precision"],
+        "gradient_checkpointing": hyper.get("gradient_checkpointing") == "on",
+        "micro_batch_tokens": hyper.get("micro_batch_tokens", 0),
+        **adapter_settings(hyper),
         "checkpoint_every": hyper["checkpoint_every"],
         "batch_size": hyper["batch_size"],
         "chat": run.tier_config.get("chat", True),
@@ -96,7 +100,7 @@ def offline_main(run_id: int, log: Log = print) -> None:
     run = Run.objects.select_related("task_set_version").get(pk=run_id)
     config, data = offline_config(run), offline_data(run)
     learner, _ = learner_create(config)
-    reference = reference_create(config, learner.accelerator) if run.method == Run.Method.DPO else None
+    reference = reference_create(config, learner) if run.method == Run.Method.DPO else None
     step = resume(run, learner, config)
     rollback_to(run, step)
     publish(run, step, learner)

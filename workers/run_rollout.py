@@ -22,8 +22,9 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from inference.adapters import is_adapter
 from inference.chat import item_prompt
-from inference.decoding import TierModel, tier_generate, tier_prepare
+from inference.decoding import TierModel, tier_adapter_serve, tier_generate, tier_prepare
 from inference.generation import Completion
 from inference.policy import policy_load
 from inference.sessions import ChatSessions
@@ -90,8 +91,16 @@ def rollout_batch_renew(batch: RolloutBatch) -> bool:
 
 def _policy(run: Run, version: int) -> TierModel:
     """The version's policy prepared the run's tier's way (precision, draft model), kept per
-    process. Keyed by its folder, which names the run's key: ids are reused by other databases."""
-    return _policy_at(str(policy_dir(run.pk, version)), version, tier_settings(run))
+    process. Keyed by its folder, which names the run's key: ids are reused by other databases.
+    A LoRA run's version is an adapter, swapped into the base this process keeps resident."""
+    return policy_version_load(run, version, tier_settings(run))
+
+
+def policy_version_load(run: Run, version: int, settings: TierSettings) -> TierModel:
+    path = policy_dir(run.pk, version)
+    if is_adapter(path) and settings.precision != "int8":
+        return tier_adapter_serve(settings, path, version=version)
+    return _policy_at(str(path), version, settings)
 
 
 @lru_cache(maxsize=2)

@@ -185,6 +185,8 @@ class Server:
         return {"ok": True, "entries": entries}, b""
 
     def op_exec(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
+        if head.get("reset_first"):  # the pool's reset of a returned sandbox, in this round trip
+            self.op_reset(head, b"")
         offset = 0
         for path, mode, size in head.get("files", ()):  # written first; a refused path runs nothing
             self.write(path, blob[offset : offset + size], mode)

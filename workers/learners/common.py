@@ -6,11 +6,12 @@ optimiser, scheduler, RNG, and `TrainState` with the data position); every batch
 function of (seed, step); and sampling uses a generator seeded from (seed, step).
 """
 
+import contextlib
 import json
 import random
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -19,8 +20,10 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
+from inference.adapters import LoraSettings, lora_wrap
 from inference.chat import Prompt, chat_render, turn_end_text
 from inference.chat import completion_render as completion_render
+from inference.generation import prompt_token_ids
 from inference.policy import Policy, policy_load
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -42,7 +45,14 @@ class LearnerConfig:
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     gradient_accumulation_steps: int = 1
-    mixed_precision: str = "no"  # "no", "bf16" (CPU and recent GPUs) or "fp16" (GPU)
+    mixed_precision: str = "no"  # "auto" (bf16 on a GPU that has it), "no", "bf16" or "fp16" (GPU)
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory
+    micro_batch_tokens: int = 0  # padded tokens (rows × longest row) per forward pass; 0: no limit
+    adapter: str = "none"  # "none": train every weight; "lora": train LoRA adapters on a frozen base
+    lora_rank: int = 8
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    lora_target_modules: str = "auto"  # "auto": the family's attention and MLP projections
     checkpoint_every: int = 0  # steps between checkpoints; 0: none
     checkpoints_kept: int = 2
     log_every: int = 1
@@ -80,13 +90,19 @@ class Learner:
 def learner_create(config: LearnerConfig) -> tuple[Learner, Policy]:
     """Load the policy and prepare it with its optimiser and scheduler (the one `prepare` call)."""
     accelerator = Accelerator(
-        gradient_accumulation_steps=config.gradient_accumulation_steps, mixed_precision=config.mixed_precision
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        mixed_precision=mixed_precision_resolve(config.mixed_precision),
     )
     set_seed(config.seed)
     policy = policy_load(config.model, device=str(accelerator.device))
+    if config.gradient_checkpointing:
+        checkpointing_enable(policy.model)
+    policy.model = trainable_model(policy.model, config)
     policy.model.train()
     optimizer = torch.optim.AdamW(
-        policy.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+        [parameter for parameter in policy.model.parameters() if parameter.requires_grad],
+        lr=config.learning_rate,
+        weight_decay=config.weight_decay,
     )
     scheduler = get_scheduler(
         config.lr_scheduler, optimizer, num_warmup_steps=config.warmup_steps, num_training_steps=config.steps
@@ -98,11 +114,103 @@ def learner_create(config: LearnerConfig) -> tuple[Learner, Policy]:
     return learner, policy
 
 
-def reference_create(config: LearnerConfig, accelerator: Accelerator) -> PreTrainedModel:
-    """A frozen copy of the starting policy (the KL and DPO reference), never prepared or stepped."""
-    reference = policy_load(config.model, device=str(accelerator.device)).model
+def checkpointing_enable(model: PreTrainedModel) -> None:
+    """Activation (gradient) checkpointing, non-reentrant (it works with frozen inputs and LoRA)."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def checkpointing_active(model: torch.nn.Module) -> bool:
+    """Whether a forward of `model` now recomputes activations (training with checkpointing on):
+    such a forward keeps no KV cache, so shared prompts cannot be run once and copied."""
+    return model.training and any(
+        getattr(m, "gradient_checkpointing", False) is True for m in model.modules()
+    )
+
+
+def mixed_precision_resolve(setting: str) -> str:
+    """Accelerate's mixed precision for a setting: "auto" is bf16 autocast on a GPU that supports
+    it, and full precision elsewhere (on a CPU bf16 autocast is slower than fp32)."""
+    if setting != "auto":
+        return setting
+    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+
+
+def budget_groups(lengths: list[int], token_budget: int) -> list[list[int]]:
+    """Consecutive groups of rows whose padded size (rows × the longest) fits `token_budget`, one
+    row at least each; everything in one group when the budget is 0.
+
+    >>> budget_groups([3, 5, 2, 8], 10), budget_groups([3, 5, 2, 8], 0)
+    ([[0, 1], [2], [3]], [[0, 1, 2, 3]])
+    >>> budget_groups([3, 5, 2, 8], 16)
+    [[0, 1, 2], [3]]
+    """
+    if token_budget <= 0 or not lengths:
+        return [list(range(len(lengths)))]
+    groups: list[list[int]] = [[]]
+    longest = 0
+    for row, length in enumerate(lengths):
+        if groups[-1] and (len(groups[-1]) + 1) * max(longest, length) > token_budget:
+            groups.append([])
+            longest = 0
+        groups[-1].append(row)
+        longest = max(longest, length)
+    return groups
+
+
+def trainable_model(model: torch.nn.Module, config: LearnerConfig) -> torch.nn.Module:
+    """What the learner steps: every weight, or LoRA adapters on the frozen base. A start model that
+    is itself an adapter (a LoRA run's checkpoint) keeps training that adapter in a LoRA run and is
+    merged into its base for a full-weight one."""
+    adapted = getattr(model, "peft_config", None) is not None
+    if config.adapter != "lora":
+        return model.merge_and_unload() if adapted else model
+    if adapted:
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_("lora_" in name)
+        return model
+    settings = LoraSettings(
+        rank=config.lora_rank,
+        alpha=config.lora_alpha,
+        dropout=config.lora_dropout,
+        target_modules=config.lora_target_modules,
+    )
+    return lora_wrap(model, settings)
+
+
+def reference_create(config: LearnerConfig, learner: "Learner") -> torch.nn.Module:
+    """The KL and DPO reference: for a LoRA learner its own model, which `reference_mode` runs with
+    the adapters disabled (no second copy); otherwise a frozen copy of the starting policy, never
+    prepared or stepped."""
+    if config.adapter == "lora":
+        return learner.accelerator.unwrap_model(learner.model)
+    reference = policy_load(config.model, device=str(learner.accelerator.device)).model
+    if getattr(reference, "peft_config", None) is not None:  # a LoRA checkpoint: its merged weights
+        reference = reference.merge_and_unload()
     reference.requires_grad_(False)
     return reference
+
+
+def reference_mode(reference: torch.nn.Module) -> contextlib.AbstractContextManager:
+    """What makes `reference` compute the reference policy: a LoRA learner's reference is its own
+    model with the adapters disabled (no second copy of the weights); a full copy is used as is."""
+    if getattr(reference, "peft_config", None) is not None and hasattr(reference, "disable_adapter"):
+        return _adapters_off(reference)
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _adapters_off(model: torch.nn.Module) -> Iterator[None]:
+    """The base model's forward, in eval mode like a frozen reference (no dropout)."""
+    training = model.training
+    model.eval()
+    try:
+        with model.disable_adapter():
+            yield
+    finally:
+        model.train(training)
 
 
 def optimizer_step(learner: Learner, max_grad_norm: float) -> None:
@@ -239,8 +347,17 @@ class SequenceBatch:
             *(tensor.to(device) for tensor in (self.input_ids, self.attention_mask, self.completion_mask))
         )
 
-    def rows(self, index: torch.Tensor | slice) -> "SequenceBatch":
-        return SequenceBatch(self.input_ids[index], self.attention_mask[index], self.completion_mask[index])
+    def rows(self, index: torch.Tensor | slice | list[int]) -> "SequenceBatch":
+        """Those rows, their padding trimmed to the longest of them."""
+        mask = self.attention_mask[index]
+        width = max(1, int(mask.sum(-1).max())) if mask.numel() else mask.size(-1)
+        return SequenceBatch(
+            self.input_ids[index][:, :width], mask[:, :width], self.completion_mask[index][:, :width]
+        )
+
+    def micro_batches(self, token_budget: int) -> list[list[int]]:
+        """Row groups for forward passes within `token_budget` padded tokens (see budget_groups)."""
+        return budget_groups(self.attention_mask.sum(-1).tolist(), token_budget)
 
 
 def sequence_batch(
@@ -288,7 +405,7 @@ def text_batch(
     the completion and its closing tokens are targets."""
     end = tokenizer(turn_end_text(tokenizer, chat=chat), add_special_tokens=False)["input_ids"]
     end = end or [tokenizer.eos_token_id]
-    prompt_ids = [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
+    prompt_ids = [prompt_token_ids(tokenizer, prompt) for prompt in prompts]
     completion_ids = [
         tokenizer(completion, add_special_tokens=False)["input_ids"] + end for completion in completions
     ]
@@ -321,7 +438,11 @@ def completion_logprobs(
     prompts = [
         tuple(row[:length].tolist()) for row, length in zip(batch.input_ids, prompt_lengths, strict=True)
     ]
-    if len(set(prompts)) == len(prompts) or not bool(batch.completion_mask.any(-1).all()):
+    if (
+        len(set(prompts)) == len(prompts)
+        or not bool(batch.completion_mask.any(-1).all())
+        or checkpointing_active(model)
+    ):
         return token_logprobs(model, batch, temperature), mask
     return _shared_prompt_logprobs(model, batch, prompts, prompt_lengths, temperature), mask
 

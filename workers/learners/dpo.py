@@ -26,12 +26,14 @@ from workers.learners.common import (
     Log,
     SequenceBatch,
     TrainResult,
+    budget_groups,
     completion_render,
     epoch_rows,
     learner_create,
     optimizer_step,
     prompt_render,
     reference_create,
+    reference_mode,
     sequence_logprob_sums,
     text_batch,
     train_steps,
@@ -124,29 +126,48 @@ def dpo_step(
                 chosen = [pairs[row] for row in micro_rows.tolist()]
                 batch = pair_batch(
                     learner.tokenizer, chosen, apply_chat_template=config.apply_chat_template and config.chat
-                ).to(accelerator.device)
-                with torch.no_grad():
-                    ref_chosen, ref_rejected = pair_logps(reference, batch)
-                loss, metrics = dpo_loss(
-                    *pair_logps(learner.model, batch),
-                    ref_chosen,
-                    ref_rejected,
-                    beta=config.beta,
-                    label_smoothing=config.label_smoothing,
                 )
-                accelerator.backward(loss)
-                for name, value in {"loss": loss.item(), **metrics}.items():
+                for name, value in _backward_in_parts(learner, reference, batch, config).items():
                     totals[name] = totals.get(name, 0.0) + value
                 count += 1
             optimizer_step(learner, config.max_grad_norm)
     return {name: value / max(1, count) for name, value in totals.items()}
 
 
+def _backward_in_parts(
+    learner: Learner, reference: torch.nn.Module, batch: SequenceBatch, config: "DPOConfig"
+) -> dict[str, float]:
+    """The DPO loss of a pair batch, backpropagated in parts of whole pairs that fit
+    `micro_batch_tokens` (a pair's two rows count as two of its longer one), each weighted by its
+    share of the pairs; the metrics are the pairs' means."""
+    pairs = batch.input_ids.size(0) // 2
+    lengths = batch.attention_mask.sum(-1)
+    longer = torch.maximum(lengths[:pairs], lengths[pairs:]).tolist()
+    budget = config.micro_batch_tokens // 2 if config.micro_batch_tokens else 0
+    totals: dict[str, float] = {}
+    for part in budget_groups(longer, budget):
+        micro = batch.rows(part + [pairs + row for row in part]).to(learner.accelerator.device)
+        share = len(part) / pairs
+        with torch.no_grad(), reference_mode(reference):
+            ref_chosen, ref_rejected = pair_logps(reference, micro)
+        loss, metrics = dpo_loss(
+            *pair_logps(learner.model, micro),
+            ref_chosen,
+            ref_rejected,
+            beta=config.beta,
+            label_smoothing=config.label_smoothing,
+        )
+        learner.accelerator.backward(loss * share if share != 1 else loss)
+        for name, value in {"loss": loss.item(), **metrics}.items():
+            totals[name] = totals.get(name, 0.0) + value * share
+    return totals
+
+
 def train_dpo(config: DPOConfig, pairs: list[dict], *, log: Log = print) -> TrainResult:
     """Optimise the policy's preferences on `pairs`, against a frozen reference; resumes if it can."""
     pairs = dpo_pairs_check(pairs)
     learner, _ = learner_create(config)
-    reference = reference_create(config, learner.accelerator)
+    reference = reference_create(config, learner)
 
     def step(number: int) -> dict[str, float]:
         return dpo_step(

@@ -10,6 +10,7 @@ The loss is TRL's for the same settings (tests/test_workers_parity.py): "sequenc
 `grpo`, "token_mean" its `bnpo`, "dr_grpo" its `dr_grpo`.
 """
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ from workers.learners.common import (
     metrics_line,
     optimizer_step,
     reference_create,
+    reference_mode,
     spans_batch,
     step_generator,
     step_rng,
@@ -261,42 +263,71 @@ def step_items(items: list[dict], config: GRPOConfig, step: int) -> list[dict]:
 def learn_on_batch(
     learner: Learner, batch: GRPOBatch, config: GRPOConfig, reference: torch.nn.Module | None
 ) -> dict[str, float]:
-    """`num_iterations` optimiser steps on one generation batch, each accumulated over micro-batches."""
+    """`num_iterations` optimiser steps on one generation batch, each accumulated over micro-batches
+    (`gradient_accumulation_steps` of them, each split again to fit `micro_batch_tokens`)."""
     accelerator, metrics = learner.accelerator, {}
-    device = accelerator.device
     for _ in range(config.num_iterations):
         for rows in torch.arange(len(batch.advantages)).tensor_split(config.gradient_accumulation_steps):
             with accelerator.accumulate(learner.model):
                 if len(rows):
-                    micro = batch.sequences.rows(rows).to(device)
-                    logprobs, mask = completion_logprobs(learner.model, micro, config.temperature)
-                    ref_logprobs = None
-                    if reference is not None:
-                        with torch.no_grad():
-                            ref_logprobs, _ = completion_logprobs(reference, micro, config.temperature)
-                    loss, metrics = grpo_loss(
-                        logprobs,
-                        batch.old_logprobs[rows].to(device),
-                        batch.advantages[rows].to(device),
-                        mask,
-                        epsilon_low=config.epsilon_low,
-                        epsilon_high=config.epsilon_high,
-                        beta=config.beta,
-                        ref_logprobs=ref_logprobs,
-                        aggregation=config.loss_aggregation,
-                        max_completion_length=config.max_new_tokens,
-                        kl_importance_correction=config.kl_importance_correction,
-                    )
-                    accelerator.backward(loss)
-                    metrics["loss"] = loss.item()
+                    metrics = _learn_rows(learner, batch, rows, config, reference)
                 optimizer_step(learner, config.max_grad_norm)
+    return metrics
+
+
+def _learn_rows(
+    learner: Learner,
+    batch: GRPOBatch,
+    rows: torch.Tensor,
+    config: GRPOConfig,
+    reference: torch.nn.Module | None,
+) -> dict[str, float]:
+    """Backward the loss of `rows` in forward passes that fit the token budget. Each part's loss
+    is weighted by its share of the rows' completion tokens (token mean) or rows (sequence mean,
+    Dr. GRPO), so the gradient is the one a single pass over all the rows would give."""
+    device, metrics = learner.accelerator.device, {}
+    sequences = batch.sequences.rows(rows)
+    tokens = sequences.completion_mask.sum().clamp(min=1)
+    parts = sequences.micro_batches(config.micro_batch_tokens)
+    for number, part in enumerate(parts):
+        part_rows = rows[part]
+        micro = batch.sequences.rows(part_rows).to(device)
+        width = micro.input_ids.size(1) - 1
+        logprobs, mask = completion_logprobs(learner.model, micro, config.temperature)
+        ref_logprobs = None
+        if reference is not None:
+            with torch.no_grad(), reference_mode(reference):
+                ref_logprobs, _ = completion_logprobs(reference, micro, config.temperature)
+        loss, metrics = grpo_loss(
+            logprobs,
+            batch.old_logprobs[part_rows][:, :width].to(device),
+            batch.advantages[part_rows].to(device),
+            mask,
+            epsilon_low=config.epsilon_low,
+            epsilon_high=config.epsilon_high,
+            beta=config.beta,
+            ref_logprobs=ref_logprobs,
+            aggregation=config.loss_aggregation,
+            max_completion_length=config.max_new_tokens,
+            kl_importance_correction=config.kl_importance_correction,
+        )
+        if config.loss_aggregation == "token_mean":
+            share = float(micro.completion_mask.sum() / tokens)
+        else:
+            share = len(part) / len(rows)
+        # Several processes (DDP) all-reduce once per micro-batch, on its last part, whatever
+        # number of parts each process's rows need.
+        last = number == len(parts) - 1
+        with contextlib.nullcontext() if last else learner.accelerator.no_sync(learner.model):
+            learner.accelerator.backward(loss * share if share != 1 else loss)
+        metrics["loss"] = loss.item()
     return metrics
 
 
 def train_grpo(config: GRPOConfig, items: list[dict], *, pool=None, log: Log = print) -> TrainResult:
     """Train with GRPO on `items` (code task items graded by their unit tests); resumes if it can."""
     learner, policy = learner_create(config)
-    reference = reference_create(config, learner.accelerator) if config.beta else None
+    reference = reference_create(config, learner) if config.beta else None
     if checkpoint_resume(learner, config):
         log(f"resumed at step {learner.state.step} from {config.output_dir}")
     result, started = TrainResult(steps=learner.state.step, seconds=0.0), time.monotonic()

@@ -18,6 +18,7 @@ from workers.learners.common import (
     Learner,
     LearnerConfig,
     Log,
+    SequenceBatch,
     TrainResult,
     completion_logprobs,
     completion_render,
@@ -73,12 +74,23 @@ def sft_step(learner: Learner, examples: list[dict], rows: list[int], config: SF
                     ],
                     [completion_render(example["completion"]) for example in chosen],
                     chat=config.chat,
-                ).to(accelerator.device)
-                loss = sft_loss(*completion_logprobs(learner.model, batch))
-                accelerator.backward(loss)
-                losses.append(loss.item())
+                )
+                losses.append(_backward_in_parts(learner, batch, config.micro_batch_tokens))
             optimizer_step(learner, config.max_grad_norm)
     return {"loss": sum(losses) / max(1, len(losses)), "lr": learner.scheduler.get_last_lr()[0]}
+
+
+def _backward_in_parts(learner: Learner, batch: SequenceBatch, token_budget: int) -> float:
+    """The mean NLL of `batch`, backpropagated in forward passes that fit `token_budget`, each
+    part weighted by its share of the completion tokens (the gradient of one pass over all)."""
+    tokens, total = batch.completion_mask[:, 1:].sum().clamp(min=1), 0.0
+    for part in batch.micro_batches(token_budget):
+        micro = batch.rows(part).to(learner.accelerator.device)
+        share = float(micro.completion_mask[:, 1:].sum() / tokens)
+        loss = sft_loss(*completion_logprobs(learner.model, micro))
+        learner.accelerator.backward(loss * share if share != 1 else loss)
+        total += loss.item() * share
+    return total
 
 
 def train_sft(config: SFTConfig, examples: list[dict], *, log: Log = print) -> TrainResult:
