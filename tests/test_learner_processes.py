@@ -72,7 +72,15 @@ def test_two_learner_processes_reach_the_weights_of_one_with_the_same_global_bat
     # Two steps, both sampled by v0 (staleness 1): the two runs learn from the same episodes.
     # One process accumulates 2 micro-batches; two processes take one each (the same global batch).
     one = submit(tiny_model, steps=2, checkpoint_every=1, learner_processes=1, gradient_accumulation=2)
-    two = submit(tiny_model, steps=2, checkpoint_every=1, learner_processes=2, gradient_accumulation=1)
+    # The two processes also split their rows into token-budget parts (one all-reduce per micro-batch).
+    two = submit(
+        tiny_model,
+        steps=2,
+        checkpoint_every=1,
+        learner_processes=2,
+        gradient_accumulation=1,
+        micro_batch_tokens=64,
+    )
     one, two = wait_for_terminal(one.pk), wait_for_terminal(two.pk)
     assert (one.status, two.status) == (Run.Status.SUCCEEDED, Run.Status.SUCCEEDED), (one.error, two.error)
     for run in (one, two):
