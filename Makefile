@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-lora gpu-check bench-tiers bench-api bench-traces bench-agents demo-flywheel demo-hack bench-all
+.PHONY: up down demo test lint format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check bench-tiers bench-api bench-traces bench-agents demo-flywheel demo-hack bench-all
 
 venv: $(INSTALLED)
 
@@ -114,6 +114,10 @@ gpu-check: venv
 
 bench-learner: venv sandbox-image
 	$(PY) benchmarks/bench_learner.py
+
+# A run's learner on 2 processes (accelerate launch, DDP over gloo) against 1, same global batch.
+bench-learner-processes: venv
+	$(PY) benchmarks/bench_learner_processes.py
 
 # Agent episodes: KV-cache reuse across turns vs re-encoding, one sequence per episode vs rows per turn.
 bench-agents: venv
