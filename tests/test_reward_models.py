@@ -225,3 +225,22 @@ def test_grpo_against_a_reward_model_raises_its_score_and_the_run_links_the_vers
     browser.force_login(setup["owner"])
     page = browser.get(f"/runs/{run.pk}/").content.decode()
     assert f'href="/reward-model-versions/{version.pk}/"' in page
+
+
+@pytest.mark.django_db
+def test_reward_model_pages_check_the_role_and_create_from_the_form(team):
+    project, owner, viewer, outsider = team["project"], team["owner"], team["viewer"], team["outsider"]
+    browser = Client()
+    browser.force_login(viewer)
+    assert browser.get(f"/projects/{project.pk}/reward-models/").status_code == 200
+    refused = browser.post(f"/projects/{project.pk}/reward-models/new/", {"name": "rm"})
+    assert refused.status_code == 403 and not RewardModel.objects.exists()
+    browser.force_login(owner)
+    created = browser.post(f"/projects/{project.pk}/reward-models/new/", {"name": "rm"})
+    reward_model = RewardModel.objects.get()
+    assert created.status_code == 302 and created["Location"] == f"/reward-models/{reward_model.pk}/"
+    page = browser.get(f"/reward-models/{reward_model.pk}/").content.decode()
+    assert "No versions yet" in page and "Train a new version" in page
+    browser.force_login(outsider)
+    assert browser.get(f"/reward-models/{reward_model.pk}/").status_code == 404
+    assert browser.get(f"/projects/{project.pk}/reward-models/").status_code == 404
