@@ -4,15 +4,16 @@ learner's episode-as-one-sequence against a row per turn.
 Both sides in the same run, on the same model, episodes and settings:
 
 - generation: 8 episodes of 8 turns, played together (one batch) by `inference.sessions.ChatSessions`;
-  each turn answers (8 new tokens at most, temperature 1) and gets a tool result of 36 lines
-  (~350 tokens: a file, a test log), the shape of agent work where tool output dominates. With
+  each turn answers (8 new tokens at most, temperature 1) and gets a tool result of 24 lines
+  (~240 tokens: a file, a test log), the shape of agent work where tool output dominates. With
   reuse a turn encodes only its new tokens into the episode's cache; without, it encodes the whole
   conversation again. Figure: generated tokens per second of wall time (CPU seconds and the
   prompts' tokens encoded are reported beside it). When answers are long and results short, the
   decode steps dominate both sides and the gap narrows (16 tokens and 12-line results: ~1x);
 - learning: the same episodes (those reuse played), one GRPO forward and backward pass (token_mean
-  loss) over the batch, as one sequence per episode against one row per turn; figure: episodes
-  (samples) per second; the two compute the same log-probs and gradients (tests/test_agent_reuse.py).
+  loss) over the batch in micro-batches of 2 episodes, as one sequence per episode against one row
+  per turn; figure: episodes (samples) per second; the two compute the same log-probs and
+  gradients (tests/test_agent_reuse.py).
 
 The model is the tiny base model's architecture (FLYWHEEL_HOME/models/tiny-base if it was built,
 else one built here with a short pretraining: the speed does not depend on what it learned).
@@ -67,7 +68,7 @@ def model_path(explicit: str | None) -> Path:
 
 
 def play(
-    policy, *, episodes: int, turns: int, reuse: bool, seed: int, lines: int = 36, new_tokens: int = 8
+    policy, *, episodes: int, turns: int, reuse: bool, seed: int, lines: int = 24, new_tokens: int = 8
 ) -> tuple[float, list, object]:
     """Play the episodes; (seconds, each episode's completions, the session's stats)."""
     params = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, top_p=1.0, top_k=0)
@@ -95,29 +96,33 @@ def play(
     return time.perf_counter() - started, played, sessions.stats
 
 
-def learn_seconds(policy, played: list, *, as_sequences: bool) -> tuple[float, int]:
-    """One forward and backward pass over the batch; (seconds, rows)."""
+def learn_seconds(policy, played: list, *, as_sequences: bool, micro: int = 2) -> tuple[float, int]:
+    """One forward and backward pass over the batch, `micro` episodes at a time (gradients
+    accumulate, as the learner's micro-batches do); (seconds, rows)."""
     trajectories = [
         Trajectory(index, turns[-1], float(index % 2), "scored", 0, False, turns=turns)
         for index, turns in enumerate(played)
     ]
     advantages = torch.tensor([1.0 if index % 2 else -1.0 for index in range(len(played))])
     policy.model.train()
+    rows = 0
     started = time.perf_counter()
-    batch = grpo_batch(
-        trajectories,
-        list(range(len(played))),
-        advantages,
-        policy.tokenizer.pad_token_id,
-        episodes_as_sequences=as_sequences,
-    )
-    logprobs, mask = completion_logprobs(policy.model, batch.sequences)
-    loss, _ = grpo_loss(logprobs, batch.old_logprobs, batch.advantages, mask, aggregation="token_mean")
-    loss.backward()
+    for first in range(0, len(played), micro):
+        batch = grpo_batch(
+            trajectories,
+            list(range(first, min(first + micro, len(played)))),
+            advantages,
+            policy.tokenizer.pad_token_id,
+            episodes_as_sequences=as_sequences,
+        )
+        logprobs, mask = completion_logprobs(policy.model, batch.sequences)
+        loss, _ = grpo_loss(logprobs, batch.old_logprobs, batch.advantages, mask, aggregation="token_mean")
+        loss.backward()
+        rows += int(batch.sequences.input_ids.shape[0])
     seconds = time.perf_counter() - started
     policy.model.zero_grad(set_to_none=True)
     policy.model.eval()
-    return seconds, int(batch.sequences.input_ids.shape[0])
+    return seconds, rows
 
 
 def main() -> None:
