@@ -5,8 +5,8 @@ does under workers/learner_group.py) on the same synthetic batch: one process ac
 micro-batches, two processes take one each and DDP averages their gradients. The model is a small
 random Llama (no download), each process one torch thread, the CPU (gloo) on both. The first step
 is not timed. Reported: samples/s (rows of the batch × timed steps / seconds) of each side and the
-ratio; goal at least 1.6x. The machine's other load counts against both sides alike only when it is
-steady: say how loaded the machine was.
+median of the per-repeat ratios (the order alternates); goal at least 1.6x. Other load on the
+machine counts against both sides alike only when it is steady: say how loaded the machine was.
 
 Run: .venv/bin/python benchmarks/bench_learner_processes.py [--steps 8 --rows 32 --hidden 192]
 Prints a table, then one line of JSON.
@@ -15,6 +15,7 @@ Prints a table, then one line of JSON.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -114,23 +115,34 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=32, help="rows (episodes) of the global batch")
     parser.add_argument("--hidden", type=int, default=192)
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3, help="alternated repeats; the median ratio")
     args = parser.parse_args()
     if args.worker:
         worker(args)
         return
-    one, two = side(args, 1), side(args, 2)
-    ratio = two["samples_per_s"] / one["samples_per_s"]
-    print(f"{'learner':<22}{'samples/s':>12}{'seconds':>10}")
-    print(f"{'1 process (accum 2)':<22}{one['samples_per_s']:>12.1f}{one['seconds']:>10.2f}")
-    print(f"{'2 processes (DDP)':<22}{two['samples_per_s']:>12.1f}{two['seconds']:>10.2f}")
-    print(f"ratio {ratio:.2f}x (goal {TARGET_RATIO}x); load average {os.getloadavg()[0]:.1f}")
+    print(f"{'repeat':<8}{'learner':<22}{'samples/s':>12}{'seconds':>10}")
+    ratios, ones, twos = [], [], []
+    for repeat in range(args.repeats):
+        order = (1, 2) if repeat % 2 == 0 else (2, 1)  # alternated: a drift in load hits both sides
+        result = {processes: side(args, processes) for processes in order}
+        one, two = result[1], result[2]
+        ones.append(one["samples_per_s"])
+        twos.append(two["samples_per_s"])
+        ratios.append(two["samples_per_s"] / one["samples_per_s"])
+        print(f"{repeat:<8}{'1 process (accum 2)':<22}{one['samples_per_s']:>12.1f}{one['seconds']:>10.2f}")
+        print(f"{repeat:<8}{'2 processes (DDP)':<22}{two['samples_per_s']:>12.1f}{two['seconds']:>10.2f}")
+    ratio = statistics.median(ratios)
+    load = os.getloadavg()[0]
+    print(f"median ratio {ratio:.2f}x (range {min(ratios):.2f}-{max(ratios):.2f}x; goal {TARGET_RATIO}x)")
+    print(f"load average {load:.1f} on {os.cpu_count()} cores")
     result = {
         "bench": "learner_processes",
-        "samples_per_s_1": round(one["samples_per_s"], 2),
-        "samples_per_s_2": round(two["samples_per_s"], 2),
+        "samples_per_s_1": round(statistics.median(ones), 2),
+        "samples_per_s_2": round(statistics.median(twos), 2),
         "ratio": round(ratio, 3),
+        "ratio_range": [round(min(ratios), 3), round(max(ratios), 3)],
         "goal": TARGET_RATIO,
-        "load_average": round(os.getloadavg()[0], 1),
+        "load_average": round(load, 1),
     }
     print(json.dumps(result))
 
