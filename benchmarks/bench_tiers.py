@@ -106,19 +106,19 @@ def wide_model(tiny: Path, out: Path, widen: int) -> Path:
 
 
 @torch.no_grad()
-def decode_cost_ms(model, steps: int = 32, context: int = 32) -> float:
-    """Milliseconds per decoded token at batch 1 with a KV cache (median of `steps`)."""
+def decode_cost_ms(model, steps: int = 32, context: int = 32, width: int = 1) -> float:
+    """Milliseconds per forward of `width` new tokens at batch 1 with a KV cache (median of
+    `steps`): width 1 is a decoded token, width k + 1 a speculative verify step."""
     from transformers import DynamicCache
 
-    cache = DynamicCache()
-    ids = torch.randint(3, 100, (1, context))
-    model(input_ids=ids, cache=cache, use_cache=True)
     times = []
-    for step in range(steps):
+    ids = torch.randint(3, 100, (1, context))
+    for _ in range(steps):
+        cache = DynamicCache()
+        model(input_ids=ids, cache=cache, use_cache=True)
+        positions = torch.arange(context, context + width)[None]
         started = time.perf_counter()
-        model(
-            input_ids=ids[:, :1], position_ids=torch.tensor([[context + step]]), cache=cache, use_cache=True
-        )
+        model(input_ids=ids[:, :width], position_ids=positions, cache=cache, use_cache=True)
         times.append(time.perf_counter() - started)
     return statistics.median(times) * 1000
 
@@ -216,12 +216,16 @@ def main() -> None:
     tiny = args.model
     if args.target == "wide":
         args.model = wide_model(tiny, tiny.with_name(f"{tiny.name}-wide{args.widen}"), args.widen)
-    target_ms = decode_cost_ms(policy_load(args.model).model)
+    target = policy_load(args.model).model
+    target_ms = decode_cost_ms(target)
+    verify_ms = decode_cost_ms(target, width=5)
     draft_ms = decode_cost_ms(policy_load(args.draft).model)
     cost = {
         "target_ms_per_token": round(target_ms, 3),
         "draft_ms_per_token": round(draft_ms, 3),
         "cost_ratio": round(target_ms / draft_ms, 1),
+        # 1.0: memory-bound (a 5-token verify costs one decoded token); 5.0: compute-bound.
+        "target_verify5_over_decode1": round(verify_ms / target_ms, 2),
         "target_weights_mb": round(
             sum(p.numel() * 4 for p in policy_load(args.model).model.parameters()) / 2**20, 1
         ),

@@ -4,8 +4,10 @@ streamed as server-sent events, with log-probs, for every tier and checkpoint th
 The contract is the one vLLM and SGLang serve (inference/openai_protocol.py), so client code written
 against Flywheel talks to them unchanged. Callers authenticate with a Flywheel API token as the
 bearer key (the browser's playground with its session and CSRF token); every error is OpenAI's
-error object. Views are asynchronous: a model loads and generates in a worker thread, and a stream
-sends each token's text as it is decoded; a client that goes away stops its generation.
+error object, and requests count against the caller's API rate. Views are asynchronous: a model
+loads in a worker thread before the view answers (so a load failure has its status), then generates
+in one while the body is sent, whole or as a stream of each token's text as it is decoded; a
+client that goes away stops its generation.
 """
 
 import asyncio
@@ -121,9 +123,9 @@ def _authenticated(request: HttpRequest) -> AbstractBaseUser:
     )
 
 
-def _model_for(user: AbstractBaseUser, model_id: str) -> served_models.ServedModel:
+def _model_for(user: AbstractBaseUser, model_id: str, fetch: bool = False) -> served_models.ServedModel:
     try:
-        return served_models.served_model_for(user=user, model_id=model_id)
+        return served_models.served_model_for(user=user, model_id=model_id, fetch=fetch)
     except served_models.UnknownModelError as exc:
         raise OpenAIError(404, str(exc), "model", "model_not_found") from exc
 
@@ -181,7 +183,7 @@ async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
     _method(request, "POST")
     user = await sync_to_async(caller)(request)
     serve_request = _parse(request, chat)
-    model = await sync_to_async(_model_for)(user, serve_request.model)
+    model = await sync_to_async(_model_for)(user, serve_request.model, fetch=True)
     prepared = await asyncio.to_thread(_prepare, model, serve_request)
     if serve_request.stream:
         response = StreamingHttpResponse(_events(prepared, serve_request), content_type="text/event-stream")

@@ -91,7 +91,7 @@ class SandboxPool:
             if sandbox is None:
                 return sandbox_create(spec, self.settings)
             if sandbox.files_digest != spec.files_digest:
-                sandbox.install(spec.files)
+                sandbox.install(spec.files, lazily=True)  # sent with its first use
             return sandbox
         except BaseException:
             if sandbox is not None:

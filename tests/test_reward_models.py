@@ -219,7 +219,7 @@ def test_grpo_against_a_reward_model_raises_its_score_and_the_run_links_the_vers
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
     assert last > first, rewards
     assert list(RunRewardModel.objects.filter(run=run).values_list("version", flat=True)) == [version.pk]
-    uses = api_client_for(setup["owner"]).get(f"/api/v1/runs/{run.pk}/reward-models").json()
+    uses = api_client_for(setup["owner"]).get(f"/api/v1/runs/{run.pk}/reward-models").json()["results"]
     assert [(use["reward_model_name"], use["number"]) for use in uses] == [("prefs", 1)]
     browser = Client()
     browser.force_login(setup["owner"])

@@ -294,6 +294,12 @@ FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS = env_int("FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS", 1
 FLYWHEEL_LEARNER_MAX_RESTARTS = env_int("FLYWHEEL_LEARNER_MAX_RESTARTS", 3)
 # A live run whose learner has not reported for this long is restarted by the watchdog.
 FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT = env_int("FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT", 60)
+# Processes of a run's learner on this learner worker (`accelerate launch` with the DDP config
+# FLYWHEEL_ACCELERATE_CONFIG) when the run's `learner_processes` hyperparameter does not say.
+FLYWHEEL_LEARNER_PROCESSES = env_int("FLYWHEEL_LEARNER_PROCESSES", 1)
+FLYWHEEL_ACCELERATE_CONFIG = Path(
+    env_str("FLYWHEEL_ACCELERATE_CONFIG", str(BASE_DIR / "deploy" / "accelerate" / "ddp.yaml"))
+)
 # Each worker process that supervises learners keeps one spare learner loaded (about 400 MB), so
 # a run's learner starts without the seconds of loading Python, Django, torch and transformers.
 FLYWHEEL_LEARNER_SPARE = env_bool("FLYWHEEL_LEARNER_SPARE", True)

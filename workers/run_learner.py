@@ -47,6 +47,14 @@ from runs.run_store import (
 )
 from runs.services import StateError
 from runs.tier_evaluations import run_final_evaluate
+from workers.learner_group import (
+    group_batch,
+    group_checkpoint,
+    group_follow,
+    group_init,
+    group_prepare,
+    group_stop,
+)
 from workers.learners.common import (
     CHECKPOINT_PREFIX,
     checkpoint_dirs,
@@ -55,7 +63,7 @@ from workers.learners.common import (
     learner_create,
     reference_create,
 )
-from workers.learners.grpo import GRPOConfig, grpo_batch, learn_on_batch, learnable, step_items
+from workers.learners.grpo import GRPOConfig, learn_on_batch, learnable, step_items
 from workers.rollout import Trajectory as Episode
 from workers.run_rollout import item_dicts, lease_lapsed, rollout_batches_expire
 
@@ -126,12 +134,25 @@ def train_items(run: Run) -> list[dict]:
 
 
 def learner_main(run_id: int, log: Log = print) -> None:
+    """The run's learner; under `accelerate launch` rank 0 leads and the others follow it
+    (workers/learner_group.py)."""
+    group_init()
+    learner = _learner_main(run_id, log)
+    if learner is not None and learner.accelerator.is_main_process:
+        group_stop(learner.accelerator)
+
+
+def _learner_main(run_id: int, log: Log):
     run = Run.objects.select_related("task_set_version", "reward_rule_version").get(pk=run_id)
     config = grpo_config(run)
     items = train_items(run)
     learner, _ = learner_create(config)
+    group_prepare(learner)
     reference = reference_create(config, learner) if config.beta else None
     step = resume(run, learner, config)
+    if not learner.accelerator.is_main_process:
+        group_follow(learner, config, reference, learner.tokenizer.pad_token_id)
+        return None
     rollback_to(run, step)
     publish(run, step, learner)
     if step == 0:
@@ -149,12 +170,14 @@ def learner_main(run_id: int, log: Log = print) -> None:
             wait_seconds = time.monotonic() - waited
         except StopRequestedError as stop:
             stop_at(run, learner, config, step, str(stop))
-            return
+            return learner
         learned = time.monotonic()
         keep, advantages, dropped = learnable(episodes, config.group_size, config, version=step)
         metrics = {}
         if keep:
-            batch = grpo_batch(episodes, keep, advantages, learner.tokenizer.pad_token_id)
+            batch = group_batch(
+                learner.accelerator, episodes, keep, advantages, learner.tokenizer.pad_token_id
+            )
             learner.model.train()
             metrics = learn_on_batch(learner, batch, config, reference)
         learner.state.step = step = step + 1
@@ -174,6 +197,7 @@ def learner_main(run_id: int, log: Log = print) -> None:
     message = "succeeded" if reason is None else f"succeeded: stopped early, {reason}"
     run_transition(run, allowed=(S.RUNNING, S.PAUSING), to=S.SUCCEEDED, message=message)
     run_final_evaluate(run.pk)  # the final checkpoint under every tier of the project, on the eval queue
+    return learner
 
 
 def mark_running(run: Run) -> Run:
@@ -503,6 +527,7 @@ def metrics_write(run: Run, step: int, values: dict[str, float]) -> None:
 def checkpoint(run: Run, learner, config: GRPOConfig, step: int) -> None:
     if Checkpoint.objects.filter(run=run, step=step).exists():
         return
+    group_checkpoint(learner)  # the other ranks save their part with it
     path = checkpoint_save(learner, config)
     stored = checkpoint_upload(run.pk, step, path)
     Checkpoint.objects.create(run=run, step=step, policy_version=step, path=stored)
@@ -515,11 +540,13 @@ def resume(run: Run, learner, config) -> int:
     latest = Checkpoint.objects.filter(run=run).order_by("-step").first()
     if latest is not None and Path(latest.path).is_absolute():  # recorded before the storage
         return checkpoint_resume(learner, config)
-    for local in checkpoint_dirs(config.output_dir):
-        if latest is None or not checkpoint_is_local(latest.path, local):
-            shutil.rmtree(local, ignore_errors=True)
-    if latest is not None and not checkpoint_dirs(config.output_dir):
-        checkpoint_fetch(latest.path, Path(config.output_dir) / f"{CHECKPOINT_PREFIX}{latest.step}")
+    if learner.accelerator.is_local_main_process:  # one fetch per host for all its ranks
+        for local in checkpoint_dirs(config.output_dir):
+            if latest is None or not checkpoint_is_local(latest.path, local):
+                shutil.rmtree(local, ignore_errors=True)
+        if latest is not None and not checkpoint_dirs(config.output_dir):
+            checkpoint_fetch(latest.path, Path(config.output_dir) / f"{CHECKPOINT_PREFIX}{latest.step}")
+    learner.accelerator.wait_for_everyone()
     return checkpoint_resume(learner, config)
 
 
