@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-tiers bench-api bench-traces demo-flywheel bench-all
+.PHONY: up down demo test lint format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check bench-tiers bench-api bench-traces bench-agents demo-flywheel demo-hack bench-all
 
 venv: $(INSTALLED)
 
@@ -32,6 +32,10 @@ demo: up
 # runs' held-out pass rates (make up first; prints one line of JSON last).
 demo-flywheel: up
 	$(PY) manage.py demo_flywheel
+
+# A reward hack caught live: GRPO against a planted hackable rule; a monitor alerts and pauses it.
+demo-hack: up
+	$(PY) manage.py demo_hack
 
 # Debian's Chromium for the browser tests; Playwright never downloads a browser here.
 browser-deps:
@@ -101,8 +105,23 @@ bench-tiers: venv sandbox-deps
 bench-traces: venv
 	$(PY) benchmarks/bench_traces.py
 
+bench-lora: venv sandbox-image
+	$(PY) benchmarks/bench_lora.py
+
+# On a CUDA machine: a ~0.5B random-init Qwen2, bf16 generation, GRPO steps full and LoRA (one JSON line).
+gpu-check: venv
+	$(PY) benchmarks/gpu_check.py
+
 bench-learner: venv sandbox-image
 	$(PY) benchmarks/bench_learner.py
+
+# A run's learner on 2 processes (accelerate launch, DDP over gloo) against 1, same global batch.
+bench-learner-processes: venv
+	$(PY) benchmarks/bench_learner_processes.py
+
+# Agent episodes: KV-cache reuse across turns vs re-encoding, one sequence per episode vs rows per turn.
+bench-agents: venv
+	$(PY) benchmarks/bench_agents.py
 
 # MLflow is the baseline only: it lives in a venv of its own, never in the project's.
 MLFLOW_VENV ?= /tmp/mlflow-venv

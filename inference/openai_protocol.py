@@ -38,9 +38,17 @@ ERROR_TYPES = {
 class OpenAIError(Exception):
     """An answer in OpenAI's error shape: the status, a message, the parameter at fault, a code."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = headers or {}  # sent with the answer (Retry-After)
 
     def body(self) -> dict[str, Any]:
         return error_body(self.status, self.message, self.param, self.code)

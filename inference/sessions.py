@@ -37,6 +37,7 @@ class SessionStats:
     encoded_tokens: int = 0  # what the model actually encoded for them (reuse: only the new ones)
     generated_tokens: int = 0
     rebuilds: int = 0  # turns whose prompt did not extend its transcript
+    cpu_seconds: float = 0.0  # for callers that time a session (the benchmark)
 
 
 def transcript_extend(

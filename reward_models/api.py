@@ -131,4 +131,4 @@ class RunRewardModelsView(ApiView):
     )
     def get(self, request: Request, id: int) -> Response:
         run = run_selectors.run_for(user=request.user, run_id=id)
-        return Response(s.RunRewardModelSerializer(selectors.uses_of_run(run=run), many=True).data)
+        return self.paginated(selectors.uses_of_run(run=run), s.RunRewardModelSerializer)

@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 
 from reward_models import selectors
 from reward_models.models import RewardModelVersion, RunRewardModel
+from reward_models.store import model_local
 
 Scorer = Callable[[str, int | None, list, list], list[float]]
 LOADED_MAX = 4
@@ -91,6 +92,6 @@ def reward_models_scorer(project_id: int, *, run_id: int | None = None) -> Score
 
     def scorer(name: str, number: int | None, prompts: list, completions: list) -> list[float]:
         version = resolve(name, number)
-        return loaded_scorer(version.path).scores(prompts, completions)
+        return loaded_scorer(model_local(version.path)).scores(prompts, completions)
 
     return scorer

@@ -54,9 +54,9 @@ def trained_version(*, project_id: int, name: str, number: int | None = None) ->
     return versions.select_related("reward_model").order_by("-number").first()
 
 
-def uses_of_run(*, run: Run) -> list[RunRewardModel]:
+def uses_of_run(*, run: Run) -> QuerySet[RunRewardModel]:
     """The reward-model versions a run's rewards used (for its page and REST)."""
-    return list(run.reward_model_uses.select_related("version__reward_model").order_by("pk"))
+    return run.reward_model_uses.select_related("version__reward_model").order_by("pk")
 
 
 def runs_using(*, version: RewardModelVersion) -> QuerySet[Run]:

@@ -1,9 +1,12 @@
-"""Where a reward-model version keeps its files: FLYWHEEL_HOME/reward_models/<id>-<key>/, with the
-trained model under `model/` (saved whole, then renamed into place) and the learner's log."""
+"""Where a reward-model version keeps its files: its working folder and log on the training host,
+FLYWHEEL_HOME/reward_models/<id>-<key>/, and the trained model in the artifact storage under
+reward_models/<id>-<key>/model (what graders on any host load, through their host's cache)."""
 
 from pathlib import Path
 
 from django.conf import settings
+
+from runs.artifacts import artifact_get, artifact_put
 
 
 def version_dir(version_id: int, key) -> Path:
@@ -19,3 +22,16 @@ def log_path(version_id: int, key) -> Path:
     path = version_dir(version_id, key) / "learner.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def model_publish(version_id: int, key, local: Path) -> str:
+    """Upload the trained model; returns its name in the artifact storage (the version's path)."""
+    prefix = f"reward_models/{version_id}-{key}/model"
+    artifact_put(local, prefix)
+    return prefix
+
+
+def model_local(path: str) -> str:
+    """A local folder of a version's model: fetched through the artifact storage (a version trained
+    before the storage recorded an absolute local path, used as it is)."""
+    return path if Path(path).is_absolute() else str(artifact_get(path))

@@ -7,6 +7,8 @@ rollout worker loads). A LoRA run's version is a peft adapter: exported as it is
 merged into the base (`full`, the default), which is saved once under the run's folder and reused.
 """
 
+import hashlib
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +27,9 @@ from inference.export import (
     is_adapter,
     model_card_text,
 )
+from runs.artifacts import ArtifactMissingError, artifact_exists, artifact_get, artifact_put
 from runs.models import Checkpoint, MetricPoint, Run
-from runs.run_store import policy_dir, run_dir
+from runs.run_store import policy_dir, run_prefix, staging_dir
 
 WEIGHTS = ("full", "adapter")
 __all__ = [
@@ -59,13 +62,13 @@ def start_model(run: Run) -> str:
 
 
 def checkpoint_policy(checkpoint: Checkpoint) -> Path:
-    folder = policy_dir(checkpoint.run_id, checkpoint.policy_version)
-    if not folder.is_dir():
+    try:
+        return policy_dir(checkpoint.run_id, checkpoint.policy_version)
+    except ArtifactMissingError:
         raise ExportError(
             f"the weights of step {checkpoint.step} (policy version {checkpoint.policy_version}) "
-            "are no longer on disk"
-        )
-    return folder
+            "are no longer in the artifact storage"
+        ) from None
 
 
 def export_folder(checkpoint: Checkpoint, weights: str) -> tuple[Path, str]:
@@ -79,12 +82,33 @@ def export_folder(checkpoint: Checkpoint, weights: str) -> tuple[Path, str]:
         return folder, "full"
     if weights == "adapter":
         return folder, "LoRA adapter"
-    base = adapter_base(folder) or start_model(checkpoint.run)
-    # Named by when the adapter was written: a version republished after a rollback merges anew.
-    written = folder.stat().st_mtime_ns
-    merged = run_dir(checkpoint.run_id) / "exports" / f"v{checkpoint.policy_version}-{written}-merged"
-    merged.parent.mkdir(parents=True, exist_ok=True)
-    return adapter_merge(folder, base, merged), "LoRA merged into the base"
+    return merged_export(checkpoint, folder), "LoRA merged into the base"
+
+
+def merged_export(checkpoint: Checkpoint, adapter: Path) -> Path:
+    """The adapter merged into its base: made once, kept in the artifact storage for every host."""
+    # Named by the adapter's content: a version republished after a rollback merges anew.
+    digest = adapter_digest(adapter)
+    prefix = f"{run_prefix(checkpoint.run_id)}/exports/v{checkpoint.policy_version}-{digest}-merged"
+    if artifact_exists(prefix):
+        return artifact_get(prefix)
+    base = adapter_base(adapter) or start_model(checkpoint.run)
+    staged = staging_dir()
+    try:
+        adapter_merge(adapter, base, staged / "merged")
+        artifact_put(staged / "merged", prefix)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return artifact_get(prefix)
+
+
+def adapter_digest(adapter: Path) -> str:
+    """A short digest of the adapter's files (an adapter is small: megabytes)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in adapter.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(adapter).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def held_out_rows(run: Run, up_to: int) -> list[dict]:

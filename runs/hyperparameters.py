@@ -66,6 +66,9 @@ COMMON = {
 GRPO = {
     "group_size": Param(int, 8, 2, 256, help="completions sampled per item"),
     "staleness": Param(int, 1, 0, 16, help="k: learn only from trajectories of policy v-k or newer"),
+    "learner_processes": Param(
+        int, 0, 0, 64, help="learner processes (accelerate launch, DDP); 0: the learner worker's setting"
+    ),
     "clip_epsilon": Param(float, 0.2, 0.0, 1.0, help="PPO-style clipping of the importance ratio"),
     "kl_coef": Param(float, 0.0, 0.0, 10.0, help="weight of the KL penalty to the reference policy"),
     "loss_aggregation": Param(str, "token_mean", choices=("token_mean", "sequence_mean", "dr_grpo")),

@@ -4,14 +4,17 @@ streamed as server-sent events, with log-probs, for every tier and checkpoint th
 The contract is the one vLLM and SGLang serve (inference/openai_protocol.py), so client code written
 against Flywheel talks to them unchanged. Callers authenticate with a Flywheel API token as the
 bearer key (the browser's playground with its session and CSRF token); every error is OpenAI's
-error object. Views are asynchronous: a model loads and generates in a worker thread, and a stream
-sends each token's text as it is decoded; a client that goes away stops its generation.
+error object, and requests count against the caller's API rate. Views are asynchronous: a model
+loads in a worker thread before the view answers (so a load failure has its status), then generates
+in one while the body is sent, whole or as a stream of each token's text as it is decoded; a
+client that goes away stops its generation.
 """
 
 import asyncio
 import contextlib
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,6 +29,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
 from rest_framework.request import Request
+from rest_framework.throttling import UserRateThrottle
 
 from inference import openai_protocol as protocol
 from inference.openai_protocol import OpenAIError
@@ -63,7 +67,7 @@ def openai_errors(view: View) -> View:
         try:
             return await view(request, *args, **kwargs)
         except OpenAIError as exc:
-            return JsonResponse(exc.body(), status=exc.status)
+            return JsonResponse(exc.body(), status=exc.status, headers=exc.headers)
         except Exception:
             logger.exception("the OpenAI-compatible endpoint failed on %s", request.path)
             return JsonResponse(protocol.error_body(500, "internal error; it has been logged"), status=500)
@@ -81,6 +85,20 @@ def _csrf_ok(request: HttpRequest) -> bool:
 
 
 def caller(request: HttpRequest) -> AbstractBaseUser:
+    """The authenticated caller, within the REST API's per-user rate (FLYWHEEL_API_RATE, one
+    budget for both): an OpenAI 429 past it."""
+    user = _authenticated(request)
+    throttle = UserRateThrottle()
+    checked = Request(request)
+    checked.user = user
+    if not throttle.allow_request(checked, None):
+        wait = max(1, math.ceil(throttle.wait() or 1))
+        message = f"Rate limit reached ({throttle.rate} per user): retry in {wait} s"
+        raise OpenAIError(429, message, None, "rate_limit_exceeded", {"Retry-After": str(wait)})
+    return user
+
+
+def _authenticated(request: HttpRequest) -> AbstractBaseUser:
     """The user behind the bearer token, or the signed-in browser user (whose POSTs carry the CSRF
     token); an OpenAI 401 for anyone else."""
     if request.headers.get("Authorization"):
@@ -105,9 +123,9 @@ def caller(request: HttpRequest) -> AbstractBaseUser:
     )
 
 
-def _model_for(user: AbstractBaseUser, model_id: str) -> served_models.ServedModel:
+def _model_for(user: AbstractBaseUser, model_id: str, fetch: bool = False) -> served_models.ServedModel:
     try:
-        return served_models.served_model_for(user=user, model_id=model_id)
+        return served_models.served_model_for(user=user, model_id=model_id, fetch=fetch)
     except served_models.UnknownModelError as exc:
         raise OpenAIError(404, str(exc), "model", "model_not_found") from exc
 
@@ -165,7 +183,7 @@ async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
     _method(request, "POST")
     user = await sync_to_async(caller)(request)
     serve_request = _parse(request, chat)
-    model = await sync_to_async(_model_for)(user, serve_request.model)
+    model = await sync_to_async(_model_for)(user, serve_request.model, fetch=True)
     prepared = await asyncio.to_thread(_prepare, model, serve_request)
     if serve_request.stream:
         response = StreamingHttpResponse(_events(prepared, serve_request), content_type="text/event-stream")

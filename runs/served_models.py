@@ -14,6 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from inference.settings import model_source, tier_snapshot
 from runs import selectors
+from runs.artifacts import ArtifactMissingError
 from runs.models import Checkpoint, Tier
 from runs.roles import Permission
 from runs.run_store import policy_dir
@@ -35,7 +36,7 @@ class ServedModel:
     project_id: int
     project: str
     created: int
-    source: str | Path  # what from_pretrained opens
+    source: str | Path | None  # what from_pretrained opens (None in a listing: not fetched)
     config: dict[str, Any]  # the tier settings it decodes with
 
     def card(self) -> dict[str, Any]:
@@ -62,7 +63,9 @@ def tier_model(tier: Tier) -> ServedModel:
     )
 
 
-def checkpoint_model(checkpoint: Checkpoint) -> ServedModel:
+def checkpoint_model(checkpoint: Checkpoint, *, fetch: bool = False) -> ServedModel:
+    """The checkpoint as a served model; `fetch` brings its weights into this host's cache (a
+    listing never does: it would download every version it names)."""
     run = checkpoint.run
     return ServedModel(
         id=f"run-{run.pk}-step-{checkpoint.step}",
@@ -71,7 +74,7 @@ def checkpoint_model(checkpoint: Checkpoint) -> ServedModel:
         project_id=run.project_id,
         project=run.project.name,
         created=int(checkpoint.created_at.timestamp()),
-        source=policy_dir(run.pk, checkpoint.policy_version),
+        source=policy_dir(run.pk, checkpoint.policy_version) if fetch else None,
         config=dict(run.tier_config),
     )
 
@@ -87,9 +90,10 @@ def served_models_for(*, user: AbstractBaseUser) -> list[ServedModel]:
     return [tier_model(tier) for tier in tiers] + [checkpoint_model(c) for c in checkpoints]
 
 
-def served_model_for(*, user: AbstractBaseUser, model_id: str) -> ServedModel:
+def served_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool = False) -> ServedModel:
     """The model by id, if the caller's role lets them use it; UnknownModelError otherwise (a model of a
-    project the caller is not in is reported as absent, as everywhere)."""
+    project the caller is not in is reported as absent, as everywhere). `fetch`: a checkpoint's
+    weights brought into this host's cache, to generate with."""
     if match := TIER_ID.match(model_id):
         tier = Tier.objects.select_related("project").filter(pk=int(match[1])).first()
         if tier is not None and selectors.role_allows(
@@ -105,5 +109,10 @@ def served_model_for(*, user: AbstractBaseUser, model_id: str) -> ServedModel:
         if checkpoint is not None and selectors.role_allows(
             selectors.role_of(user=user, project_id=checkpoint.run.project_id), Permission.VIEW
         ):
-            return checkpoint_model(checkpoint)
+            try:
+                return checkpoint_model(checkpoint, fetch=fetch)
+            except ArtifactMissingError:
+                raise UnknownModelError(
+                    f"The weights of `{model_id}` are no longer in the artifact storage."
+                ) from None
     raise UnknownModelError(f"The model `{model_id}` does not exist or you do not have access to it.")

@@ -1,8 +1,11 @@
 """Warm sandboxes per worker host, handed out one caller at a time under a concurrency limit.
 
-A sandbox is reset when it comes back (so acquiring one is a dictionary lookup), loaded with the next
-spec's files when they differ (one round trip), and closed when it misbehaved: a broken sandbox is
-never handed out again, and a replacement is started in the background to keep the pool warm.
+A sandbox that comes back is marked stale and reset by its next use, first thing and in the same round
+trip when that use runs code (so acquiring one is a dictionary lookup, and a check costs one round
+trip); it is loaded with the next spec's files when they differ (one round trip, which resets it too),
+an idle sandbox already holding the spec's files is preferred, and a sandbox that misbehaved is
+closed: a broken sandbox is never handed out again, and a replacement is started in the background to
+keep the pool warm. Every process the code started is killed when its execution ends.
 """
 
 import threading
@@ -88,7 +91,7 @@ class SandboxPool:
             if sandbox is None:
                 return sandbox_create(spec, self.settings)
             if sandbox.files_digest != spec.files_digest:
-                sandbox.install(spec.files)
+                sandbox.install(spec.files, lazily=True)  # sent with its first use
             return sandbox
         except BaseException:
             if sandbox is not None:
@@ -110,11 +113,7 @@ class SandboxPool:
 
     def release(self, sandbox: Sandbox) -> None:
         healthy = not sandbox.broken
-        if healthy:
-            try:
-                sandbox.reset()
-            except InfrastructureError:
-                healthy = False
+        sandbox.stale = healthy  # reset by its next use, first thing, in the same round trip
         with self.cond:
             self.busy -= 1
             keep = healthy and not self.closed

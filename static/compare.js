@@ -46,10 +46,10 @@
       });
       var layout = charts.layoutFor({
         title: { text: name, font: { size: 13 } },
-        margin: { l: 45, r: 10, t: 30, b: 36 },
-        height: plot.closest(".chart-full") ? Math.max(300, window.innerHeight - 90) : 240,
+        margin: { l: 45, r: 10, t: 30, b: 40 },
+        height: plot.closest(".chart-full") ? Math.max(300, window.innerHeight - 90) : 270,
         showlegend: true,
-        legend: { font: { size: 10 }, orientation: "h", y: -0.25 },
+        legend: { font: { size: 10 }, orientation: "h", x: 0, y: -0.34, yanchor: "top" },
         paper_bgcolor: "rgba(0,0,0,0)",
         plot_bgcolor: "rgba(0,0,0,0)",
         font: { color: getComputedStyle(document.body).color },

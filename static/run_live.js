@@ -125,10 +125,10 @@
     if (!node) return;
     var base = {
       title: { text: chart.title, font: { size: 13 } },
-      margin: { l: 45, r: 10, t: 30, b: 36 },
-      height: node.closest(".chart-full") ? Math.max(300, window.innerHeight - 90) : 240,
+      margin: { l: 45, r: 10, t: 30, b: 40 },
+      height: node.closest(".chart-full") ? Math.max(300, window.innerHeight - 90) : (data.length > 1 ? 270 : 240),
       showlegend: data.length > 1,
-      legend: { font: { size: 10 }, orientation: "h", y: -0.25 },
+      legend: { font: { size: 10 }, orientation: "h", x: 0, y: -0.34, yanchor: "top" },
       paper_bgcolor: "rgba(0,0,0,0)",
       plot_bgcolor: "rgba(0,0,0,0)",
       font: { color: getComputedStyle(document.body).color },

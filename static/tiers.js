@@ -30,14 +30,19 @@
         marker: { size: 13, color: "#d9480f" },
       },
     ];
+    // Text and grid from the page's theme (light or dark).
+    const grid = getComputedStyle(document.documentElement).getPropertyValue("--chart-grid").trim() || "#e3e6eb";
     Plotly.newPlot(
       node,
       traces,
       {
         margin: { t: 20, r: 20, b: 50, l: 60 },
-        xaxis: { title: { text: "tokens / s" }, rangemode: "tozero" },
-        yaxis: { title: { text: "pass rate" }, range: [0, 1.05] },
+        xaxis: { title: { text: "tokens / s" }, rangemode: "tozero", gridcolor: grid },
+        yaxis: { title: { text: "pass rate" }, range: [0, 1.05], gridcolor: grid },
         legend: { orientation: "h" },
+        paper_bgcolor: "rgba(0,0,0,0)",
+        plot_bgcolor: "rgba(0,0,0,0)",
+        font: { color: getComputedStyle(document.body).color },
       },
       { displayModeBar: false, responsive: true }
     );

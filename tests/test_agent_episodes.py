@@ -1,6 +1,7 @@
 """Multi-step agent episodes: the policy acts in a real sandbox turn by turn, the item's check
 command grades the final workspace, and runs store, learn from and evaluate such episodes."""
 
+import dataclasses
 import json
 
 import pytest
@@ -14,10 +15,14 @@ from runs import lifecycle, services
 from runs.lifecycle import RunRequest
 from runs.models import MetricPoint, RolloutBatch, Run, Trajectory, TrajectoryStep
 from runs.run_store import policy_publish
+from sandboxes import services as sandbox_services
+from sandboxes.config import sandbox_settings
 from sandboxes.interface import StopReason
+from sandboxes.pool import SandboxPool
 from sandboxes.services import sandbox_pool
 from tests.conftest import make_project, make_user
 from tests.run_harness import tiny_model
+from tests.sandbox_fixtures import BACKENDS, backend_ready
 from workers.agent import SYSTEM, episodes_play, plain_render, prompt_fitted
 from workers.learners.grpo import grpo_batch
 from workers.rollout import Trajectory as Episode
@@ -338,3 +343,38 @@ def test_held_out_evaluation_plays_the_agent_items(agent_run):
     values = policy_evaluate(agent_run.pk, 0)
     assert values["heldout/pass_rate"] == values["heldout/pass_rate/agent"] in (0.0, 1.0)  # one item
     assert MetricPoint.objects.filter(run=agent_run, name="heldout/pass_rate", step=0).count() == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_agent_items_play_on_either_sandbox_backend_with_the_items_image(backend, monkeypatch):
+    backend_ready(backend)
+    settings = dataclasses.replace(sandbox_settings(), backend=backend)
+    pool = SandboxPool(settings=settings, max_sandboxes=2, warm=0)
+    monkeypatch.setattr(sandbox_services, "_pool", pool)  # the pool episodes acquire from
+    item = {
+        "kind": "agent",
+        "id": "fix",
+        "instructions": "Fix add.",
+        "max_steps": 5,
+        "check_command": "python3 test_app.py",
+        "files": {
+            "app.py": "def add(a, b):\n    return a - b\n",
+            "test_app.py": "from app import add\n\nassert add(2, 3) == 5\n",
+        },
+    }
+    if backend == "docker":
+        item["sandbox"] = {"image": settings.image}  # honoured: the episode's container runs it
+    generate = scripted(
+        call("write_file", path="app.py", content="def add(a, b):\n    return a + b\n"),
+        call("run_tests"),
+        call("shell", command="cat /etc/os-release | head -1"),
+        call("submit"),
+    )
+    try:
+        [episode] = episodes_play([item], generate, rule=CHECK_RULE)
+    finally:
+        pool.close()
+    assert episode.grade.total == 1.0 and not episode.grade.errored
+    assert episode.turns[0].files_changed[0]["status"] == "modified"
+    assert [(t["name"], t["status"]) for t in episode.turns[1].results[0]["tests"]] == [("line 3", "pass")]
+    assert episode.turns[2].results[0]["exit_code"] == 0

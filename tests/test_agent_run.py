@@ -23,6 +23,8 @@ from workers.learners.grpo import grpo_batch
 from workers.run_learner import _episodes
 from workers.run_rollout import rollout_batch_run
 
+# The teaching fixture is a real (short) SFT run: under load it alone can pass the default 180 s.
+pytestmark = pytest.mark.timeout(900)
 TESTS = (
     "def test_seven():\n    assert open('answer.txt').read() == '7'\n\n\n"
     "def test_file():\n    open('answer.txt')\n"

@@ -158,3 +158,33 @@ def test_a_tier_says_whether_it_chats():
     assert tier_problems({"base_model": "./m", "chat": "yes"}) == {
         "chat": "must be true (render prompts with the chat template) or false (raw prompts)"
     }
+
+
+def test_the_tier_form_offers_chat_checked_and_the_tier_page_shows_it(client, team, tmp_path):
+    from django.urls import reverse
+
+    from runs.models import Tier
+    from runs.roles import Role
+
+    client.force_login(team[Role.OWNER])
+    form = client.get(reverse("tier-create", args=[team["project"].pk])).content.decode()
+    assert 'type="checkbox" name="chat"' in form and "checked" in form.split('name="chat"')[1].split(">")[0]
+    values = {
+        "name": "raw",
+        "base_model": str(tmp_path),
+        "device": "cpu",
+        "precision": "fp32",
+        "speculation": "none",
+        "speculative_tokens": "0",
+        "temperature": "1",
+        "top_p": "1",
+        "top_k": "0",
+        "max_new_tokens": "8",
+        "batch_size": "4",
+    }  # chat left unchecked
+    response = client.post(reverse("tier-create", args=[team["project"].pk]), values)
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    tier = Tier.objects.get(name="raw")
+    assert tier.chat is False
+    page = client.get(reverse("tier-detail", args=[tier.pk])).content.decode()
+    assert "<dt>Chat template</dt><dd>off: raw prompts</dd>" in page

@@ -60,6 +60,7 @@ def test_every_kind_of_page_runs_under_the_policy_without_a_violation(live_serve
             (f"/runs/{run.pk}/", "#chart-reward .main-svg"),
             (f"/runs/compare/?runs={run.pk}", ".js-plotly-plot .main-svg"),
             (f"/trajectories/{trajectory.pk}/", "#replay"),
+            ("/playground/", "#playground"),
             (f"/reward-rules/{rule.pk}/edit/", "form"),
             ("/api/v1/docs/", ".swagger-ui .information-container"),
             ("/admin/", "#content"),

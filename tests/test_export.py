@@ -23,8 +23,9 @@ from inference.export import adapter_base, archive_chunks, is_adapter
 from inference.policy import policy_load
 from inference.settings import TierSettings
 from runs import services
+from runs.artifacts import artifact_delete
 from runs.roles import Role
-from runs.run_store import policy_dir
+from runs.run_store import policy_dir, policy_prefix, policy_publish
 from runs.services import member_add
 from tests.conftest import api_client_for, make_user
 from tests.run_harness import tiny_model, worker_env  # noqa: F401  (a fixture)
@@ -175,11 +176,8 @@ def test_a_lora_checkpoint_exports_its_adapter_or_merged_full_weights(trained, t
     base = AutoModelForCausalLM.from_pretrained(trained["model"])
     config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     adapted = peft.get_peft_model(base, config)
-    folder = policy_dir(run.pk, STEP)
-    for path in folder.iterdir():
-        path.unlink()
-    adapted.save_pretrained(folder)
-    AutoTokenizer.from_pretrained(trained["model"]).save_pretrained(folder)
+    artifact_delete(policy_prefix(run.pk, STEP))  # the version published again, as an adapter
+    folder = policy_publish(run.pk, STEP, adapted, AutoTokenizer.from_pretrained(trained["model"]))
     assert is_adapter(folder) and adapter_base(folder) == str(trained["model"])
     owner = api_client_for(trained["owner"])
     adapter = unpack(body_of(owner.get(export_url(run.pk, weights="adapter"))), "tar.gz", tmp_path / "a")

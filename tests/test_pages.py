@@ -1,11 +1,13 @@
 """The server-rendered pages: what each role sees, what it may change, and that nothing leaks."""
 
 import json
+from pathlib import Path
 
 import pytest
 from django.urls import reverse
 
 from runs import services
+from runs.artifacts import artifacts_storage
 from runs.models import ApiToken, Membership, StagedImport, TaskSetVersion, Tier
 from runs.roles import Role
 from tests.conftest import make_user
@@ -275,7 +277,9 @@ def test_a_previewed_import_imports_only_when_confirmed(client, team, task_set, 
     assert "Import 3 items" in body
     assert TaskSetVersion.objects.count() == 0
     assert staged.file_format == "jsonl" and staged.original_name == "items.jsonl"
-    stored = media_root / staged.file.name
+    # In the artifact storage, so a confirm that reaches another web host finds it.
+    assert staged.file.name.startswith("uploads/staged-imports/")
+    stored = Path(artifacts_storage().path(staged.file.name))
     assert stored.exists()
 
     response = client.post(

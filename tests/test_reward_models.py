@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 
 from reward_models.models import RewardModel, RewardModelVersion, RunRewardModel
+from reward_models.store import model_local
 from rewards import services as reward_services
 from runs import services
 from runs.models import MetricPoint, Run
@@ -143,7 +144,8 @@ def test_a_version_trains_in_a_learner_process_and_reports_held_out_pair_accurac
     assert version.status == "succeeded", version.error
     assert (version.train_pairs, version.heldout_pairs, version.step, version.steps) == (32, 16, 24, 24)
     assert version.heldout_accuracy >= 0.8 > 0.5
-    assert Path(version.path, "config.json").exists()
+    assert version.path == f"reward_models/{version.pk}-{version.key}/model"  # in the artifact storage
+    assert Path(model_local(version.path), "config.json").exists()
     body = client.get(f"/api/v1/reward-model-versions/{version_id}").json()
     assert body["heldout_accuracy"] == version.heldout_accuracy
     assert body["chance_accuracy"] == 0.5
@@ -217,9 +219,28 @@ def test_grpo_against_a_reward_model_raises_its_score_and_the_run_links_the_vers
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
     assert last > first, rewards
     assert list(RunRewardModel.objects.filter(run=run).values_list("version", flat=True)) == [version.pk]
-    uses = api_client_for(setup["owner"]).get(f"/api/v1/runs/{run.pk}/reward-models").json()
+    uses = api_client_for(setup["owner"]).get(f"/api/v1/runs/{run.pk}/reward-models").json()["results"]
     assert [(use["reward_model_name"], use["number"]) for use in uses] == [("prefs", 1)]
     browser = Client()
     browser.force_login(setup["owner"])
     page = browser.get(f"/runs/{run.pk}/").content.decode()
     assert f'href="/reward-model-versions/{version.pk}/"' in page
+
+
+@pytest.mark.django_db
+def test_reward_model_pages_check_the_role_and_create_from_the_form(team):
+    project, owner, viewer, outsider = team["project"], team["owner"], team["viewer"], team["outsider"]
+    browser = Client()
+    browser.force_login(viewer)
+    assert browser.get(f"/projects/{project.pk}/reward-models/").status_code == 200
+    refused = browser.post(f"/projects/{project.pk}/reward-models/new/", {"name": "rm"})
+    assert refused.status_code == 403 and not RewardModel.objects.exists()
+    browser.force_login(owner)
+    created = browser.post(f"/projects/{project.pk}/reward-models/new/", {"name": "rm"})
+    reward_model = RewardModel.objects.get()
+    assert created.status_code == 302 and created["Location"] == f"/reward-models/{reward_model.pk}/"
+    page = browser.get(f"/reward-models/{reward_model.pk}/").content.decode()
+    assert "No versions yet" in page and "Train a new version" in page
+    browser.force_login(outsider)
+    assert browser.get(f"/reward-models/{reward_model.pk}/").status_code == 404
+    assert browser.get(f"/projects/{project.pk}/reward-models/").status_code == 404

@@ -161,7 +161,7 @@ def test_code_that_breaks_down_scores_zero_with_its_exact_stop_reason(
 ):
     item = code_item(test_format, backend)
     item["sandbox"] = item.get("sandbox", {}) | {
-        "limits": {"memory_mb": 256, "cpu_seconds": 2, "wall_seconds": 4}
+        "limits": {"memory_mb": 256, "cpu_seconds": 2, "wall_seconds": 10}
     }
     result = score(RULE, item, Sample(files={"solution.py": code}), pool=backend_pool)
     assert (result.total, result.stop_reason, result.errored) == (0.0, stop_reason, False)

@@ -142,6 +142,7 @@ API_CASES = [
     Case("api-versions", "get", "view", task_set),
     Case("api-version", "get", "view", version),
     Case("api-version-export", "get", "view", version),
+    Case("api-version-verify", "post", "edit", version),
     Case(
         "api-version-split",
         "post",
@@ -222,6 +223,7 @@ PAGE_CASES = [
     Case("import-cancel", "post", "edit", staged),
     Case("version-detail", "get", "view", pversion),
     Case("version-export", "get", "view", pversion),
+    Case("version-verify", "post", "edit", pversion),
     Case(
         "version-resplit", "post", "edit", pversion, body=lambda w: {"split_seed": 5, "heldout_fraction": 0.5}
     ),

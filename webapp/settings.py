@@ -207,9 +207,33 @@ STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise expects it; files come from the f
 # without importing the package, which the web process never needs.
 PLOTLY_JS_DIR = Path(importlib.util.find_spec("plotly").origin).parent / "package_data"
 STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", PLOTLY_JS_DIR)]
+# Artifacts (published policy versions, checkpoints, merged exports; runs/artifacts.py): a folder
+# (FLYWHEEL_ARTIFACTS_DIR, default FLYWHEEL_HOME/artifacts; on many hosts a shared mount) or an
+# S3-compatible bucket (FLYWHEEL_ARTIFACTS_S3_BUCKET, through django-storages, which is then
+# needed). Each host caches the versions it fetched, the FLYWHEEL_ARTIFACT_CACHE_VERSIONS used last.
+FLYWHEEL_ARTIFACTS_DIR = Path(env_str("FLYWHEEL_ARTIFACTS_DIR", str(FLYWHEEL_HOME / "artifacts"))).resolve()
+FLYWHEEL_ARTIFACTS_S3_BUCKET = env_str("FLYWHEEL_ARTIFACTS_S3_BUCKET", "")
+FLYWHEEL_ARTIFACTS_S3_ENDPOINT = env_str("FLYWHEEL_ARTIFACTS_S3_ENDPOINT", "")
+FLYWHEEL_ARTIFACT_CACHE_VERSIONS = env_int("FLYWHEEL_ARTIFACT_CACHE_VERSIONS", 6)
+if FLYWHEEL_ARTIFACTS_S3_BUCKET:
+    ARTIFACTS_STORAGE = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": FLYWHEEL_ARTIFACTS_S3_BUCKET,
+            "endpoint_url": FLYWHEEL_ARTIFACTS_S3_ENDPOINT or None,
+            "location": "flywheel",
+            "file_overwrite": True,
+        },
+    }
+else:
+    ARTIFACTS_STORAGE = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(FLYWHEEL_ARTIFACTS_DIR)},
+    }
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    "artifacts": ARTIFACTS_STORAGE,
 }
 WHITENOISE_USE_FINDERS = True
 # Request bodies (webapp/limits.py): a file upload (multipart) may be FLYWHEEL_MAX_UPLOAD_MB, any
@@ -270,6 +294,12 @@ FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS = env_int("FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS", 1
 FLYWHEEL_LEARNER_MAX_RESTARTS = env_int("FLYWHEEL_LEARNER_MAX_RESTARTS", 3)
 # A live run whose learner has not reported for this long is restarted by the watchdog.
 FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT = env_int("FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT", 60)
+# Processes of a run's learner on this learner worker (`accelerate launch` with the DDP config
+# FLYWHEEL_ACCELERATE_CONFIG) when the run's `learner_processes` hyperparameter does not say.
+FLYWHEEL_LEARNER_PROCESSES = env_int("FLYWHEEL_LEARNER_PROCESSES", 1)
+FLYWHEEL_ACCELERATE_CONFIG = Path(
+    env_str("FLYWHEEL_ACCELERATE_CONFIG", str(BASE_DIR / "deploy" / "accelerate" / "ddp.yaml"))
+)
 # Each worker process that supervises learners keeps one spare learner loaded (about 400 MB), so
 # a run's learner starts without the seconds of loading Python, Django, torch and transformers.
 FLYWHEEL_LEARNER_SPARE = env_bool("FLYWHEEL_LEARNER_SPARE", True)

@@ -57,8 +57,11 @@ def plain_render(messages: list[dict], tools: list[dict]) -> str:
     return chat_render(None, messages, tools)
 
 
-def policy_render(policy) -> Render:
-    """The conversation through the policy's chat template."""
+def policy_render(policy, *, chat: bool = True) -> Render:
+    """The conversation through the policy's chat template; a tier with `chat` off reads the text
+    protocol's raw rendering."""
+    if not chat:
+        return plain_render
     return lambda messages, tools: chat_render(policy.tokenizer, messages, tools)
 
 

@@ -24,7 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from reward_models.models import RewardModelVersion
-from reward_models.store import log_path, model_dir, version_dir
+from reward_models.store import log_path, model_dir, model_publish, version_dir
 from workers.learners.common import epoch_rows
 from workers.learners.reward_model import (
     RewardModelConfig,
@@ -169,19 +169,18 @@ def reward_model_train_main(version_id: int, log=print) -> None:
     model = learner.accelerator.unwrap_model(learner.model)
     final = pair_accuracy(model, learner.tokenizer, heldout, **accuracy)
     on_train = pair_accuracy(model, learner.tokenizer, train[:TRAIN_ACCURACY_PAIRS], **accuracy)
-    path = model_dir(version.pk, version.key)
-    partial = path.with_name(".model.partial")
+    partial = model_dir(version.pk, version.key).with_name(".model.partial")
     shutil.rmtree(partial, ignore_errors=True)
     model.save_pretrained(partial)
     learner.tokenizer.save_pretrained(partial)
-    shutil.rmtree(path, ignore_errors=True)
-    partial.rename(path)
+    path = model_publish(version.pk, version.key, partial)  # through the artifact storage
+    shutil.rmtree(partial, ignore_errors=True)
     shutil.rmtree(config.output_dir, ignore_errors=True)
     done = RewardModelVersion.objects.filter(pk=version.pk, status__in=(S.RUNNING, S.CANCELLING)).update(
         status=S.SUCCEEDED,
         heldout_accuracy=final,
         train_accuracy=on_train,
-        path=str(path),
+        path=path,
         finished_at=timezone.now(),
         heartbeat_at=timezone.now(),
     )

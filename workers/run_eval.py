@@ -52,7 +52,7 @@ def held_out_grades(run: Run, policy, items: list[dict], settings) -> list[Score
             [items[index] for index in agents],
             lambda prompts: tier_generate(policy, prompts, settings),
             rule=spec,
-            render=policy_render(policy),
+            render=policy_render(policy, chat=settings.chat),
             fits=context_fits(policy, settings.max_new_tokens),
             sessions=agent_sessions(policy, settings),
             judge=judge,

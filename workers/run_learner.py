@@ -18,11 +18,13 @@ none is learned from twice.
 
 import logging
 import os
+import shutil
 import socket
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from statistics import fmean, pstdev
 
 from django.conf import settings
@@ -34,11 +36,34 @@ from inference.generation import Completion
 from runs import events, monitors
 from runs.lifecycle import run_event, run_transition
 from runs.models import Checkpoint, MetricPoint, RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
-from runs.run_store import learner_dir, policies_discard_after, policy_dir, policy_publish
+from runs.run_store import (
+    checkpoint_fetch,
+    checkpoint_is_local,
+    checkpoint_upload,
+    learner_dir,
+    policies_discard_after,
+    policy_dir,
+    policy_publish,
+)
 from runs.services import StateError
 from runs.tier_evaluations import run_final_evaluate
-from workers.learners.common import checkpoint_resume, checkpoint_save, learner_create, reference_create
-from workers.learners.grpo import GRPOConfig, grpo_batch, learn_on_batch, learnable, step_items
+from workers.learner_group import (
+    group_batch,
+    group_checkpoint,
+    group_follow,
+    group_init,
+    group_prepare,
+    group_stop,
+)
+from workers.learners.common import (
+    CHECKPOINT_PREFIX,
+    checkpoint_dirs,
+    checkpoint_resume,
+    checkpoint_save,
+    learner_create,
+    reference_create,
+)
+from workers.learners.grpo import GRPOConfig, learn_on_batch, learnable, step_items
 from workers.rollout import Trajectory as Episode
 from workers.run_rollout import item_dicts, lease_lapsed, rollout_batches_expire
 
@@ -109,12 +134,25 @@ def train_items(run: Run) -> list[dict]:
 
 
 def learner_main(run_id: int, log: Log = print) -> None:
+    """The run's learner; under `accelerate launch` rank 0 leads and the others follow it
+    (workers/learner_group.py)."""
+    group_init()
+    learner = _learner_main(run_id, log)
+    if learner is not None and learner.accelerator.is_main_process:
+        group_stop(learner.accelerator)
+
+
+def _learner_main(run_id: int, log: Log):
     run = Run.objects.select_related("task_set_version", "reward_rule_version").get(pk=run_id)
     config = grpo_config(run)
     items = train_items(run)
     learner, _ = learner_create(config)
+    group_prepare(learner)
     reference = reference_create(config, learner) if config.beta else None
-    step = checkpoint_resume(learner, config)
+    step = resume(run, learner, config)
+    if not learner.accelerator.is_main_process:
+        group_follow(learner, config, reference, learner.tokenizer.pad_token_id)
+        return None
     rollback_to(run, step)
     publish(run, step, learner)
     if step == 0:
@@ -132,12 +170,14 @@ def learner_main(run_id: int, log: Log = print) -> None:
             wait_seconds = time.monotonic() - waited
         except StopRequestedError as stop:
             stop_at(run, learner, config, step, str(stop))
-            return
+            return learner
         learned = time.monotonic()
         keep, advantages, dropped = learnable(episodes, config.group_size, config, version=step)
         metrics = {}
         if keep:
-            batch = grpo_batch(episodes, keep, advantages, learner.tokenizer.pad_token_id)
+            batch = group_batch(
+                learner.accelerator, episodes, keep, advantages, learner.tokenizer.pad_token_id
+            )
             learner.model.train()
             metrics = learn_on_batch(learner, batch, config, reference)
         learner.state.step = step = step + 1
@@ -157,6 +197,7 @@ def learner_main(run_id: int, log: Log = print) -> None:
     message = "succeeded" if reason is None else f"succeeded: stopped early, {reason}"
     run_transition(run, allowed=(S.RUNNING, S.PAUSING), to=S.SUCCEEDED, message=message)
     run_final_evaluate(run.pk)  # the final checkpoint under every tier of the project, on the eval queue
+    return learner
 
 
 def mark_running(run: Run) -> Run:
@@ -486,9 +527,27 @@ def metrics_write(run: Run, step: int, values: dict[str, float]) -> None:
 def checkpoint(run: Run, learner, config: GRPOConfig, step: int) -> None:
     if Checkpoint.objects.filter(run=run, step=step).exists():
         return
+    group_checkpoint(learner)  # the other ranks save their part with it
     path = checkpoint_save(learner, config)
-    Checkpoint.objects.create(run=run, step=step, policy_version=step, path=str(path))
+    stored = checkpoint_upload(run.pk, step, path)
+    Checkpoint.objects.create(run=run, step=step, policy_version=step, path=stored)
     run_event(run, "checkpoint", f"checkpoint at step {step}", data={"step": step})
+
+
+def resume(run: Run, learner, config) -> int:
+    """Resume from the run's last recorded checkpoint, fetched through the artifact storage (the
+    learner may have moved hosts); local checkpoints the record does not know are set aside."""
+    latest = Checkpoint.objects.filter(run=run).order_by("-step").first()
+    if latest is not None and Path(latest.path).is_absolute():  # recorded before the storage
+        return checkpoint_resume(learner, config)
+    if learner.accelerator.is_local_main_process:  # one fetch per host for all its ranks
+        for local in checkpoint_dirs(config.output_dir):
+            if latest is None or not checkpoint_is_local(latest.path, local):
+                shutil.rmtree(local, ignore_errors=True)
+        if latest is not None and not checkpoint_dirs(config.output_dir):
+            checkpoint_fetch(latest.path, Path(config.output_dir) / f"{CHECKPOINT_PREFIX}{latest.step}")
+    learner.accelerator.wait_for_everyone()
+    return checkpoint_resume(learner, config)
 
 
 def evaluate_later(run_id: int, version: int) -> None:

@@ -18,7 +18,6 @@ from runs.run_store import learner_dir
 from runs.tier_evaluations import run_final_evaluate
 from workers.learners.common import (
     Learner,
-    checkpoint_resume,
     epoch_rows,
     learner_create,
     reference_create,
@@ -35,6 +34,7 @@ from workers.run_learner import (
     mark_running,
     metrics_write,
     publish,
+    resume,
     rollback_to,
     start_model,
     status_check,
@@ -101,7 +101,7 @@ def offline_main(run_id: int, log: Log = print) -> None:
     config, data = offline_config(run), offline_data(run)
     learner, _ = learner_create(config)
     reference = reference_create(config, learner) if run.method == Run.Method.DPO else None
-    step = checkpoint_resume(learner, config)
+    step = resume(run, learner, config)
     rollback_to(run, step)
     publish(run, step, learner)
     if step == 0:

@@ -275,7 +275,7 @@ def _agents_play(
         [item for _, item in agents],
         generate,
         rule=run.reward_rule_version.spec,
-        render=policy_render(policy),
+        render=policy_render(policy, chat=tier_settings(run).chat),
         fits=context_fits(policy, int(run.tier_config["max_new_tokens"])),
         judge=run_judge(run),
         on_done=store,

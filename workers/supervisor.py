@@ -66,8 +66,20 @@ def learner_supervise(run_id: int) -> None:
             return
 
 
+def learner_processes(run: Run) -> int:
+    """Processes of the run's learner: its `learner_processes` hyperparameter, else this worker's
+    FLYWHEEL_LEARNER_PROCESSES. Only GRPO learners run on several; SFT and DPO run on one."""
+    if run.method != Run.Method.GRPO:
+        return 1
+    return int(run.resolved.get("learner_processes") or 0) or settings.FLYWHEEL_LEARNER_PROCESSES
+
+
 def _learner_run(run: Run) -> int:
-    process = _spare_take(run.pk) or _learner_spawn(str(run.pk), learner_log(run.pk))
+    processes = learner_processes(run)
+    if processes > 1:
+        process = _learner_spawn(str(run.pk), learner_log(run.pk), processes=processes)
+    else:
+        process = _spare_take(run.pk) or _learner_spawn(str(run.pk), learner_log(run.pk))
     Run.objects.filter(pk=run.pk).update(
         learner_pid=process.pid, learner_host=socket.gethostname(), heartbeat_at=timezone.now()
     )
@@ -77,16 +89,49 @@ def _learner_run(run: Run) -> int:
     return code
 
 
-def _learner_spawn(argument: str, log_path: Path, stdin: int = subprocess.DEVNULL) -> subprocess.Popen:
+def _learner_spawn(
+    argument: str, log_path: Path, stdin: int = subprocess.DEVNULL, processes: int = 1
+) -> subprocess.Popen:
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "run_learner", argument],
+            learner_argv(argument, processes),
             cwd=settings.BASE_DIR,
+            env=learner_env(processes),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=stdin,
             start_new_session=True,  # outlives a killed worker child; the watchdog covers the rest
         )
+
+
+def learner_argv(argument: str, processes: int) -> list[str]:
+    """One plain process, or `accelerate launch` of `processes` ranks with the DDP config
+    (FLYWHEEL_ACCELERATE_CONFIG); a dead rank stops the group, and the launcher exits non-zero."""
+    command = [str(Path(settings.BASE_DIR) / "manage.py"), "run_learner", argument]
+    if processes <= 1:
+        return [sys.executable, *command]
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file"]
+    launch += [str(settings.FLYWHEEL_ACCELERATE_CONFIG), "--num_processes", str(processes)]
+    return [*launch, "--main_process_port", str(free_port()), *command]
+
+
+def learner_env(processes: int) -> dict[str, str]:
+    env = dict(os.environ)
+    if processes > 1 and "ACCELERATE_USE_CPU" not in env and not _cuda_available():
+        env["ACCELERATE_USE_CPU"] = "true"  # DDP over gloo on a host without GPUs
+    return env
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 # A learner process started ahead of need: its interpreter, Django, torch and transformers loaded

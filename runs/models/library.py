@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from runs.artifacts import artifacts_storage
 from runs.roles import Role, role_allows
 
 
@@ -230,7 +231,8 @@ class StagedImport(models.Model):
 
     task_set = models.ForeignKey(TaskSet, on_delete=models.CASCADE, related_name="+")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
-    file = models.FileField(upload_to="staged-imports/")
+    # In the artifact storage: the preview and the confirm may reach different web hosts.
+    file = models.FileField(upload_to="uploads/staged-imports/", storage=artifacts_storage)
     original_name = models.CharField(max_length=255)
     file_format = models.CharField(max_length=8)
     created_at = models.DateTimeField(default=timezone.now)

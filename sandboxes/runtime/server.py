@@ -130,15 +130,20 @@ class Server:
         return {"ok": True, "pid": os.getpid()}, b""
 
     def op_install(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
+        self.take_pristine(head["files"], blob, head.get("nproc_overhead", 1))
+        return self.op_reset(head, b"")
+
+    def take_pristine(self, entries: list, blob: bytes, nproc_overhead: int) -> int:
+        """The files that reset restores; returns how many bytes of blob they took. (The compiled
+        tests stay: they are keyed by their source.)"""
         files, offset = [], 0
-        for path, mode, size in head["files"]:
+        for path, mode, size in entries:
             split_path(path)
             files.append((path, mode, blob[offset : offset + size]))
             offset += size
         self.pristine = files
-        self.compiled = {}
-        self.nproc_overhead = head.get("nproc_overhead", 1)
-        return self.op_reset(head, b"")
+        self.nproc_overhead = nproc_overhead
+        return offset
 
     def op_reset(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
         started = time.perf_counter()
@@ -185,6 +190,11 @@ class Server:
         return {"ok": True, "entries": entries}, b""
 
     def op_exec(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
+        if head.get("install") is not None:  # the next spec's files, installed in this round trip
+            blob = blob[self.take_pristine(head["install"], blob, head.get("nproc_overhead", 1)) :]
+            self.op_reset(head, b"")
+        elif head.get("reset_first"):  # the pool's reset of a returned sandbox, in this round trip
+            self.op_reset(head, b"")
         offset = 0
         for path, mode, size in head.get("files", ()):  # written first; a refused path runs nothing
             self.write(path, blob[offset : offset + size], mode)

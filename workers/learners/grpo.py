@@ -10,6 +10,7 @@ The loss is TRL's for the same settings (tests/test_workers_parity.py): "sequenc
 `grpo`, "token_mean" its `bnpo`, "dr_grpo" its `dr_grpo`.
 """
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -287,7 +288,8 @@ def _learn_rows(
     device, metrics = learner.accelerator.device, {}
     sequences = batch.sequences.rows(rows)
     tokens = sequences.completion_mask.sum().clamp(min=1)
-    for part in sequences.micro_batches(config.micro_batch_tokens):
+    parts = sequences.micro_batches(config.micro_batch_tokens)
+    for number, part in enumerate(parts):
         part_rows = rows[part]
         micro = batch.sequences.rows(part_rows).to(device)
         width = micro.input_ids.size(1) - 1
@@ -313,7 +315,11 @@ def _learn_rows(
             share = float(micro.completion_mask.sum() / tokens)
         else:
             share = len(part) / len(rows)
-        learner.accelerator.backward(loss * share if share != 1 else loss)
+        # Several processes (DDP) all-reduce once per micro-batch, on its last part, whatever
+        # number of parts each process's rows need.
+        last = number == len(parts) - 1
+        with contextlib.nullcontext() if last else learner.accelerator.no_sync(learner.model):
+            learner.accelerator.backward(loss * share if share != 1 else loss)
         metrics["loss"] = loss.item()
     return metrics
 

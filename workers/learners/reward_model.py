@@ -21,7 +21,13 @@ from accelerate.utils import set_seed
 from transformers import get_scheduler
 
 from inference.reward_model import RewardRows, reward_model_load, reward_rows, rewards_of
-from workers.learners.common import Learner, LearnerConfig, TrainState, optimizer_step
+from workers.learners.common import (
+    Learner,
+    LearnerConfig,
+    TrainState,
+    mixed_precision_resolve,
+    optimizer_step,
+)
 
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
 
@@ -89,7 +95,8 @@ def pair_rewards(model: torch.nn.Module, rows: RewardRows) -> tuple[torch.Tensor
 def reward_learner_create(config: RewardModelConfig) -> Learner:
     """The reward model (a fresh scalar head on the starting model), its optimiser and scheduler."""
     accelerator = Accelerator(
-        gradient_accumulation_steps=config.gradient_accumulation_steps, mixed_precision=config.mixed_precision
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        mixed_precision=mixed_precision_resolve(config.mixed_precision),
     )
     set_seed(config.seed)
     model, tokenizer = reward_model_load(config.model, device=str(accelerator.device))

@@ -720,6 +720,6 @@ class RewardModels(Resource):
         return self._post(f"/api/v1/reward-model-versions/{version}/cancel")
 
     @endpoint("GET", "/runs/{id}/reward-models")
-    def of_run(self, run: int) -> list[JSON]:
-        """The reward-model versions a run's rewards used."""
-        return self._get(f"/api/v1/runs/{run}/reward-models")
+    def of_run(self, run: int) -> Iterator[JSON]:
+        """The reward-model versions a run's rewards used (every page)."""
+        return self._list(f"/api/v1/runs/{run}/reward-models")

@@ -1,0 +1,119 @@
+"""Artifacts through the artifact storage: policy versions published by one host and read by
+another with its own FLYWHEEL_HOME (real worker processes), each host's bounded cache, and a
+version published again after a rollback never served from an old cached copy."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from django.conf import settings
+from django.test import override_settings
+
+from inference.policy import policy_load
+from runs.artifacts import ArtifactMissingError, artifact_exists, cache_root
+from runs.models import Checkpoint, Run
+from runs.run_store import policies_discard_after, policy_dir, policy_prefix, policy_publish
+from tests.conftest import api_client_for
+from tests.run_harness import Host, demo_project, run_body, tiny_model, wait_for_terminal, worker_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+__all__ = ["tiny_model"]
+
+
+@pytest.fixture
+def storage_at(tmp_path):
+    """The artifact storage in a folder of its own (standing for a shared mount) and a fresh cache."""
+    storage = tmp_path / "shared-artifacts"
+    artifacts = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(storage)},
+    }
+    home = tmp_path / "home"
+    home.mkdir()
+    with override_settings(STORAGES=settings.STORAGES | {"artifacts": artifacts}, FLYWHEEL_HOME=home):
+        yield storage
+
+
+def a_run(tiny_model) -> Run:
+    setup = demo_project(tiny_model)
+    response = api_client_for(setup["owner"]).post("/api/v1/runs", run_body(setup, steps=1), format="json")
+    assert response.status_code == 201, response.json()
+    return Run.objects.get(pk=response.json()["id"])
+
+
+def shifted(model_path: Path, seed: int):
+    policy = policy_load(model_path)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in policy.model.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.3)
+    return policy
+
+
+def first_weight(folder: Path) -> torch.Tensor:
+    return next(policy_load(folder).model.parameters()).detach().clone()
+
+
+def test_the_cache_keeps_the_versions_used_last_and_fetches_evicted_ones_again(tiny_model, storage_at):
+    run = a_run(tiny_model)
+    policy = policy_load(tiny_model)
+    with override_settings(FLYWHEEL_ARTIFACT_CACHE_VERSIONS=2):
+        folders = [policy_publish(run.pk, version, policy.model, policy.tokenizer) for version in range(3)]
+        assert [folder.is_dir() for folder in folders] == [False, True, True]
+        assert all(artifact_exists(policy_prefix(run.pk, version)) for version in range(3))
+        again = policy_dir(run.pk, 0)  # evicted: fetched again from the storage, evicting v1
+        assert again == folders[0] and again.is_dir() and not folders[1].is_dir()
+        assert (again / "config.json").read_bytes() == (tiny_model / "config.json").read_bytes()
+        cached = sorted(path.name for path in (cache_root() / "runs").glob("*/policies/v*"))
+        assert [name.split(".")[0] for name in cached] == ["v0", "v2"]
+    with pytest.raises(ArtifactMissingError, match="policies/v7 is not in the artifact storage"):
+        policy_dir(run.pk, 7)
+
+
+def test_a_version_published_again_after_a_rollback_is_never_read_from_the_old_cached_copy(
+    tiny_model, storage_at
+):
+    run = a_run(tiny_model)
+    old, new = shifted(tiny_model, 1), shifted(tiny_model, 2)
+    policy_publish(run.pk, 0, old.model, old.tokenizer)
+    stale = policy_publish(run.pk, 1, old.model, old.tokenizer)
+    policies_discard_after(run.pk, 0)
+    assert not artifact_exists(policy_prefix(run.pk, 1)) and artifact_exists(policy_prefix(run.pk, 0))
+    fresh = policy_publish(run.pk, 1, new.model, new.tokenizer)
+    assert fresh != stale
+    assert torch.equal(first_weight(policy_dir(run.pk, 1)), next(new.model.parameters()))
+
+
+def test_workers_with_their_own_flywheel_home_get_policies_and_checkpoints_through_the_storage(
+    tiny_model, tmp_path
+):
+    """A learner host and a rollout/eval host, each with its own FLYWHEEL_HOME, sharing only the
+    database, Redis and the artifact storage (a folder standing for a shared mount)."""
+    shared = settings.FLYWHEEL_ARTIFACTS_DIR
+    homes = {name: tmp_path / name for name in ("learner-host", "rollout-host")}
+    hosts = [
+        Host(worker_env(FLYWHEEL_HOME=str(home), FLYWHEEL_ARTIFACTS_DIR=str(shared)))
+        for home in homes.values()
+    ]
+    try:
+        hosts[0].worker("learner")
+        hosts[1].worker("rollout,eval")
+        setup = demo_project(tiny_model)
+        body = run_body(setup, steps=2, checkpoint_every=1, eval_every=100)
+        response = api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json")
+        assert response.status_code == 201, response.json()
+        run = wait_for_terminal(response.json()["id"])
+    finally:
+        for host in hosts:
+            host.kill()
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    name = f"{run.pk}-{run.key}"
+    rollout_cache = homes["rollout-host"] / "cache" / "artifacts" / "runs" / name / "policies"
+    # Steps 0 and 1 sampled with v0 (staleness 1); evaluations read v0 and the final v2.
+    assert {path.name.split(".")[0] for path in rollout_cache.iterdir()} == {"v0", "v2"}
+    assert not (homes["rollout-host"] / "runs").exists()  # it wrote nothing of its own for the run
+    assert sorted(Checkpoint.objects.filter(run=run).values_list("path", flat=True)) == [
+        f"runs/{name}/checkpoints/step-1",
+        f"runs/{name}/checkpoints/step-2",
+    ]
+    assert all(artifact_exists(f"runs/{name}/policies/v{version}") for version in range(3))
