@@ -304,15 +304,17 @@ def metric_series_of(
     ]
 
 
-def step_axes_of(*, run: Run) -> dict[str, dict[str, float]]:
+def step_axes_of(*, run: Run, steps: set[int] | None = None) -> dict[str, dict[str, float]]:
     """Each learner step's place on the other x-axes charts offer: wall seconds since the run's
-    first metric point, and the completion tokens learned from up to and including the step."""
-    firsts = list(
-        MetricPoint.objects.filter(run=run).values("step").annotate(at=Min("created_at")).order_by("step")
-    )
+    first metric point, and the completion tokens learned from up to and including the step.
+    `steps` limits the answer to the steps a (downsampled) series holds: a million-step run
+    answers for its 2,000 points, not a million."""
     wall: dict[str, float] = {}
-    if firsts:
-        start = firsts[0]["at"]
+    if start := MetricPoint.objects.filter(run=run).aggregate(at=Min("created_at"))["at"]:
+        points = MetricPoint.objects.filter(run=run)
+        if steps is not None:  # read where the (run, name, step) index leads, not every row
+            points = points.filter(step__in=steps, name__in=_names_of(run))
+        firsts = points.values("step").annotate(at=Min("created_at")).order_by("step")
         wall = {str(row["step"]): round((row["at"] - start).total_seconds(), 3) for row in firsts}
     learned = (
         Trajectory.objects.filter(run=run, learned_in_step__isnull=False)
@@ -324,8 +326,13 @@ def step_axes_of(*, run: Run) -> dict[str, dict[str, float]]:
     total = 0
     for row in learned:
         total += row["tokens"] or 0
-        tokens[str(row["learned_in_step"])] = total
+        if steps is None or row["learned_in_step"] in steps:
+            tokens[str(row["learned_in_step"])] = total
     return {"wall_seconds": wall, "tokens": tokens}
+
+
+def _names_of(run: Run) -> list[str]:
+    return list(MetricPoint.objects.filter(run=run).values_list("name", flat=True).distinct())
 
 
 def downsample(points: list[tuple[int, float]], max_points: int | None) -> list[tuple[int, float]]:

@@ -131,7 +131,7 @@ def test_the_refusal_comes_before_a_byte_of_the_body_is_sent(server, lab, signed
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     connection.putrequest("POST", f"/api/v1/task-sets/{lab['task_set'].pk}/import")
     headers = lab["auth"] if signed_in else {}
-    for name, value in headers | {"Content-Type": "multipart/form-data; boundary=flywheel"}.items():
+    for name, value in (headers | {"Content-Type": "multipart/form-data; boundary=flywheel"}).items():
         connection.putheader(name, value)
     connection.putheader("Content-Length", str(OVERSIZED))
     connection.endheaders()  # the headers go; not one byte of the body follows them

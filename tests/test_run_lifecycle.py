@@ -85,9 +85,12 @@ def test_a_run_that_would_fail_at_its_first_step_is_refused_with_every_reason(se
     with pytest.raises(ValidationError) as refused:
         lifecycle.run_create(request=request, by=setup["owner"])
     problems = refused.value.message_dict
-    assert sorted(problems) == [
+    assert sorted(problems) == [  # every reason at once, hyperparameters and the rest
         "hyperparameters.group_size",
         "hyperparameters.typo",
+        "max_steps",
+        "reward_rule_version.input",
+        "tier.base_model",
     ]
     request = RunRequest(**(vars(request) | {"hyperparameters": {}}))
     with pytest.raises(ValidationError) as refused:

@@ -27,7 +27,9 @@ def test_a_failed_attempt_gives_the_batch_back_with_the_reason(batch):
     assert rollout_batch_run(batch.pk) == 0
     batch.refresh_from_db()
     assert (batch.status, batch.attempts) == (RolloutBatch.Status.PENDING, 1)
-    assert batch.error.startswith("PolicyLoadError: cannot load a policy from")
+    # The version was never published to the artifact storage: the reason names it.
+    assert batch.error.startswith("ArtifactMissingError: artifact runs/")
+    assert "/policies/v0 is not in the artifact storage" in batch.error
     assert not Trajectory.objects.filter(batch=batch).exists()
     event = RunEvent.objects.get(run=batch.run, kind="rollout")
     assert event.level == "warning" and f"attempt 1 of {MAX_ATTEMPTS}" in event.message

@@ -146,6 +146,9 @@ def test_grpo_killed_after_a_checkpoint_resumes_to_identical_weights(tiny_model:
         "max_new_tokens": 8,
         "num_iterations": 2,  # the second pass is off-policy: the clipped ratio is exercised
         "beta": 0.04,  # a frozen reference is loaded and the KL term is in the loss
+        # Every group is learned, even one whose rewards all tie (its KL term still moves the
+        # weights): the resumed steps must learn, whatever the tiny model happens to sample.
+        "skip_zero_variance_groups": False,
         "gradient_accumulation_steps": 2,
         "learning_rate": 3e-3,
         "lr_scheduler": "linear",

@@ -207,7 +207,8 @@ class RunMetricsView(ApiView):
             since_step=filters.get("since_step"),
             max_points=filters.get("max_points"),
         )
-        axes = selectors.step_axes_of(run=run)
+        shown = {step for one in series for step, _ in one["points"]}
+        axes = selectors.step_axes_of(run=run, steps=shown)
         return Response(s.RunMetricsSerializer({"run": run.pk, "metrics": series, "axes": axes}).data)
 
 
