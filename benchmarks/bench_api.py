@@ -16,8 +16,9 @@ ones); medians are reported, and the ratio of the medians. Ends with one line of
 
 The CPU the server processes and the client used over the timed span is measured too (psutil),
 with the server's CPU milliseconds per request: the views are CPU-bound, so the one-process
-baseline keeps about one core busy, and more processes can multiply its requests/s by at most
-the spare cores over that (`*_rps_ratio_ceiling`), whatever the server.
+baseline keeps about one core busy, and more processes alone (at the baseline's CPU per request)
+can multiply its requests/s by at most the spare cores over that (`*_rps_ratio_from_processes`);
+beyond it, a server gains only by spending less CPU per request.
 """
 
 import asyncio
@@ -295,11 +296,11 @@ def main() -> None:
         summary[f"{endpoint}_rps_ratio"] = round(
             summary[f"{endpoint}_flywheel_rps"] / summary[f"{endpoint}_baseline_rps"], 2
         )
-        # What more processes can give at most: the cores this machine has beside the client's,
-        # over the cores the one-process baseline already keeps busy.
+        # What more processes alone can give at most: the cores this machine has beside the
+        # client's, over the cores the one-process baseline already keeps busy.
         spare = (os.cpu_count() or 1) - summary[f"{endpoint}_flywheel_client_cores"]
         busy = summary[f"{endpoint}_baseline_server_cores"]
-        summary[f"{endpoint}_rps_ratio_ceiling"] = round(spare / busy, 2)
+        summary[f"{endpoint}_rps_ratio_from_processes"] = round(spare / busy, 2)
     summary["cores"] = os.cpu_count()
     summary["failures"] = sum(r[e]["failures"] for rs in rounds.values() for r in rs for e in ENDPOINTS)
     summary["web_workers"] = int(env.get("FLYWHEEL_WEB_WORKERS") or default_web_workers())
