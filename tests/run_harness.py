@@ -9,7 +9,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -74,15 +75,23 @@ def worker_env(**extra: str) -> dict[str, str]:
 
 
 class Host:
-    """A set of processes standing for one machine: killing the host kills all of them."""
+    """A set of processes standing for one machine: killing the host kills all of them.
+
+    Fixtures start a host's processes inside `with hosts_killed(...)` (or a try/finally), so a
+    pytest-timeout that fires while a worker is still starting kills what was started: a fixture
+    whose set-up fails never runs the code after its yield."""
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
         self.processes: list[subprocess.Popen] = []
 
+    def argv(self, argv: list[str]) -> list[str]:
+        """The command line that runs `argv` on this host (a subclass runs it elsewhere)."""
+        return argv
+
     def worker(self, queues: str) -> subprocess.Popen:
         name = f"{queues.replace(',', '-')}-{uuid.uuid4().hex[:6]}@test"
-        argv = solo_worker_argv(queues, name)
+        argv = self.argv(solo_worker_argv(queues, name))
         process = subprocess.Popen(
             argv,
             cwd=settings.BASE_DIR,
@@ -119,7 +128,7 @@ class Host:
     def _start(self, argv: list[str], log: Path) -> subprocess.Popen:
         with open(log, "ab") as output:
             process = subprocess.Popen(
-                argv,
+                self.argv(argv),
                 cwd=settings.BASE_DIR,
                 env=self.env,
                 start_new_session=True,
@@ -142,6 +151,18 @@ class Host:
         for process in self.processes:
             process.wait(timeout=30)
         self.processes.clear()
+
+
+@contextmanager
+def hosts_killed(*hosts: Host) -> Iterator[None]:
+    """Kill every host on the way out, whatever raised (a timeout while a worker starts too), and
+    every one of them even if killing another fails."""
+    try:
+        yield
+    finally:
+        with ExitStack() as stack:
+            for host in hosts:
+                stack.callback(host.kill)
 
 
 def learner_kill(run: Run) -> None:
