@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 from django.conf import settings
 from django.db import connection
@@ -23,6 +24,7 @@ from runs.demo_tasks import demo_task_sets
 from runs.models import Run
 from tests.conftest import make_project, make_user
 from webapp.stack import solo_worker_argv
+from webapp.web_server import web_argv
 from workers.base_model import BaseModelConfig, base_model_build
 
 RUN_TIMEOUT_SECONDS = 300
@@ -125,6 +127,15 @@ class Host:
         ]
         return self._start(argv, log=folder / "beat.log")
 
+    def web(self, folder: Path, *, bind: str, port: int) -> subprocess.Popen:
+        """The web server (one uvicorn process); returns once its /healthz says healthy: the database,
+        Redis and a worker for every queue answer (start the workers first)."""
+        argv = web_argv(python=sys.executable, bind=bind, port=port, workers=1)
+        process = self._start(argv, log=folder / "web.log")
+        url = f"http://{bind}:{port}"
+        wait_until(lambda: web_answers(f"{url}/healthz"), f"the web server at {url}", timeout=120)
+        return process
+
     def _start(self, argv: list[str], log: Path) -> subprocess.Popen:
         with open(log, "ab") as output:
             process = subprocess.Popen(
@@ -163,6 +174,13 @@ def hosts_killed(*hosts: Host) -> Iterator[None]:
         with ExitStack() as stack:
             for host in hosts:
                 stack.callback(host.kill)
+
+
+def web_answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2, trust_env=False).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def learner_kill(run: Run) -> None:
