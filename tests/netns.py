@@ -9,9 +9,12 @@ Redis), so a host reaches them only over the network, the way another machine wo
 gateway only; a host that must reach another directly (a remote Docker engine) gets a
 point-to-point link of its own (`Network.link`).
 
-Processes are started with `ip netns exec`; killing a host SIGKILLs every process in its
-namespace and their descendants (sandboxes live in namespaces of their own below it)."""
+Processes are started with `nsenter --net` (only the network namespace changes: `ip netns exec`
+would also remount /sys, hiding the cgroup tree from sandboxes and dockerd); killing a host
+SIGKILLs every process in its namespace and their descendants (sandboxes live in namespaces of
+their own below it)."""
 
+import datetime
 import ipaddress
 import itertools
 import os
@@ -19,11 +22,16 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psutil
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.run_harness import Host, wait_until
 
@@ -39,7 +47,7 @@ def hosts_requirements() -> str | None:
     """Why this machine cannot simulate hosts, or None."""
     if os.geteuid() != 0:
         return "network namespaces need root"
-    missing = [tool for tool in ("ip", "socat") if shutil.which(tool) is None]
+    missing = [tool for tool in ("ip", "nsenter", "socat") if shutil.which(tool) is None]
     if missing:
         return f"missing {', '.join(missing)}: run `make hosts-deps`"
     return None
@@ -58,6 +66,9 @@ def free_subnet(*taken: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
 class Namespace:
     def __init__(self, name: str, address: str) -> None:
         self.name, self.address = name, address
+
+    def argv(self, argv: list[str]) -> list[str]:
+        return ["nsenter", f"--net=/run/netns/{self.name}", *argv]
 
     def pids(self) -> set[int]:
         """Every process in the namespace, and every descendant of one (wherever it lives now)."""
@@ -184,7 +195,7 @@ class NamespaceHost(Host):
         self.namespace, self.home = namespace, home
 
     def argv(self, argv: list[str]) -> list[str]:
-        return ["ip", "netns", "exec", self.namespace.name, *argv]
+        return self.namespace.argv(argv)
 
     def send(self, sig: int) -> None:
         self.namespace.signal_all(sig)
@@ -194,3 +205,156 @@ class NamespaceHost(Host):
         for process in self.processes:
             process.wait(timeout=30)
         self.processes.clear()
+
+
+def tls_files(folder: Path, engine_addresses: list[str]) -> tuple[Path, Path]:
+    """A CA, a certificate for the engine at its addresses and one for a client, laid out as the
+    docker CLI expects (ca.pem, cert.pem, key.pem): the engine's folder and the client's."""
+    authority_key = ec.generate_private_key(ec.SECP256R1())
+    authority = certificate("flywheel test CA", authority_key, authority_key, None, ca=True)
+    made = []
+    for role, usage, names in (
+        (
+            "engine",
+            ExtendedKeyUsageOID.SERVER_AUTH,
+            [x509.IPAddress(ipaddress.ip_address(a)) for a in engine_addresses],
+        ),
+        ("client", ExtendedKeyUsageOID.CLIENT_AUTH, []),
+    ):
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = certificate(f"flywheel test {role}", key, authority_key, authority, usage=usage, names=names)
+        out = folder / role
+        out.mkdir(parents=True)
+        (out / "ca.pem").write_bytes(authority.public_bytes(serialization.Encoding.PEM))
+        (out / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (out / "key.pem").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.TraditionalOpenSSL,
+                serialization.NoEncryption(),
+            )
+        )
+        (out / "key.pem").chmod(0o600)
+        made.append(out)
+    return made[0], made[1]
+
+
+def certificate(common_name, key, signer_key, signer, *, ca=False, usage=None, names=()) -> x509.Certificate:
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(signer.subject if signer is not None else subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if usage is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(list(names)), critical=False)
+    return builder.sign(signer_key, hashes.SHA256())
+
+
+def docker_client_over(url: str, tls):
+    """A docker-py client verifying the engine against the TLS settings' CA only."""
+    from sandboxes.backend_docker import docker_client_tls
+
+    return docker_client_tls(url, tls)
+
+
+class DockerEngine:
+    """A second dockerd in a namespace of its own (its own data root, exec root, pidfile and
+    containerd), listening only on tcp://<address>:2376 with --tlsverify: clients must show a
+    certificate signed by the test CA. No iptables rules, no bridge: sandboxes use network none."""
+
+    PORT = 2376
+
+    def __init__(self, namespace: Namespace, addresses: list[str], folder: Path) -> None:
+        self.folder, self.addresses = folder, addresses
+        # Short: containerd's unix sockets live under it (108 characters at most).
+        self.exec_root = Path(tempfile.mkdtemp(prefix="fwe-", dir="/tmp"))
+        self.server_tls, self.client_tls = tls_files(folder / "tls", addresses)
+        tls = self.server_tls
+        argv = [
+            shutil.which("dockerd") or "dockerd",
+            f"--data-root={folder / 'data'}",
+            f"--exec-root={self.exec_root}",
+            f"--pidfile={folder / 'dockerd.pid'}",
+            *[f"--host=tcp://{address}:{self.PORT}" for address in addresses],
+            "--tlsverify",
+            f"--tlscacert={tls / 'ca.pem'}",
+            f"--tlscert={tls / 'cert.pem'}",
+            f"--tlskey={tls / 'key.pem'}",
+            "--iptables=false",
+            "--ip6tables=false",
+            "--bridge=none",
+        ]
+        with open(folder / "dockerd.log", "ab") as log:
+            self.process = subprocess.Popen(
+                namespace.argv(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def url(self, address: str) -> str:
+        return f"tcp://{address}:{self.PORT}"
+
+    def client(self, address: str):
+        import docker
+
+        tls = docker.tls.TLSConfig(
+            client_cert=(str(self.client_tls / "cert.pem"), str(self.client_tls / "key.pem")),
+            ca_cert=str(self.client_tls / "ca.pem"),
+            verify=True,
+        )
+        return docker_client_over(self.url(address), tls)
+
+    def answers(self, address: str) -> bool:
+        if self.process.poll() is not None:
+            log = (self.folder / "dockerd.log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the second dockerd exited with status {self.process.returncode}:\n{log}")
+        try:
+            return self.client(address).ping()
+        except Exception:  # noqa: BLE001  (not up yet: refused, reset, TLS not ready)
+            return False
+
+    def image_load(self, image: str, address: str) -> None:
+        """`docker save image | docker -H <engine> --tlsverify load`: the engine pulls from no registry."""
+        tls = self.client_tls
+        save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+        load = subprocess.run(
+            [
+                "docker",
+                f"--host={self.url(address)}",
+                "--tlsverify",
+                f"--tlscacert={tls / 'ca.pem'}",
+                f"--tlscert={tls / 'cert.pem'}",
+                f"--tlskey={tls / 'key.pem'}",
+                "load",
+                "--quiet",
+            ],
+            stdin=save.stdout,
+            capture_output=True,
+            text=True,
+        )
+        save.stdout.close()
+        if save.wait() != 0 or load.returncode != 0:
+            raise RuntimeError(f"loading {image} into the second engine failed: {load.stderr.strip()}")
+
+    def stop(self) -> None:
+        """SIGTERM (dockerd stops its containers and its containerd), SIGKILL after 30 s; its files go."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=30)
+        shutil.rmtree(self.exec_root, ignore_errors=True)
+        shutil.rmtree(self.folder / "data", ignore_errors=True)

@@ -13,14 +13,25 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import docker
 import httpx
 import pytest
+import requests
 from django.conf import settings
 from django.db import connection
 
 from runs import services
 from runs.models import MetricPoint, RolloutBatch, Run, Trajectory
-from tests.netns import NamespaceHost, Network, hosts_requirements, url_through
+from sandboxes.backend_docker import LABEL
+from tests.conftest import api_client_for
+from tests.netns import (
+    DockerEngine,
+    NamespaceHost,
+    Network,
+    docker_client_over,
+    hosts_requirements,
+    url_through,
+)
 from tests.run_harness import (
     Host,
     database_url,
@@ -189,3 +200,53 @@ def test_a_run_across_three_hosts_survives_a_rollout_host_killed_and_replaced(
     for home in (tmp_path / "rollout-host", tmp_path / "fresh-rollout-host"):
         assert not (home / "runs").exists()
     assert (tmp_path / "fresh-rollout-host" / "cache" / "artifacts" / "runs" / name / "policies").is_dir()
+
+
+def test_a_rollout_worker_grades_in_sandboxes_on_a_remote_docker_engine_over_tls(
+    tiny_model, tmp_path, network
+):
+    """A second dockerd in a namespace of its own, reached only over TCP with TLS client
+    certificates (a point-to-point link from the rollout host); the image loaded into it with
+    `docker save | docker load`. A rollout host's worker grades every episode through it."""
+    env = relayed_env(network, tmp_path / "shared-mount")
+    rollout_ns, engine_ns = network.namespace("rollout"), network.namespace("engine")
+    _, engine_address = network.link(rollout_ns, engine_ns)
+    engine = DockerEngine(engine_ns, [engine_address, engine_ns.address], tmp_path / "engine")
+    try:
+        wait_until(lambda: engine.answers(engine_ns.address), "the second Docker engine", timeout=120)
+        engine.image_load(settings.FLYWHEEL_SANDBOX_IMAGE, engine_ns.address)
+        anonymous = docker.tls.TLSConfig(ca_cert=str(engine.client_tls / "ca.pem"), verify=True)
+        with pytest.raises(requests.exceptions.SSLError, match="(?i)certificate"):
+            docker_client_over(engine.url(engine_ns.address), anonymous)  # no client certificate
+        assert "client didn't provide a certificate" in (tmp_path / "engine" / "dockerd.log").read_text()
+        remote = {
+            "FLYWHEEL_SANDBOX_BACKEND": "docker",
+            "FLYWHEEL_SANDBOX_DOCKER_HOST": engine.url(engine_address),
+            "FLYWHEEL_SANDBOX_DOCKER_CERT_PATH": str(engine.client_tls),
+        }
+        learner_host = Host(env)
+        rollout_host = NamespaceHost(env | remote, rollout_ns, tmp_path / "rollout-host")
+        with hosts_killed(learner_host, rollout_host):
+            learner_host.worker("learner")
+            rollout_host.worker("rollout,eval")
+            setup = demo_project(tiny_model)
+            since = time.time()
+            body = run_body(setup, steps=1, eval_every=100)
+            response = api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json")
+            assert response.status_code == 201, response.json()
+            run = wait_for_terminal(response.json()["id"])
+        until = time.time()
+        created = engine.client(engine_ns.address).events(
+            since=int(since),
+            until=int(until) + 1,
+            decode=True,
+            filters={"type": "container", "event": "create", "label": LABEL},
+        )
+        sandboxes = [event["id"] for event in created]
+    finally:
+        engine.stop()
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    trajectories = Trajectory.objects.filter(run=run)
+    assert trajectories.count() == BATCH * GROUP
+    assert sorted(set(trajectories.values_list("outcome", flat=True))) == ["scored"]
+    assert sandboxes, "no sandbox container was created on the remote engine"
