@@ -13,6 +13,7 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONCE, NONE, SELF
 
+from webapp.artifact_storage import folder_storage, s3_storage
 from webapp.web_server import default_web_workers
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -216,20 +217,11 @@ FLYWHEEL_ARTIFACTS_S3_BUCKET = env_str("FLYWHEEL_ARTIFACTS_S3_BUCKET", "")
 FLYWHEEL_ARTIFACTS_S3_ENDPOINT = env_str("FLYWHEEL_ARTIFACTS_S3_ENDPOINT", "")
 FLYWHEEL_ARTIFACT_CACHE_VERSIONS = env_int("FLYWHEEL_ARTIFACT_CACHE_VERSIONS", 6)
 if FLYWHEEL_ARTIFACTS_S3_BUCKET:
-    ARTIFACTS_STORAGE = {
-        "BACKEND": "storages.backends.s3.S3Storage",
-        "OPTIONS": {
-            "bucket_name": FLYWHEEL_ARTIFACTS_S3_BUCKET,
-            "endpoint_url": FLYWHEEL_ARTIFACTS_S3_ENDPOINT or None,
-            "location": "flywheel",
-            "file_overwrite": True,
-        },
-    }
+    ARTIFACTS_STORAGE = s3_storage(
+        bucket=FLYWHEEL_ARTIFACTS_S3_BUCKET, endpoint=FLYWHEEL_ARTIFACTS_S3_ENDPOINT
+    )
 else:
-    ARTIFACTS_STORAGE = {
-        "BACKEND": "django.core.files.storage.FileSystemStorage",
-        "OPTIONS": {"location": str(FLYWHEEL_ARTIFACTS_DIR)},
-    }
+    ARTIFACTS_STORAGE = folder_storage(str(FLYWHEEL_ARTIFACTS_DIR))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
