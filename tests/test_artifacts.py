@@ -159,7 +159,7 @@ def test_workers_with_their_own_flywheel_home_get_policies_and_checkpoints_throu
         Host(worker_env(FLYWHEEL_HOME=str(home), FLYWHEEL_ARTIFACTS_DIR=str(shared)))
         for home in homes.values()
     ]
-    try:
+    with hosts_killed(*hosts):
         hosts[0].worker("learner")
         hosts[1].worker("rollout,eval")
         setup = demo_project(tiny_model)
@@ -167,14 +167,12 @@ def test_workers_with_their_own_flywheel_home_get_policies_and_checkpoints_throu
         response = api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json")
         assert response.status_code == 201, response.json()
         run = wait_for_terminal(response.json()["id"])
-    finally:
-        for host in hosts:
-            host.kill()
+        name = f"{run.pk}-{run.key}"
+        rollout_cache = homes["rollout-host"] / "cache" / "artifacts" / "runs" / name / "policies"
+        # Steps 0 and 1 sampled with v0 (staleness 1); evaluations read v0 and the final v2 (that
+        # one may be fetched after the run has ended).
+        wait_until(lambda: cached_versions(rollout_cache) == {"v0", "v2"}, "the final evaluation's fetch")
     assert run.status == Run.Status.SUCCEEDED, run.error
-    name = f"{run.pk}-{run.key}"
-    rollout_cache = homes["rollout-host"] / "cache" / "artifacts" / "runs" / name / "policies"
-    # Steps 0 and 1 sampled with v0 (staleness 1); evaluations read v0 and the final v2.
-    assert {path.name.split(".")[0] for path in rollout_cache.iterdir()} == {"v0", "v2"}
     assert not (homes["rollout-host"] / "runs").exists()  # it wrote nothing of its own for the run
     assert sorted(Checkpoint.objects.filter(run=run).values_list("path", flat=True)) == [
         f"runs/{name}/checkpoints/step-1",
@@ -201,15 +199,16 @@ def test_workers_share_policies_and_checkpoints_through_an_s3_bucket_and_nothing
         response = api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json")
         assert response.status_code == 201, response.json()
         run = wait_for_terminal(response.json()["id"])
+        name = f"{run.pk}-{run.key}"
+        rollout_cache = homes["rollout-host"] / "cache" / "artifacts" / "runs" / name / "policies"
+        # The final evaluation fetches v2 from the bucket after the run has ended.
+        wait_until(lambda: cached_versions(rollout_cache) == {"v0", "v2"}, "the final evaluation's fetch")
     assert run.status == Run.Status.SUCCEEDED, run.error
-    name = f"{run.pk}-{run.key}"
     manifests = {key for key in s3_keys(s3_endpoint, bucket) if key.endswith(".manifest.json")}
     assert manifests == {
         *(f"flywheel/runs/{name}/policies/v{version}.manifest.json" for version in range(3)),
         *(f"flywheel/runs/{name}/checkpoints/step-{step}.manifest.json" for step in (1, 2)),
     }
-    rollout_cache = homes["rollout-host"] / "cache" / "artifacts" / "runs" / name / "policies"
-    assert {path.name.split(".")[0] for path in rollout_cache.iterdir()} == {"v0", "v2"}
     for home in homes.values():
         assert not (home / "artifacts").exists()  # no folder storage on either host
     (cached_v2,) = [path for path in rollout_cache.iterdir() if path.name.startswith("v2.")]
@@ -218,3 +217,10 @@ def test_workers_share_policies_and_checkpoints_through_an_s3_bucket_and_nothing
         fetched = policy_dir(run.pk, 2)  # this host's own copy, fetched from the bucket
     assert fetched != cached_v2
     assert torch.equal(first_weight(fetched), first_weight(cached_v2))
+
+
+def cached_versions(folder: Path) -> set[str]:
+    """The versions in a host's cache (a name starting with a dot is a fetch still in progress)."""
+    if not folder.is_dir():
+        return set()
+    return {path.name.split(".")[0] for path in folder.iterdir() if not path.name.startswith(".")}
