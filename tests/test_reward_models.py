@@ -17,6 +17,7 @@ from tests.conftest import api_client_for
 from tests.run_harness import (
     Host,
     demo_project,
+    hosts_killed,
     run_body,
     tiny_model,
     wait_for_terminal,
@@ -200,15 +201,12 @@ def test_grpo_against_a_reward_model_raises_its_score_and_the_run_links_the_vers
     body = run_body(setup, steps=steps, learning_rate=0.01, eval_every=steps, checkpoint_every=steps)
     body["reward_rule_version"] = rule.versions.get().pk
     hosts = [Host(worker_env()), Host(worker_env())]
-    hosts[0].worker("learner")
-    hosts[1].worker("rollout,eval")
-    try:
+    with hosts_killed(*hosts):
+        hosts[0].worker("learner")
+        hosts[1].worker("rollout,eval")
         response = api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json")
         assert response.status_code == 201, response.json()
         run = wait_for_terminal(response.json()["id"])
-    finally:
-        for host in hosts:
-            host.kill()
     assert run.status == Run.Status.SUCCEEDED, run.error
     rewards = list(
         MetricPoint.objects.filter(run=run, name="reward/mean")
