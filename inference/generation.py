@@ -50,10 +50,13 @@ def prompt_token_ids(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[in
     return tokenizer(prompt, add_special_tokens=added)["input_ids"]
 
 
-def prompts_encode(tokenizer: PreTrainedTokenizerBase, prompts: list[str]) -> dict[str, torch.Tensor]:
-    """Left-padded `input_ids` and `attention_mask` of rendered prompts (`prompt_token_ids`),
-    whatever padding side the tokenizer keeps for training."""
-    rows = [prompt_token_ids(tokenizer, prompt) for prompt in prompts]
+def prompts_encode(
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str] | list[str | tuple[int, ...]]
+) -> dict[str, torch.Tensor]:
+    """Left-padded `input_ids` and `attention_mask` of rendered prompts (`prompt_token_ids`), or
+    of prompts given as token ids (a tuple: taken as they are), whatever padding side the tokenizer
+    keeps for training."""
+    rows = [list(p) if isinstance(p, tuple) else prompt_token_ids(tokenizer, p) for p in prompts]
     width = max(len(row) for row in rows)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
