@@ -219,10 +219,11 @@ def _complete(
     choices = sorted(answer.get("choices") or [], key=lambda choice: choice.get("index", 0))
     if len(choices) != n:
         raise EngineError(f"the engine at {tier.engine.url} answered {len(choices)} choices for n={n}")
-    return [_completion(tier, choice, ids) for choice in choices]
+    served_by = str(answer.get("model") or "")
+    return [_completion(tier, choice, ids, served_by) for choice in choices]
 
 
-def _completion(tier: EngineTier, choice: dict, prompt_ids: list[int]) -> Completion:
+def _completion(tier: EngineTier, choice: dict, prompt_ids: list[int], served_by: str) -> Completion:
     logprobs = choice.get("logprobs") or {}
     tokens, values = logprobs.get("tokens"), logprobs.get("token_logprobs")
     if not isinstance(tokens, list) or not isinstance(values, list) or len(tokens) != len(values):
@@ -237,6 +238,7 @@ def _completion(tier: EngineTier, choice: dict, prompt_ids: list[int]) -> Comple
         logprobs=[float(value) for value in values],
         finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
         prompt_token_ids=list(prompt_ids),
+        served_by=served_by,
     )
 
 

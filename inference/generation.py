@@ -24,6 +24,7 @@ class Completion:
     logprobs: list[float]  # one per token in token_ids
     finish_reason: str  # "stop" (EOS or a stop sequence) or "length" (the token budget ran out)
     prompt_token_ids: list[int] = field(default_factory=list)
+    served_by: str = ""  # an engine's completion: the model (or adapter) the engine says answered
 
 
 def stop_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:

@@ -273,7 +273,7 @@ def _tool_result(result: ScoreResult) -> dict:
 
 
 def _completion_record(prompt: str, completion: Completion) -> dict:
-    return {
+    record = {
         "prompt": prompt,
         "completion": completion.text,
         "prompt_token_ids": completion.prompt_token_ids,
@@ -281,6 +281,9 @@ def _completion_record(prompt: str, completion: Completion) -> dict:
         "logprobs": completion.logprobs,
         "finish_reason": completion.finish_reason,
     }
+    if completion.served_by:  # an engine tier's: which model or adapter the engine served
+        record["served_by"] = completion.served_by
+    return record
 
 
 def agent_sessions(policy: TierModel, settings: TierSettings, generator=None):
