@@ -19,6 +19,7 @@ The API key is read from the environment variable the tier names, on the worker'
 moment of the request: a tier stores the variable's name, never the key. Django-free.
 """
 
+import itertools
 import os
 import threading
 from collections.abc import Iterable
@@ -30,11 +31,12 @@ import httpx
 
 from inference.chat import Prompt, chat_render
 from inference.generation import Completion, prompt_token_ids
-from inference.settings import SamplingParams, TierSettings, model_source
+from inference.settings import SamplingParams, TierSettings, engine_urls, model_source
 
 TOKEN_ID_PREFIX = "token_id:"
+_spread = itertools.count()
 MAX_N = 16  # samples a request asks for (Flywheel's /v1 limit; vLLM and SGLang take more)
-TIMEOUT_SECONDS = float(os.environ.get("FLYWHEEL_ENGINE_TIMEOUT_SECONDS", "600"))
+TIMEOUT_SECONDS = 600.0  # a whole request: n samples of up to the token budget, queued behind others
 
 
 class EngineError(RuntimeError):
@@ -46,7 +48,7 @@ class EngineError(RuntimeError):
 class Engine:
     """Where an engine tier sends its requests, from the tier's settings."""
 
-    url: str
+    urls: tuple[str, ...]  # one or more servers of the same model; requests spread over them
     model: str
     api_key_env: str = ""
     adapters: str = "none"
@@ -55,7 +57,7 @@ class Engine:
     @classmethod
     def of(cls, settings: TierSettings) -> "Engine":
         return cls(
-            url=settings.engine_url.rstrip("/"),
+            urls=tuple(url.rstrip("/") for url in engine_urls(settings.engine_url)),
             model=settings.engine_model,
             api_key_env=settings.engine_api_key_env,
             adapters=settings.engine_adapters,
@@ -72,6 +74,10 @@ class Engine:
                 "host; set it to the engine's API key in the worker's environment"
             )
         return {"Authorization": f"Bearer {key}"}
+
+    @property
+    def url(self) -> str:
+        return self.urls[0]
 
     @property
     def loads_adapters(self) -> bool:
@@ -165,6 +171,8 @@ def engine_generate(
         for start in range(0, len(group.rows), MAX_N)
     ]
     seed_list = list(seeds) if seeds is not None else []
+    urls = tier.engine.urls
+    first = next(_spread)  # calls start on different servers, so small calls spread too
     params = settings.sampling_params()
     results: list[Completion | None] = [None] * len(prompts)
     client = httpx.Client(timeout=TIMEOUT_SECONDS, headers=tier.engine.headers())
@@ -173,6 +181,7 @@ def engine_generate(
             pool.submit(
                 _complete,
                 client,
+                urls[(first + index) % len(urls)],
                 tier,
                 group.text,
                 len(rows),
@@ -211,27 +220,33 @@ def completion_request(
 
 
 def _complete(
-    client: httpx.Client, tier: EngineTier, prompt: str, n: int, params: SamplingParams, seed: int | None
+    client: httpx.Client,
+    url: str,
+    tier: EngineTier,
+    prompt: str,
+    n: int,
+    params: SamplingParams,
+    seed: int | None,
 ) -> list[Completion]:
     ids = prompt_token_ids(tier.tokenizer, prompt)
     body = completion_request(tier, ids, n, params, seed)
-    answer = _post(client, f"{tier.engine.url}/completions", body)
+    answer = _post(client, f"{url}/completions", body)
     choices = sorted(answer.get("choices") or [], key=lambda choice: choice.get("index", 0))
     if len(choices) != n:
-        raise EngineError(f"the engine at {tier.engine.url} answered {len(choices)} choices for n={n}")
+        raise EngineError(f"the engine at {url} answered {len(choices)} choices for n={n}")
     served_by = str(answer.get("model") or "")
-    return [_completion(tier, choice, ids, served_by) for choice in choices]
+    return [_completion(url, choice, ids, served_by) for choice in choices]
 
 
-def _completion(tier: EngineTier, choice: dict, prompt_ids: list[int], served_by: str) -> Completion:
+def _completion(url: str, choice: dict, prompt_ids: list[int], served_by: str) -> Completion:
     logprobs = choice.get("logprobs") or {}
     tokens, values = logprobs.get("tokens"), logprobs.get("token_logprobs")
     if not isinstance(tokens, list) or not isinstance(values, list) or len(tokens) != len(values):
         raise EngineError(
-            f"the engine at {tier.engine.url} sent no per-token log-probs; it must answer `logprobs` "
+            f"the engine at {url} sent no per-token log-probs; it must answer `logprobs` "
             "for /completions (vLLM, SGLang and Flywheel do)"
         )
-    token_ids = [token_id(token, tier.engine.url) for token in tokens]
+    token_ids = [token_id(token, url) for token in tokens]
     return Completion(
         text=choice.get("text") or "",
         token_ids=token_ids,
@@ -284,31 +299,38 @@ def _error_message(response: httpx.Response) -> str:
 
 # --- adapters ---------------------------------------------------------------------------------------
 
-# Per process: the adapters each engine has been told to load (an engine keeps them until told otherwise).
+# Per process: the adapters each server has been told to load (a server keeps them until told otherwise).
 _loaded: dict[str, set[str]] = {}
 _loaded_lock = threading.Lock()
 
 
-def _adapter_endpoint(engine: Engine, action: str) -> str:
+def _adapter_endpoint(engine: Engine, url: str, action: str) -> str:
     if engine.adapters == "sglang":  # SGLang serves it beside /v1, not under it
-        return f"{engine.url.removesuffix('/v1')}/{action}"
-    return f"{engine.url}/{action}"
+        return f"{url.removesuffix('/v1')}/{action}"
+    return f"{url}/{action}"
 
 
 def engine_adapter_load(engine: Engine, name: str, artifact: str) -> None:
-    """Have the engine serve the adapter stored as `artifact` under `name` (once per process and
-    engine; an engine that already holds the name counts as loaded)."""
+    """Have every server of the engine serve the adapter stored as `artifact` under `name` (once
+    per process and server; a server that already holds the name counts as loaded)."""
     if not engine.loads_adapters:
         raise EngineError("engine_adapters: this engine tier does not load adapters (none)")
-    with _loaded_lock:
-        if name in _loaded.get(engine.url, set()):
-            return
+    for url in engine.urls:
+        with _loaded_lock:
+            if name in _loaded.get(url, set()):
+                continue
+        _adapter_load_on(engine, url, name, artifact)
+        with _loaded_lock:
+            _loaded.setdefault(url, set()).add(name)
+
+
+def _adapter_load_on(engine: Engine, server: str, name: str, artifact: str) -> None:
     body: dict[str, Any] = {"lora_name": name, "lora_path": engine.adapter_path(artifact)}
     if engine.adapters == "vllm":
         body["base_model"] = (
             engine.model
         )  # Flywheel's /v1: which served model it attaches to (vLLM ignores it)
-    url = _adapter_endpoint(engine, "load_lora_adapter")
+    url = _adapter_endpoint(engine, server, "load_lora_adapter")
     with httpx.Client(timeout=TIMEOUT_SECONDS, headers=engine.headers()) as client:
         try:
             response = client.post(url, json=body)
@@ -322,25 +344,27 @@ def engine_adapter_load(engine: Engine, name: str, artifact: str) -> None:
         )
     if response.status_code != 200 and "already" not in message:
         raise EngineError(f"{url} would not load adapter {name} from {body['lora_path']}: {message}")
+
+
+def engine_adapter_unload(engine: Engine, name: str) -> int:
+    """Tell each server that this process loaded the adapter into to drop it; returns how many
+    did (one that could not keeps serving it, harmlessly: the name is never asked for again)."""
+    dropped = 0
+    for server in engine.urls:
+        with _loaded_lock:
+            if name not in _loaded.get(server, set()):
+                continue
+            _loaded[server].discard(name)
+        url = _adapter_endpoint(engine, server, "unload_lora_adapter")
+        try:
+            with httpx.Client(timeout=TIMEOUT_SECONDS, headers=engine.headers()) as client:
+                dropped += client.post(url, json={"lora_name": name}).status_code == 200
+        except (httpx.HTTPError, EngineError):
+            pass
+    return dropped
+
+
+def engine_adapters_loaded(url: str) -> set[str]:
+    """The adapters this process has loaded into the server at `url`."""
     with _loaded_lock:
-        _loaded.setdefault(engine.url, set()).add(name)
-
-
-def engine_adapter_unload(engine: Engine, name: str) -> bool:
-    """Tell the engine to drop an adapter this process loaded; False if it could not (it keeps
-    serving it, harmlessly: the name is never asked for again)."""
-    with _loaded_lock:
-        if name not in _loaded.get(engine.url, set()):
-            return False
-        _loaded[engine.url].discard(name)
-    url = _adapter_endpoint(engine, "unload_lora_adapter")
-    try:
-        with httpx.Client(timeout=TIMEOUT_SECONDS, headers=engine.headers()) as client:
-            return client.post(url, json={"lora_name": name}).status_code == 200
-    except (httpx.HTTPError, EngineError):
-        return False
-
-
-def engine_adapters_loaded(engine: Engine) -> set[str]:
-    with _loaded_lock:
-        return set(_loaded.get(engine.url, set()))
+        return set(_loaded.get(url.rstrip("/"), set()))

@@ -128,8 +128,13 @@ def engine_problems(values: dict[str, Any]) -> dict[str, str]:
             )
         return problems
     problems = {}
-    if not url.startswith(("http://", "https://")) or len(url) < 10:
-        problems["engine_url"] = "must be an http:// or https:// URL, such as http://gpu-1:8000/v1"
+    urls = engine_urls(url)
+    bad = [one for one in urls if not one.startswith(("http://", "https://")) or len(one) < 10]
+    if not urls or bad:
+        problems["engine_url"] = (
+            "must be an http:// or https:// URL, such as http://gpu-1:8000/v1 (several servers of the "
+            f"same model: separated by commas){f'; not {bad[0]}' if urls and len(urls) > 1 else ''}"
+        )
     if not model:
         problems["engine_model"] = "is required: the model name the engine serves (its --served-model-name)"
     if key_env.startswith(LOOKS_LIKE_A_KEY):
@@ -219,6 +224,15 @@ def _decoding_problems(values: dict[str, Any]) -> dict[str, str]:
     elif len(stop) > 16:
         problems["stop"] = "at most 16 stop sequences"
     return problems
+
+
+def engine_urls(value: str) -> list[str]:
+    """The servers an engine tier names: one base URL, or several separated by commas or spaces.
+
+    >>> engine_urls("http://gpu-1:8000/v1, http://gpu-2:8000/v1")
+    ['http://gpu-1:8000/v1', 'http://gpu-2:8000/v1']
+    """
+    return [url for url in re.split(r"[,\s]+", value or "") if url]
 
 
 def engine_refusal(values: Mapping | object, *, lora: bool) -> str | None:

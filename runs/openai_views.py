@@ -185,6 +185,13 @@ async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
     serve_request = _parse(request, chat)
     model = await sync_to_async(_model_for)(user, serve_request.model, fetch=True)
     prepared = await asyncio.to_thread(_prepare, model, serve_request)
+    logger.info(
+        "serving %s for user %s: %d row(s)%s",
+        serve_request.model,
+        user.pk,
+        len(prepared.prompts),
+        f", adapter {model.root}" if model.kind == "adapter" else "",
+    )
     if serve_request.stream:
         response = StreamingHttpResponse(_events(prepared, serve_request), content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from inference.decoding import tier_generate, tier_load, tier_prepare
-from inference.engines import EngineTier, completion_request, engine_tier_load
+from inference.engines import EngineTier, completion_request, engine_generate, engine_tier_load
 from inference.policy import policy_load
 from inference.settings import SamplingParams, TierSettings
 from rewards import services as reward_services
@@ -252,11 +252,24 @@ def engine(transactional_db, tiny_model, tmp_path, monkeypatch):  # noqa: F811
     _, token = services.api_token_create(user=setup["owner"], name="engine")
     monkeypatch.setenv(KEY_ENV, token)
     with WebServer(worker_env(), tmp_path / "engine.log") as server:
-        yield setup | {"url": f"{server.url}/v1", "token": token, "log": tmp_path / "engine.log"}
+        yield setup | {
+            "url": f"{server.url}/v1",
+            "token": token,
+            "log": tmp_path / "engine.log",
+            "tmp": tmp_path,
+        }
 
 
 def test_engine_decoding_equals_local_decoding_greedy_and_seeded(engine, tiny_model):  # noqa: F811
-    tier = engine_tier(engine, engine["url"], temperature=0.0, stop=["\n\n"], max_new_tokens=10)
+    # Two servers of the same model (a fleet): requests spread over both.
+    with WebServer(worker_env(), engine["tmp"] / "engine-2.log") as second:
+        _decode_and_compare(engine, f"{engine['url']}, {second.url}/v1")
+    served = f"serving tier-{engine['tier'].pk} for user {engine['owner'].pk}"
+    assert served in engine["log"].read_text() and served in (engine["tmp"] / "engine-2.log").read_text()
+
+
+def _decode_and_compare(engine: dict, urls: str) -> None:
+    tier = engine_tier(engine, urls, temperature=0.0, stop=["\n\n"], max_new_tokens=10)
     remote = tier_load(TierSettings.from_config(tier))
     assert isinstance(remote, EngineTier)
     local_settings = TierSettings.from_config(engine["tier"]).with_(
@@ -279,7 +292,6 @@ def test_engine_decoding_equals_local_decoding_greedy_and_seeded(engine, tiny_mo
     sampled = TierSettings.from_config(tier).with_(temperature=0.8, top_p=0.9, top_k=30)
     seed = 1234
     settings_local = local_settings.with_(temperature=0.8, top_p=0.9, top_k=30)
-    from inference.engines import engine_generate
 
     (sample,) = engine_generate(remote, [prompts[1]], sampled, seeds=[seed])
     (want,) = tier_generate(
@@ -342,6 +354,17 @@ def test_a_lora_grpo_run_rolls_out_through_the_engine_swapping_each_versions_ada
             before = recomputed(version - 1, record)
             differs += max(abs(a - b) for a, b in zip(before, record["logprobs"], strict=True)) > 1e-3
     assert differs > 0
+
+    # Greedy through the engine: an adapter by name decodes as its version does locally, and the
+    # base tier's own requests run without the adapter its resident model now holds.
+    greedy = TierSettings.from_config(tier).with_(temperature=0.0)
+    prompt = models[2].prompt_text("Write f(x) that returns x plus 3.")
+    for name, source in ((engine_adapter_name(run, 3), policy_dir(run.pk, 3)), (None, tiny_model)):
+        remote = engine_tier_load(greedy, served_model=name)
+        (got,) = tier_generate(remote, [prompt])
+        (want,) = tier_generate(tier_load(greedy.with_(engine="local"), source), [prompt])
+        assert got.token_ids == want.token_ids
+        assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
 
     # Every version was evaluated through the engine, and old versions were unloaded from it.
     assert set(

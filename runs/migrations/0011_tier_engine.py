@@ -42,7 +42,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='tier',
             name='engine_url',
-            field=models.CharField(blank=True, help_text="The engine's base URL, such as http://gpu-1:8000/v1", max_length=500),
+            field=models.CharField(blank=True, help_text="The engine's base URL, such as http://gpu-1:8000/v1; several servers: comma-separated", max_length=500),
         ),
         migrations.CreateModel(
             name='ServedAdapter',

@@ -204,7 +204,9 @@ class Tier(models.Model):
         help_text="Who decodes: Flywheel's own decoder, or an OpenAI-compatible engine (vLLM, SGLang)",
     )
     engine_url = models.CharField(
-        max_length=500, blank=True, help_text="The engine's base URL, such as http://gpu-1:8000/v1"
+        max_length=500,
+        blank=True,
+        help_text=("The engine's base URL, such as http://gpu-1:8000/v1; several servers: comma-separated"),
     )
     engine_model = models.CharField(
         max_length=500, blank=True, help_text="The model name the engine serves (its --served-model-name)"
