@@ -150,6 +150,44 @@ def test_engine_settings_are_checked_and_each_error_names_its_field(team):
     )
 
 
+def test_the_tier_form_shows_each_engine_error_next_to_its_field_and_the_page_the_engine(client, team):
+    from django.urls import reverse
+
+    client.force_login(team["owner"])
+    form = {
+        "name": "vllm",
+        "base_model": "org/model-1b",
+        "device": "auto",
+        "precision": "fp32",
+        "speculation": "none",
+        "speculative_tokens": "0",
+        "temperature": "1.0",
+        "top_p": "1.0",
+        "top_k": "0",
+        "max_new_tokens": "64",
+        "batch_size": "8",
+        "chat": "on",
+        "engine": "openai",
+        "engine_url": "gpu-1:8000",
+        "engine_model": "qwen",
+        "engine_api_key_env": "VLLM API KEY",
+        "engine_adapters": "vllm",
+    }
+    create = reverse("tier-create", args=[team["project"].pk])
+    body = client.post(create, form).content.decode()
+    assert '<p class="field-error" data-field="engine_url">must be an http:// or https:// URL' in body
+    assert '<p class="field-error" data-field="engine_api_key_env">must be the name of an environment' in body
+    assert Tier.objects.count() == 0
+    fixed = form | {"engine_url": "http://gpu-1:8000/v1", "engine_api_key_env": "VLLM_API_KEY"}
+    assert client.post(create, fixed).status_code == 302
+    tier = Tier.objects.get()
+    page = client.get(reverse("tier-detail", args=[tier.pk])).content.decode()
+    assert (
+        "<code>http://gpu-1:8000/v1</code>, model <code>qwen</code>, key in <code>$VLLM_API_KEY</code>"
+        in page
+    )
+
+
 def test_a_full_weight_run_on_an_engine_tier_is_refused_with_the_reason(db, tiny_model):  # noqa: F811
     setup = demo_project(tiny_model)
     tier = engine_tier(setup, "http://127.0.0.1:9/v1")
