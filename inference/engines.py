@@ -41,7 +41,11 @@ TIMEOUT_SECONDS = 600.0  # a whole request: n samples of up to the token budget,
 
 class EngineError(RuntimeError):
     """The engine could not be reached or answered something unusable: the message says which
-    setting or which answer, and why."""
+    setting or which answer, and why (`status`: the engine's HTTP status, when it answered)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ class EngineTier:
     served_model: str  # the engine's model, or the loaded adapter's name
     context: int
     version: int = 0
+    adapter_artifact: str = ""  # the loaded adapter's artifact, to load it again where it went missing
     model: None = None  # no weights on this host
     draft: None = None
 
@@ -116,7 +121,7 @@ _tokenizers_lock = threading.Lock()
 
 
 def engine_tier_load(
-    settings: TierSettings, *, served_model: str | None = None, version: int = 0
+    settings: TierSettings, *, served_model: str | None = None, version: int = 0, adapter_artifact: str = ""
 ) -> EngineTier:
     """The tier's engine with the base model's tokenizer (loaded once per process; no weights)."""
     from transformers import AutoConfig, AutoTokenizer
@@ -142,6 +147,7 @@ def engine_tier_load(
         served_model=served_model or settings.engine_model,
         context=context,
         version=version,
+        adapter_artifact=adapter_artifact,
     )
 
 
@@ -230,7 +236,14 @@ def _complete(
 ) -> list[Completion]:
     ids = prompt_token_ids(tier.tokenizer, prompt)
     body = completion_request(tier, ids, n, params, seed)
-    answer = _post(client, f"{url}/completions", body)
+    try:
+        answer = _post(client, f"{url}/completions", body)
+    except EngineError as exc:
+        if exc.status != 404 or not tier.adapter_artifact:
+            raise
+        # The server lost the adapter (restarted, or another worker unloaded it): load it again.
+        _adapter_load_on(tier.engine, url, tier.served_model, tier.adapter_artifact)
+        answer = _post(client, f"{url}/completions", body)
     choices = sorted(answer.get("choices") or [], key=lambda choice: choice.get("index", 0))
     if len(choices) != n:
         raise EngineError(f"the engine at {url} answered {len(choices)} choices for n={n}")
@@ -277,7 +290,9 @@ def _post(client: httpx.Client, url: str, body: dict) -> dict:
     except httpx.HTTPError as exc:
         raise EngineError(f"engine_url: cannot reach {url}: {type(exc).__name__}: {exc}") from exc
     if response.status_code != 200:
-        raise EngineError(f"{url} answered {response.status_code}: {_error_message(response)}")
+        raise EngineError(
+            f"{url} answered {response.status_code}: {_error_message(response)}", response.status_code
+        )
     try:
         return response.json()
     except ValueError as exc:

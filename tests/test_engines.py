@@ -6,6 +6,7 @@ each policy version's adapter loaded into it in turn."""
 
 import json
 
+import httpx
 import pytest
 import torch
 from django.core.exceptions import ValidationError
@@ -31,7 +32,7 @@ from tests.run_harness import (  # noqa: F401  (tiny_model: a fixture)
 )
 from tests.serving_fixtures import STEP, trained  # noqa: F401  (a fixture)
 from tests.web_server import WebServer
-from workers.run_rollout import engine_adapter_name
+from workers.run_rollout import engine_adapter_name, engine_policy_load
 
 KEY_ENV = "FLYWHEEL_TEST_ENGINE_KEY"
 LORA = {"adapter": "lora", "lora_rank": 4, "lora_alpha": 8, "learning_rate": 5e-2}
@@ -397,12 +398,25 @@ def test_a_lora_grpo_run_rolls_out_through_the_engine_swapping_each_versions_ada
     # base tier's own requests run without the adapter its resident model now holds.
     greedy = TierSettings.from_config(tier).with_(temperature=0.0)
     prompt = models[2].prompt_text("Write f(x) that returns x plus 3.")
+    outputs = {}
     for name, source in ((engine_adapter_name(run, 3), policy_dir(run.pk, 3)), (None, tiny_model)):
         remote = engine_tier_load(greedy, served_model=name)
-        (got,) = tier_generate(remote, [prompt])
+        (got,) = outputs[name] = tier_generate(remote, [prompt])
         (want,) = tier_generate(tier_load(greedy.with_(engine="local"), source), [prompt])
         assert got.token_ids == want.token_ids
         assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
+
+    # An engine that lost an adapter (restarted, or another worker unloaded it) is given it again.
+    served = engine_policy_load(run, 3, greedy)
+    gone = httpx.post(
+        f"{engine['url']}/unload_lora_adapter",
+        json={"lora_name": served.served_model},
+        headers={"Authorization": f"Bearer {engine['token']}"},
+    )
+    assert gone.status_code == 200 and not ServedAdapter.objects.filter(name=served.served_model).exists()
+    (again,) = tier_generate(served, [prompt])
+    assert again.token_ids == outputs[served.served_model][0].token_ids  # the adapter's, reloaded
+    assert ServedAdapter.objects.filter(name=served.served_model).exists()
 
     # Every version was evaluated through the engine, and old versions were unloaded from it.
     assert set(

@@ -133,7 +133,9 @@ def engine_policy_load(run: Run, version: int, settings: TierSettings) -> Engine
     keep = int(run.resolved.get("staleness", 1)) + 1
     for older in range(max(0, version - keep - 8), version - keep):
         engine_adapter_unload(engine, engine_adapter_name(run, older))
-    return engine_tier_load(settings, served_model=name, version=version)
+    return engine_tier_load(
+        settings, served_model=name, version=version, adapter_artifact=policy_prefix(run.pk, version)
+    )
 
 
 @lru_cache(maxsize=2)
