@@ -32,6 +32,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from inference.adapters import adapter_activate, adapter_base
 from inference.chat import Prompt
+from inference.engines import EngineError, EngineTier, engine_generate, engine_tier_load
 from inference.generation import (
     Completion,
     completion_build,
@@ -155,8 +156,21 @@ def tier_prepare(
     )
 
 
-def tier_load(settings: TierSettings, source: str | Path | None = None, *, version: int = 0) -> TierModel:
-    """Load `source` (default: the tier's base model) and prepare it for the tier."""
+def tier_load(
+    settings: TierSettings, source: str | Path | None = None, *, version: int = 0
+) -> "TierModel | EngineTier":
+    """Load `source` (default: the tier's base model) and prepare it for the tier. An engine tier
+    serves its engine's model only: its tokenizer is loaded here, no weights."""
+    if settings.remote:
+        if source is not None and str(source) != settings.base_model:
+            raise TierError(
+                f"engine: this tier decodes on its engine's model ({settings.engine_model}); it cannot "
+                f"load {source} (use a local tier, or a LoRA run on an engine that loads adapters)"
+            )
+        try:
+            return engine_tier_load(settings, version=version)
+        except EngineError as exc:
+            raise TierError(str(exc)) from exc
     source = source or settings.base_model
     try:
         policy = policy_load(model_source(source))
@@ -379,10 +393,13 @@ def tier_generate(
     stats: GenerationStats | None = None,
     listener: TokenListener | None = None,
 ) -> list[Completion]:
-    """One completion per prompt (repeat a prompt for a group), in `batch_size` chunks."""
+    """One completion per prompt (repeat a prompt for a group), in `batch_size` chunks. An
+    engine tier's completions come from its engine (inference/engines.py)."""
     settings = settings or tier.settings
     stats = stats if stats is not None else GenerationStats()
     started = time.perf_counter()
+    if isinstance(tier, EngineTier):
+        return _engine_generate(tier, prompts, settings, generator, stats, started)
     completions: list[Completion] = []
     size = max(1, int(settings.batch_size))
     for start in range(0, len(prompts), size):
@@ -393,6 +410,28 @@ def tier_generate(
             tier, prompts[start : start + size], settings, generator, stats, chunk_listener
         )
     stats.seconds += time.perf_counter() - started
+    return completions
+
+
+def _engine_generate(
+    tier: EngineTier,
+    prompts: list[str],
+    settings: TierSettings,
+    generator: torch.Generator | None,
+    stats: GenerationStats,
+    started: float,
+) -> list[Completion]:
+    """The engine's completions; a seed per request drawn from `generator` keeps a seeded
+    engine's sampling reproducible. Latencies are the whole call's (requests run concurrently)."""
+    seeds = None
+    if generator is not None and settings.temperature > 0:
+        seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
+    completions = engine_generate(tier, prompts, settings, seeds=seeds)
+    elapsed = time.perf_counter() - started
+    stats.seconds += elapsed
+    stats.generated_tokens += sum(len(completion.token_ids) for completion in completions)
+    stats.latency_seconds += [elapsed] * len(completions)
+    stats.first_token_seconds += [elapsed] * len(completions)
     return completions
 
 

@@ -24,6 +24,7 @@ class Completion:
     logprobs: list[float]  # one per token in token_ids
     finish_reason: str  # "stop" (EOS or a stop sequence) or "length" (the token budget ran out)
     prompt_token_ids: list[int] = field(default_factory=list)
+    served_by: str = ""  # an engine's completion: the model (or adapter) the engine says answered
 
 
 def stop_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
@@ -50,10 +51,13 @@ def prompt_token_ids(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[in
     return tokenizer(prompt, add_special_tokens=added)["input_ids"]
 
 
-def prompts_encode(tokenizer: PreTrainedTokenizerBase, prompts: list[str]) -> dict[str, torch.Tensor]:
-    """Left-padded `input_ids` and `attention_mask` of rendered prompts (`prompt_token_ids`),
-    whatever padding side the tokenizer keeps for training."""
-    rows = [prompt_token_ids(tokenizer, prompt) for prompt in prompts]
+def prompts_encode(
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str] | list[str | tuple[int, ...]]
+) -> dict[str, torch.Tensor]:
+    """Left-padded `input_ids` and `attention_mask` of rendered prompts (`prompt_token_ids`), or
+    of prompts given as token ids (a tuple: taken as they are), whatever padding side the tokenizer
+    keeps for training."""
+    rows = [list(p) if isinstance(p, tuple) else prompt_token_ids(tokenizer, p) for p in prompts]
     width = max(len(row) for row in rows)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     input_ids = torch.full((len(rows), width), pad, dtype=torch.long)

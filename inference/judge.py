@@ -46,10 +46,9 @@ def judge_settings(settings: TierSettings, params: dict) -> TierSettings:
     """The tier's settings with the rule's sampling parameters over them (temperature, top_p,
     max_tokens / max_completions_tokens).
 
-    >>> judge_settings(TierSettings(temperature=1.0), {"temperature": 0, "max_tokens": 9})
-    TierSettings(base_model='', device='auto', precision='fp32', speculation='none', draft_model='', \
-speculative_tokens=0, temperature=0.0, top_p=1.0, top_k=0, stop=(), max_new_tokens=9, batch_size=8, \
-chat=True, prefix_cache=True, name='')
+    >>> judged = judge_settings(TierSettings(temperature=1.0), {"temperature": 0, "max_tokens": 9})
+    >>> judged.temperature, judged.max_new_tokens
+    (0.0, 9)
     """
     changes: dict[str, Any] = {}
     if "temperature" in params:

@@ -73,7 +73,7 @@ class ServeRequest:
 
     model: str
     chat: bool
-    prompts: list[str] = field(default_factory=list)  # completions: the raw prompts
+    prompts: list[str | tuple[int, ...]] = field(default_factory=list)  # completions: text, or token ids
     messages: list[dict[str, str]] = field(default_factory=list)  # chat: the conversation
     n: int = 1
     stream: bool = False
@@ -83,6 +83,7 @@ class ServeRequest:
     seed: int | None = None
     overrides: dict[str, Any] = field(default_factory=dict)  # tier settings the request changes
     max_tokens: int | None = None
+    tokens_as_ids: bool = False  # vLLM's return_tokens_as_token_ids: log-prob tokens as "token_id:<n>"
 
     def settings(self, tier: TierSettings) -> TierSettings:
         """The tier's settings with the request's decoding values in place of its own."""
@@ -144,15 +145,30 @@ def _unsupported(body: dict) -> None:
     )
 
 
-def _prompts(body: dict) -> list[str]:
+def _is_ids(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)
+    )
+
+
+def _prompts(body: dict) -> list[str | tuple[int, ...]]:
+    """A string, a list of strings, a list of token ids, or a list of such lists (OpenAI's four
+    shapes); token ids are taken as they are, never re-tokenized."""
     prompt = body.get("prompt")
     _check(prompt is not None, "prompt is required", "prompt")
-    prompts = [prompt] if isinstance(prompt, str) else prompt
-    _check(
-        isinstance(prompts, list) and bool(prompts) and all(isinstance(p, str) for p in prompts),
-        "prompt must be a string or a non-empty list of strings (token arrays are not supported)",
-        "prompt",
-    )
+    if isinstance(prompt, str) or _is_ids(prompt):
+        prompt = [prompt]
+    _check(isinstance(prompt, list) and bool(prompt), "prompt must not be empty", "prompt")
+    prompts: list[str | tuple[int, ...]] = []
+    for index, one in enumerate(prompt):
+        _check(
+            isinstance(one, str) or _is_ids(one),
+            "each prompt must be a string or a non-empty list of token ids (integers from 0)",
+            f"prompt[{index}]" if len(prompt) > 1 else "prompt",
+        )
+        prompts.append(one if isinstance(one, str) else tuple(one))
     _check(len(prompts) <= MAX_PROMPTS, f"at most {MAX_PROMPTS} prompts a request", "prompt")
     return prompts
 
@@ -211,6 +227,7 @@ def request_parse(body: Any, *, chat: bool) -> ServeRequest:
     request.n = _integer(body, "n", 1, MAX_CHOICES) or 1
     request.seed = _integer(body, "seed", -(2**63), 2**64 - 1)
     request.stream = bool(body.get("stream"))
+    request.tokens_as_ids = bool(body.get("return_tokens_as_token_ids"))
     options = body.get("stream_options") or {}
     _check(isinstance(options, dict), "stream_options must be an object", "stream_options")
     request.include_usage = bool(options.get("include_usage"))
@@ -367,8 +384,12 @@ class ChoiceStream:
         return self._release(text[: len(text) - held_back(text, self.stops)])
 
     def finish(self, text: str) -> tuple[str, list[Token]]:
+        """The rest of the text, and every token not sent yet: log-probs report each generated
+        token (the end-of-sequence token and a stop sequence's included), as vLLM's do."""
         self.stopped = False
-        return self._release(text)
+        delta, tokens = self._release(text)
+        rest, self.released = self.tokens[self.released :], len(self.tokens)
+        return delta, tokens + rest
 
     def _release(self, visible: str) -> tuple[str, list[Token]]:
         delta = visible[len(self.sent) :] if visible.startswith(self.sent) else ""

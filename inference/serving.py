@@ -5,6 +5,7 @@ A web process keeps the `capacity` models it served last (least recently used go
 generates one request at a time (its lock), in the thread that calls `serve_generate`.
 """
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from inference.adapters import AdapterError, adapter_activate
 from inference.chat import chat_render
 from inference.decoding import TierError, TierModel, tier_generate, tier_load
 from inference.generation import Completion
@@ -25,10 +27,12 @@ LOAD_FIELDS = ("base_model", "device", "precision", "speculation", "draft_model"
 
 @dataclass
 class Served:
-    """A loaded model and the lock that keeps it to one generation at a time."""
+    """A loaded model and the lock that keeps it to one generation at a time; `adapter`: the LoRA
+    adapter (a local folder) its model carries now, if any."""
 
     tier: TierModel
     lock: threading.Lock
+    adapter: str | None = None
 
 
 class ModelCache:
@@ -76,17 +80,41 @@ class Prepared:
     and the prompt tokens counted for usage."""
 
     served: Served
-    prompts: list[str]
+    prompts: list[str | tuple[int, ...]]
     settings: TierSettings
     prompt_tokens: int
+    adapter: str | None = None  # a LoRA adapter's local folder to generate with, on the served base
 
 
-def serve_prepare(served: Served, request: ServeRequest, tier_settings: TierSettings) -> Prepared:
-    """Render and measure the prompts; refuse a request that does not fit the model's context."""
+def serve_prepare(
+    served: Served, request: ServeRequest, tier_settings: TierSettings, adapter: str | Path | None = None
+) -> Prepared:
+    """Render and measure the prompts; refuse a request that does not fit the model's context,
+    or an adapter on a tier that cannot carry one."""
     tier = served.tier
+    if adapter is not None and tier.settings.precision == "int8":
+        raise OpenAIError(
+            400,
+            "an int8 tier cannot carry a LoRA adapter (its layers are quantised)",
+            "model",
+            "invalid_value",
+        )
     texts = [chat_prompt(tier, request.messages)] if request.chat else request.prompts
     settings = request.settings(tier_settings)
-    counts = [len(tier.tokenizer(text)["input_ids"]) for text in texts]
+    vocabulary = len(tier.tokenizer)
+    counts = []
+    for index, text in enumerate(texts):
+        if isinstance(text, tuple):
+            if max(text) >= vocabulary:
+                raise OpenAIError(
+                    400,
+                    f"token id {max(text)} is outside the model's vocabulary ({vocabulary})",
+                    "prompt" if len(texts) == 1 else f"prompt[{index}]",
+                    "invalid_value",
+                )
+            counts.append(len(text))
+        else:
+            counts.append(len(tier.tokenizer(text)["input_ids"]))
     longest = max(counts)
     if longest + settings.max_new_tokens > tier.max_context:
         where = "messages" if request.chat else "prompt"
@@ -100,7 +128,25 @@ def serve_prepare(served: Served, request: ServeRequest, tier_settings: TierSett
             "context_length_exceeded",
         )
     rows = [text for text in texts for _ in range(request.n)]
-    return Prepared(served=served, prompts=rows, settings=settings, prompt_tokens=sum(counts))
+    return Prepared(
+        served=served,
+        prompts=rows,
+        settings=settings,
+        prompt_tokens=sum(counts),
+        adapter=None if adapter is None else str(adapter),
+    )
+
+
+def _adapter_use(served: Served, adapter: str | None) -> None:
+    """Put the requested adapter's weights into the served model (peft's hot swap, in place),
+    attaching fresh LoRA layers when the new adapter's shape differs from the one there."""
+    if adapter is None or served.adapter == adapter:
+        return
+    try:
+        served.tier.model = adapter_activate(served.tier.model, adapter)
+    except AdapterError:  # another rank or other modules: start again from the bare base
+        served.tier.model = adapter_activate(served.tier.model.unload(), adapter)
+    served.adapter = adapter
 
 
 TokenSink = Callable[[int, Token], None]  # (row, token): told of each token as it is emitted
@@ -120,13 +166,21 @@ def serve_generate(prepared: Prepared, request: ServeRequest, sink: TokenSink) -
     generator = None
     if request.seed is not None:
         generator = torch.Generator().manual_seed(request.seed % (2**63))
-    with prepared.served.lock:
-        return tier_generate(
-            prepared.served.tier, prepared.prompts, prepared.settings, generator=generator, listener=listener
-        )
+    served = prepared.served
+    with served.lock:
+        _adapter_use(served, prepared.adapter)
+        plain = prepared.adapter is None and served.adapter is not None
+        # The base model's own requests skip the adapter its layers hold.
+        with served.tier.model.disable_adapter() if plain else contextlib.nullcontext():
+            return tier_generate(
+                served.tier, prepared.prompts, prepared.settings, generator=generator, listener=listener
+            )
 
 
-def token_text(tier: TierModel) -> Callable[[int], str]:
+def token_text(tier: TierModel, as_ids: bool = False) -> Callable[[int], str]:
+    """A token's text in log-probs: decoded, or `token_id:<n>` (vLLM's return_tokens_as_token_ids)."""
+    if as_ids:
+        return lambda token: f"token_id:{token}"
     return lambda token: tier.tokenizer.decode([token])
 
 

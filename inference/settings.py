@@ -30,9 +30,21 @@ SETTING_FIELDS = (
     "max_new_tokens",
     "batch_size",
     "chat",
+    "engine",
+    "engine_url",
+    "engine_model",
+    "engine_api_key_env",
+    "engine_adapters",
+    "engine_adapter_root",
 )
 TIER_FIELDS = ("name", "description", *SETTING_FIELDS)
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+ENGINES = ("local", "openai")
+# How an OpenAI-compatible engine is told to load a LoRA adapter at run time: not at all, vLLM's
+# POST <base URL>/load_lora_adapter (Flywheel's /v1 serves the same), or SGLang's POST /load_lora_adapter.
+ENGINE_ADAPTERS = ("none", "vllm", "sglang")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+LOOKS_LIKE_A_KEY = ("sk-", "fw_", "hf_", "Bearer ")
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 MAX_SPECULATIVE_TOKENS = 16
@@ -77,6 +89,79 @@ def tier_problems(values: dict[str, Any]) -> dict[str, str]:
     problems.update(_precision_problems(values))
     problems.update(_speculation_problems(values))
     problems.update(_decoding_problems(values))
+    problems.update(engine_problems(values))
+    return problems
+
+
+def engine_problems(values: dict[str, Any]) -> dict[str, str]:
+    """What is wrong with a tier's engine settings, by field.
+
+    >>> problems = engine_problems({"engine": "openai", "engine_url": "gpu:80", "engine_api_key_env": "sk-x"})
+    >>> sorted(problems)
+    ['engine_api_key_env', 'engine_model', 'engine_url']
+    >>> problems["engine_api_key_env"][:30]
+    'this looks like a key itself; '
+    """
+    engine = values.get("engine") or "local"
+    url = (values.get("engine_url") or "").strip()
+    model = (values.get("engine_model") or "").strip()
+    key_env = (values.get("engine_api_key_env") or "").strip()
+    adapters = values.get("engine_adapters") or "none"
+    root = (values.get("engine_adapter_root") or "").strip()
+    if engine not in ENGINES:
+        return {"engine": f"must be one of {', '.join(ENGINES)}"}
+    if engine == "local":
+        set_here = {
+            "engine_url": url,
+            "engine_model": model,
+            "engine_api_key_env": key_env,
+            "engine_adapter_root": root,
+        }
+        problems = {
+            name: "only an openai engine tier has this setting; set engine to openai or leave it empty"
+            for name, value in set_here.items()
+            if value
+        }
+        if adapters != "none":
+            problems["engine_adapters"] = (
+                "only an openai engine tier loads adapters; set engine to openai or choose none"
+            )
+        return problems
+    problems = {}
+    urls = engine_urls(url)
+    bad = [one for one in urls if not one.startswith(("http://", "https://")) or len(one) < 10]
+    if not urls or bad:
+        problems["engine_url"] = (
+            "must be an http:// or https:// URL, such as http://gpu-1:8000/v1 (several servers of the "
+            f"same model: separated by commas){f'; not {bad[0]}' if urls and len(urls) > 1 else ''}"
+        )
+    if not model:
+        problems["engine_model"] = "is required: the model name the engine serves (its --served-model-name)"
+    if key_env.startswith(LOOKS_LIKE_A_KEY):
+        problems["engine_api_key_env"] = (
+            "this looks like a key itself; put the key in an environment variable of the worker hosts "
+            "and name that variable here"
+        )
+    elif key_env and not ENV_NAME.match(key_env):
+        problems["engine_api_key_env"] = (
+            "must be the name of an environment variable (letters, digits and _), such as VLLM_API_KEY"
+        )
+    if adapters not in ENGINE_ADAPTERS:
+        problems["engine_adapters"] = f"must be one of {', '.join(ENGINE_ADAPTERS)}"
+    if root and not root.startswith("/"):
+        problems["engine_adapter_root"] = (
+            "must be an absolute path: where the engine's host mounts the artifact storage"
+        )
+    local_only = {
+        "precision": ("fp32", "the engine's own (its --dtype)"),
+        "device": ("auto", "the engine's host's"),
+        "speculation": ("none", "the engine's own (its speculative decoding flags)"),
+    }
+    for name, (default, whose) in local_only.items():
+        if (values.get(name) or default) != default:
+            problems[name] = (
+                f"an openai engine tier decodes on its engine; {name} is {whose}: leave it {default}"
+            )
     return problems
 
 
@@ -141,6 +226,44 @@ def _decoding_problems(values: dict[str, Any]) -> dict[str, str]:
     return problems
 
 
+def engine_urls(value: str) -> list[str]:
+    """The servers an engine tier names: one base URL, or several separated by commas or spaces.
+
+    >>> engine_urls("http://gpu-1:8000/v1, http://gpu-2:8000/v1")
+    ['http://gpu-1:8000/v1', 'http://gpu-2:8000/v1']
+    """
+    return [url for url in re.split(r"[,\s]+", value or "") if url]
+
+
+def engine_refusal(values: Mapping | object, *, lora: bool) -> str | None:
+    """Why an engine tier cannot serve a training run's policy versions; None when it can (a LoRA
+    run on an engine that loads adapters) or the tier decodes locally.
+
+    >>> engine_refusal({"engine": "openai", "engine_url": "http://gpu:8000/v1"}, lora=False)[:60]
+    'decodes on an external engine (http://gpu:8000/v1), which se'
+    """
+    get = (
+        values.get
+        if isinstance(values, Mapping)
+        else lambda name, default=None: getattr(values, name, default)
+    )
+    if (get("engine") or "local") != "openai":
+        return None
+    where = f"decodes on an external engine ({get('engine_url')})"
+    if not lora:
+        return (
+            f"{where}, which serves its own model and cannot load a full-weight run's policy versions: "
+            "train with adapter lora on an engine that loads adapters (engine_adapters vllm or sglang), "
+            "or use a local tier"
+        )
+    if (get("engine_adapters") or "none") == "none":
+        return (
+            f"{where} that does not load adapters (engine_adapters none), so it cannot serve this LoRA "
+            "run's policy versions: set engine_adapters to vllm or sglang, or use a local tier"
+        )
+    return None
+
+
 # --- snapshots --------------------------------------------------------------------------------
 
 
@@ -200,6 +323,12 @@ class TierSettings:
     max_new_tokens: int = 256
     batch_size: int = 8
     chat: bool = True  # render prompts with the tokenizer's chat template when it has one
+    engine: str = "local"  # or "openai": an OpenAI-compatible engine decodes (inference/engines.py)
+    engine_url: str = ""
+    engine_model: str = ""
+    engine_api_key_env: str = ""
+    engine_adapters: str = "none"
+    engine_adapter_root: str = ""
     prefix_cache: bool = True  # share a prompt's prefill among the rows that repeat it
     name: str = ""
 
@@ -233,3 +362,8 @@ class TierSettings:
     @property
     def speculative(self) -> bool:
         return self.speculation != "none" and self.speculative_tokens > 0
+
+    @property
+    def remote(self) -> bool:
+        """Whether an external OpenAI-compatible engine decodes for this tier."""
+        return self.engine == "openai"

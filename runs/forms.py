@@ -98,6 +98,9 @@ def stop_unescape(line: str) -> str:
     return "".join(out)
 
 
+ENGINE_DEFAULTS = {"engine": Tier.Engine.LOCAL, "engine_adapters": Tier.EngineAdapters.NONE}
+
+
 class TierForm(forms.ModelForm):
     stop = forms.CharField(
         required=False,
@@ -118,6 +121,14 @@ class TierForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if self.instance.pk and not self.is_bound:
             self.initial["stop"] = "\n".join(stop_escape(stop) for stop in self.instance.stop or [])
+        for name in ENGINE_DEFAULTS:  # a form that leaves the engine out keeps Flywheel's decoder
+            self.fields[name].required = False
+
+    def clean_engine(self) -> str:
+        return self.cleaned_data["engine"] or ENGINE_DEFAULTS["engine"]
+
+    def clean_engine_adapters(self) -> str:
+        return self.cleaned_data["engine_adapters"] or ENGINE_DEFAULTS["engine_adapters"]
 
     def clean_stop(self) -> list[str]:
         return [stop_unescape(line) for line in self.cleaned_data["stop"].splitlines() if line.strip()]

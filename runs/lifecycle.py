@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from inference.model_sources import is_directory
-from inference.settings import looks_like_path, tier_problems, tier_snapshot
+from inference.settings import engine_refusal, looks_like_path, tier_problems, tier_snapshot
 from rewards import engine as reward_engine
 from rewards.models import RewardRuleVersion
 from rewards.services import reward_rule_version_mark_used
@@ -78,6 +78,9 @@ def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
         if not hyper_problems:
             problems |= _data_problems(request, resolved)
         problems |= _tier_problems(request.tier, request.method)
+        lora = (resolved or request.hyperparameters or {}).get("adapter") == "lora"
+        if refusal := engine_refusal(request.tier, lora=lora):
+            problems["tier"] = f"tier {request.tier.name} {refusal}"
         problems |= _reward_problems(request)
     if request.max_steps < 1:
         problems["max_steps"] = "must be at least 1"

@@ -9,5 +9,7 @@ urlpatterns = [
     re_path(r"^models/(?P<model_id>[^/]+)$", openai_views.model_detail, name="openai-model"),
     path("completions", openai_views.completions, name="openai-completions"),
     path("chat/completions", openai_views.chat_completions, name="openai-chat-completions"),
+    path("load_lora_adapter", openai_views.load_lora_adapter, name="openai-load-lora-adapter"),
+    path("unload_lora_adapter", openai_views.unload_lora_adapter, name="openai-unload-lora-adapter"),
     re_path(r"^(?P<path>.*)$", openai_views.openai_not_found),
 ]

@@ -185,6 +185,13 @@ async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
     serve_request = _parse(request, chat)
     model = await sync_to_async(_model_for)(user, serve_request.model, fetch=True)
     prepared = await asyncio.to_thread(_prepare, model, serve_request)
+    logger.info(
+        "serving %s for user %s: %d row(s)%s",
+        serve_request.model,
+        user.pk,
+        len(prepared.prompts),
+        f", adapter {model.root}" if model.kind == "adapter" else "",
+    )
     if serve_request.stream:
         response = StreamingHttpResponse(_events(prepared, serve_request), content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
@@ -209,8 +216,15 @@ def _prepare(model: served_models.ServedModel, request: protocol.ServeRequest):
     from inference.serving import serve_prepare
 
     tier_settings = TierSettings.from_config(model.config)
+    if tier_settings.remote:
+        raise OpenAIError(
+            400,
+            f"`{model.id}` decodes on an external engine ({tier_settings.engine_url}); send requests there",
+            "model",
+            "model_not_served_here",
+        )
     served = models_cache().get(model.source, tier_settings)
-    return serve_prepare(served, request, tier_settings)
+    return serve_prepare(served, request, tier_settings, adapter=model.adapter)
 
 
 def _streams(prepared, request: protocol.ServeRequest) -> list[protocol.ChoiceStream]:
@@ -225,7 +239,7 @@ def _whole(prepared, request: protocol.ServeRequest) -> dict:
 
     streams = _streams(prepared, request)
     completions = serve_generate(prepared, request, lambda row, token: streams[row].add(token))
-    text_of = token_text(prepared.served.tier)
+    text_of = token_text(prepared.served.tier, request.tokens_as_ids)
     choices = []
     for index, (stream, completion) in enumerate(zip(streams, completions, strict=True)):
         stream.finish(completion.text)
@@ -247,7 +261,7 @@ async def _events(prepared, request: protocol.ServeRequest) -> AsyncIterator[str
     gone = threading.Event()
     streams = _streams(prepared, request)
     ident, created = protocol.completion_id(request.chat), int(time.time())
-    text_of = token_text(prepared.served.tier)
+    text_of = token_text(prepared.served.tier, request.tokens_as_ids)
 
     def chunk(index: int, text: str, tokens: list, finish: str | None = None, first: bool = False) -> str:
         body = protocol.chunk_body(request, ident, created, index, text, tokens, finish, text_of, first)
@@ -296,6 +310,52 @@ async def _events(prepared, request: protocol.ServeRequest) -> AsyncIterator[str
         gone.set()  # a client that went away stops the generation at its next token
         with contextlib.suppress(Exception):
             await worker
+
+
+# --- LoRA adapters loaded at run time (vLLM's contract) -----------------------------------------
+
+
+def _body(request: HttpRequest) -> dict:
+    try:
+        body = strict_json.loads(request.body or b"null")
+    except (strict_json.JsonInputError, ValueError, UnicodeDecodeError) as exc:
+        raise OpenAIError(400, f"the body is not valid JSON: {exc}", None, "invalid_json") from exc
+    if not isinstance(body, dict):
+        raise OpenAIError(400, "the body must be a JSON object", None, "invalid_value")
+    return body
+
+
+@openai_errors
+async def load_lora_adapter(request: HttpRequest) -> HttpResponse:
+    """`POST /v1/load_lora_adapter {lora_name, lora_path, base_model?}`: serve a run's policy
+    version (an adapter in the artifact storage, `lora_path` its name there) under `lora_name`,
+    on the tier `base_model` (`tier-<id>`; by default the caller's one tier whose base model the
+    adapter was trained on). Loading the same adapter under the same name again is harmless."""
+    _method(request, "POST")
+    user = await sync_to_async(caller)(request)
+    body = _body(request)
+    try:
+        adapter = await sync_to_async(served_models.adapter_load)(
+            user=user, name=body.get("lora_name"), artifact=body.get("lora_path"), base=body.get("base_model")
+        )
+    except served_models.AdapterLoadError as exc:
+        raise OpenAIError(exc.status, str(exc), exc.param, "invalid_value") from exc
+    return HttpResponse(
+        f"Success: LoRA adapter '{adapter.name}' added successfully.", content_type="text/plain"
+    )
+
+
+@openai_errors
+async def unload_lora_adapter(request: HttpRequest) -> HttpResponse:
+    """`POST /v1/unload_lora_adapter {lora_name}`: stop serving the adapter."""
+    _method(request, "POST")
+    user = await sync_to_async(caller)(request)
+    body = _body(request)
+    try:
+        name = await sync_to_async(served_models.adapter_unload)(user=user, name=body.get("lora_name"))
+    except served_models.AdapterLoadError as exc:
+        raise OpenAIError(exc.status, str(exc), exc.param, "not_found") from exc
+    return HttpResponse(f"Success: LoRA adapter '{name}' removed successfully.", content_type="text/plain")
 
 
 def openai_not_found(request: HttpRequest, path: str = "") -> JsonResponse:

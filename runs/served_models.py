@@ -1,8 +1,10 @@
 """What the OpenAI-compatible endpoint and the playground serve: every tier (its base model under
 its settings) and every checkpoint (the policy version saved at its step, under its run's tier
-settings as they were at launch) of the caller's projects. Reads only, through the caller's role.
+settings as they were at launch) of the caller's projects, and the LoRA adapters loaded at run time
+(`adapter_load`, vLLM's `/v1/load_lora_adapter`: a run's policy version served on a tier's base
+model under the name the caller chose). Everything through the caller's role.
 
-Model ids: `tier-<id>` and `run-<run id>-step-<step>`.
+Model ids: `tier-<id>`, `run-<run id>-step-<step>`, and each loaded adapter's name.
 """
 
 import re
@@ -12,20 +14,31 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from inference.adapters import adapter_base, is_adapter
 from inference.settings import model_source, tier_snapshot
 from runs import selectors
-from runs.artifacts import ArtifactMissingError
-from runs.models import Checkpoint, Tier
+from runs.artifacts import ArtifactMissingError, artifact_exists, artifact_get
+from runs.models import Checkpoint, Run, ServedAdapter, Tier
 from runs.roles import Permission
 from runs.run_store import policy_dir
 
 TIER_ID = re.compile(r"^tier-(\d{1,18})$")
 CHECKPOINT_ID = re.compile(r"^run-(\d{1,18})-step-(\d{1,18})$")
 MAX_CHECKPOINTS_LISTED = 200
+ADAPTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
+POLICY_ARTIFACT = re.compile(r"^runs/(\d{1,18})-([0-9a-f-]{36})/policies/v(\d{1,18})$")
 
 
 class UnknownModelError(LookupError):
     """No model by that id that the caller may use."""
+
+
+class AdapterLoadError(ValueError):
+    """An adapter cannot be loaded or unloaded: the message, the parameter at fault, a status."""
+
+    def __init__(self, message: str, param: str | None, status: int = 400) -> None:
+        super().__init__(message)
+        self.param, self.status = param, status
 
 
 @dataclass
@@ -38,16 +51,22 @@ class ServedModel:
     created: int
     source: str | Path | None  # what from_pretrained opens (None in a listing: not fetched)
     config: dict[str, Any]  # the tier settings it decodes with
+    adapter: Path | None = None  # a loaded adapter's local folder (fetched), generated with on `source`
+    root: str | None = None  # vLLM's card fields for an adapter: what was loaded, and onto which model
+    parent: str | None = None
 
     def card(self) -> dict[str, Any]:
         """The model object of /v1/models, with Flywheel's own facts beside OpenAI's fields."""
-        return {
+        card = {
             "id": self.id,
             "object": "model",
             "created": self.created,
             "owned_by": self.project,
             "flywheel": {"name": self.name, "kind": self.kind, "project": self.project_id},
         }
+        if self.kind == "adapter":
+            card |= {"root": self.root, "parent": self.parent}
+        return card
 
 
 def tier_model(tier: Tier) -> ServedModel:
@@ -79,15 +98,117 @@ def checkpoint_model(checkpoint: Checkpoint, *, fetch: bool = False) -> ServedMo
     )
 
 
+def adapter_model(adapter: ServedAdapter, *, fetch: bool = False) -> ServedModel:
+    tier = adapter.tier
+    return ServedModel(
+        id=adapter.name,
+        name=f"{adapter.run.name} adapter {adapter.artifact.rsplit('/', 1)[-1]} on {tier.name}",
+        kind="adapter",
+        project_id=tier.project_id,
+        project=tier.project.name,
+        created=int(adapter.created_at.timestamp()),
+        source=model_source(tier.base_model),
+        config=tier_snapshot(tier),
+        adapter=artifact_get(adapter.artifact) if fetch else None,
+        root=adapter.artifact,
+        parent=f"tier-{tier.pk}",
+    )
+
+
 def served_models_for(*, user: AbstractBaseUser) -> list[ServedModel]:
-    """The caller's tiers (by project, then name), then their newest checkpoints."""
+    """The caller's tiers (by project, then name), the adapters loaded on them, then their newest
+    checkpoints."""
     tiers = selectors.tiers_for(user=user).order_by("project__name", "name", "pk")
+    adapters = ServedAdapter.objects.filter(tier__in=tiers).select_related("tier__project", "run")
     checkpoints = (
         selectors.checkpoints_for(user=user)
         .select_related("run__project")
         .order_by("-created_at", "-pk")[:MAX_CHECKPOINTS_LISTED]
     )
-    return [tier_model(tier) for tier in tiers] + [checkpoint_model(c) for c in checkpoints]
+    return (
+        [tier_model(tier) for tier in tiers]
+        + [adapter_model(adapter) for adapter in adapters]
+        + [checkpoint_model(c) for c in checkpoints]
+    )
+
+
+def _can_view(user: AbstractBaseUser, project_id: int) -> bool:
+    return selectors.role_allows(selectors.role_of(user=user, project_id=project_id), Permission.VIEW)
+
+
+def adapter_load(*, user: AbstractBaseUser, name: Any, artifact: Any, base: Any = None) -> ServedAdapter:
+    """Serve the run's policy version stored as `artifact` (an adapter) under `name` on the tier
+    `base` (`tier-<id>`; by default the caller's one local tier on the adapter's base model). The
+    same name for the same adapter again is harmless; a name taken by another is refused."""
+    if not isinstance(name, str) or not ADAPTER_NAME.match(name):
+        raise AdapterLoadError("lora_name must be 1-200 letters, digits, '.', '_', ':' or '-'", "lora_name")
+    if not isinstance(artifact, str) or not (match := POLICY_ARTIFACT.match(artifact.strip("/"))):
+        raise AdapterLoadError(
+            "lora_path must name a policy version in Flywheel's artifact storage, runs/<run id>-<run "
+            "key>/policies/v<N> (a tier's engine_adapter_root stays empty for a Flywheel engine)",
+            "lora_path",
+        )
+    artifact = artifact.strip("/")
+    run = Run.objects.filter(pk=int(match[1]), key=match[2]).select_related("project").first()
+    if run is None or not _can_view(user, run.project_id) or not artifact_exists(artifact):
+        raise AdapterLoadError(f"no policy version {artifact} that you may use", "lora_path", 404)
+    folder = artifact_get(artifact)
+    if not is_adapter(folder):
+        raise AdapterLoadError(
+            f"{artifact} holds full weights, not a LoRA adapter: only LoRA runs' versions load", "lora_path"
+        )
+    tier = _adapter_tier(user, base, adapter_base(folder))
+    adapter, created = ServedAdapter.objects.get_or_create(
+        name=name, defaults={"tier": tier, "run": run, "artifact": artifact, "loaded_by": user}
+    )
+    if not created and (adapter.tier_id, adapter.artifact) != (tier.pk, artifact):
+        raise AdapterLoadError(f"The lora adapter '{name}' has already been loaded.", "lora_name")
+    return adapter
+
+
+def _adapter_tier(user: AbstractBaseUser, base: Any, trained_on: str) -> Tier:
+    """The tier an adapter is served on: the one named, else the caller's only local tier whose
+    base model the adapter was trained on."""
+    if base is not None:
+        match = TIER_ID.match(base) if isinstance(base, str) else None
+        tier = Tier.objects.filter(pk=int(match[1])).first() if match else None
+        if tier is None or not _can_view(user, tier.project_id):
+            raise AdapterLoadError(
+                f"base_model: no tier {base!r} that you may use (tier-<id>)", "base_model", 404
+            )
+    else:
+        candidates = [
+            t for t in selectors.tiers_for(user=user).filter(base_model=trained_on) if t.engine == "local"
+        ]
+        if len(candidates) != 1:
+            raise AdapterLoadError(
+                f"base_model: name the tier to serve the adapter on (tier-<id>); {len(candidates)} of your "
+                f"local tiers have its base model {trained_on}",
+                "base_model",
+            )
+        tier = candidates[0]
+    if tier.engine != "local":
+        raise AdapterLoadError(
+            f"base_model: tier-{tier.pk} decodes on an external engine; adapters load on local tiers",
+            "base_model",
+        )
+    if tier.precision == "int8":
+        raise AdapterLoadError(
+            f"base_model: tier-{tier.pk} is int8 and cannot carry an adapter", "base_model"
+        )
+    return tier
+
+
+def adapter_unload(*, user: AbstractBaseUser, name: Any) -> str:
+    adapter = (
+        ServedAdapter.objects.filter(name=name).select_related("tier").first()
+        if isinstance(name, str)
+        else None
+    )
+    if adapter is None or not _can_view(user, adapter.tier.project_id):
+        raise AdapterLoadError(f"The lora adapter '{name}' cannot be found.", "lora_name", 404)
+    adapter.delete()
+    return adapter.name
 
 
 def served_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool = False) -> ServedModel:
@@ -114,5 +235,14 @@ def served_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool = Fal
             except ArtifactMissingError:
                 raise UnknownModelError(
                     f"The weights of `{model_id}` are no longer in the artifact storage."
+                ) from None
+    else:
+        adapter = ServedAdapter.objects.select_related("tier__project", "run").filter(name=model_id).first()
+        if adapter is not None and _can_view(user, adapter.tier.project_id):
+            try:
+                return adapter_model(adapter, fetch=fetch)
+            except ArtifactMissingError:
+                raise UnknownModelError(
+                    f"The adapter `{model_id}` is no longer in the artifact storage."
                 ) from None
     raise UnknownModelError(f"The model `{model_id}` does not exist or you do not have access to it.")

@@ -24,16 +24,24 @@ from django.utils import timezone
 
 from inference.adapters import is_adapter
 from inference.chat import item_prompt
-from inference.decoding import TierModel, tier_adapter_serve, tier_generate, tier_prepare
+from inference.decoding import TierError, TierModel, tier_adapter_serve, tier_generate, tier_prepare
+from inference.engines import (
+    Engine,
+    EngineError,
+    EngineTier,
+    engine_adapter_load,
+    engine_adapter_unload,
+    engine_tier_load,
+)
 from inference.generation import Completion
 from inference.policy import policy_load
 from inference.sessions import ChatSessions
-from inference.settings import SamplingParams, TierSettings
+from inference.settings import SamplingParams, TierSettings, engine_refusal
 from rewards.engine import Sample, ScoreResult, score_batch
 from runs import events
 from runs.leases import lease_kept
 from runs.models import RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
-from runs.run_store import policy_dir
+from runs.run_store import policy_dir, policy_prefix
 from sandboxes.sandbox import sandbox_cpu_seconds
 from workers.agent import AgentEpisode, context_fits, episodes_play, policy_render
 
@@ -97,10 +105,37 @@ def _policy(run: Run, version: int) -> TierModel:
 
 
 def policy_version_load(run: Run, version: int, settings: TierSettings) -> TierModel:
+    if settings.remote:
+        return engine_policy_load(run, version, settings)
     path = policy_dir(run.pk, version)
     if is_adapter(path) and settings.precision != "int8":
         return tier_adapter_serve(settings, path, version=version)
     return _policy_at(str(path), version, settings)
+
+
+def engine_adapter_name(run: Run, version: int) -> str:
+    """The name a run's policy version is served under on an engine (the run's key: ids are
+    reused by other databases sharing an engine)."""
+    return f"run-{run.pk}-{str(run.key)[:8]}-v{version}"
+
+
+def engine_policy_load(run: Run, version: int, settings: TierSettings) -> EngineTier:
+    """The version on the tier's engine: a LoRA run's adapter loaded into it (the versions older
+    than the staleness bound unloaded), else refused: an engine cannot load full weights."""
+    if refusal := engine_refusal(settings, lora=run.resolved.get("adapter") == "lora"):
+        raise TierError(f"tier {settings.name}: {refusal}")
+    engine = Engine.of(settings)
+    name = engine_adapter_name(run, version)
+    try:
+        engine_adapter_load(engine, name, policy_prefix(run.pk, version))
+    except EngineError as exc:
+        raise TierError(str(exc)) from exc
+    keep = int(run.resolved.get("staleness", 1)) + 1
+    for older in range(max(0, version - keep - 8), version - keep):
+        engine_adapter_unload(engine, engine_adapter_name(run, older))
+    return engine_tier_load(
+        settings, served_model=name, version=version, adapter_artifact=policy_prefix(run.pk, version)
+    )
 
 
 @lru_cache(maxsize=2)
@@ -240,7 +275,7 @@ def _tool_result(result: ScoreResult) -> dict:
 
 
 def _completion_record(prompt: str, completion: Completion) -> dict:
-    return {
+    record = {
         "prompt": prompt,
         "completion": completion.text,
         "prompt_token_ids": completion.prompt_token_ids,
@@ -248,12 +283,15 @@ def _completion_record(prompt: str, completion: Completion) -> dict:
         "logprobs": completion.logprobs,
         "finish_reason": completion.finish_reason,
     }
+    if completion.served_by:  # an engine tier's: which model or adapter the engine served
+        record["served_by"] = completion.served_by
+    return record
 
 
 def agent_sessions(policy: TierModel, settings: TierSettings, generator=None):
     """Multi-turn generation reusing each episode's cache across its turns; None (whole prompts
-    through the tier's decoder) when the tier decodes speculatively."""
-    if settings.speculative:
+    through the tier's decoder) when the tier decodes speculatively or on an engine."""
+    if settings.speculative or settings.remote:
         return None
     return lambda: ChatSessions(
         policy.model, policy.tokenizer, settings.sampling_params(), generator=generator

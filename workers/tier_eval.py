@@ -137,13 +137,16 @@ def tier_measure(
     generator = torch.Generator().manual_seed(seed)
     with PeakRss() as memory:
         completions = tier_generate(tier_model, prompts, settings, generator=generator, stats=stats)
-    weights = model_bytes(tier_model.model) + (model_bytes(tier_model.draft) if tier_model.draft else 0)
+    # An engine tier holds no weights on this host: its memory is the engine's.
+    weights = (model_bytes(tier_model.model) if tier_model.model is not None else 0) + (
+        model_bytes(tier_model.draft) if tier_model.draft else 0
+    )
     result = stats.summary() | {
         "model_mb": round(weights / 2**20, 3),
         "peak_memory_mb": round((weights + memory.growth_bytes) / 2**20, 3),
         "ttft_ms_p95": _p95_ms(stats.first_token_seconds),
     }
-    if torch.cuda.is_available() and tier_model.device.type == "cuda":
+    if torch.cuda.is_available() and tier_model.model is not None and tier_model.device.type == "cuda":
         result["cuda_peak_memory_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 3)
     if grade:
         verdicts = grade_items(items, [c.text for c in completions], spec=spec, pool=pool)

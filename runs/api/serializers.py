@@ -250,6 +250,12 @@ class TierUpdateSerializer(serializers.Serializer):
     stop = serializers.ListField(child=serializers.CharField(trim_whitespace=False), required=False)
     max_new_tokens = serializers.IntegerField(min_value=0, max_value=INT32_MAX, required=False)
     batch_size = serializers.IntegerField(min_value=0, max_value=INT32_MAX, required=False)
+    engine = serializers.ChoiceField(choices=Tier.Engine.choices, required=False)
+    engine_url = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    engine_model = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    engine_api_key_env = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    engine_adapters = serializers.ChoiceField(choices=Tier.EngineAdapters.choices, required=False)
+    engine_adapter_root = serializers.CharField(max_length=500, required=False, allow_blank=True)
 
 
 class TierCreateSerializer(TierUpdateSerializer):

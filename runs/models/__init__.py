@@ -22,7 +22,7 @@ from runs.models.runs import (
     Trajectory,
     TrajectoryStep,
 )
-from runs.models.tiers import TierEvaluation
+from runs.models.tiers import ServedAdapter, TierEvaluation
 
 __all__ = [
     "ApiToken",
@@ -34,6 +34,7 @@ __all__ = [
     "RolloutBatch",
     "Run",
     "RunEvent",
+    "ServedAdapter",
     "StagedImport",
     "TaskItem",
     "TaskSet",

@@ -169,6 +169,15 @@ class Tier(models.Model):
         DRAFT_MODEL = "draft_model", "draft model"
         PROMPT_LOOKUP = "prompt_lookup", "prompt lookup (n-gram)"
 
+    class Engine(models.TextChoices):
+        LOCAL = "local", "Flywheel's decoder"
+        OPENAI = "openai", "OpenAI-compatible engine"
+
+    class EngineAdapters(models.TextChoices):
+        NONE = "none", "none (the engine's model only)"
+        VLLM = "vllm", "vLLM runtime LoRA loading (also Flywheel's /v1)"
+        SGLANG = "sglang", "SGLang runtime LoRA loading"
+
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tiers")
     name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
@@ -187,6 +196,36 @@ class Tier(models.Model):
     chat = models.BooleanField(
         default=True,
         help_text="Render prompts with the model's chat template (when it has one); off: raw prompts",
+    )
+    engine = models.CharField(
+        max_length=8,
+        choices=Engine.choices,
+        default=Engine.LOCAL,
+        help_text="Who decodes: Flywheel's own decoder, or an OpenAI-compatible engine (vLLM, SGLang)",
+    )
+    engine_url = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text=("The engine's base URL, such as http://gpu-1:8000/v1; several servers: comma-separated"),
+    )
+    engine_model = models.CharField(
+        max_length=500, blank=True, help_text="The model name the engine serves (its --served-model-name)"
+    )
+    engine_api_key_env = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="The NAME of the environment variable that holds the engine's API key on worker hosts",
+    )
+    engine_adapters = models.CharField(
+        max_length=8,
+        choices=EngineAdapters.choices,
+        default=EngineAdapters.NONE,
+        help_text="How the engine loads a LoRA run's policy versions at run time",
+    )
+    engine_adapter_root = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Where the engine's host mounts the artifact storage; empty: send artifact names",
     )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
