@@ -25,7 +25,8 @@ SUPERVISOR_BEAT_SECONDS = 5.0  # the supervisor beats the heartbeat this often w
 
 
 def reward_model_claim(version_id: int) -> bool:
-    """Take a queued version, or a running one whose supervisor stopped beating (its host died)."""
+    """Take a queued version (new, or queued again by the watchdog), or a running one whose
+    supervisor stopped beating (its host died, and the watchdog has not seen it yet)."""
     stale = timezone.now() - timedelta(seconds=settings.FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT)
     claimable = Q(status=S.QUEUED) | Q(status=S.RUNNING, heartbeat_at__lt=stale)
     claimed = RewardModelVersion.objects.filter(claimable, pk=version_id).update(
@@ -107,9 +108,9 @@ def _log_tail(version: RewardModelVersion) -> str:
 
 
 def reward_models_watchdog() -> list[int]:
-    """Versions whose supervisor stopped beating (its host died with it): re-queue the running ones
-    (their learner resumes at the last checkpoint; bounded by the restarts), settle the cancelling
-    ones. Returns the re-queued versions' ids."""
+    """Versions whose supervisor stopped beating (its host died with it): queue the running ones
+    again (the next learner resumes at the last checkpoint; bounded by the restarts), settle the
+    cancelling ones. Returns the re-queued versions' ids."""
     from reward_models import tasks
 
     stale = timezone.now() - timedelta(seconds=settings.FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT)
@@ -120,11 +121,13 @@ def reward_models_watchdog() -> list[int]:
         if version.status == S.CANCELLING:
             _settle(version, S.CANCELLED, "cancelled (its learner was gone)")
         elif version.restarts >= settings.FLYWHEEL_LEARNER_MAX_RESTARTS:
-            _settle(version, S.FAILED, f"the learner stopped; gave up after {version.restarts} restarts")
+            why = f"the learner stopped sending heartbeats; gave up after {version.restarts} restarts"
+            _settle(version, S.FAILED, why)
         elif RewardModelVersion.objects.filter(
             pk=version.pk, status=S.RUNNING, heartbeat_at__lt=stale
-        ).update(restarts=version.restarts + 1):
-            # Still stale on delivery, so the task's claim takes it; a beat in between keeps it.
+        ).update(
+            status=S.QUEUED, restarts=version.restarts + 1
+        ):  # queued again: the next tick leaves it to the task, whose claim takes it
             tasks.reward_model_train.delay(version.pk)
             requeued.append(version.pk)
     return requeued

@@ -116,15 +116,16 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--train-pairs", type=int, default=200)
+        parser.add_argument("--train-pairs", type=int, default=1000)
         parser.add_argument("--heldout-pairs", type=int, default=64, help="also the held-out prompts")
-        parser.add_argument("--rm-learning-rate", type=float, default=3e-4)
-        parser.add_argument("--rm-epochs", type=int, default=6)
+        parser.add_argument("--rm-learning-rate", type=float, default=1e-3)
+        parser.add_argument("--rm-epochs", type=int, default=3)
+        parser.add_argument("--rm-batch-size", type=int, default=16, help="pairs per reward-model step")
         parser.add_argument(
             "--reward-model-version", type=int, default=0, help="use this trained version (0: train one)"
         )
-        parser.add_argument("--steps", type=int, default=20, help="GRPO steps per run")
-        parser.add_argument("--batch-size", type=int, default=16, help="GRPO prompts per step")
+        parser.add_argument("--steps", type=int, default=30, help="GRPO steps per run")
+        parser.add_argument("--batch-size", type=int, default=32, help="GRPO prompts per step")
         parser.add_argument("--group-size", type=int, default=8, help="completions per prompt")
         parser.add_argument("--learning-rate", type=float, default=1e-4, help="GRPO learning rate")
         parser.add_argument("--kl-coef", type=float, default=0.04, help="GRPO KL weight to the start")
@@ -200,7 +201,11 @@ class Command(BaseCommand):
             task_set_version=pairs,
             by=user,
             tier=tier,
-            hyperparameters={"learning_rate": options["rm_learning_rate"], "epochs": options["rm_epochs"]},
+            hyperparameters={
+                "learning_rate": options["rm_learning_rate"],
+                "epochs": options["rm_epochs"],
+                "batch_size": options["rm_batch_size"],
+            },
         )
         self.stdout.write(f"training reward model {reward_model.name} v{version.number} ...")
         wait_for(lambda: RewardModelVersion.objects.get(pk=version.pk).is_terminal, "the reward model")
