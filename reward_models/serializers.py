@@ -135,7 +135,7 @@ class RewardModelScoreSerializer(serializers.Serializer):
         return data
 
 
-class ScoredPairSerializer(serializers.Serializer):
+class RankedPairSerializer(serializers.Serializer):
     chosen = serializers.FloatField()
     rejected = serializers.FloatField()
     margin = serializers.FloatField(help_text="chosen - rejected")
@@ -149,7 +149,7 @@ class RewardModelScoresSerializer(serializers.Serializer):
     scores = serializers.ListField(
         child=serializers.FloatField(), required=False, help_text="With `texts`: one raw score each"
     )
-    pairs = ScoredPairSerializer(many=True, required=False, help_text="With `pairs`: each pair, ranked")
+    pairs = RankedPairSerializer(many=True, required=False, help_text="With `pairs`: each pair, ranked")
     accuracy = serializers.FloatField(required=False, help_text="With `pairs`: the share ranked right")
 
 
