@@ -2,8 +2,9 @@
 
 Greedy decoding (the run's tier settings otherwise: precision, speculation, batching, budget) on
 the run's evaluation split, scored by the run's reward rule; an episode passes when its reward
-reaches the run's pass threshold. Writes `heldout/*` metric points at the
-version's step; a redelivery finds them written and does nothing.
+reaches the run's pass threshold. Writes `heldout/*` metric points at the version's step (with a
+`multi` rule, each grader's mean too: `heldout/reward/<name>`); a redelivery finds them written and
+does nothing.
 """
 
 from collections import defaultdict
@@ -78,10 +79,14 @@ def policy_evaluate(run_id: int, version: int) -> dict[str, float] | None:
     threshold = float(run.resolved.get("pass_threshold", 1.0))
     passed: dict[str, list[bool]] = defaultdict(list)
     rewards = []
+    components: dict[str, list[float]] = defaultdict(list)
     for item, result in zip(items, results, strict=True):
         if result.errored or result.total is None:
             continue
         rewards.append(result.total)
+        for name, value in result.components.items():
+            if value is not None:
+                components[name].append(value)
         passed[item_family(item)].append(result.total >= threshold)
     every = [value for values in passed.values() for value in values]
     values = {
@@ -89,5 +94,7 @@ def policy_evaluate(run_id: int, version: int) -> dict[str, float] | None:
         "heldout/reward": fmean(rewards) if rewards else 0.0,
     }
     values |= {f"heldout/pass_rate/{family}": sum(v) / len(v) for family, v in passed.items()}
+    # Each grader of a `multi` rule on its own (a reward model's score beside the unit tests' verdict).
+    values |= {f"heldout/reward/{name}": fmean(v) for name, v in components.items() if len(components) > 1}
     metrics_write(run, version, values)
     return values
