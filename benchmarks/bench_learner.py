@@ -30,6 +30,7 @@ Prints a table, then one line of JSON.
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -152,6 +153,10 @@ def run_trl(model: Path, items: list[dict], args, out: Path) -> dict:
         warmup_steps=0,
         weight_decay=0.0,
         max_grad_norm=1.0,
+        # TRL turns activation checkpointing on by default (to save GPU memory); Flywheel's default
+        # is off. Recomputing activations costs a second forward, so leaving TRL's default would
+        # slow it for nothing on this model: both run without.
+        gradient_checkpointing=False,
         per_device_train_batch_size=args.prompts * args.group_size,
         gradient_accumulation_steps=1,
         num_generations=args.group_size,
@@ -204,9 +209,26 @@ def one_repeat(repeat: int, model: Path, items: list[dict], heldout: list[dict],
     for name in order:
         print(f"repeat {repeat + 1}: {name}", flush=True)
         found = runners[name](scratch / f"{name}-{repeat}")
-        found["heldout_pass_rate"] = pass_rates(policy_load(found.pop("final")), heldout).overall
+        rates = pass_rates(policy_load(found.pop("final")), heldout)
+        found["heldout_pass_rate"] = rates.overall
+        found["heldout_passed"] = round(rates.overall * rates.count)
+        found["heldout_count"] = rates.count
         figures[name] = found
     return figures
+
+
+def wilson_interval(passed: int, count: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a pass rate.
+
+    >>> [round(bound, 3) for bound in wilson_interval(60, 80)]
+    [0.645, 0.832]
+    """
+    if count == 0:
+        return 0.0, 1.0
+    rate = passed / count
+    centre = (rate + z * z / (2 * count)) / (1 + z * z / count)
+    half = z * math.sqrt(rate * (1 - rate) / count + z * z / (4 * count * count)) / (1 + z * z / count)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def main() -> None:
@@ -220,7 +242,13 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--heldout", type=int, default=80)
+    parser.add_argument(
+        "--heldout",
+        type=int,
+        default=BaseModelConfig.heldout_size,
+        help="the held-out split's size (half of it scalar items, the ones evaluated); the default is "
+        "every task the base model's corpus left out",
+    )
     parser.add_argument(
         "--repeats", type=int, default=3, help="runs with seeds seed..seed+N-1, order alternated"
     )
@@ -255,6 +283,19 @@ def main() -> None:
             f["learned_per_step"],
         )
         print("{:14} {:10.2f} {:8.1f} {:12.3f} {:9.3f} {:13.1f}".format(*row))
+    # Every repeat's held-out verdicts pooled, with the 95 % interval of the pooled rate: how far
+    # apart two held-out figures must be before the difference means anything.
+    pooled = {}
+    for name in names:
+        passed = sum(r[name]["heldout_passed"] for r in repeats)
+        count = sum(r[name]["heldout_count"] for r in repeats)
+        low, high = wilson_interval(passed, count)
+        pooled[name] = {"rate": round(passed / max(1, count), 4), "ci95": [round(low, 3), round(high, 3)]}
+        print(
+            f"{name:14} held-out pooled over repeats {passed}/{count} = {passed / max(1, count):.3f} "
+            f"(95% interval {low:.3f}-{high:.3f})"
+        )
+    base_low, base_high = wilson_interval(round(base_rate * len(heldout)), len(heldout))
     learned = {name: medians[name]["heldout_pass_rate"] > base_rate for name in names}
     skip_ratio = statistics.median(skip_ratios)
     print(
@@ -275,7 +316,11 @@ def main() -> None:
         "repeats": args.repeats,
         "threads": args.threads,
         "device": "cpu",
+        "heldout_items": len(heldout),
         "base_heldout_pass_rate": round(base_rate, 4),
+        "base_heldout_ci95": [round(base_low, 3), round(base_high, 3)],
+        **{f"{name}_heldout_pooled": figures["rate"] for name, figures in pooled.items()},
+        **{f"{name}_heldout_pooled_ci95": figures["ci95"] for name, figures in pooled.items()},
         **{f"{name}_{key}": value for name, figures in medians.items() for key, value in figures.items()},
         "throughput_ratio": round(ratio, 2),
         "throughput_ratio_range": [round(ratios[0], 2), round(ratios[-1], 2)],
