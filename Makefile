@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check bench-tiers bench-api bench-traces bench-agents demo-flywheel demo-hack bench-all hosts-deps test-hosts
+.PHONY: up down demo test lint format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check bench-tiers bench-api bench-traces bench-agents bench-agent-lift demo-flywheel demo-hack bench-all hosts-deps test-hosts
 
 venv: $(INSTALLED)
 
@@ -135,6 +135,11 @@ bench-learner-processes: venv
 # Agent episodes: KV-cache reuse across turns vs re-encoding, one sequence per episode vs rows per turn.
 bench-agents: venv
 	$(PY) benchmarks/bench_agents.py
+
+# Agents that learn: the tiny base taught the tool-call protocol (short SFT), then GRPO through the
+# real workers; held-out pass rate, invalid actions and steps before and after, two transcripts.
+bench-agent-lift: venv sandbox-deps
+	$(PY) benchmarks/bench_agent_lift.py
 
 # MLflow is the baseline only: it lives in a venv of its own, never in the project's.
 MLFLOW_VENV ?= /tmp/mlflow-venv
