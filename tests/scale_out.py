@@ -137,16 +137,18 @@ def frozen_holding_a_batch(host: Host, run: Run) -> bool:
 
 
 def report(capsys) -> None:
+    """One line of JSON once both runs are timed (whichever test ran second prints it)."""
     one, three = WALL_SECONDS.get("one host"), WALL_SECONDS.get("three hosts")
+    if not (one and three):
+        return
     line = {"steps": STEPS, "one_host_seconds": one, "three_hosts_seconds": three}  # (launch→end, run)
-    if one and three:
-        line["three_over_one"] = [round(many / single, 2) for many, single in zip(three, one, strict=True)]
+    line["three_over_one"] = [round(many / single, 2) for many, single in zip(three, one, strict=True)]
     line["load_average"] = round(os.getloadavg()[0], 2)
     with capsys.disabled():
         print(f"\ntest-hosts: {json.dumps(line)}")
 
 
-def test_the_run_on_one_host(tiny_model, tmp_path):
+def test_the_run_on_one_host(tiny_model, tmp_path, capsys):
     """The baseline: the same processes on one host (the root namespace, 127.0.0.1, one
     FLYWHEEL_HOME)."""
     host = Host(worker_env())
@@ -158,6 +160,7 @@ def test_the_run_on_one_host(tiny_model, tmp_path):
         host.web(tmp_path, bind="127.0.0.1", port=port)
         run, sent = submit(f"http://127.0.0.1:{port}", demo_project(tiny_model))
         run, WALL_SECONDS["one host"] = finished(run, sent)
+    report(capsys)
     assert_learned_exactly_once(run)
 
 
