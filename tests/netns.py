@@ -22,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -69,6 +70,11 @@ class Namespace:
 
     def argv(self, argv: list[str]) -> list[str]:
         return ["nsenter", f"--net=/run/netns/{self.name}", *argv]
+
+    def connects(self, host: str, port: int) -> bool:
+        """Whether a TCP connection from this host to host:port is accepted."""
+        probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=3)"
+        return subprocess.run(self.argv([sys.executable, "-c", probe]), capture_output=True).returncode == 0
 
     def pids(self) -> set[int]:
         """Every process in the namespace, and every descendant of one (wherever it lives now)."""

@@ -49,6 +49,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(900)]
 __all__ = ["tiny_model"]
 STEPS, BATCH, GROUP = 3, 4, 4
 WEB_PORT = 8000
+DATABASE_RELAY, REDIS_RELAY = 15432, 16379  # ports on the bridge's address
 # The same run on one host and on three: seconds from the launch request until the run is seen
 # finished, and from its learner's start to its end (the run's own started_at and finished_at).
 WALL_SECONDS: dict[str, tuple[float, float]] = {}
@@ -81,11 +82,22 @@ def relayed_env(network: Network, shared_mount: Path) -> dict[str, str]:
     if connection.vendor == "postgresql":
         db = connection.settings_dict
         target = f"{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
-        env["DATABASE_URL"] = url_through(database_url(), network.relay(15432, target))
+        env["DATABASE_URL"] = url_through(database_url(), network.relay(DATABASE_RELAY, target))
     # (On the embedded default the database is a SQLite file, which every host opens.)
     redis = urlsplit(settings.REDIS_URL)
-    env["REDIS_URL"] = url_through(settings.REDIS_URL, network.relay(16379, f"{redis.hostname}:{redis.port}"))
+    relayed = network.relay(REDIS_RELAY, f"{redis.hostname}:{redis.port}")
+    env["REDIS_URL"] = url_through(settings.REDIS_URL, relayed)
     return env
+
+
+def shared_services() -> list[tuple[str, int]]:
+    """Where PostgreSQL (when it is the database) and Redis listen for the root namespace."""
+    redis = urlsplit(settings.REDIS_URL)
+    services = [(redis.hostname, redis.port or 6379)]
+    if connection.vendor == "postgresql":
+        db = connection.settings_dict
+        services.append((db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)))
+    return services
 
 
 def submit(url: str, setup: dict) -> tuple[Run, float]:
@@ -137,16 +149,18 @@ def frozen_holding_a_batch(host: Host, run: Run) -> bool:
 
 
 def report(capsys) -> None:
+    """One line of JSON once both runs are timed (whichever test ran second prints it)."""
     one, three = WALL_SECONDS.get("one host"), WALL_SECONDS.get("three hosts")
+    if not (one and three):
+        return
     line = {"steps": STEPS, "one_host_seconds": one, "three_hosts_seconds": three}  # (launch→end, run)
-    if one and three:
-        line["three_over_one"] = [round(many / single, 2) for many, single in zip(three, one, strict=True)]
+    line["three_over_one"] = [round(many / single, 2) for many, single in zip(three, one, strict=True)]
     line["load_average"] = round(os.getloadavg()[0], 2)
     with capsys.disabled():
         print(f"\ntest-hosts: {json.dumps(line)}")
 
 
-def test_the_run_on_one_host(tiny_model, tmp_path):
+def test_the_run_on_one_host(tiny_model, tmp_path, capsys):
     """The baseline: the same processes on one host (the root namespace, 127.0.0.1, one
     FLYWHEEL_HOME)."""
     host = Host(worker_env())
@@ -158,6 +172,7 @@ def test_the_run_on_one_host(tiny_model, tmp_path):
         host.web(tmp_path, bind="127.0.0.1", port=port)
         run, sent = submit(f"http://127.0.0.1:{port}", demo_project(tiny_model))
         run, WALL_SECONDS["one host"] = finished(run, sent)
+    report(capsys)
     assert_learned_exactly_once(run)
 
 
@@ -177,6 +192,9 @@ def test_a_run_across_three_hosts_survives_a_rollout_host_killed_and_replaced(
         web_host.beat(web_host.home)
         # Healthy once it sees the database, Redis and every queue's worker, over the network.
         web_host.web(web_host.home, bind=web_ns.address, port=WEB_PORT)
+        assert rollout_ns.connects(network.gateway, REDIS_RELAY)  # the relay, yes; but not where
+        for service in shared_services():  # the services listen in the root namespace
+            assert not rollout_ns.connects(*service) and not learner_ns.connects(*service)
 
         run, sent = submit(url, demo_project(tiny_model))
         run, WALL_SECONDS["three hosts"] = finished(run, sent)
