@@ -14,8 +14,9 @@ from django.test import Client
 
 from inference.decoding import tier_generate, tier_load, tier_prepare
 from inference.engines import EngineTier, completion_request, engine_generate, engine_tier_load
+from inference.judge import tier_judge
 from inference.policy import policy_load
-from inference.settings import SamplingParams, TierSettings
+from inference.settings import SamplingParams, TierSettings, tier_snapshot
 from rewards import services as reward_services
 from runs import lifecycle, services
 from runs.lifecycle import RunRequest
@@ -338,6 +339,12 @@ def _decode_and_compare(engine: dict, urls: str) -> None:
     )
     assert sample.token_ids == want.token_ids
     assert sample.logprobs == pytest.approx(want.logprobs, abs=1e-4)
+
+    # A model judge on the engine tier answers what the same judge answers on the local tier.
+    messages = [{"role": "user", "content": "Is `return x + 3` right? Answer yes or no."}]
+    params = {"temperature": 0, "max_tokens": 8}
+    verdict = tier_judge(tier_snapshot(tier))("engine", messages, params)
+    assert verdict == tier_judge(tier_snapshot(engine["tier"]))("rollout", messages, params)
 
 
 @pytest.mark.timeout(900)
