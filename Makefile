@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check bench-tiers bench-api bench-traces bench-agents demo-flywheel demo-hack bench-all
+.PHONY: up down demo test lint format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check bench-tiers bench-api bench-traces bench-agents bench-agent-lift demo-flywheel demo-hack bench-all hosts-deps test-hosts
 
 venv: $(INSTALLED)
 
@@ -63,6 +63,19 @@ sandbox-check: venv sandbox-image
 test: venv browser-deps sandbox-image sandbox-image-pytest
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
+
+# iproute2 and socat, what `make test-hosts` simulates hosts with (network namespaces, relays).
+hosts-deps:
+	@command -v ip >/dev/null && command -v socat >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 socat >/dev/null; \
+	  else echo "make test-hosts needs root, iproute2 and socat" >&2; exit 1; fi; }
+
+# Many hosts on this machine (root): web + scheduler, learner, rollout + eval hosts in network
+# namespaces, a GRPO run across them, a rollout host killed and replaced mid-run, the same run on
+# one host for comparison, and a rollout worker grading through a remote Docker engine over TLS.
+# On DATABASE_URL / REDIS_URL when set, like `make test`. Not part of `make test`.
+test-hosts: venv hosts-deps sandbox-image
+	$(PY) -m pytest -q -p no:cacheprovider -o python_files=scale_out.py tests/scale_out.py $(PYTEST_ARGS)
 
 # Screenshots of the run, compare, trajectory and review-queue pages at 1,280 and 1,920 px, light
 # and dark, into docs/screenshots/ (made-up data in the test database; headless Chromium).
@@ -122,6 +135,11 @@ bench-learner-processes: venv
 # Agent episodes: KV-cache reuse across turns vs re-encoding, one sequence per episode vs rows per turn.
 bench-agents: venv
 	$(PY) benchmarks/bench_agents.py
+
+# Agents that learn: the tiny base taught the tool-call protocol (short SFT), then GRPO through the
+# real workers; held-out pass rate, invalid actions and steps before and after, two transcripts.
+bench-agent-lift: venv sandbox-deps
+	$(PY) benchmarks/bench_agent_lift.py
 
 # MLflow is the baseline only: it lives in a venv of its own, never in the project's.
 MLFLOW_VENV ?= /tmp/mlflow-venv

@@ -269,6 +269,9 @@ def main() -> None:
         "FLYWHEEL_HOME": str(folder),
         "FLYWHEEL_REDIS_PORT": str(redis_port),
         "FLYWHEEL_OPS_TOKEN": secrets.token_urlsafe(32),
+        # Capacity, not the per-user budget: one token sends every request. The throttle still
+        # runs its Redis round trip on each request, on both sides.
+        "FLYWHEEL_API_RATE": "100000000/min",
     }
     for name in ("DATABASE_URL", "REDIS_URL"):
         env.pop(name, None)

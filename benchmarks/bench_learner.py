@@ -6,10 +6,15 @@ Like for like, so that the ratio means what it says:
   settings as `manage.py build_base_model` when it is missing, or --model); the bench fails loudly
   when neither learner lifts the base's held-out pass rate (a speed-up where nothing was learned
   counts for nothing);
-- the same items, group size, prompts per step, steps, learning rate, token budget, sampling
-  (temperature 1, top-p 1, top-k pinned off on both), loss (token mean = TRL's `bnpo`, no KL),
-  seed, and grading: both sides score through `workers.rollout.unit_test_scores`, the sandboxed
-  unit tests with identical completions of an item graded once per batch;
+- the same items, group size, prompts per step, steps, optimiser (AdamW, no weight decay),
+  constant learning rate without warm-up, gradient clipping at norm 1, token budget, sampling
+  (temperature 1, top-p 1, top-k pinned off on both), loss (token mean = TRL's `bnpo`, which is
+  its default `dapo` on one process; clip 0.2 both ways; rewards scaled by the group's std; no KL,
+  so no reference model on either side; one optimisation pass per batch, so the old policy's
+  log-probs are the current ones on both), seed, and grading: both sides score through
+  `workers.rollout`'s sandboxed unit tests, identical completions of an item graded once per batch;
+- the same compute per step: TRL's default activation checkpointing (a second forward in the
+  backward pass, to save GPU memory) is off, as it is by default in Flywheel;
 - the same zero-variance policy: TRL learns from every group, so the headline compares Flywheel
   with `skip_zero_variance_groups` off; Flywheel's default (groups whose rewards are all equal are
   skipped: their advantages are zero) is reported beside it;
@@ -20,8 +25,17 @@ Like for like, so that the ratio means what it says:
 - the order alternates over repeats, and the figure is the median of the per-repeat ratios, with
   their range.
 
-Reported per learner: samples/s over the timed span, the mean training reward of the last step,
-and the held-out pass rate of the final weights (greedy, sandboxed). Target: at least 1.5x at equal
+What differs is each product's own machinery: Flywheel decodes a plain Llama through its lean
+decode path (inference/lean_llama.py), lets finished rows leave the batch, prefills a group's
+shared prompt once, and grades each completion while the rest of the batch still decodes; TRL
+runs `transformers`' `generate` and grades after it.
+
+Reported per learner: samples/s over the timed span, the learner process's CPU seconds over it
+(the ratio a machine nobody else loads would show; wall-clock figures on a shared machine move
+with the load, printed beside them), the mean training reward of the last step, and the held-out
+pass rate of the final weights (greedy, sandboxed) on every held-out scalar task the base's corpus
+left out, per repeat and pooled over repeats with its 95 % interval (training noise between seeds
+is larger than that interval: compare the per-repeat figures too). Target: at least 1.5x at equal
 or better held-out pass rate, both above the base.
 
 Run: .venv/bin/python benchmarks/bench_learner.py [--steps 20 --group-size 8 --prompts 4 --repeats 3]
@@ -30,6 +44,7 @@ Prints a table, then one line of JSON.
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -104,13 +119,20 @@ def run_flywheel(model: Path, items: list[dict], args, out: Path, *, skip_zero_v
         skip_zero_variance_groups=skip_zero_variance,
         log_every=1,
     )
-    result = train_grpo(config, items, log=lambda line: threads_checked(args.threads))
+    cpu_ends: list[float] = []
+
+    def step_logged(line: str) -> None:  # logged at the end of every step (log_every=1)
+        threads_checked(args.threads)
+        cpu_ends.append(time.process_time())
+
+    result = train_grpo(config, items, log=step_logged)
     history = result.history
     seconds = history[-1]["seconds"] - history[0]["seconds"]  # from the end of step 1 to the end
     learned = sum(step["learned"] for step in history) / len(history)
     return {
         "seconds": seconds,
         "samples_per_s": samples_per_s(args, seconds),
+        "cpu_seconds": cpu_ends[-1] - cpu_ends[0],
         "last_reward": history[-1]["reward"],
         "learned_per_step": learned,
         "final": out / "final",
@@ -126,11 +148,13 @@ def run_trl(model: Path, items: list[dict], args, out: Path) -> dict:
     by_id = {item["id"]: item for item in items}
     rewards_seen: list[list[float]] = []
     step_ends: list[float] = []
+    cpu_ends: list[float] = []
 
     class StepClock(TrainerCallback):
         def on_step_end(self, args_, state, control, **kwargs):
             threads_checked(args.threads)
             step_ends.append(time.monotonic())
+            cpu_ends.append(time.process_time())
 
     def unit_tests_reward(completions, item_id, **kwargs) -> list[float]:
         """Flywheel's own grading: sandboxed unit tests, identical completions graded once."""
@@ -152,6 +176,10 @@ def run_trl(model: Path, items: list[dict], args, out: Path) -> dict:
         warmup_steps=0,
         weight_decay=0.0,
         max_grad_norm=1.0,
+        # TRL turns activation checkpointing on by default (to save GPU memory); Flywheel's default
+        # is off. Recomputing activations costs a second forward, so leaving TRL's default would
+        # slow it for nothing on this model: both run without.
+        gradient_checkpointing=False,
         per_device_train_batch_size=args.prompts * args.group_size,
         gradient_accumulation_steps=1,
         num_generations=args.group_size,
@@ -186,6 +214,7 @@ def run_trl(model: Path, items: list[dict], args, out: Path) -> dict:
     return {
         "seconds": seconds,
         "samples_per_s": samples_per_s(args, seconds),
+        "cpu_seconds": cpu_ends[-1] - cpu_ends[0],
         "last_reward": sum(last) / len(last),
         "learned_per_step": float(args.prompts * args.group_size),
         "final": out / "final",
@@ -204,9 +233,31 @@ def one_repeat(repeat: int, model: Path, items: list[dict], heldout: list[dict],
     for name in order:
         print(f"repeat {repeat + 1}: {name}", flush=True)
         found = runners[name](scratch / f"{name}-{repeat}")
-        found["heldout_pass_rate"] = pass_rates(policy_load(found.pop("final")), heldout).overall
+        rates = pass_rates(policy_load(found.pop("final")), heldout)
+        found["heldout_pass_rate"] = rates.overall
+        found["heldout_passed"] = round(rates.overall * rates.count)
+        found["heldout_count"] = rates.count
         figures[name] = found
+        print(
+            f"repeat {repeat + 1}: {name}: {found['samples_per_s']:.2f} samples/s, "
+            f"{found['cpu_seconds']:.2f} s of learner-process CPU, held-out {found['heldout_pass_rate']:.3f}",
+            flush=True,
+        )
     return figures
+
+
+def wilson_interval(passed: int, count: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a pass rate.
+
+    >>> [round(bound, 3) for bound in wilson_interval(60, 80)]
+    [0.645, 0.832]
+    """
+    if count == 0:
+        return 0.0, 1.0
+    rate = passed / count
+    centre = (rate + z * z / (2 * count)) / (1 + z * z / count)
+    half = z * math.sqrt(rate * (1 - rate) / count + z * z / (4 * count * count)) / (1 + z * z / count)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def main() -> None:
@@ -220,12 +271,19 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--heldout", type=int, default=80)
+    parser.add_argument(
+        "--heldout",
+        type=int,
+        default=BaseModelConfig.heldout_size,
+        help="the held-out split's size (half of it scalar items, the ones evaluated); the default is "
+        "every task the base model's corpus left out",
+    )
     parser.add_argument(
         "--repeats", type=int, default=3, help="runs with seeds seed..seed+N-1, order alternated"
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the same for both learners)")
     args = parser.parse_args()
+    load_start = os.getloadavg()[0]  # other processes share the CPU: reported beside the figures
     torch.set_num_threads(args.threads)
     sets = demo_task_sets(seed=0, train_size=100_000, heldout_size=args.heldout, kinds=("scalar",))
     heldout = [item for item in sets["heldout"] if item["metadata"]["family"] == "scalar"]
@@ -243,6 +301,9 @@ def main() -> None:
     ratios = sorted(r["flywheel"]["samples_per_s"] / r["trl"]["samples_per_s"] for r in repeats)
     skip_ratios = sorted(r["flywheel_skip"]["samples_per_s"] / r["trl"]["samples_per_s"] for r in repeats)
     ratio = statistics.median(ratios)
+    # The learner process's own CPU over the same span (the sandboxes grade in other processes,
+    # the same work on both sides): what the ratio is on a machine no one else loads.
+    cpu_ratios = sorted(r["trl"]["cpu_seconds"] / r["flywheel"]["cpu_seconds"] for r in repeats)
     header = ("learner", "samples/s", "seconds", "last reward", "held-out", "learned/step")
     print("{:14} {:>10} {:>8} {:>12} {:>9} {:>13}".format(*header))
     for name, f in medians.items():
@@ -255,6 +316,19 @@ def main() -> None:
             f["learned_per_step"],
         )
         print("{:14} {:10.2f} {:8.1f} {:12.3f} {:9.3f} {:13.1f}".format(*row))
+    # Every repeat's held-out verdicts pooled, with the 95 % interval of the pooled rate: how far
+    # apart two held-out figures must be before the difference means anything.
+    pooled = {}
+    for name in names:
+        passed = sum(r[name]["heldout_passed"] for r in repeats)
+        count = sum(r[name]["heldout_count"] for r in repeats)
+        low, high = wilson_interval(passed, count)
+        pooled[name] = {"rate": round(passed / max(1, count), 4), "ci95": [round(low, 3), round(high, 3)]}
+        print(
+            f"{name:14} held-out pooled over repeats {passed}/{count} = {passed / max(1, count):.3f} "
+            f"(95% interval {low:.3f}-{high:.3f})"
+        )
+    base_low, base_high = wilson_interval(round(base_rate * len(heldout)), len(heldout))
     learned = {name: medians[name]["heldout_pass_rate"] > base_rate for name in names}
     skip_ratio = statistics.median(skip_ratios)
     print(
@@ -275,11 +349,25 @@ def main() -> None:
         "repeats": args.repeats,
         "threads": args.threads,
         "device": "cpu",
+        "heldout_items": len(heldout),
         "base_heldout_pass_rate": round(base_rate, 4),
+        "base_heldout_ci95": [round(base_low, 3), round(base_high, 3)],
+        **{f"{name}_heldout_pooled": figures["rate"] for name, figures in pooled.items()},
+        **{f"{name}_heldout_pooled_ci95": figures["ci95"] for name, figures in pooled.items()},
         **{f"{name}_{key}": value for name, figures in medians.items() for key, value in figures.items()},
         "throughput_ratio": round(ratio, 2),
         "throughput_ratio_range": [round(ratios[0], 2), round(ratios[-1], 2)],
         "skip_zero_variance_ratio": round(skip_ratio, 2),
+        "cpu_ratio": round(statistics.median(cpu_ratios), 2),
+        "cpu_ratio_range": [round(cpu_ratios[0], 2), round(cpu_ratios[-1], 2)],
+        "per_repeat": [
+            {
+                name: {"samples_per_s": round(f["samples_per_s"], 2), "heldout": f["heldout_pass_rate"]}
+                for name, f in r.items()
+            }
+            for r in repeats
+        ],
+        "load_average_start_end": [round(load_start, 2), round(os.getloadavg()[0], 2)],
         "target_ratio": TARGET_RATIO,
         "meets_target": ratio >= TARGET_RATIO
         and medians["flywheel"]["heldout_pass_rate"] >= medians["trl"]["heldout_pass_rate"]

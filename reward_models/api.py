@@ -7,7 +7,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from reward_models import selectors, services
+from reward_models import scoring, selectors, services
 from reward_models import serializers as s
 from runs import selectors as run_selectors
 from runs.api.serializers import ProjectFilterSerializer
@@ -122,6 +122,25 @@ class RewardModelVersionCancelView(ApiView):
         return Response(
             s.RewardModelVersionSerializer(services.reward_model_version_cancel(version=version)).data
         )
+
+
+class RewardModelScoreView(ApiView):
+    @extend_schema(
+        request=s.RewardModelScoreSerializer,
+        responses=s.RewardModelScoresSerializer,
+        summary="Score texts ({prompt, completion}) or rank pairs ({prompt, chosen, rejected}) with a "
+        f"trained version, at most {s.SCORE_MAX_ROWS} a request; stores nothing. The model runs in the "
+        "web process, so it needs the edit permission (owners and launchers); a version not trained "
+        "answers 409",
+    )
+    def post(self, request: Request, id: int, number: int) -> Response:
+        reward_model = selectors.reward_model_for(
+            user=request.user, reward_model_id=id, permission=Permission.EDIT
+        )
+        version = selectors.version_of(reward_model=reward_model, number=number)
+        data = self.validated(s.RewardModelScoreSerializer)
+        result = scoring.version_score(version=version, texts=data.get("texts"), pairs=data.get("pairs"))
+        return Response(s.RewardModelScoresSerializer(result).data)
 
 
 class RunRewardModelsView(ApiView):

@@ -12,6 +12,11 @@ urlpatterns = [
         api.RewardModelVersionListView.as_view(),
         name="api-reward-model-versions",
     ),
+    path(
+        "reward-models/<int:id>/versions/<int:number>/score",
+        api.RewardModelScoreView.as_view(),
+        name="api-reward-model-version-score",
+    ),
     path("reward-models/<int:id>/train", api.RewardModelTrainView.as_view(), name="api-reward-model-train"),
     path(
         "reward-model-versions/<int:id>",

@@ -69,6 +69,16 @@ class RewardModelVersion(models.Model):
     steps = models.PositiveIntegerField(default=0)
     path = models.CharField(max_length=500, blank=True, help_text="Where the trained model is saved")
     error = models.TextField(blank=True)
+    checkpoint_step = models.PositiveIntegerField(
+        default=0,
+        help_text="The last checkpoint's step (saved at each epoch's end): a resume starts there",
+    )
+    checkpoint_path = models.CharField(
+        max_length=500, blank=True, help_text="The last checkpoint in the artifact storage"
+    )
+    restarts = models.PositiveIntegerField(
+        default=0, help_text="Times its learner was restarted from the last checkpoint after dying"
+    )
     learner_pid = models.IntegerField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(

@@ -95,3 +95,27 @@ def reward_models_scorer(project_id: int, *, run_id: int | None = None) -> Score
         return loaded_scorer(model_local(version.path)).scores(prompts, completions)
 
     return scorer
+
+
+def version_score(
+    *, version: RewardModelVersion, texts: list[dict] | None = None, pairs: list[dict] | None = None
+):
+    """REST's scoring: raw scores of `texts` ({prompt, completion}), or each pair of `pairs` ranked
+    ({prompt, chosen, rejected}), with the trained version (loaded once per process)."""
+    from runs.services import StateError
+
+    if version.status != RewardModelVersion.Status.SUCCEEDED or not version.path:
+        raise StateError(f"version {version.number} is {version.status}; only a trained version scores")
+    scorer = loaded_scorer(model_local(version.path))
+    out = {"reward_model": version.reward_model_id, "version": version.pk, "number": version.number}
+    if texts is not None:
+        scores = scorer.scores([t["prompt"] for t in texts], [t["completion"] for t in texts])
+        return out | {"scores": scores}
+    prompts = [pair["prompt"] for pair in pairs]
+    both = scorer.scores(prompts + prompts, [p["chosen"] for p in pairs] + [p["rejected"] for p in pairs])
+    chosen, rejected = both[: len(pairs)], both[len(pairs) :]
+    ranked = [
+        {"chosen": c, "rejected": r, "margin": c - r, "prefers_chosen": c > r}
+        for c, r in zip(chosen, rejected, strict=True)
+    ]
+    return out | {"pairs": ranked, "accuracy": sum(p["prefers_chosen"] for p in ranked) / len(ranked)}

@@ -38,6 +38,13 @@ def version_for(
     return version
 
 
+def version_of(*, reward_model: RewardModel, number: int) -> RewardModelVersion:
+    version = reward_model.versions.select_related("reward_model").filter(number=number).first()
+    if version is None:
+        raise Http404(f"reward model {reward_model.name} has no version {number}")
+    return version
+
+
 def versions_of(*, reward_model: RewardModel) -> QuerySet[RewardModelVersion]:
     return reward_model.versions.select_related("task_set_version__task_set").order_by("-number")
 

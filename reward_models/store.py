@@ -24,6 +24,11 @@ def log_path(version_id: int, key) -> Path:
     return path
 
 
+def checkpoint_prefix(version_id: int, key, step: int) -> str:
+    """A training checkpoint's name in the artifact storage (what a resumed learner fetches)."""
+    return f"reward_models/{version_id}-{key}/checkpoint-{step}"
+
+
 def model_publish(version_id: int, key, local: Path) -> str:
     """Upload the trained model; returns its name in the artifact storage (the version's path)."""
     prefix = f"reward_models/{version_id}-{key}/model"

@@ -1,17 +1,20 @@
 """Reward-model pages: a project's reward models (and a form to add one), one model with its
 versions (and a form to train the next), one version with its held-out pair accuracy, its training
-curve and the runs that used it. Roles as in REST: reading needs VIEW, creating and training EDIT."""
+curve (live while it trains: the page polls its progress) and the runs that used it. Roles as in
+REST: reading needs VIEW, creating and training EDIT."""
 
 import json
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from reward_models import selectors, services
+from reward_models.progress import version_progress
 from runs import selectors as run_selectors
 from runs.models import TaskSetVersion, Tier
 from runs.roles import Permission
@@ -123,8 +126,25 @@ def reward_model_version(request: HttpRequest, version_id: int) -> HttpResponse:
         "reward_model": version.reward_model,
         "runs": selectors.runs_using(version=version)[:50],
         "history": version.history[-200:],
+        "progress": version_progress(version, since=version.step),
+        "live": {
+            "url": reverse("reward-model-version-progress", args=[version.pk]),
+            "terminal": version.is_terminal,
+        },
     }
     return render(request, "reward_models/version_detail.html", context)
+
+
+@login_required
+@require_GET
+def reward_model_version_progress(request: HttpRequest, version_id: int) -> JsonResponse:
+    """What the version's page polls while it trains (`?since=STEP`: only the steps after it)."""
+    version = selectors.version_for(user=request.user, version_id=version_id)
+    try:
+        since = max(0, int(request.GET.get("since", "0")))
+    except ValueError:
+        return JsonResponse({"error": {"param": "since", "message": "must be a step number"}}, status=400)
+    return JsonResponse(version_progress(version, since=since))
 
 
 @login_required

@@ -33,7 +33,6 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
 from rest_framework.request import Request
-from rest_framework.throttling import UserRateThrottle
 
 from inference import openai_protocol as protocol
 from inference.openai_protocol import OpenAIError
@@ -41,6 +40,7 @@ from inference.settings import TierSettings
 from runs import served_models
 from webapp import strict_json
 from webapp.api_auth import BearerTokenAuthentication
+from webapp.throttling import RedisRateThrottle
 
 logger = logging.getLogger(__name__)
 View = Callable[..., Awaitable[HttpResponse]]
@@ -92,7 +92,7 @@ def caller(request: HttpRequest) -> AbstractBaseUser:
     """The authenticated caller, within the REST API's per-user rate (FLYWHEEL_API_RATE, one
     budget for both): an OpenAI 429 past it."""
     user = _authenticated(request)
-    throttle = UserRateThrottle()
+    throttle = RedisRateThrottle()
     checked = Request(request)
     checked.user = user
     if not throttle.allow_request(checked, None):

@@ -34,8 +34,9 @@ _clients: dict[str, object] = {}
 _clients_lock = threading.Lock()
 
 
-def docker_client(docker_host: str):
-    """One client per engine address, shared by the sandboxes of this process."""
+def docker_client(docker_host: str, cert_path: str = ""):
+    """One client per engine address, shared by the sandboxes of this process; with `cert_path`,
+    over TLS: this client's certificate is shown, and the engine's verified against ca.pem."""
     try:
         import docker
     except ImportError:
@@ -43,16 +44,59 @@ def docker_client(docker_host: str):
             "the docker Python SDK is missing: pip install -r requirements.txt"
         ) from None
     with _clients_lock:
-        if docker_host not in _clients:
+        if (docker_host, cert_path) not in _clients:
+            tls = docker_tls(cert_path) if cert_path else None
             try:
-                client = docker.DockerClient(base_url=docker_host, timeout=30)
+                if tls is None:
+                    client = docker.DockerClient(base_url=docker_host, timeout=30)
+                else:
+                    client = docker_client_tls(docker_host, tls)
                 client.ping()
             except Exception as exc:  # noqa: BLE001  (any failure to reach the engine is the same to callers)
                 raise InfrastructureError(
-                    f"no Docker engine answers at {docker_host} ({exc}): run `make sandbox-deps`"
+                    f"no Docker engine answers at {docker_host}{' over TLS' if tls else ''} ({exc}):"
+                    " run `make sandbox-deps`"
                 ) from None
-            _clients[docker_host] = client
-        return _clients[docker_host]
+            _clients[docker_host, cert_path] = client
+        return _clients[docker_host, cert_path]
+
+
+def docker_client_tls(docker_host: str, tls):
+    """A client that verifies the engine against ca.pem alone: requests would take
+    REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE over it where either is set (psf/requests#3829), so the
+    client ignores the environment, from its first request on (the API version it asks for)."""
+    import docker
+    from docker.constants import MINIMUM_DOCKER_API_VERSION
+
+    clients = []
+    for version in (MINIMUM_DOCKER_API_VERSION, None):
+        client = docker.DockerClient(
+            docker_host, tls=tls, timeout=30, version=version or clients[0].version()["ApiVersion"]
+        )
+        client.api.trust_env = False
+        clients.append(client)
+    clients[0].close()
+    return clients[1]
+
+
+def docker_tls(cert_path: str):
+    """The TLS settings for a remote engine from a folder laid out as the docker CLI's."""
+    import docker.tls
+
+    folder = Path(cert_path)
+    names = ("ca.pem", "cert.pem", "key.pem")
+    missing = [name for name in names if not (folder / name).is_file()]
+    if missing:
+        raise InfrastructureError(
+            f"FLYWHEEL_SANDBOX_DOCKER_CERT_PATH {cert_path}: no {', '.join(missing)} there (the engine's"
+            " CA certificate, this client's certificate and its key)"
+        )
+    ca, cert, key = (str(folder / name) for name in names)
+    return docker.tls.TLSConfig(client_cert=(cert, key), ca_cert=ca, verify=True)
+
+
+def engine_client(settings: SandboxSettings):
+    return docker_client(settings.docker_host, settings.docker_cert_path)
 
 
 def docker_image_check(settings: SandboxSettings, image: str) -> None:
@@ -60,7 +104,7 @@ def docker_image_check(settings: SandboxSettings, image: str) -> None:
     import docker.errors
 
     try:
-        docker_client(settings.docker_host).images.get(image)
+        engine_client(settings).images.get(image)
     except docker.errors.ImageNotFound:
         raise InfrastructureError(f"sandbox image {image} is missing: run `make sandbox-image`") from None
 
@@ -78,7 +122,7 @@ class DockerSandbox(Sandbox):
         self.control_dir: Path | None = None
 
     def _launch(self) -> Transport:
-        client = docker_client(self.settings.docker_host)
+        client = engine_client(self.settings)
         docker_image_check(self.settings, self.image)
         docker_sweep_once(self.settings)
         self.lease = uid_claim(base=self.settings.uid_base, state_dir=self.settings.state_dir)
@@ -217,7 +261,7 @@ def docker_sweep_once(settings: SandboxSettings) -> None:
 
 def docker_sweep(settings: SandboxSettings) -> int:
     """Remove sandbox containers left behind by processes that died; returns how many."""
-    client = docker_client(settings.docker_host)
+    client = engine_client(settings)
     removed = 0
     for container in client.containers.list(all=True, filters={"label": LABEL}):
         if container.status != "running":

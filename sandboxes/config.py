@@ -10,6 +10,8 @@ DEFAULTS = {
     "FLYWHEEL_SANDBOX_BACKEND": "bubblewrap",
     "FLYWHEEL_SANDBOX_IMAGE": "flywheel-sandbox:latest",
     "FLYWHEEL_SANDBOX_DOCKER_HOST": "",  # empty: DOCKER_HOST, else the engine's default socket
+    # A tcp:// engine over TLS: ca.pem, cert.pem, key.pem (empty: DOCKER_CERT_PATH if DOCKER_TLS_VERIFY)
+    "FLYWHEEL_SANDBOX_DOCKER_CERT_PATH": "",
     "FLYWHEEL_SANDBOX_BWRAP": "/usr/bin/bwrap",
     "FLYWHEEL_SANDBOX_PYTHON": "/usr/bin/python3",
     "FLYWHEEL_SANDBOX_POOL_MAX": str(2 * (os.cpu_count() or 1)),
@@ -63,6 +65,7 @@ class SandboxSettings:
     state_dir: str
     cgroups: str = "auto"  # bubblewrap: a cgroup per sandbox where the host allows ("auto"), or "off"
     seccomp: str = "on"  # Flywheel's seccomp filter in every sandbox ("on"), or "off"
+    docker_cert_path: str = ""  # a remote engine's TLS files; empty: no TLS
 
 
 def sandbox_settings() -> SandboxSettings:
@@ -81,7 +84,17 @@ def sandbox_settings() -> SandboxSettings:
         state_dir=setting("FLYWHEEL_SANDBOX_STATE_DIR"),
         cgroups=cgroup_mode(),
         seccomp=seccomp_mode(),
+        docker_cert_path=docker_cert_path(),
     )
+
+
+def docker_cert_path() -> str:
+    """The folder of the TLS files for a remote engine, as the docker CLI finds it: the setting,
+    else DOCKER_CERT_PATH (default ~/.docker) when DOCKER_TLS_VERIFY is set; empty: no TLS."""
+    path = setting("FLYWHEEL_SANDBOX_DOCKER_CERT_PATH")
+    if path or not os.environ.get("DOCKER_TLS_VERIFY"):
+        return path
+    return os.environ.get("DOCKER_CERT_PATH") or os.path.expanduser("~/.docker")
 
 
 def cgroup_mode() -> str:

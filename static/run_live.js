@@ -13,7 +13,7 @@
   // is only there when the learner reports it).
   var CHARTS = [
     { id: "reward", title: "Reward (mean, min–max band, ± std)", match: function (n) { return n === "reward/mean"; } },
-    { id: "components", title: "Sub-rewards", match: function (n) { return /^reward\//.test(n) && !/^reward\/(mean|std|min|max)$/.test(n); } },
+    { id: "components", title: "Sub-rewards (train, and held-out per grader)", match: function (n) { return /^(heldout\/)?reward\//.test(n) && !/^reward\/(mean|std|min|max)$/.test(n); } },
     { id: "pass-rate", title: "Pass rate (train and held-out)", match: function (n) { return n === "train/pass_rate" || /^heldout\/pass_rate/.test(n); } },
     { id: "kl", title: "KL", match: function (n) { return n === "learner/kl"; } },
     { id: "entropy", title: "Entropy", match: function (n) { return n === "learner/entropy"; } },

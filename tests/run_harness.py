@@ -9,9 +9,11 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 from django.conf import settings
 from django.db import connection
@@ -22,6 +24,7 @@ from runs.demo_tasks import demo_task_sets
 from runs.models import Run
 from tests.conftest import make_project, make_user
 from webapp.stack import solo_worker_argv
+from webapp.web_server import web_argv
 from workers.base_model import BaseModelConfig, base_model_build
 
 RUN_TIMEOUT_SECONDS = 300
@@ -74,15 +77,23 @@ def worker_env(**extra: str) -> dict[str, str]:
 
 
 class Host:
-    """A set of processes standing for one machine: killing the host kills all of them."""
+    """A set of processes standing for one machine: killing the host kills all of them.
+
+    Fixtures start a host's processes inside `with hosts_killed(...)` (or a try/finally), so a
+    pytest-timeout that fires while a worker is still starting kills what was started: a fixture
+    whose set-up fails never runs the code after its yield."""
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
         self.processes: list[subprocess.Popen] = []
 
+    def argv(self, argv: list[str]) -> list[str]:
+        """The command line that runs `argv` on this host (a subclass runs it elsewhere)."""
+        return argv
+
     def worker(self, queues: str) -> subprocess.Popen:
         name = f"{queues.replace(',', '-')}-{uuid.uuid4().hex[:6]}@test"
-        argv = solo_worker_argv(queues, name)
+        argv = self.argv(solo_worker_argv(queues, name))
         process = subprocess.Popen(
             argv,
             cwd=settings.BASE_DIR,
@@ -116,10 +127,19 @@ class Host:
         ]
         return self._start(argv, log=folder / "beat.log")
 
+    def web(self, folder: Path, *, bind: str, port: int) -> subprocess.Popen:
+        """The web server (one uvicorn process); returns once its /healthz says healthy: the database,
+        Redis and a worker for every queue answer (start the workers first)."""
+        argv = web_argv(python=sys.executable, bind=bind, port=port, workers=1)
+        process = self._start(argv, log=folder / "web.log")
+        url = f"http://{bind}:{port}"
+        wait_until(lambda: web_answers(f"{url}/healthz"), f"the web server at {url}", timeout=120)
+        return process
+
     def _start(self, argv: list[str], log: Path) -> subprocess.Popen:
         with open(log, "ab") as output:
             process = subprocess.Popen(
-                argv,
+                self.argv(argv),
                 cwd=settings.BASE_DIR,
                 env=self.env,
                 start_new_session=True,
@@ -142,6 +162,25 @@ class Host:
         for process in self.processes:
             process.wait(timeout=30)
         self.processes.clear()
+
+
+@contextmanager
+def hosts_killed(*hosts: Host) -> Iterator[None]:
+    """Kill every host on the way out, whatever raised (a timeout while a worker starts too), and
+    every one of them even if killing another fails."""
+    try:
+        yield
+    finally:
+        with ExitStack() as stack:
+            for host in hosts:
+                stack.callback(host.kill)
+
+
+def web_answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2, trust_env=False).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def learner_kill(run: Run) -> None:

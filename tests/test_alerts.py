@@ -133,14 +133,13 @@ def test_the_run_page_sets_a_monitor_to_pause(client, lab):
 
 @pytest.fixture
 def hosts():
-    from tests.run_harness import Host, worker_env
+    from tests.run_harness import Host, hosts_killed, worker_env
 
     learner_host, rollout_host = Host(worker_env()), Host(worker_env())
-    learner_host.worker("learner")
-    rollout_host.worker("rollout,eval")
-    yield
-    learner_host.kill()
-    rollout_host.kill()
+    with hosts_killed(learner_host, rollout_host):
+        learner_host.worker("learner")
+        rollout_host.worker("rollout,eval")
+        yield
 
 
 @pytest.mark.django_db(transaction=True)

@@ -12,7 +12,7 @@ from rewards import services as reward_services
 from runs import services
 from runs.models import Run, Trajectory
 from tests.conftest import api_client_for, make_project, make_user
-from tests.run_harness import Host, run_body, tiny_model, wait_for_terminal, worker_env
+from tests.run_harness import Host, hosts_killed, run_body, tiny_model, wait_for_terminal, worker_env
 from tests.test_code_formats import FIRST_TEST, LINES
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,10 +49,10 @@ def formats_project(model) -> dict:
 @pytest.fixture
 def host():
     host = Host(worker_env())
-    host.worker("learner")
-    host.worker("rollout,eval")
-    yield host
-    host.kill()
+    with hosts_killed(host):
+        host.worker("learner")
+        host.worker("rollout,eval")
+        yield host
 
 
 def test_a_grpo_run_stores_and_shows_each_tests_outcome_in_every_format(tiny_model, host):

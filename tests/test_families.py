@@ -21,7 +21,7 @@ from runs.models import MetricPoint, Run, TierEvaluation, Trajectory
 from runs.run_store import policy_dir
 from tests.conftest import make_project, make_user
 from tests.model_families import FAMILIES, family_model_save
-from tests.run_harness import Host, wait_until, worker_env
+from tests.run_harness import Host, hosts_killed, wait_until, worker_env
 from workers.learners.common import SequenceBatch, budget_groups, learner_create, sequence_batch
 from workers.learners.grpo import GRPOBatch, GRPOConfig, learn_on_batch
 
@@ -42,11 +42,10 @@ def hosts(django_db_setup, django_db_blocker):
     may be active at once."""
     env = worker_env(FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS="3", FLYWHEEL_LEARNER_CONCURRENCY="3")
     learner_host, rollout_host = Host(env), Host(env)
-    learner_host.worker("learner")
-    rollout_host.worker("rollout,eval")
-    yield
-    learner_host.kill()
-    rollout_host.kill()
+    with hosts_killed(learner_host, rollout_host):
+        learner_host.worker("learner")
+        rollout_host.worker("rollout,eval")
+        yield
 
 
 def family_items() -> list[dict]:

@@ -16,6 +16,7 @@ from tests.conftest import api_client_for
 from tests.run_harness import (
     Host,
     demo_project,
+    hosts_killed,
     run_body,
     tiny_model,
     wait_for_terminal,
@@ -30,11 +31,10 @@ __all__ = ["tiny_model"]
 @pytest.fixture
 def hosts():
     learner_host, rollout_host = Host(worker_env()), Host(worker_env())
-    learner_host.worker("learner")
-    rollout_host.worker("rollout,eval")
-    yield learner_host, rollout_host
-    learner_host.kill()
-    rollout_host.kill()
+    with hosts_killed(learner_host, rollout_host):
+        learner_host.worker("learner")
+        rollout_host.worker("rollout,eval")
+        yield learner_host, rollout_host
 
 
 # A graded reward (the tiny model rarely passes unit tests): every group has some variance to learn from.

@@ -17,6 +17,7 @@ from tests.conftest import api_client_for
 from tests.run_harness import (
     Host,
     demo_project,
+    hosts_killed,
     run_body,
     tiny_model,
     wait_for_terminal,
@@ -121,8 +122,8 @@ def test_a_version_trains_in_a_learner_process_and_reports_held_out_pair_accurac
         "/api/v1/reward-models", {"project": setup["project"].pk, "name": "prefs"}, format="json"
     )
     host = Host(worker_env())
-    host.worker("learner")
-    try:
+    with hosts_killed(host):
+        host.worker("learner")
         response = client.post(
             f"/api/v1/reward-models/{created.json()['id']}/train",
             {
@@ -138,8 +139,6 @@ def test_a_version_trains_in_a_learner_process_and_reports_held_out_pair_accurac
         wait_until(
             lambda: RewardModelVersion.objects.get(pk=version_id).is_terminal, "the reward model's training"
         )
-    finally:
-        host.kill()
     version = RewardModelVersion.objects.get(pk=version_id)
     assert version.status == "succeeded", version.error
     assert (version.train_pairs, version.heldout_pairs, version.step, version.steps) == (32, 16, 24, 24)
@@ -190,25 +189,32 @@ def trained_version(setup: dict, tiny_model: Path, folder: Path) -> RewardModelV
 def test_grpo_against_a_reward_model_raises_its_score_and_the_run_links_the_version(tiny_model, tmp_path):
     setup = with_pairs(demo_project(tiny_model, train_size=16, heldout_size=4))
     version = trained_version(setup, tiny_model, tmp_path)
+    # The reward model's score is the reward; the unit tests run beside it with no weight, so the
+    # held-out evaluation reports each grader's mean (the real pass rate beside the learned score).
+    spec = {
+        "type": "multi",
+        "name": "learned",
+        "graders": {
+            "rm": {"type": "reward_model", "name": "rm", "model": "prefs"},
+            "tests": {"type": "unit_tests", "name": "tests", "score": "all_pass"},
+        },
+        "calculate_output": "rm",
+    }
     rule = reward_services.reward_rule_create(
-        project=setup["project"],
-        name="learned",
-        spec={"type": "reward_model", "name": "rm", "model": "prefs"},
-        by=setup["owner"],
+        project=setup["project"], name="learned", spec=spec, by=setup["owner"]
     )
     steps = 10
     body = run_body(setup, steps=steps, learning_rate=0.01, eval_every=steps, checkpoint_every=steps)
     body["reward_rule_version"] = rule.versions.get().pk
     hosts = [Host(worker_env()), Host(worker_env())]
-    hosts[0].worker("learner")
-    hosts[1].worker("rollout,eval")
-    try:
+    with hosts_killed(*hosts):
+        hosts[0].worker("learner")
+        hosts[1].worker("rollout,eval")
         response = api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json")
         assert response.status_code == 201, response.json()
         run = wait_for_terminal(response.json()["id"])
-    finally:
-        for host in hosts:
-            host.kill()
+        evaluated = MetricPoint.objects.filter(run=run, name="heldout/reward/tests", step__in=(0, steps))
+        wait_until(lambda: evaluated.count() == 2, "the held-out evaluations before and after")
     assert run.status == Run.Status.SUCCEEDED, run.error
     rewards = list(
         MetricPoint.objects.filter(run=run, name="reward/mean")
@@ -218,6 +224,15 @@ def test_grpo_against_a_reward_model_raises_its_score_and_the_run_links_the_vers
     assert len(rewards) == steps
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
     assert last > first, rewards
+    for step in (0, steps):
+        held = dict(
+            MetricPoint.objects.filter(run=run, step=step, name__startswith="heldout/reward").values_list(
+                "name", "value"
+            )
+        )
+        assert set(held) == {"heldout/reward", "heldout/reward/rm", "heldout/reward/tests"}, held
+        assert held["heldout/reward"] == pytest.approx(held["heldout/reward/rm"])
+        assert 0.0 <= held["heldout/reward/tests"] <= 1.0
     assert list(RunRewardModel.objects.filter(run=run).values_list("version", flat=True)) == [version.pk]
     uses = api_client_for(setup["owner"]).get(f"/api/v1/runs/{run.pk}/reward-models").json()["results"]
     assert [(use["reward_model_name"], use["number"]) for use in uses] == [("prefs", 1)]

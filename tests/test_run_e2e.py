@@ -13,6 +13,7 @@ from tests.conftest import api_client_for
 from tests.run_harness import (
     Host,
     demo_project,
+    hosts_killed,
     run_body,
     tiny_model,
     wait_for_terminal,
@@ -27,11 +28,10 @@ __all__ = ["tiny_model"]
 @pytest.fixture
 def hosts():
     learner_host, rollout_host = Host(worker_env()), Host(worker_env())
-    learner_host.worker("learner")
-    rollout_host.worker("rollout,eval")
-    yield learner_host, rollout_host
-    learner_host.kill()
-    rollout_host.kill()
+    with hosts_killed(learner_host, rollout_host):
+        learner_host.worker("learner")
+        rollout_host.worker("rollout,eval")
+        yield learner_host, rollout_host
 
 
 def test_a_run_submitted_over_rest_trains_through_real_workers_and_succeeds(tiny_model, hosts):
@@ -142,11 +142,10 @@ def spare_learners(worker) -> list[psutil.Process]:
 def test_runs_start_on_the_spare_learner_their_worker_keeps_loaded(tiny_model):
     """A learner worker loads a spare learner when it starts, and another after each learner: each
     run's learner is that process, which skips the seconds of loading Python, Django and torch."""
-    host = Host(worker_env())
-    worker = host.worker("learner")
-    rollout_host = Host(worker_env())
-    rollout_host.worker("rollout,eval")
-    try:
+    host, rollout_host = Host(worker_env()), Host(worker_env())
+    with hosts_killed(host, rollout_host):
+        worker = host.worker("learner")
+        rollout_host.worker("rollout,eval")
         wait_until(lambda: len(spare_learners(worker)) == 1, "a spare learner loaded at start", timeout=60)
         (at_start,) = spare_learners(worker)
         setup = demo_project(tiny_model)
@@ -161,9 +160,6 @@ def test_runs_start_on_the_spare_learner_their_worker_keeps_loaded(tiny_model):
         (after_first,) = spare_learners(worker)
         second = wait_for_terminal(client.post("/api/v1/runs", sft_body(setup), format="json").json()["id"])
         assert (second.status, second.learner_pid) == (Run.Status.SUCCEEDED, after_first.pid), second.error
-    finally:
-        host.kill()
-        rollout_host.kill()
 
 
 def mapped_files(process) -> set[str]:

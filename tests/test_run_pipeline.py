@@ -7,7 +7,15 @@ from django.db.models import Count
 
 from runs.models import MetricPoint, RolloutBatch, Run, Trajectory
 from tests.conftest import api_client_for
-from tests.run_harness import Host, demo_project, run_body, tiny_model, wait_for_terminal, worker_env
+from tests.run_harness import (
+    Host,
+    demo_project,
+    hosts_killed,
+    run_body,
+    tiny_model,
+    wait_for_terminal,
+    worker_env,
+)
 from workers.run_learner import batch_parts
 
 __all__ = ["tiny_model"]
@@ -29,11 +37,10 @@ def test_without_a_batch_size_a_step_makes_one_batch_per_rollout_process(setting
 def hosts():
     env = worker_env(FLYWHEEL_ROLLOUT_BATCH_ITEMS="1")
     learner_host, rollout_host = Host(env), Host(env)
-    learner_host.worker("learner")
-    rollout_host.worker("rollout,eval")
-    yield learner_host, rollout_host
-    learner_host.kill()
-    rollout_host.kill()
+    with hosts_killed(learner_host, rollout_host):
+        learner_host.worker("learner")
+        rollout_host.worker("rollout,eval")
+        yield learner_host, rollout_host
 
 
 def metric_by_step(run: Run, name: str) -> dict[int, float]:

@@ -110,6 +110,27 @@ def test_runs_are_listed_newest_first_with_queue_positions_and_filtered(lab):
     assert client.get(f"/api/v1/runs/{low.pk}").json()["queue_position"] == 2
 
 
+def test_a_page_of_runs_costs_the_same_queries_however_many_and_reads_no_configuration(lab):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = api_client_for(lab["viewer"])
+
+    def listed() -> list[str]:
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get("/api/v1/runs?limit=20").status_code == 200
+        return [query["sql"] for query in queries.captured_queries]
+
+    make_run(lab, name="one")
+    listed()  # the token's first use is recorded (an UPDATE), once
+    one = listed()
+    for n in range(5):
+        make_run(lab, name=f"more {n}")
+    assert len(listed()) == len(one)  # no query per run
+    page_query = next(sql for sql in one if 'FROM "runs_run"' in sql and "ORDER BY" in sql)
+    assert '"resolved"' not in page_query and '"hyperparameters"' not in page_query
+
+
 def test_a_failed_run_says_why_and_where(lab):
     run = lifecycle.run_fail(run=make_run(lab), message="CUDA out of memory", where="learner step 3")
     body = api_client_for(lab["viewer"]).get(f"/api/v1/runs/{run.pk}").json()

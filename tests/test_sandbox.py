@@ -24,7 +24,7 @@ from sandbox_fixtures import (  # noqa: F401
     sandbox,
 )
 
-from sandboxes.backend_docker import DockerSandbox
+from sandboxes.backend_docker import DockerSandbox, docker_client
 from sandboxes.channel import DockerAttachTransport
 from sandboxes.config import sandbox_settings
 from sandboxes.interface import InfrastructureError, Outcome, SandboxPathError, SandboxSpec, StopReason
@@ -340,6 +340,26 @@ def test_the_seccomp_filter_is_what_refuses_the_kernel_keyring(backend, settings
             assert sandbox.run_python(probe).stdout == expected
     finally:
         pool.close()
+
+
+def test_a_remote_engine_takes_its_tls_files_from_the_setting_else_from_dockers_own_variables(
+    settings, monkeypatch
+):
+    settings.FLYWHEEL_SANDBOX_DOCKER_CERT_PATH = ""
+    monkeypatch.setenv("DOCKER_CERT_PATH", "/etc/docker-tls")
+    monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
+    assert sandbox_settings().docker_cert_path == ""  # as the docker CLI: no DOCKER_TLS_VERIFY, no TLS
+    monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
+    assert sandbox_settings().docker_cert_path == "/etc/docker-tls"
+    settings.FLYWHEEL_SANDBOX_DOCKER_CERT_PATH = "/etc/flywheel/docker-tls"
+    assert sandbox_settings().docker_cert_path == "/etc/flywheel/docker-tls"
+
+
+def test_a_tls_folder_without_its_files_is_refused_naming_the_missing_ones(tmp_path):
+    (tmp_path / "ca.pem").write_text("not used")
+    missing = f"FLYWHEEL_SANDBOX_DOCKER_CERT_PATH {tmp_path}: no cert.pem, key.pem there"
+    with pytest.raises(InfrastructureError, match=missing):
+        docker_client("tcp://127.0.0.1:2376", str(tmp_path))
 
 
 def test_an_unknown_seccomp_setting_is_refused(settings):

@@ -13,6 +13,7 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONCE, NONE, SELF
 
+from webapp.artifact_storage import folder_storage, s3_storage
 from webapp.web_server import default_web_workers
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -216,20 +217,11 @@ FLYWHEEL_ARTIFACTS_S3_BUCKET = env_str("FLYWHEEL_ARTIFACTS_S3_BUCKET", "")
 FLYWHEEL_ARTIFACTS_S3_ENDPOINT = env_str("FLYWHEEL_ARTIFACTS_S3_ENDPOINT", "")
 FLYWHEEL_ARTIFACT_CACHE_VERSIONS = env_int("FLYWHEEL_ARTIFACT_CACHE_VERSIONS", 6)
 if FLYWHEEL_ARTIFACTS_S3_BUCKET:
-    ARTIFACTS_STORAGE = {
-        "BACKEND": "storages.backends.s3.S3Storage",
-        "OPTIONS": {
-            "bucket_name": FLYWHEEL_ARTIFACTS_S3_BUCKET,
-            "endpoint_url": FLYWHEEL_ARTIFACTS_S3_ENDPOINT or None,
-            "location": "flywheel",
-            "file_overwrite": True,
-        },
-    }
+    ARTIFACTS_STORAGE = s3_storage(
+        bucket=FLYWHEEL_ARTIFACTS_S3_BUCKET, endpoint=FLYWHEEL_ARTIFACTS_S3_ENDPOINT
+    )
 else:
-    ARTIFACTS_STORAGE = {
-        "BACKEND": "django.core.files.storage.FileSystemStorage",
-        "OPTIONS": {"location": str(FLYWHEEL_ARTIFACTS_DIR)},
-    }
+    ARTIFACTS_STORAGE = folder_storage(str(FLYWHEEL_ARTIFACTS_DIR))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -329,6 +321,7 @@ FLYWHEEL_WEBHOOK_ALLOW_PRIVATE = env_bool("FLYWHEEL_WEBHOOK_ALLOW_PRIVATE", Fals
 FLYWHEEL_SANDBOX_BACKEND = env_str("FLYWHEEL_SANDBOX_BACKEND", "bubblewrap")
 FLYWHEEL_SANDBOX_IMAGE = env_str("FLYWHEEL_SANDBOX_IMAGE", "flywheel-sandbox:latest")
 FLYWHEEL_SANDBOX_DOCKER_HOST = env_str("FLYWHEEL_SANDBOX_DOCKER_HOST", "")
+FLYWHEEL_SANDBOX_DOCKER_CERT_PATH = env_str("FLYWHEEL_SANDBOX_DOCKER_CERT_PATH", "")
 FLYWHEEL_SANDBOX_BWRAP = env_str("FLYWHEEL_SANDBOX_BWRAP", "/usr/bin/bwrap")
 FLYWHEEL_SANDBOX_PYTHON = env_str("FLYWHEEL_SANDBOX_PYTHON", "/usr/bin/python3")
 FLYWHEEL_SANDBOX_POOL_MAX = env_int("FLYWHEEL_SANDBOX_POOL_MAX", 2 * (os.cpu_count() or 1))
@@ -387,7 +380,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "webapp.api.error_handler",
-    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["webapp.throttling.RedisRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"user": FLYWHEEL_API_RATE},
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [

@@ -30,6 +30,27 @@ from workers.learners.common import spans_batch
 SOLUTION, TESTS = "solution.py", "test_solution.py"
 SYSTEM = "Fix the code."
 CONTEXT = 1024  # positions the taught model attends over (the base model's 256 are too few)
+# Strings of the text protocol added to a small tokenizer as tokens of their own (tool-calling models
+# ship theirs; a byte-level BPE trained on code spells a call in ~100 tokens, in ~25 with these).
+PROTOCOL_TOKENS = (
+    '<tool_call>{"name": "',
+    '", "arguments": {',
+    "}}</tool_call>",
+    '"path": "',
+    '"content": "',
+    '<tool_result name="',
+    "</tool_result>",
+    "read_file",
+    "write_file",
+    "run_tests",
+    "submit",
+    SOLUTION,
+    "\\n    return ",
+    '\\n"',
+)
+# How often the expert's fix is right, by the task's phrase (demo_tasks.PHRASES): otherwise it
+# writes the file back unchanged (the constant still off by one), as the corpus's slip would.
+EXPERT_RIGHT = (0.9, 0.5, 0.5, 0.5)
 
 
 def agent_item(spec: demo_tasks.TaskSpec, *, slip: int = 1) -> dict:
@@ -76,6 +97,36 @@ def expert_actions(item: dict, constant_error: int = 0, *, mistake: bool = False
         call("submit"),
     ]
     return ([call("read_file")] if mistake else []) + actions
+
+
+def expert_plans(
+    items: list[dict], *, seed: int, right=EXPERT_RIGHT, mistakes: float = 0.2
+) -> list[list[str]]:
+    """Each item's expert actions: the fix right at its phrase's rate in `right` (else the file
+    written back unchanged), and a share `mistakes` of episodes opening with an invalid call."""
+    rng = random.Random(seed)
+    plans = []
+    for item in items:
+        error = 0 if rng.random() < right[item["metadata"]["phrase"]] else 1
+        plans.append(expert_actions(item, error, mistake=rng.random() < mistakes))
+    return plans
+
+
+def protocol_tokens_add(model, tokenizer) -> int:
+    """Give the protocol's strings tokens of their own; each new embedding starts as the mean of
+    the embeddings of the tokens that spelled it. How many were added."""
+    spelled = {text: tokenizer(text, add_special_tokens=False)["input_ids"] for text in PROTOCOL_TOKENS}
+    added = tokenizer.add_tokens([text for text in PROTOCOL_TOKENS if len(spelled[text]) > 1])
+    if not added:
+        return 0
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    weights = model.get_input_embeddings().weight
+    with torch.no_grad():
+        for text, ids in spelled.items():
+            token = tokenizer.convert_tokens_to_ids(text)
+            if len(ids) > 1 and token is not None and token >= weights.shape[0] - added:
+                weights[token] = weights[ids].mean(dim=0)
+    return added
 
 
 def spec_of(item: dict) -> demo_tasks.TaskSpec:
@@ -185,12 +236,17 @@ def agent_teach(
     batch_size: int = 8,
     learning_rate: float = 2e-3,
     seed: int = 0,
+    protocol_tokens: bool = False,
     log=print,
 ) -> TeachReport:
-    """Fine-tune the model at `source` on the episodes' assistant turns; save it to `target`."""
+    """Fine-tune the model at `source` on the episodes' assistant turns; save it to `target`.
+    `protocol_tokens` first adds the protocol's strings to the tokenizer (`protocol_tokens_add`)."""
     started = time.monotonic()
+    torch.manual_seed(seed)
     policy = policy_load(source)
     model, tokenizer = policy.model, policy.tokenizer
+    if protocol_tokens:
+        protocol_tokens_add(model, tokenizer)
     model.config.max_position_embeddings = max(CONTEXT, int(model.config.max_position_embeddings))
     sequences, spans = teach_sequences(tokenizer, episodes)
     rng = random.Random(seed)

@@ -1,31 +1,44 @@
 """Training a reward-model version: a learner process of its own (`python manage.py
-train_reward_model VERSION_ID`), started and waited for by a Celery task on the learner queue, like a
-run's learner (never a long loop inside a task body).
+train_reward_model VERSION_ID`), started and supervised by a Celery task on the learner queue
+(workers/reward_model_supervisor.py), like a run's learner.
 
 The process reads the version's pairs (the task-set version's train split; its held-out split, or a
 seeded share of the train pairs when that has none), measures held-out pair accuracy with the fresh
 head (the baseline), trains with the Bradley–Terry loss (workers/learners/reward_model.py), writes
-each step's loss and accuracy to the version, stops at a cancel, measures held-out and train
+each step's loss, accuracy and epoch to the version, stops at a cancel, measures held-out and train
 accuracy again, and saves the model (to a partial folder, renamed into place) before it marks the
 version succeeded.
+
+At each epoch's end it measures held-out pair accuracy (the page's live curve) and saves a
+checkpoint (model, optimiser, scheduler, data position) to the artifact storage; a restarted learner
+resumes at the recorded one. The data order is a pure function of (seed, step), so the replayed
+steps see what the lost ones would have.
 """
 
 import math
 import os
 import random
 import shutil
-import subprocess
-import sys
-from datetime import timedelta
 from pathlib import Path
 
-from django.conf import settings
-from django.db.models import Q
 from django.utils import timezone
 
 from reward_models.models import RewardModelVersion
-from reward_models.store import log_path, model_dir, model_publish, version_dir
-from workers.learners.common import epoch_rows
+from reward_models.store import (
+    checkpoint_prefix,
+    model_dir,
+    model_publish,
+    version_dir,
+)
+from runs.artifacts import artifact_delete, artifact_put
+from runs.run_store import STORED_MARKER, checkpoint_fetch, checkpoint_is_local
+from workers.learners.common import (
+    CHECKPOINT_PREFIX,
+    checkpoint_dirs,
+    checkpoint_resume,
+    checkpoint_save,
+    epoch_rows,
+)
 from workers.learners.reward_model import (
     RewardModelConfig,
     pair_accuracy,
@@ -35,50 +48,8 @@ from workers.learners.reward_model import (
 )
 
 S = RewardModelVersion.Status
-LOG_TAIL_LINES = 20
 TRAIN_ACCURACY_PAIRS = 256  # train accuracy is measured on at most this many pairs
-
-
-def reward_model_claim(version_id: int) -> bool:
-    """Take a queued version, or a running one whose learner stopped reporting (its host died)."""
-    stale = timezone.now() - timedelta(seconds=settings.FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT)
-    claimable = Q(status=S.QUEUED) | Q(status=S.RUNNING, heartbeat_at__lt=stale)
-    return bool(
-        RewardModelVersion.objects.filter(claimable, pk=version_id).update(
-            status=S.RUNNING, heartbeat_at=timezone.now(), started_at=timezone.now(), error=""
-        )
-    )
-
-
-def reward_model_supervise(version_id: int) -> None:
-    """Run the version's learner process and settle the version if it dies without doing so."""
-    if not reward_model_claim(version_id):  # done, cancelled, or a redelivery while it trains
-        return
-    version = RewardModelVersion.objects.get(pk=version_id)
-    log = log_path(version.pk, version.key)
-    with open(log, "ab") as output:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                str(Path(settings.BASE_DIR) / "manage.py"),
-                "train_reward_model",
-                str(version_id),
-            ],
-            cwd=settings.BASE_DIR,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    RewardModelVersion.objects.filter(pk=version_id).update(learner_pid=process.pid)
-    code = process.wait()
-    if code != 0:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
-        RewardModelVersion.objects.filter(pk=version_id, status__in=(S.RUNNING, S.CANCELLING)).update(
-            status=S.FAILED,
-            error=f"the learner exited with code {code}\n{tail}".strip(),
-            finished_at=timezone.now(),
-        )
+EPOCH_ACCURACY_PAIRS = 256  # the per-epoch held-out accuracy: on at most this many pairs
 
 
 def version_pairs(version: RewardModelVersion) -> tuple[list[dict], list[dict]]:
@@ -127,6 +98,47 @@ def _update(version: RewardModelVersion, **fields) -> bool:
     )
 
 
+def epochs_done(step: int, batch_size: int, pairs: int) -> float:
+    """Passes over the training pairs after `step` steps (a batch may straddle two epochs)."""
+    return step * batch_size / pairs
+
+
+def epoch_ends(step: int, batch_size: int, pairs: int) -> bool:
+    """Whether step `step` (counted from 1) finished an epoch."""
+    return math.floor(epochs_done(step, batch_size, pairs)) > math.floor(
+        epochs_done(step - 1, batch_size, pairs)
+    )
+
+
+def checkpoint_restore(version: RewardModelVersion, output_dir: str) -> None:
+    """Make the version's recorded checkpoint the one in `output_dir` (fetched when this host lacks
+    it); local checkpoints the record does not know (saved after it, by a learner that died before
+    recording them) are set aside."""
+    target = Path(output_dir) / f"{CHECKPOINT_PREFIX}{version.checkpoint_step}"
+    for local in checkpoint_dirs(output_dir):
+        if (
+            not version.checkpoint_path
+            or local != target
+            or not checkpoint_is_local(version.checkpoint_path, local)
+        ):
+            shutil.rmtree(local, ignore_errors=True)
+    if version.checkpoint_path and not checkpoint_dirs(output_dir):
+        checkpoint_fetch(version.checkpoint_path, target)
+
+
+def checkpoint_record(version: RewardModelVersion, learner, config: RewardModelConfig, step: int) -> bool:
+    """Save the learner at `step`, upload it, and record it (the old one is deleted once replaced)."""
+    learner.state.step = step
+    local = checkpoint_save(learner, config)
+    prefix = checkpoint_prefix(version.pk, version.key, step)
+    (local / STORED_MARKER).write_text(artifact_put(local, prefix))
+    old = RewardModelVersion.objects.filter(pk=version.pk).values_list("checkpoint_path", flat=True).get()
+    recorded = _update(version, checkpoint_step=step, checkpoint_path=prefix)
+    if recorded and old and old != prefix:
+        artifact_delete(old)
+    return recorded
+
+
 def reward_model_train_main(version_id: int, log=print) -> None:
     version = RewardModelVersion.objects.select_related("task_set_version").get(pk=version_id)
     if version.status != S.RUNNING:
@@ -137,21 +149,24 @@ def reward_model_train_main(version_id: int, log=print) -> None:
     config = reward_model_config(version, len(train))
     learner = reward_learner_create(config)
     accuracy = {"max_length": config.max_length}
-    baseline = pair_accuracy(learner.model, learner.tokenizer, heldout, **accuracy)
-    _update(
-        version,
-        learner_pid=os.getpid(),
-        steps=config.steps,
-        train_pairs=len(train),
-        heldout_pairs=len(heldout),
-        base_heldout_accuracy=baseline,
-    )
+    checkpoint_restore(version, config.output_dir)
+    start = checkpoint_resume(learner, config)
+    fields = {"learner_pid": os.getpid(), "steps": config.steps}
+    fields |= {"train_pairs": len(train), "heldout_pairs": len(heldout)}
+    if start == 0:
+        baseline = pair_accuracy(learner.model, learner.tokenizer, heldout, **accuracy)
+        fields |= {"base_heldout_accuracy": baseline, "step": 0, "history": []}
+        history = []
+    else:  # what the lost steps after the checkpoint wrote is written again as they are replayed
+        baseline = version.base_heldout_accuracy
+        history = [entry for entry in version.history if entry["step"] <= start]
+        fields |= {"step": start, "history": history}
+    _update(version, **fields)
     log(
         f"reward model version {version.pk}: {len(train)} train pairs, {len(heldout)} held out, "
-        f"{config.steps} steps"
+        f"{config.steps} steps" + (f"; resumed at step {start} (restart {version.restarts})" if start else "")
     )
-    history = []
-    for step in range(config.steps):
+    for step in range(start, config.steps):
         if (
             RewardModelVersion.objects.filter(pk=version.pk).values_list("status", flat=True).get()
             != S.RUNNING
@@ -163,9 +178,20 @@ def reward_model_train_main(version_id: int, log=print) -> None:
             return
         rows = epoch_rows(len(train), config.batch_size, config.seed, step)
         metrics = reward_step(learner, train, rows, config)
-        history.append({"step": step + 1} | {name: round(value, 6) for name, value in metrics.items()})
-        _update(version, step=step + 1, history=history)
-        log(f"step {step + 1} " + " ".join(f"{name} {value:.4f}" for name, value in metrics.items()))
+        done = step + 1
+        entry = {"step": done, "epoch": round(epochs_done(done, config.batch_size, len(train)), 4)}
+        entry |= {name: round(value, 6) for name, value in metrics.items()}
+        entry["restart"] = version.restarts  # which start of the learner trained this step
+        ends_epoch = epoch_ends(done, config.batch_size, len(train))
+        if ends_epoch and heldout:
+            held = pair_accuracy(learner.model, learner.tokenizer, heldout[:EPOCH_ACCURACY_PAIRS], **accuracy)
+            entry["heldout_accuracy"] = held
+        history.append(entry)
+        _update(version, step=done, history=history)
+        log(f"step {done} " + " ".join(f"{name} {value}" for name, value in entry.items() if name != "step"))
+        if ends_epoch and done < config.steps:
+            checkpoint_record(version, learner, config, done)
+            log(f"checkpoint at step {done}")
     model = learner.accelerator.unwrap_model(learner.model)
     final = pair_accuracy(model, learner.tokenizer, heldout, **accuracy)
     on_train = pair_accuracy(model, learner.tokenizer, train[:TRAIN_ACCURACY_PAIRS], **accuracy)
@@ -176,12 +202,16 @@ def reward_model_train_main(version_id: int, log=print) -> None:
     path = model_publish(version.pk, version.key, partial)  # through the artifact storage
     shutil.rmtree(partial, ignore_errors=True)
     shutil.rmtree(config.output_dir, ignore_errors=True)
+    last = RewardModelVersion.objects.filter(pk=version.pk).values_list("checkpoint_path", flat=True).get()
     done = RewardModelVersion.objects.filter(pk=version.pk, status__in=(S.RUNNING, S.CANCELLING)).update(
         status=S.SUCCEEDED,
         heldout_accuracy=final,
         train_accuracy=on_train,
         path=path,
+        checkpoint_path="",
         finished_at=timezone.now(),
         heartbeat_at=timezone.now(),
     )
+    if done and last:
+        artifact_delete(last)  # the trained model replaces it
     log(f"held-out pair accuracy {baseline} -> {final}; train {on_train}; saved to {path} ({done})")

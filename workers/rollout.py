@@ -4,9 +4,11 @@ Rewards come from the rewards engine's `unit_tests` grader, which runs the item'
 the completion inside a sandbox from the pool; model output never runs in this process. A
 completion whose grading hit an infrastructure failure is `errored`: it carries no reward and the
 learner masks it. Identical completions of the same item are graded once per batch (after RL has
-sharpened a policy most of a group is the same text).
+sharpened a policy most of a group is the same text). Rollouts grade each completion as soon as
+it ends, while the rest of the batch is still decoding.
 """
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
@@ -15,7 +17,7 @@ from inference.chat import item_prompt
 from inference.generation import Completion, generate
 from inference.policy import Policy
 from inference.settings import SamplingParams
-from rewards.engine import Sample, score_batch
+from rewards.engine import Sample, score, score_batch
 
 UNIT_TESTS_RULE = {"type": "unit_tests", "name": "tests"}
 
@@ -58,6 +60,39 @@ def grade_completions(items: list[dict], texts: list[str], *, pool=None) -> list
     return [grades[unique[(item["id"], text)]] for item, text in zip(items, texts, strict=True)]
 
 
+class GradingStream:
+    """Grades completions while others are still being generated: `submit` starts a completion's
+    sandboxed unit tests in a thread (as many at once as the pool lends sandboxes), `grade`
+    waits for its verdict. Identical completions of an item are graded once, as in
+    `grade_completions`, whose verdicts these are."""
+
+    def __init__(self, pool=None) -> None:
+        if pool is None:
+            from sandboxes.services import sandbox_pool
+
+            pool = sandbox_pool()
+        self.pool = pool
+        self.executor = ThreadPoolExecutor(max_workers=pool.max_sandboxes, thread_name_prefix="grade")
+        self.verdicts: dict[tuple[str, str], Future] = {}
+
+    def submit(self, item: dict, text: str) -> None:
+        key = (item["id"], text)
+        if key not in self.verdicts:
+            sample = Sample(output_text=text)
+            self.verdicts[key] = self.executor.submit(score, UNIT_TESTS_RULE, item, sample, pool=self.pool)
+
+    def grade(self, item: dict, text: str) -> Grade:
+        self.submit(item, text)
+        result = self.verdicts[(item["id"], text)].result()
+        return Grade(result.total, result.errored)
+
+    def __enter__(self) -> "GradingStream":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+
 def rollout_groups(
     policy: Policy,
     items: list[dict],
@@ -67,11 +102,20 @@ def rollout_groups(
     generator: torch.Generator | None = None,
     pool=None,
 ) -> list[Trajectory]:
-    """`group_size` scored completions for each item, in item order."""
+    """`group_size` scored completions for each item, in item order. Each completion is graded as
+    soon as it ends, while the longer ones are still being generated."""
     prompts = [policy.prompt_text(item_prompt(item)) for item in items for _ in range(group_size)]
-    completions = generate(policy.model, policy.tokenizer, prompts, params, generator=generator)
     expanded = [item for item in items for _ in range(group_size)]
-    grades = grade_completions(expanded, [completion.text for completion in completions], pool=pool)
+    with GradingStream(pool) as grading:
+        completions = generate(
+            policy.model,
+            policy.tokenizer,
+            prompts,
+            params,
+            generator=generator,
+            on_finished=lambda row, completion: grading.submit(expanded[row], completion.text),
+        )
+        grades = [grading.grade(item, c.text) for item, c in zip(expanded, completions, strict=True)]
     return [
         Trajectory(
             item_index=index // group_size,

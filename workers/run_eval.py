@@ -2,8 +2,9 @@
 
 Greedy decoding (the run's tier settings otherwise: precision, speculation, batching, budget) on
 the run's evaluation split, scored by the run's reward rule; an episode passes when its reward
-reaches the run's pass threshold. Writes `heldout/*` metric points at the
-version's step; a redelivery finds them written and does nothing.
+reaches the run's pass threshold. Writes `heldout/*` metric points at the version's step (with a
+`multi` rule, each grader's mean too: `heldout/reward/<name>`); a redelivery finds them written and
+does nothing.
 """
 
 from collections import defaultdict
@@ -15,7 +16,7 @@ from inference.policy import PolicyLoadError
 from rewards.engine import ScoreResult
 from runs.models import MetricPoint, Run
 from runs.run_store import policy_dir
-from workers.agent import context_fits, episodes_play, policy_render
+from workers.agent import AgentEpisode, context_fits, episodes_play, policy_render
 from workers.run_learner import held_out_items, metrics_write
 from workers.run_rollout import (
     agent_sessions,
@@ -34,8 +35,11 @@ def item_family(item: dict) -> str:
     return str((item.get("metadata") or {}).get("family") or item["kind"])
 
 
-def held_out_grades(run: Run, policy, items: list[dict], settings) -> list[ScoreResult]:
-    """Each item's grade: short items from one completion, agent items from a played episode."""
+def held_out_grades(
+    run: Run, policy, items: list[dict], settings, *, played: list[AgentEpisode] | None = None
+) -> list[ScoreResult]:
+    """Each item's grade: short items from one completion, agent items from a played episode
+    (appended to `played` when given)."""
     spec, judge = run.reward_rule_version.spec, run_judge(run)
     results: dict[int, ScoreResult] = {}
     short = [index for index, item in enumerate(items) if item["kind"] != "agent"]
@@ -58,7 +62,26 @@ def held_out_grades(run: Run, policy, items: list[dict], settings) -> list[Score
             judge=judge,
         )
         results |= {index: episode.grade for index, episode in zip(agents, episodes, strict=True)}
+        if played is not None:
+            played += episodes
     return [results[index] for index in range(len(items))]
+
+
+def agent_figures(episodes: list[AgentEpisode]) -> dict[str, float]:
+    """Held-out agent episodes (errored ones left out): the share of their steps that were invalid
+    actions, and their mean steps.
+
+    >>> agent_figures([])
+    {}
+    """
+    played = [episode for episode in episodes if episode.error is None]
+    steps = sum(len(episode.turns) for episode in played)
+    if not steps:
+        return {}
+    return {
+        "heldout/agent/invalid_rate": sum(episode.invalid_actions for episode in played) / steps,
+        "heldout/agent/steps": steps / len(played),
+    }
 
 
 def policy_evaluate(run_id: int, version: int) -> dict[str, float] | None:
@@ -74,14 +97,19 @@ def policy_evaluate(run_id: int, version: int) -> dict[str, float] | None:
     except (PolicyLoadError, TierError):  # rolled back meanwhile
         return None
     items = held_out_items(run)
-    results = held_out_grades(run, policy, items, settings)
+    episodes: list[AgentEpisode] = []
+    results = held_out_grades(run, policy, items, settings, played=episodes)
     threshold = float(run.resolved.get("pass_threshold", 1.0))
     passed: dict[str, list[bool]] = defaultdict(list)
     rewards = []
+    components: dict[str, list[float]] = defaultdict(list)
     for item, result in zip(items, results, strict=True):
         if result.errored or result.total is None:
             continue
         rewards.append(result.total)
+        for name, value in result.components.items():
+            if value is not None:
+                components[name].append(value)
         passed[item_family(item)].append(result.total >= threshold)
     every = [value for values in passed.values() for value in values]
     values = {
@@ -89,5 +117,8 @@ def policy_evaluate(run_id: int, version: int) -> dict[str, float] | None:
         "heldout/reward": fmean(rewards) if rewards else 0.0,
     }
     values |= {f"heldout/pass_rate/{family}": sum(v) / len(v) for family, v in passed.items()}
+    # Each grader of a `multi` rule on its own (a reward model's score beside the unit tests' verdict).
+    values |= {f"heldout/reward/{name}": fmean(v) for name, v in components.items() if len(components) > 1}
+    values |= agent_figures(episodes)
     metrics_write(run, version, values)
     return values

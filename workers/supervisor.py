@@ -225,9 +225,13 @@ def _starting_too_long(run: Run) -> bool:
 
 
 def runs_tick() -> None:
-    """The periodic pass: restart what died, start what the quotas allow, send again the webhook
-    deliveries whose messages were lost, and delete the drafts of imports that died."""
+    """The periodic pass: restart what died (runs' learners and reward-model trainings), start what
+    the quotas allow, send again the webhook deliveries whose messages were lost, and delete the
+    drafts of imports that died."""
+    from workers.reward_model_supervisor import reward_models_watchdog
+
     runs_watchdog()
+    reward_models_watchdog()
     runs_admit()
     deliveries_resend()
     task_set_drafts_sweep()

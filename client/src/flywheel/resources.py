@@ -710,6 +710,20 @@ class RewardModels(Resource):
             f"/api/v1/reward-models/{reward_model}/train", body, idempotency_key=idempotency_key
         )
 
+    @endpoint("POST", "/reward-models/{id}/versions/{number}/score")
+    def score(
+        self,
+        reward_model: int,
+        number: int,
+        *,
+        texts: list[JSON] | None = None,
+        pairs: list[JSON] | None = None,
+    ) -> JSON:
+        """Score with a trained version: `texts` ({prompt, completion}) answer `scores`; `pairs`
+        ({prompt, chosen, rejected}) answer each pair's scores, margin and the share ranked right."""
+        body = _body(texts=texts, pairs=pairs)
+        return self._post(f"/api/v1/reward-models/{reward_model}/versions/{number}/score", body)
+
     @endpoint("GET", "/reward-model-versions/{id}")
     def version(self, version: int) -> JSON:
         """A version: status, step of steps, loss history, held-out pair accuracy before and after."""

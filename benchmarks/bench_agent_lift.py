@@ -1,0 +1,341 @@
+"""Benchmark: agents that learn. GRPO through the real workers lifts a taught agent's held-out
+pass rate on the demo agent family (`workers/agent_demo.py`).
+
+`make bench-agent-lift`. Per seed:
+
+1. **Teach** the tiny base the tool-call protocol by a short SFT run, as a user would a real
+   model: expert episodes on the *train* items, played for real in sandboxes (read `solution.py`,
+   rewrite it with `write_file`, `run_tests`, `submit`; the fix right only part of the time, some
+   episodes opening with an invalid call), the protocol's strings added to the tokenizer, the loss
+   on the assistant turns (`agent_teach`).
+2. **GRPO** from the taught model through the real workers: a learner worker (which starts the
+   run's learner process), two rollout workers playing episodes in bubblewrap sandboxes, an eval
+   worker; the embedded Redis as broker. Rewards `check - 0.2 * invalid - 0.01 * steps` (the
+   tests on the final workspace, invalid actions, steps); an episode passes when its tests pass.
+   The run is capped at LIFT_WALL_SECONDS of wall time.
+3. **Report** the held-out split's figures at step 0 (the taught model) and at the last step, as
+   the eval worker measured them (greedy): pass rate, the share of steps that were invalid
+   actions, mean steps per episode; held-out items are disjoint from the train items (and were
+   never in the base model's corpus). Then one held-out episode before and after training,
+   replayed greedily by the evaluation's own code (the first whose outcome changed).
+
+Ends with one line of JSON. BENCH_AGENT_LIFT_SEEDS (default "0"; "0,1" for both seeds of the
+README's figure), _STEPS, _TRAIN, _HELDOUT, _LR change it. Runs on a fresh SQLite database under a
+temporary FLYWHEEL_HOME unless DATABASE_URL / FLYWHEEL_HOME are set (the taught models are kept
+under FLYWHEEL_HOME/models/).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SEEDS = [int(seed) for seed in os.environ.get("BENCH_AGENT_LIFT_SEEDS", "0").split(",")]
+STEPS = int(os.environ.get("BENCH_AGENT_LIFT_STEPS", "16"))
+TRAIN = int(os.environ.get("BENCH_AGENT_LIFT_TRAIN", "128"))
+HELDOUT = int(os.environ.get("BENCH_AGENT_LIFT_HELDOUT", "48"))
+LEARNING_RATE = float(os.environ.get("BENCH_AGENT_LIFT_LR", "1e-3"))
+TEACH_STEPS = int(os.environ.get("BENCH_AGENT_LIFT_TEACH_STEPS", "150"))
+LIFT_WALL_SECONDS = 600  # the GRPO run's wall-time budget: the lift must come within 10 minutes
+SPLIT_SEED = 0  # the base model's corpus leaves out demo_split(0, 160)'s held-out tasks: ours are among them
+HYPERPARAMETERS = {
+    "group_size": 8,
+    "batch_size": 8,
+    "staleness": 1,
+    "learning_rate": LEARNING_RATE,
+    "lr_scheduler": "constant",
+    "pass_threshold": 0.5,
+    "eval_items": 0,
+    "episode_deadline_seconds": 300,
+}
+RULE = {
+    "type": "multi",
+    "name": "agent",
+    "graders": {
+        "check": {"type": "agent_check"},
+        "invalid": {"type": "invalid_actions"},
+        "steps": {"type": "steps"},
+    },
+    "calculate_output": "check - 0.2 * invalid - 0.01 * steps",
+}
+TIER = {"temperature": 1.0, "max_new_tokens": 40, "batch_size": 64}
+WORKERS = (("learner", "learner"), ("rollout", "rollout-1"), ("rollout", "rollout-2"), ("eval", "eval"))
+FIGURES = {
+    "pass_rate": "heldout/pass_rate",
+    "invalid_rate": "heldout/agent/invalid_rate",
+    "mean_steps": "heldout/agent/steps",
+}
+
+
+def setup_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("FLYWHEEL_HOME", tempfile.mkdtemp(prefix="flywheel-bench-agent-lift-"))
+    env["FLYWHEEL_REDIS_PORT"] = env.get("FLYWHEEL_REDIS_PORT", "6472")
+    env["FLYWHEEL_ROLLOUT_CONCURRENCY"] = "2"
+    env["FLYWHEEL_TORCH_THREADS"] = "1"  # four worker processes and a learner share the cores
+    # A wave of episodes plays as many at once as the pool lends sandboxes: a step's batch at once.
+    env["FLYWHEEL_SANDBOX_POOL_MAX"] = str(
+        HYPERPARAMETERS["batch_size"] * HYPERPARAMETERS["group_size"] // 2 + 1
+    )
+    env["FLYWHEEL_SANDBOX_WORKER_CHECK"] = "false"
+    os.environ.update(env)
+    return env
+
+
+def django_setup() -> None:
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+    import django
+
+    django.setup()
+
+
+def base_model(home: Path) -> Path:
+    """The tiny base (FLYWHEEL_HOME/models/tiny-base, or the checkout's .flywheel's), else built."""
+    import shutil
+
+    from django.core.management import call_command
+
+    target = home / "models" / "tiny-base"
+    shared = ROOT / ".flywheel" / "models" / "tiny-base"
+    if not (target / "config.json").exists() and (shared / "config.json").exists():
+        shutil.copytree(shared, target, dirs_exist_ok=True)
+    if not (target / "config.json").exists():
+        call_command("build_base_model", "--out", str(target))
+    return target
+
+
+def teach(base: Path, home: Path, items: dict, seed: int) -> tuple[Path, dict]:
+    """The base taught the protocol on expert episodes of the train items."""
+    from workers.agent_demo import agent_teach, expert_plans, expert_play
+
+    started = time.monotonic()
+    episodes = expert_play(items["train"], expert_plans(items["train"], seed=seed))
+    target = home / "models" / f"tiny-agent-seed{seed}"
+    report = agent_teach(
+        base,
+        target,
+        episodes,
+        steps=TEACH_STEPS,
+        batch_size=8,
+        learning_rate=2e-3,
+        seed=seed,
+        protocol_tokens=True,
+        log=lambda line: print(line, flush=True),
+    )
+    return target, {
+        "expert_episodes": len(episodes),
+        "expert_pass_rate": round(sum(e.grade.total == 1.0 for e in episodes) / len(episodes), 3),
+        "sft_steps": report.steps,
+        "sft_final_loss": report.final_loss,
+        "longest_episode_tokens": report.tokens,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def start_workers(env: dict[str, str]) -> list[subprocess.Popen]:
+    from webapp.embedded_redis import redis_start
+    from webapp.stack import solo_worker_argv
+
+    redis_start(home=Path(env["FLYWHEEL_HOME"]), port=int(env["FLYWHEEL_REDIS_PORT"]))
+    processes = []
+    for queues, name in WORKERS:
+        process = subprocess.Popen(
+            solo_worker_argv(queues, f"{name}@agent-lift"),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for line in process.stdout:
+            if " ready." in line:
+                break
+        # Keep reading: a worker whose output pipe fills up blocks on its next log line.
+        threading.Thread(target=lambda process=process: [None for _ in process.stdout], daemon=True).start()
+        processes.append(process)
+    return processes
+
+
+def run_launch(owner, items: dict, model: Path, seed: int):
+    from rewards import services as reward_services
+    from runs import services
+    from runs.lifecycle import RunRequest, run_create
+
+    project = services.project_create(name=f"agent-lift-{seed}-{time.time_ns()}", by=owner)
+    task_set = services.task_set_create(project=project, name="fix", by=owner)
+    lines = [(json.dumps(item) + "\n").encode() for item in items["train"] + items["heldout"]]
+    version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=owner).version
+    rule = reward_services.reward_rule_create(project=project, name="agent", spec=RULE, by=owner)
+    tier = services.tier_create(project=project, by=owner, name="rollout", base_model=str(model), **TIER)
+    request = RunRequest(
+        project=project,
+        name=f"agent lift, seed {seed}",
+        task_set_version=version,
+        reward_rule_version=rule.versions.get(),
+        tier=tier,
+        max_steps=STEPS,
+        max_wall_seconds=LIFT_WALL_SECONDS,
+        hyperparameters=HYPERPARAMETERS | {"seed": seed, "checkpoint_every": STEPS, "eval_every": STEPS},
+    )
+    return run_create(request=request, by=owner)
+
+
+def run_follow(run):
+    from workers.run_learner import evaluate_later
+
+    while not run.is_terminal:
+        time.sleep(1.0)  # following a run to its end (progress for a person, not synchronisation)
+        run.refresh_from_db()
+        print(f"run {run.pk}: {run.status} step {run.learner_step}/{run.max_steps}", end="\r", flush=True)
+    print(flush=True)
+    assert run.status == "succeeded", f"run {run.pk} {run.status}: {run.error}"
+    if run.learner_step % STEPS:  # stopped early by its wall-time budget: evaluate where it stopped
+        evaluate_later(run.pk, run.learner_step)
+    return run
+
+
+def figures_at(run, step: int, timeout: float = 900.0) -> dict[str, float]:
+    from runs.models import MetricPoint
+
+    deadline = time.monotonic() + timeout
+    while not MetricPoint.objects.filter(run=run, name=FIGURES["pass_rate"], step=step).exists():
+        assert time.monotonic() < deadline, f"no held-out evaluation of step {step} after {timeout:.0f} s"
+        time.sleep(0.5)  # the evaluation arrives from the eval worker
+    points = dict(MetricPoint.objects.filter(run=run, step=step).values_list("name", "value"))
+    return {key: round(points[name], 4) for key, name in FIGURES.items() if name in points}
+
+
+def held_out_episode(run, version: int, item: dict):
+    """One held-out item played by the evaluation's own code (greedy, the run's tier)."""
+    from workers.run_eval import held_out_grades
+    from workers.run_rollout import policy_version_load, tier_settings
+
+    settings = tier_settings(run).with_(temperature=0.0, top_p=1.0, top_k=0)
+    played: list = []
+    held_out_grades(run, policy_version_load(run, version, settings), [item], settings, played=played)
+    return played[0]
+
+
+def transcripts(run, items: list[dict], tries: int = 12) -> dict:
+    """The first held-out item (of `tries`) whose episode changed outcome, before and after."""
+    from workers.run_learner import held_out_items
+
+    chosen = None
+    for item in held_out_items(run)[:tries]:
+        before, after = held_out_episode(run, 0, item), held_out_episode(run, run.learner_step, item)
+        pair = (item, before, after)
+        chosen = chosen or pair
+        if passed(before) != passed(after):
+            chosen = pair
+            break
+    item, before, after = chosen
+    return {"item": item["id"], "before": transcript(before), "after": transcript(after)}
+
+
+def passed(episode) -> bool:
+    return episode.grade is not None and (episode.grade.total or 0.0) >= HYPERPARAMETERS["pass_threshold"]
+
+
+def transcript(episode) -> str:
+    """The episode as a reader follows it: each message after the system prompt, then the grade."""
+    lines = []
+    for message in episode.conversation()[1:]:
+        role = message["role"]
+        label = f"tool {message.get('name', '')}" if role == "tool" else role
+        text = message.get("raw") if role == "assistant" else message.get("content")
+        lines.append(f"[{label}] {(text or '').rstrip()}")
+    grade = episode.grade
+    components = ", ".join(f"{k} {v:g}" for k, v in sorted((grade.components or {}).items()))
+    lines.append(f"=> {'passed' if passed(episode) else 'failed'}: reward {grade.total:.2f} ({components})")
+    return "\n".join(lines)
+
+
+def one_seed(seed: int, owner, base: Path, home: Path) -> dict:
+    from workers.agent_demo import agent_demo_items
+
+    items = agent_demo_items(seed=SPLIT_SEED, train_size=TRAIN, heldout_size=HELDOUT)
+    train_ids = {item["id"] for item in items["train"]}
+    assert not train_ids & {item["id"] for item in items["heldout"]}, "held-out items must be unseen"
+    model, taught = teach(base, home, items, seed)
+    print(f"seed {seed}: taught {taught}", flush=True)
+    run = run_follow(run_launch(owner, items, model, seed))
+    before, after = figures_at(run, 0), figures_at(run, run.learner_step)
+    shown = transcripts(run, items["heldout"])
+    for when in ("before", "after"):
+        print(f"\n--- held-out episode {shown['item']}, {when} training ---\n{shown[when]}", flush=True)
+    return {
+        "seed": seed,
+        "run": run.pk,
+        "teach": taught,
+        "grpo_steps": run.learner_step,
+        "grpo_wall_seconds": round((run.finished_at - run.started_at).total_seconds(), 1),
+        "before": before,
+        "after": after,
+        "lift_points": round(100 * (after["pass_rate"] - before["pass_rate"]), 1),
+        "transcript_item": shown["item"],
+        "transcripts": {"before": shown["before"], "after": shown["after"]},
+    }
+
+
+def main() -> None:
+    env = setup_environment()
+    django_setup()
+    from django.core.management import call_command
+
+    from runs import services
+
+    call_command("migrate", verbosity=0)
+    home = Path(env["FLYWHEEL_HOME"])
+    base = base_model(home)
+    started, load_before = time.monotonic(), os.getloadavg()
+    workers = start_workers(env)
+    results = []
+    try:
+        owner = services.User.objects.create_user(username=f"agent-lift-{time.time_ns()}")
+        for seed in SEEDS:
+            results.append(one_seed(seed, owner, base, home))
+    finally:
+        for process in workers:
+            process.terminate()
+        for process in workers:
+            process.wait(timeout=60)
+        from webapp.stack import process_stop
+
+        process_stop("redis")
+    lifts = [result["lift_points"] for result in results]
+    print(
+        json.dumps(
+            {
+                "benchmark": "agent_lift",
+                "family": "fix (workers/agent_demo.py)",
+                "train_items": TRAIN,
+                "heldout_items": HELDOUT,
+                "hyperparameters": HYPERPARAMETERS
+                | {"max_steps": STEPS, "max_wall_seconds": LIFT_WALL_SECONDS},
+                "tier": TIER,
+                "reward": RULE["calculate_output"],
+                "seeds": [{k: v for k, v in result.items() if k != "transcripts"} for result in results],
+                "min_lift_points": min(lifts),
+                "target_lift_points": 20,
+                "meets_target": min(lifts) >= 20
+                and all(result["grpo_wall_seconds"] <= LIFT_WALL_SECONDS + 60 for result in results),
+                "seconds": round(time.monotonic() - started, 1),
+                "load_average": {
+                    "before": [round(x, 2) for x in load_before],
+                    "after": list(os.getloadavg()),
+                },
+                "cores": os.cpu_count(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
