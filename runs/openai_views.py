@@ -8,6 +8,10 @@ error object, and requests count against the caller's API rate. Views are asynch
 loads in a worker thread before the view answers (so a load failure has its status), then generates
 in one while the body is sent, whole or as a stream of each token's text as it is decoded; a
 client that goes away stops its generation.
+
+What a training engine needs is served as vLLM serves it: token-id prompts,
+`return_tokens_as_token_ids`, and LoRA adapters loaded at run time (`load_lora_adapter`,
+`unload_lora_adapter`), so an engine tier of another deployment can point at this one.
 """
 
 import asyncio

@@ -12,12 +12,15 @@ import torch
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from inference.decoding import tier_generate, tier_load, tier_prepare
+from inference.chat import item_prompt
+from inference.decoding import TierError, tier_generate, tier_load, tier_prepare
 from inference.engines import EngineTier, completion_request, engine_generate, engine_tier_load
+from inference.judge import tier_judge
 from inference.policy import policy_load
-from inference.settings import SamplingParams, TierSettings
+from inference.settings import SamplingParams, TierSettings, tier_snapshot
 from rewards import services as reward_services
 from runs import lifecycle, services
+from runs.demo_tasks import demo_task_sets
 from runs.lifecycle import RunRequest
 from runs.models import MetricPoint, Run, ServedAdapter, Tier, Trajectory, TrajectoryStep
 from runs.run_store import policy_dir, policy_prefix
@@ -33,6 +36,7 @@ from tests.run_harness import (  # noqa: F401  (tiny_model: a fixture)
 from tests.serving_fixtures import STEP, trained  # noqa: F401  (a fixture)
 from tests.web_server import WebServer
 from workers.run_rollout import engine_adapter_name, engine_policy_load
+from workers.tier_eval import tier_measure, tier_run
 
 KEY_ENV = "FLYWHEEL_TEST_ENGINE_KEY"
 LORA = {"adapter": "lora", "lora_rank": 4, "lora_alpha": 8, "learning_rate": 5e-2}
@@ -338,6 +342,22 @@ def _decode_and_compare(engine: dict, urls: str) -> None:
     )
     assert sample.token_ids == want.token_ids
     assert sample.logprobs == pytest.approx(want.logprobs, abs=1e-4)
+
+    # A tier evaluation measures the engine's own model; another checkpoint is refused by name.
+    items = demo_task_sets(seed=0, train_size=1, heldout_size=3)["heldout"]
+    measured = tier_measure(remote, items, grade=False)
+    assert measured["model_mb"] == 0 and measured["requests"] == 3
+    assert measured["texts"] == [
+        c.text for c in tier_generate(local, [local.prompt_text(item_prompt(i)) for i in items])
+    ]
+    with pytest.raises(TierError, match="^engine: this tier decodes on its engine's model"):
+        tier_run(tier_snapshot(tier), "/elsewhere/checkpoint", items)
+
+    # A model judge on the engine tier answers what the same judge answers on the local tier.
+    messages = [{"role": "user", "content": "Is `return x + 3` right? Answer yes or no."}]
+    params = {"temperature": 0, "max_tokens": 8}
+    verdict = tier_judge(tier_snapshot(tier))("engine", messages, params)
+    assert verdict == tier_judge(tier_snapshot(engine["tier"]))("rollout", messages, params)
 
 
 @pytest.mark.timeout(900)

@@ -109,3 +109,12 @@ def test_requests_served_over_asgi_reuse_the_processs_redis_connections(rate):
     before = connections_received()
     assert [async_to_sync(get_me)() for _ in range(20)] == [200] * 20
     assert connections_received() - before <= 1  # 20 before the shared pool
+
+
+def test_a_budget_drfs_throttle_left_before_an_upgrade_counts_as_none(db, rate):
+    client = rate("2/hour")
+    me = client.get("/api/v1/me").json()["id"]
+    key = RedisRateThrottle.cache_format % {"scope": "user", "ident": me}
+    cache.set(key, [time.time(), time.time()], 600)  # DRF's pickled request times, not a number
+    assert statuses(client, 3) == [200, 200, 429]  # a fresh budget, not a script error
+    assert not outage.breaker.is_open()  # which would have refused every write for a while

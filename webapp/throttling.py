@@ -24,7 +24,7 @@ local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local interval = tonumber(ARGV[1])
 local period = tonumber(ARGV[2])
-local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+local tat = tonumber(redis.call('GET', KEYS[1])) or now  -- DRF's pickled list (before an upgrade): none
 if tat < now then tat = now end
 local next_tat = tat + interval
 if next_tat - now > period then
