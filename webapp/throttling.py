@@ -10,12 +10,18 @@ differ share one budget. While Redis is unreachable the throttle lets requests t
 webapp.outage: reads keep answering).
 """
 
+import logging
+
 from django.core.cache import cache
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from rest_framework.request import Request
 from rest_framework.throttling import UserRateThrottle
 
 from webapp import outage
+
+logger = logging.getLogger(__name__)
 
 # KEYS[1]: the user's theoretical arrival time (TAT, in microseconds); ARGV: emission interval and
 # period, in microseconds. Returns 0 when the request is let through, else the microseconds to wait.
@@ -52,8 +58,11 @@ class RedisRateThrottle(UserRateThrottle):
         key = cache.make_key(self.key)
         try:
             waiting = self.script()(keys=[key], args=[period // self.num_requests, period])
-        except RedisError as exc:
+        except (RedisConnectionError, RedisTimeoutError) as exc:
             outage.breaker.trip(exc)
+            return True
+        except RedisError as exc:  # Redis answered, with an error: it is up, so writes go on
+            logger.warning("the API rate was not checked: %s", exc)
             return True
         self.waiting = int(waiting) / 1_000_000
         return self.waiting == 0
