@@ -24,7 +24,6 @@ from inference.adapters import LoraSettings, lora_wrap
 from inference.chat import Prompt, chat_render, turn_end_text
 from inference.chat import completion_render as completion_render
 from inference.generation import prompt_token_ids
-from inference.lean_llama import lean_llama
 from inference.policy import Policy, policy_load
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -500,24 +499,16 @@ def _shared_prompt_logprobs(
     for row, prompt in enumerate(unique):
         prompt_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
         prompt_mask[row, width - len(prompt) :] = 1
-    # A plain Llama runs through the lean forward (inference/lean_llama.py), the same function
-    # in fewer operations, with a cache autograd differentiates through; other models through
-    # their own forward and cache.
-    lean = lean_llama(model)
-    if lean is not None:
-        first = lean.prefill(prompt_ids, prompt_mask, capacity=None)
-        lean.select(rows)
-    else:
-        cache = DynamicCache()
-        first = model(
-            input_ids=prompt_ids,
-            attention_mask=prompt_mask,
-            position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        ).logits[:, -1]
-        cache.batch_select_indices(rows)
+    cache = DynamicCache()
+    first = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[:, -1]
+    cache.batch_select_indices(rows)
     # Each row's rest (its completion; for an agent episode every turn after the first prompt,
     # the mask then picks the turns' tokens), right-padded, continuing its prompt's positions.
     completion_lengths = batch.attention_mask.sum(-1) - prompt_lengths
@@ -525,18 +516,13 @@ def _shared_prompt_logprobs(
     valid = steps[None, :] < completion_lengths[:, None]
     source = (prompt_lengths[:, None] + steps[None, :]).clamp(max=length - 1)
     completion_ids = batch.input_ids.gather(1, source) * valid
-    key_mask = torch.cat([prompt_mask[rows], valid.long()], dim=1)
-    positions = prompt_lengths[:, None] + steps[None, :]
-    if lean is not None:
-        rest = lean.forward(completion_ids, positions, key_mask.bool(), every_position=True)
-    else:
-        rest = model(
-            input_ids=completion_ids,
-            attention_mask=key_mask,
-            position_ids=positions,
-            cache=cache,
-            use_cache=True,
-        ).logits
+    rest = model(
+        input_ids=completion_ids,
+        attention_mask=torch.cat([prompt_mask[rows], valid.long()], dim=1),
+        position_ids=prompt_lengths[:, None] + steps[None, :],
+        cache=cache,
+        use_cache=True,
+    ).logits
     logits = torch.cat([first[rows][:, None], rest[:, :-1]], dim=1).float() / temperature
     logprobs = logits.log_softmax(-1).gather(-1, completion_ids[..., None]).squeeze(-1) * valid
     # Back to the (B, L-1) layout: completion token j of a row stands at its prompt length + j.
