@@ -27,8 +27,10 @@ Like for like, so that the ratio means what it says:
 
 What differs is each product's own machinery: Flywheel decodes a plain Llama through its lean
 decode path (inference/lean_llama.py), lets finished rows leave the batch, prefills a group's
-shared prompt once, and grades each completion while the rest of the batch still decodes; TRL
-runs `transformers`' `generate` and grades after it.
+shared prompt once (in generation and in the learner's forward), grades each completion while the
+rest of the batch still decodes, and learns in passes of rows of like lengths; TRL runs
+`transformers`' `generate`, grades after it, and pads every row to the longest. Both step with
+fused AdamW.
 
 Reported per learner: samples/s over the timed span, the learner process's CPU seconds over it
 (the ratio a machine nobody else loads would show; wall-clock figures on a shared machine move

@@ -1,21 +1,24 @@
-"""A lean forward pass for Llama-architecture models: batched decoding, and a learner's log-probs.
+"""A lean forward pass for Llama-architecture models, for batched decoding with a static KV cache.
 
 On small models a Hugging Face forward spends most of its time in Python: module calls, mask
 building, a cache that concatenates its keys and values at every token. Decoding calls it once
 per generated token, so for the tiny models this project trains (and any small policy on a CPU)
 that overhead, not the arithmetic, sets the rollout speed. `LeanLlama` runs the same
 computation in a few tensor operations per layer: the query, key and value projections as one
-matrix product, the gate and up projections as another, RMSNorm as one fused call, and, when
-decoding, keys and values written into a preallocated cache instead of being concatenated. A
-learner uses it with a growing cache (which autograd differentiates through) to compute a
-group's log-probs with its shared prompt run once.
+matrix product, the gate and up projections as another, RMSNorm as one fused call, the rotary
+tables computed once, and keys and values written into a preallocated cache instead of being
+concatenated.
 
-It is the same function as the model's own forward (tests/test_lean_llama.py compares logits,
-greedy generations, log-probs and gradients), and it applies only where that is certain: a plain
-`LlamaForCausalLM` (no adapters or wrappers, no rope scaling, no biases, SiLU, no tensor-parallel
-split, no attention dropout in training, no autocast); `lean_llama(model)` returns None for
-anything else and the caller uses the model as is. The weights are read when the decoder is made,
-so make one per call (a learner changes them every step).
+It is the same function as the model's own forward (tests/test_lean_llama.py compares logits
+and greedy generations), and it applies only where that is certain: a plain `LlamaForCausalLM`
+(no adapters or wrappers, no rope scaling, no biases, SiLU, no tensor-parallel split, no
+autocast); `lean_llama(model)` returns None for anything else and the caller uses the model as
+is. The weights are read when the decoder is made, so make one per generation call (a learner
+changes them every step).
+
+Learners keep the model's own forward for their log-probs: that pass is arithmetic-bound, and a
+second implementation there would differ from a DDP-wrapped learner's (which must run through
+its wrapper) by float rounding that Adam amplifies on near-zero gradients.
 """
 
 import torch
@@ -83,7 +86,6 @@ class LeanLlama:
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.length = 0
-        self.capacity: int | None = None
 
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions[..., None].float() * self.inv_freq
@@ -91,16 +93,10 @@ class LeanLlama:
         return table.cos().to(self.dtype)[:, None], table.sin().to(self.dtype)[:, None]
 
     def forward(
-        self,
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
-        key_mask: torch.Tensor,
-        *,
-        every_position: bool = False,
+        self, input_ids: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor
     ) -> torch.Tensor:
-        """The last position's logits (float32), or every position's with `every_position`, after
-        running `input_ids` (B, T) at `positions`, the new keys and values appended to the cache;
-        `key_mask` (B, cached + T) marks real tokens."""
+        """The last position's logits (float32) after running `input_ids` (B, T) at `positions`,
+        the new keys and values appended to the cache; `key_mask` (B, cached + T) marks real tokens."""
         batch, width = input_ids.shape
         start, end = self.length, self.length + width
         cos, sin = self._rotary(positions)
@@ -122,48 +118,29 @@ class LeanLlama:
             v = v.view(batch, width, self.kv_heads, self.head_dim).transpose(1, 2)
             q = q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin
             k = k * cos + torch.cat((-k[..., half:], k[..., :half]), dim=-1) * sin
-            keys, values = self._cached(index, k, v, start, end)
+            self.keys[index][:, :, start:end] = k
+            self.values[index][:, :, start:end] = v
             attended = fn.scaled_dot_product_attention(
-                q, keys, values, attn_mask=allowed, enable_gqa=self.kv_heads != self.heads
+                q,
+                self.keys[index][:, :, :end],
+                self.values[index][:, :, :end],
+                attn_mask=allowed,
+                enable_gqa=self.kv_heads != self.heads,
             )
             x = x + fn.linear(attended.transpose(1, 2).reshape(batch, width, -1), out)
             h = fn.rms_norm(x, (self.hidden,), norm_post, self.eps)
             gate, up = fn.linear(h, gate_up).chunk(2, dim=-1)
             x = x + fn.linear(fn.silu(gate) * up, down)
         self.length = end
-        last = fn.rms_norm(x if every_position else x[:, -1], (self.hidden,), self.norm, self.eps)
+        last = fn.rms_norm(x[:, -1], (self.hidden,), self.norm, self.eps)
         return fn.linear(last, self.lm_head).float()
 
-    def _cached(
-        self, index: int, keys: torch.Tensor, values: torch.Tensor, start: int, end: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer `index`'s keys and values up to `end`, the new ones (positions start..end) added:
-        written into the preallocated cache, or (a cache without capacity, which autograd can
-        differentiate through) concatenated to it."""
-        if self.capacity is None:
-            if start:
-                keys = torch.cat([self.keys[index], keys], dim=2)
-                values = torch.cat([self.values[index], values], dim=2)
-            self.keys[index], self.values[index] = keys, values
-            return keys, values
-        self.keys[index][:, :, start:end] = keys
-        self.values[index][:, :, start:end] = values
-        return self.keys[index][:, :, :end], self.values[index][:, :, :end]
-
-    def prefill(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, capacity: int | None
-    ) -> torch.Tensor:
-        """Start the cache with left-padded prompts; the last position's logits. With `capacity`
-        (positions per row) the cache is preallocated (decoding, without gradients); without,
-        it grows by concatenation (a learner's forward, with gradients)."""
-        self.capacity = capacity
-        if capacity is None:
-            self.keys = [torch.empty(0) for _ in self.layers]
-            self.values = [torch.empty(0) for _ in self.layers]
-        else:
-            shape = (input_ids.size(0), self.kv_heads, capacity, self.head_dim)
-            self.keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
-            self.values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, capacity: int) -> torch.Tensor:
+        """Start a cache of `capacity` positions with left-padded prompts; the last position's logits."""
+        batch = input_ids.size(0)
+        shape = (batch, self.kv_heads, capacity, self.head_dim)
+        self.keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+        self.values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
         self.length = 0
         positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         return self.forward(input_ids, positions, attention_mask.bool())

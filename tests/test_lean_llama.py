@@ -13,8 +13,6 @@ from inference.lean_llama import lean_llama
 from inference.policy import policy_load
 from inference.settings import SamplingParams
 from workers.base_model import BaseModelConfig, base_model_build
-from workers.learners import common as learner_common
-from workers.learners.common import completion_logprobs, sequence_batch
 
 TINY = BaseModelConfig(
     seed=3,
@@ -174,28 +172,3 @@ def test_same_seed_same_samples(tiny_policy):
     )
     assert [c.token_ids for c in first] == [c.token_ids for c in again]
     assert len({tuple(c.token_ids) for c in first}) > 1
-
-
-def test_the_learners_lean_forward_gives_the_models_log_probs_and_gradients(monkeypatch):
-    """GRPO groups (two prompts of different lengths, three completions each of different
-    lengths): log-probs and every weight's gradient through the lean path equal the model's."""
-    model = random_llama().train()
-    torch.manual_seed(1)
-    prompts = [torch.randint(2, 64, (length,)).tolist() for length in (4, 7) for _ in range(3)]
-    completions = [torch.randint(2, 64, (length,)).tolist() for length in (3, 5, 1, 6, 2, 4)]
-    batch = sequence_batch(prompts, completions, pad_token_id=0)
-
-    def logprobs_and_gradients() -> tuple[torch.Tensor, list[torch.Tensor]]:
-        model.zero_grad()
-        logprobs, mask = completion_logprobs(model, batch)
-        (logprobs * mask * torch.linspace(0.5, 1.5, mask.size(-1))).sum().backward()
-        return (logprobs * mask).detach(), [parameter.grad.clone() for parameter in model.parameters()]
-
-    assert lean_llama(model) is not None
-    lean, lean_gradients = logprobs_and_gradients()
-    monkeypatch.setattr(learner_common, "lean_llama", lambda model: None)
-    plain, plain_gradients = logprobs_and_gradients()
-    assert torch.allclose(lean, plain, atol=1e-5)
-    assert (lean != 0).sum() == sum(len(c) for c in completions)
-    for one, other in zip(lean_gradients, plain_gradients, strict=True):
-        assert torch.allclose(one, other, rtol=1e-4, atol=1e-6)

@@ -11,8 +11,15 @@ from inference.policy import policy_load
 from inference.settings import SamplingParams
 from runs.demo_tasks import demo_task_sets
 from workers.base_model import BaseModelConfig, base_model_build
-from workers.learners.common import completion_logprobs, sequence_batch, token_logprobs
-from workers.learners.grpo import grpo_loss
+from workers.learners import grpo
+from workers.learners.common import (
+    completion_logprobs,
+    learner_create,
+    length_parts,
+    sequence_batch,
+    token_logprobs,
+)
+from workers.learners.grpo import GRPOBatch, GRPOConfig, grpo_loss, learn_on_batch
 
 TINY = BaseModelConfig(
     seed=3,
@@ -117,3 +124,30 @@ def test_rows_that_share_a_prompt_get_the_same_logprobs_and_gradients_as_compute
     for row, completion in enumerate(completions):  # and both are what sampling recorded
         recorded = shared[row][batch.completion_mask[row, 1:].bool()]
         assert torch.allclose(recorded, torch.tensor(completion.logprobs), atol=1e-4)
+
+
+def test_rows_of_unlike_lengths_learn_in_separate_passes_with_the_same_gradient(tmp_path: Path, monkeypatch):
+    """Without a token budget a GRPO batch learns in passes of rows of like lengths (one
+    completion that ran long is not padding the others): the gradient and the reported loss are
+    those of one pass over every row."""
+    base_model_build(tmp_path / "base", TINY, log=lambda line: None)
+    prompts = [[5, 6, 7, 8]] * 6 + [[9, 10, 11]] * 6
+    completions = [[20 + row] * (1 + row % 3) for row in range(12)]
+    completions[2] = [25] * 60  # ran to the token budget
+    sequences = sequence_batch(prompts, completions, pad_token_id=0)
+    old = torch.full((12, sequences.input_ids.size(1) - 1), -3.0)
+    batch = GRPOBatch(sequences, old, torch.linspace(-1.5, 1.5, 12))
+    parts = length_parts(sequences.attention_mask.sum(-1).tolist())
+    assert parts[-1] == [2] and sorted(parts[0]) == [0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    gradients, losses = [], []
+    for split in (True, False):
+        if not split:
+            monkeypatch.setattr(grpo, "length_parts", lambda lengths: [list(range(len(lengths)))])
+        config = GRPOConfig(model=str(tmp_path / "base"), output_dir=str(tmp_path / str(split)))
+        learner, _ = learner_create(config)
+        learner.optimizer.step = lambda: None  # keep the gradient to compare it
+        learner.optimizer.zero_grad = lambda set_to_none=True: None
+        losses.append(learn_on_batch(learner, batch, config, reference=None)["loss"])
+        gradients.append([p.grad.clone() for p in learner.model.parameters()])
+    assert losses[0] == pytest.approx(losses[1], abs=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*gradients, strict=True))

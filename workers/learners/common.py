@@ -24,7 +24,6 @@ from inference.adapters import LoraSettings, lora_wrap
 from inference.chat import Prompt, chat_render, turn_end_text
 from inference.chat import completion_render as completion_render
 from inference.generation import prompt_token_ids
-from inference.lean_llama import lean_llama
 from inference.policy import Policy, policy_load
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -163,6 +162,36 @@ def budget_groups(lengths: list[int], token_budget: int) -> list[list[int]]:
         groups[-1].append(row)
         longest = max(longest, length)
     return groups
+
+
+PART_OVERHEAD_TOKENS = 256  # a forward and backward pass's fixed cost, in padded tokens (tiny models, CPU)
+
+
+def length_parts(lengths: list[int], overhead: int = PART_OVERHEAD_TOKENS) -> list[list[int]]:
+    """Rows grouped by length so that padding each group to its longest wastes little compute:
+    of the partitions of the rows sorted by length into runs, the one with the fewest padded
+    tokens plus `overhead` per group. A GRPO batch where one completion ran to the token budget
+    and the rest stopped early learns in two passes instead of padding every row to the longest.
+
+    >>> length_parts([12, 12, 30, 12], overhead=8)
+    [[0, 1, 3], [2]]
+    >>> length_parts([12, 13, 12, 14], overhead=8)
+    [[0, 2, 1, 3]]
+    """
+    order = sorted(range(len(lengths)), key=lambda row: (lengths[row], row))
+    best = [0] + [None] * len(order)  # the cheapest cost of the first `end` rows of `order`
+    cut = [0] * (len(order) + 1)
+    for end in range(1, len(order) + 1):
+        longest = lengths[order[end - 1]]
+        for start in range(end):
+            cost = best[start] + (end - start) * longest + overhead
+            if best[end] is None or cost < best[end]:
+                best[end], cut[end] = cost, start
+    parts, end = [], len(order)
+    while end:
+        parts.append(order[cut[end] : end])
+        end = cut[end]
+    return parts[::-1] or [[]]
 
 
 def trainable_model(model: torch.nn.Module, config: LearnerConfig) -> torch.nn.Module:
@@ -470,24 +499,16 @@ def _shared_prompt_logprobs(
     for row, prompt in enumerate(unique):
         prompt_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
         prompt_mask[row, width - len(prompt) :] = 1
-    # A plain Llama runs through the lean forward (inference/lean_llama.py), the same function
-    # in fewer operations, with a cache autograd differentiates through; other models through
-    # their own forward and cache.
-    lean = lean_llama(model)
-    if lean is not None:
-        first = lean.prefill(prompt_ids, prompt_mask, capacity=None)
-        lean.select(rows)
-    else:
-        cache = DynamicCache()
-        first = model(
-            input_ids=prompt_ids,
-            attention_mask=prompt_mask,
-            position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        ).logits[:, -1]
-        cache.batch_select_indices(rows)
+    cache = DynamicCache()
+    first = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[:, -1]
+    cache.batch_select_indices(rows)
     # Each row's rest (its completion; for an agent episode every turn after the first prompt,
     # the mask then picks the turns' tokens), right-padded, continuing its prompt's positions.
     completion_lengths = batch.attention_mask.sum(-1) - prompt_lengths
@@ -495,18 +516,13 @@ def _shared_prompt_logprobs(
     valid = steps[None, :] < completion_lengths[:, None]
     source = (prompt_lengths[:, None] + steps[None, :]).clamp(max=length - 1)
     completion_ids = batch.input_ids.gather(1, source) * valid
-    key_mask = torch.cat([prompt_mask[rows], valid.long()], dim=1)
-    positions = prompt_lengths[:, None] + steps[None, :]
-    if lean is not None:
-        rest = lean.forward(completion_ids, positions, key_mask.bool(), every_position=True)
-    else:
-        rest = model(
-            input_ids=completion_ids,
-            attention_mask=key_mask,
-            position_ids=positions,
-            cache=cache,
-            use_cache=True,
-        ).logits
+    rest = model(
+        input_ids=completion_ids,
+        attention_mask=torch.cat([prompt_mask[rows], valid.long()], dim=1),
+        position_ids=prompt_lengths[:, None] + steps[None, :],
+        cache=cache,
+        use_cache=True,
+    ).logits
     logits = torch.cat([first[rows][:, None], rest[:, :-1]], dim=1).float() / temperature
     logprobs = logits.log_softmax(-1).gather(-1, completion_ids[..., None]).squeeze(-1) * valid
     # Back to the (B, L-1) layout: completion token j of a row stands at its prompt length + j.

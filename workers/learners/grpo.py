@@ -31,6 +31,7 @@ from workers.learners.common import (
     completion_logprobs,
     final_save,
     learner_create,
+    length_parts,
     metrics_line,
     optimizer_step,
     reference_create,
@@ -282,13 +283,17 @@ def _learn_rows(
     config: GRPOConfig,
     reference: torch.nn.Module | None,
 ) -> dict[str, float]:
-    """Backward the loss of `rows` in forward passes that fit the token budget. Each part's loss
+    """Backward the loss of `rows` in forward passes that fit the token budget (without one, in
+    passes of rows of like lengths: `length_parts`). Each part's loss
     is weighted by its share of the rows' completion tokens (token mean) or rows (sequence mean,
     Dr. GRPO), so the gradient is the one a single pass over all the rows would give."""
-    device, metrics = learner.accelerator.device, {}
+    device, metrics = learner.accelerator.device, {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0}
     sequences = batch.sequences.rows(rows)
     tokens = sequences.completion_mask.sum().clamp(min=1)
-    parts = sequences.micro_batches(config.micro_batch_tokens)
+    if config.micro_batch_tokens:
+        parts = sequences.micro_batches(config.micro_batch_tokens)
+    else:  # no budget: rows of like lengths together, so little compute goes to padding
+        parts = length_parts(sequences.attention_mask.sum(-1).tolist())
     for number, part in enumerate(parts):
         part_rows = rows[part]
         micro = batch.sequences.rows(part_rows).to(device)
@@ -298,7 +303,7 @@ def _learn_rows(
         if reference is not None:
             with torch.no_grad(), reference_mode(reference):
                 ref_logprobs, _ = completion_logprobs(reference, micro, config.temperature)
-        loss, metrics = grpo_loss(
+        loss, part_metrics = grpo_loss(
             logprobs,
             batch.old_logprobs[part_rows][:, :width].to(device),
             batch.advantages[part_rows].to(device),
@@ -311,16 +316,18 @@ def _learn_rows(
             max_completion_length=config.max_new_tokens,
             kl_importance_correction=config.kl_importance_correction,
         )
-        if config.loss_aggregation == "token_mean":
-            share = float(micro.completion_mask.sum() / tokens)
-        else:
-            share = len(part) / len(rows)
+        token_share = float(micro.completion_mask.sum() / tokens)
+        share = token_share if config.loss_aggregation == "token_mean" else len(part) / len(rows)
         # Several processes (DDP) all-reduce once per micro-batch, on its last part, whatever
         # number of parts each process's rows need.
         last = number == len(parts) - 1
         with contextlib.nullcontext() if last else learner.accelerator.no_sync(learner.model):
             learner.accelerator.backward(loss * share if share != 1 else loss)
-        metrics["loss"] = loss.item()
+        # The rows' figures, whatever the split: the loss as the gradient weighs it, the
+        # per-token figures over all the rows' tokens.
+        metrics["loss"] += loss.item() * share
+        metrics["clip_fraction"] += part_metrics["clip_fraction"] * token_share
+        metrics["kl"] += part_metrics["kl"] * token_share
     return metrics
 
 
