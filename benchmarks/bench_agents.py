@@ -18,8 +18,11 @@ Both sides in the same run, on the same model, episodes and settings:
 The model is the tiny base model's architecture (FLYWHEEL_HOME/models/tiny-base if it was built,
 else one built here with a short pretraining: the speed does not depend on what it learned).
 Targets: at least 2x on both. Each figure is the median of `--repeats` alternating repeats.
+Torch runs with `--threads` (default `FLYWHEEL_TORCH_THREADS`, 1: what each rollout worker and
+learner gives torch); on a shared host more threads wait on each other at every small operation,
+which slows both sides and hides the difference (`--threads 0`: torch's default, one per core).
 
-Run: .venv/bin/python benchmarks/bench_agents.py [--episodes 8 --turns 8 --repeats 3]
+Run: .venv/bin/python benchmarks/bench_agents.py [--episodes 8 --turns 8 --repeats 3 --threads 1]
 Prints a table, then one line of JSON.
 """
 
@@ -131,7 +134,12 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--model")
+    parser.add_argument(
+        "--threads", type=int, default=settings.FLYWHEEL_TORCH_THREADS, help="torch threads (0: one per core)"
+    )
     args = parser.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     policy = policy_load(model_path(args.model))
     policy.model.config.max_position_embeddings = 4096  # RoPE: 8 turns outgrow the base's 256
     threads = torch.get_num_threads()

@@ -145,6 +145,22 @@ class LeanLlama:
         positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         return self.forward(input_ids, positions, attention_mask.bool())
 
+    def reserve(self, batch: int, capacity: int) -> None:
+        """A preallocated cache of at least `capacity` positions per row for `batch` rows, the
+        positions already cached kept (a conversation that grows a turn at a time:
+        inference/sessions.py); without a cache yet, an empty one."""
+        if self.capacity is not None and capacity <= self.capacity:
+            return
+        shape = (batch, self.kv_heads, capacity, self.head_dim)
+        keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+        values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+        if self.capacity is not None and self.length:
+            for new, old in zip(keys + values, self.keys + self.values, strict=True):
+                new[:, :, : self.length] = old[:, :, : self.length]
+        else:
+            self.length = 0
+        self.keys, self.values, self.capacity = keys, values, capacity
+
     def select(self, rows: torch.Tensor) -> None:
         """Keep the cache rows `rows` (in that order; a row may repeat)."""
         self.keys = [keys[rows] for keys in self.keys]

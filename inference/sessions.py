@@ -12,6 +12,13 @@ tool results) is encoded afresh, and the cache rebuilt from the transcripts.
 Rows of the batch hold their tokens left-padded; padding between turns (a row that finished early,
 a shorter new chunk) is masked out and takes no position, so a row's logits equal those of its
 transcript encoded alone (the equality tests check it).
+
+The decode loop keeps its tokens, log-probs and stop flags as tensors (one move to Python per
+turn, not per token and episode), and a plain Llama runs through `inference.lean_llama` with a
+preallocated cache that grows a turn at a time (the Hugging Face cache concatenates every layer's
+keys and values at every token, a copy of the whole transcript per step); any other model (an
+adapter, a wrapper) runs its own forward with a `DynamicCache`. The lean decoder reads the
+weights when the session is made: a session serves one wave, whose weights do not change.
 """
 
 from dataclasses import dataclass, field
@@ -20,6 +27,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from inference.generation import Completion, completion_build, sample_next, stop_position
+from inference.lean_llama import lean_llama
 from inference.settings import SamplingParams
 
 
@@ -81,10 +89,16 @@ class ChatSessions:
         self.model, self.tokenizer, self.params = model, tokenizer, params
         self.reuse, self.generator = reuse, generator
         self.device = next(model.parameters()).device
+        self.lean = lean_llama(model)  # None: the model's own forward and a DynamicCache
         self.transcripts: dict[int, Transcript] = {}
         self.rows: list[int] = []  # the cache's rows, by key
         self.cache: DynamicCache | None = None
-        self.mask: torch.Tensor | None = None  # the cache's attention mask, [rows, length]
+        # The cache's attention mask, [rows, capacity] (True where a real token stands; only the
+        # first `length` columns are in use) and each row's next position (its real tokens so far).
+        self.mask: torch.Tensor | None = None
+        self.length = 0
+        self.positions: torch.Tensor | None = None
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.stats = SessionStats()
 
     @torch.no_grad()
@@ -99,7 +113,7 @@ class ChatSessions:
             logits = self._feed([self._unfed(key) for key in keys])
         else:
             self.stats.rebuilds += 0 if self.cache is None else 1
-            logits = self._rebuild(keys, prompts, pending)
+            logits = self._rebuild(keys)
         prompt_ids = [list(self.transcripts[key].token_ids) for key in keys]
         self.stats.prompt_tokens += sum(len(ids) for ids in prompt_ids)
         return self._decode(keys, logits, prompt_ids)
@@ -120,88 +134,125 @@ class ChatSessions:
         if keys == self.rows:
             return
         index = torch.tensor([self.rows.index(key) for key in keys], device=self.device)
-        self.cache.batch_select_indices(index)
-        self.mask = self.mask[index]
+        if self.lean is not None:
+            self.lean.select(index)
+        else:
+            self.cache.batch_select_indices(index)
+        self.mask, self.positions = self.mask[index], self.positions[index]
         self.rows = list(keys)
 
-    def _rebuild(self, keys: list[int], prompts: list[str], pending) -> torch.Tensor:
+    def _rebuild(self, keys: list[int]) -> torch.Tensor:
         """Encode every row's whole transcript into a fresh cache."""
         for key in keys:
             self.transcripts[key].fed = 0
-        self.cache, self.rows = DynamicCache(), list(keys)
-        self.mask = torch.zeros((len(keys), 0), dtype=torch.long, device=self.device)
+        self.cache, self.rows, self.length = DynamicCache(), list(keys), 0
+        self.mask = torch.zeros((len(keys), 0), dtype=torch.bool, device=self.device)
+        self.positions = torch.zeros(len(keys), dtype=torch.long, device=self.device)
+        if self.lean is not None:
+            self.lean.capacity, self.lean.length = None, 0
         return self._feed([self._unfed(key) for key in keys])
+
+    def _reserve(self, needed: int) -> None:
+        """Room for `needed` positions per row in the mask (and the lean decoder's cache), with
+        headroom so that a growing episode reallocates only every few turns."""
+        if needed <= self.mask.size(1):
+            return
+        capacity = needed + needed // 2
+        mask = torch.zeros((self.mask.size(0), capacity), dtype=torch.bool, device=self.device)
+        mask[:, : self.length] = self.mask[:, : self.length]
+        self.mask = mask
+        if self.lean is not None:
+            self.lean.reserve(len(self.rows), capacity)
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Run `ids` (rows, width) at `positions`, its mask columns already written; the last
+        position's logits (float32)."""
+        end = self.length + ids.size(1)
+        if self.lean is not None:
+            logits = self.lean.forward(ids, positions, self.mask)
+        else:
+            logits = (
+                self.model(
+                    input_ids=ids,
+                    attention_mask=self.mask[:, :end].long(),
+                    position_ids=positions,
+                    cache=self.cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+                .logits[:, -1]
+                .float()
+            )
+        self.length = end
+        return logits
 
     def _feed(self, chunks: list[list[int]]) -> torch.Tensor:
         """Append each row's chunk (left-padded to the longest) to the cache; the next-token logits."""
         width = max(len(chunk) for chunk in chunks)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(c)) + c for c in chunks], device=self.device)
-        new_mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunks], device=self.device)
-        self.mask = torch.cat([self.mask, new_mask], dim=-1)
-        positions = (self.mask.cumsum(-1) - 1).clamp(min=0)[:, -width:]
+        self._reserve(self.length + width + self.params.max_new_tokens)
+        ids = torch.full((len(chunks), width), self.pad_id, dtype=torch.long)
+        new_mask = torch.zeros((len(chunks), width), dtype=torch.bool)
+        for row, chunk in enumerate(chunks):
+            if chunk:
+                ids[row, width - len(chunk) :] = torch.tensor(chunk, dtype=torch.long)
+                new_mask[row, width - len(chunk) :] = True
+        ids, new_mask = ids.to(self.device), new_mask.to(self.device)
+        self.mask[:, self.length : self.length + width] = new_mask
+        positions = (self.positions[:, None] + new_mask.long().cumsum(-1) - 1).clamp(min=0)
+        self.positions = self.positions + new_mask.long().sum(-1)
         self.stats.encoded_tokens += sum(len(chunk) for chunk in chunks)
         for key, chunk in zip(self.rows, chunks, strict=True):
             self.transcripts[key].fed += len(chunk)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=self.mask,
-            position_ids=positions,
-            cache=self.cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        return out.logits[:, -1].float()
+        return self._forward(ids, positions)
 
     # -- decoding ---------------------------------------------------------------------------
 
     def _decode(self, keys: list[int], logits: torch.Tensor, prompt_ids: list[list[int]]) -> list[Completion]:
-        params, batch = self.params, len(keys)
-        tokens: list[list[int]] = [[] for _ in keys]
-        logprobs: list[list[float]] = [[] for _ in keys]
-        active = [True] * batch
+        """Sample up to `max_new_tokens` per row. Tokens, log-probs and stop flags stay tensors
+        until the turn ends; a row's sampled token (its EOS included) is fed to the cache at the
+        next step, a finished row feeds masked padding that takes no position."""
+        params, batch, device = self.params, len(keys), self.device
+        tokens = torch.full((batch, params.max_new_tokens), self.pad_id, dtype=torch.long, device=device)
+        logprobs = torch.zeros((batch, params.max_new_tokens), device=device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=device)
+        fed = torch.zeros(batch, dtype=torch.long, device=device)
+        lengths = torch.zeros(batch, dtype=torch.long, device=device)
         for step in range(params.max_new_tokens):
             next_tokens, next_logprobs = sample_next(logits, params, self.generator)
-            chosen, scores = next_tokens.tolist(), next_logprobs.tolist()
-            sampled = list(active)
-            for row in range(batch):
-                if not active[row]:
-                    continue
-                tokens[row].append(chosen[row])
-                logprobs[row].append(scores[row])
-                if chosen[row] == self.tokenizer.eos_token_id or self._stopped(tokens[row]):
-                    active[row] = False
-            if not any(active) or step == params.max_new_tokens - 1:
+            running = ~finished
+            tokens[:, step] = torch.where(running, next_tokens, tokens[:, step])
+            logprobs[:, step] = torch.where(running, next_logprobs, logprobs[:, step])
+            lengths += running.long()
+            stopped = running & (next_tokens == self.tokenizer.eos_token_id)
+            if params.stop:
+                stopped |= self._stopped(tokens[:, : step + 1], running & ~stopped)
+            finished |= stopped
+            if step == params.max_new_tokens - 1 or bool(finished.all()):
                 break
-            logits = self._feed_step(chosen, sampled)
-        self.stats.generated_tokens += sum(len(row) for row in tokens)
+            # The rows that sampled this step feed their token; the others, masked padding.
+            self.mask[:, self.length] = running
+            fed += running.long()
+            positions = self.positions[:, None]
+            self.positions = self.positions + running.long()
+            logits = self._forward(next_tokens.masked_fill(~running, self.pad_id)[:, None], positions)
+        token_rows, logprob_rows = tokens.tolist(), logprobs.tolist()
+        length_rows, fed_rows = lengths.tolist(), fed.tolist()
+        self.stats.generated_tokens += sum(length_rows)
         completions = []
         for row, key in enumerate(keys):
-            completion = completion_build(self.tokenizer, tokens[row], logprobs[row], params, prompt_ids[row])
-            transcript_answer(
-                self.transcripts[key], completion.text, tokens[row], self.tokenizer.eos_token_id
-            )
+            count = length_rows[row]
+            row_tokens, row_logprobs = token_rows[row][:count], logprob_rows[row][:count]
+            completion = completion_build(self.tokenizer, row_tokens, row_logprobs, params, prompt_ids[row])
+            transcript = self.transcripts[key]
+            transcript.fed += fed_rows[row]
+            transcript_answer(transcript, completion.text, row_tokens, self.tokenizer.eos_token_id)
             completions.append(completion)
         return completions
 
-    def _feed_step(self, chosen: list[int], sampled: list[bool]) -> torch.Tensor:
-        """Feed each row's sampled token; rows that had already finished feed masked padding."""
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor(
-            [[token if live else pad] for token, live in zip(chosen, sampled, strict=True)],
-            device=self.device,
-        )
-        column = torch.tensor([[int(live)] for live in sampled], device=self.device)
-        self.mask = torch.cat([self.mask, column], dim=-1)
-        positions = (self.mask.cumsum(-1) - 1).clamp(min=0)[:, -1:]
-        for key, live in zip(self.rows, sampled, strict=True):
-            self.transcripts[key].fed += int(live)
-        out = self.model(
-            input_ids=ids, attention_mask=self.mask, position_ids=positions, cache=self.cache, use_cache=True
-        )
-        return out.logits[:, -1].float()
-
-    def _stopped(self, row_tokens: list[int]) -> bool:
-        if not self.params.stop:
-            return False
-        return stop_position(self.tokenizer.decode(row_tokens), self.params.stop) is not None
+    def _stopped(self, tokens: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        """Rows (of `candidates`) whose text so far holds a stop sequence."""
+        stopped = torch.zeros_like(candidates)
+        for row in candidates.nonzero().flatten().tolist():
+            text = self.tokenizer.decode(tokens[row].tolist())
+            stopped[row] = stop_position(text, self.params.stop) is not None
+        return stopped
