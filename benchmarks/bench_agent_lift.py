@@ -4,10 +4,10 @@ pass rate on the demo agent family (`workers/agent_demo.py`).
 `make bench-agent-lift`. Per seed:
 
 1. **Teach** the tiny base the tool-call protocol by a short SFT run, as a user would a real
-   model: expert episodes on the *train* items, played for real in sandboxes (read `solution.py`,
-   rewrite it with `write_file`, `run_tests`, `submit`; the fix right only part of the time, some
-   episodes opening with an invalid call), the protocol's strings added to the tokenizer, the loss
-   on the assistant turns (`agent_teach`).
+   model: expert episodes on the *train* items, played for real in sandboxes (read the stub
+   `solution.py`, write the function with `write_file`, `run_tests`, `submit`; the constant right
+   only part of the time, as in the base's corpus, some episodes opening with an invalid call),
+   the protocol's strings added to the tokenizer, the loss on the assistant turns (`agent_teach`).
 2. **GRPO** from the taught model through the real workers: a learner worker (which starts the
    run's learner process), two rollout workers playing episodes in bubblewrap sandboxes, an eval
    worker; the embedded Redis as broker. Rewards `check - 0.2 * invalid - 0.01 * steps` (the
@@ -112,8 +112,11 @@ def base_model(home: Path) -> Path:
 
 def teach(base: Path, home: Path, items: dict, seed: int) -> tuple[Path, dict]:
     """The base taught the protocol on expert episodes of the train items."""
+    import torch
+
     from workers.agent_demo import agent_teach, expert_plans, expert_play
 
+    torch.set_num_threads(1)  # as the workers: threads only contend on a shared machine
     started = time.monotonic()
     episodes = expert_play(items["train"], expert_plans(items["train"], seed=seed))
     target = home / "models" / f"tiny-agent-seed{seed}"
@@ -257,14 +260,16 @@ def transcript(episode) -> str:
     return "\n".join(lines)
 
 
-def one_seed(seed: int, owner, base: Path, home: Path) -> dict:
+def demo_items() -> dict:
     from workers.agent_demo import agent_demo_items
 
     items = agent_demo_items(seed=SPLIT_SEED, train_size=TRAIN, heldout_size=HELDOUT)
     train_ids = {item["id"] for item in items["train"]}
     assert not train_ids & {item["id"] for item in items["heldout"]}, "held-out items must be unseen"
-    model, taught = teach(base, home, items, seed)
-    print(f"seed {seed}: taught {taught}", flush=True)
+    return items
+
+
+def one_seed(seed: int, owner, items: dict, model: Path, taught: dict) -> dict:
     run = run_follow(run_launch(owner, items, model, seed))
     before, after = figures_at(run, 0), figures_at(run, run.learner_step)
     shown = transcripts(run, items["heldout"])
@@ -295,12 +300,17 @@ def main() -> None:
     home = Path(env["FLYWHEEL_HOME"])
     base = base_model(home)
     started, load_before = time.monotonic(), os.getloadavg()
+    items = demo_items()
+    taught = {}  # each seed's model is taught before the workers start (they would only wait)
+    for seed in SEEDS:
+        taught[seed] = teach(base, home, items, seed)
+        print(f"seed {seed}: taught {taught[seed][1]}", flush=True)
     workers = start_workers(env)
     results = []
     try:
         owner = services.User.objects.create_user(username=f"agent-lift-{time.time_ns()}")
         for seed in SEEDS:
-            results.append(one_seed(seed, owner, base, home))
+            results.append(one_seed(seed, owner, items, *taught[seed]))
     finally:
         for process in workers:
             process.terminate()

@@ -153,7 +153,7 @@ def generate(
         lengths += active.long()
         finished |= active & torch.isin(next_tokens, stops)
         if params.stop:
-            finished |= _stopped_rows(tokenizer, tokens, lengths, active & ~finished, params.stop)
+            finished |= stopped_rows(tokenizer, tokens, lengths, active & ~finished, params.stop)
         if bool(finished.all()):
             break
         attention = torch.cat([attention, attention.new_ones(batch, 1)], dim=-1)
@@ -184,7 +184,7 @@ def generate(
     ]
 
 
-def _stopped_rows(
+def stopped_rows(
     tokenizer: PreTrainedTokenizerBase,
     tokens: torch.Tensor,
     lengths: torch.Tensor,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from inference.generation import Completion, completion_build, sample_next, stop_position
+from inference.generation import Completion, completion_build, sample_next, stopped_rows
 from inference.settings import SamplingParams
 
 
@@ -85,6 +85,7 @@ class ChatSessions:
         self.rows: list[int] = []  # the cache's rows, by key
         self.cache: DynamicCache | None = None
         self.mask: torch.Tensor | None = None  # the cache's attention mask, [rows, length]
+        self.last_position: torch.Tensor | None = None  # each row's last position (-1: none yet)
         self.stats = SessionStats()
 
     @torch.no_grad()
@@ -122,6 +123,7 @@ class ChatSessions:
         index = torch.tensor([self.rows.index(key) for key in keys], device=self.device)
         self.cache.batch_select_indices(index)
         self.mask = self.mask[index]
+        self.last_position = self.last_position[index]
         self.rows = list(keys)
 
     def _rebuild(self, keys: list[int], prompts: list[str], pending) -> torch.Tensor:
@@ -139,7 +141,9 @@ class ChatSessions:
         ids = torch.tensor([[pad] * (width - len(c)) + c for c in chunks], device=self.device)
         new_mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunks], device=self.device)
         self.mask = torch.cat([self.mask, new_mask], dim=-1)
-        positions = (self.mask.cumsum(-1) - 1).clamp(min=0)[:, -width:]
+        counted = self.mask.cumsum(-1)[:, -width:] - 1
+        self.last_position = counted[:, -1]
+        positions = counted.clamp(min=0)
         self.stats.encoded_tokens += sum(len(chunk) for chunk in chunks)
         for key, chunk in zip(self.rows, chunks, strict=True):
             self.transcripts[key].fed += len(chunk)
@@ -156,52 +160,58 @@ class ChatSessions:
     # -- decoding ---------------------------------------------------------------------------
 
     def _decode(self, keys: list[int], logits: torch.Tensor, prompt_ids: list[list[int]]) -> list[Completion]:
-        params, batch = self.params, len(keys)
-        tokens: list[list[int]] = [[] for _ in keys]
-        logprobs: list[list[float]] = [[] for _ in keys]
-        active = [True] * batch
+        """Sample each row's answer. Tokens, log-probs and which rows are live stay tensors until
+        the end (as in `inference.generation`): per token, Python work costs more than the tiny
+        models' forward passes."""
+        params, batch, device = self.params, len(keys), self.device
+        pad = self.tokenizer.pad_token_id
+        tokens = torch.full((batch, params.max_new_tokens), pad, dtype=torch.long, device=device)
+        logprobs = torch.zeros((batch, params.max_new_tokens), device=device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=device)
+        lengths = torch.zeros(batch, dtype=torch.long, device=device)
+        fed = 0  # decode steps whose sampled tokens went into the cache
         for step in range(params.max_new_tokens):
             next_tokens, next_logprobs = sample_next(logits, params, self.generator)
-            chosen, scores = next_tokens.tolist(), next_logprobs.tolist()
-            sampled = list(active)
-            for row in range(batch):
-                if not active[row]:
-                    continue
-                tokens[row].append(chosen[row])
-                logprobs[row].append(scores[row])
-                if chosen[row] == self.tokenizer.eos_token_id or self._stopped(tokens[row]):
-                    active[row] = False
-            if not any(active) or step == params.max_new_tokens - 1:
+            active = ~finished
+            tokens[:, step] = torch.where(active, next_tokens, tokens[:, step])
+            logprobs[:, step] = torch.where(active, next_logprobs, logprobs[:, step])
+            lengths += active.long()
+            finished = finished | (active & (next_tokens == self.tokenizer.eos_token_id))
+            if params.stop:
+                finished |= stopped_rows(self.tokenizer, tokens, lengths, active & ~finished, params.stop)
+            if step == params.max_new_tokens - 1 or bool(finished.all()):
                 break
-            logits = self._feed_step(chosen, sampled)
-        self.stats.generated_tokens += sum(len(row) for row in tokens)
+            logits = self._feed_step(next_tokens, active)
+            fed += 1
+        counts = lengths.tolist()
+        token_rows = [row[:count] for row, count in zip(tokens.tolist(), counts, strict=True)]
+        logprob_rows = [row[:count] for row, count in zip(logprobs.tolist(), counts, strict=True)]
+        self.stats.generated_tokens += sum(counts)
         completions = []
         for row, key in enumerate(keys):
-            completion = completion_build(self.tokenizer, tokens[row], logprobs[row], params, prompt_ids[row])
+            # A row was fed each decode step it was live in: its first min(count, fed) tokens.
+            self.transcripts[key].fed += min(counts[row], fed)
+            completion = completion_build(
+                self.tokenizer, token_rows[row], logprob_rows[row], params, prompt_ids[row]
+            )
             transcript_answer(
-                self.transcripts[key], completion.text, tokens[row], self.tokenizer.eos_token_id
+                self.transcripts[key], completion.text, token_rows[row], self.tokenizer.eos_token_id
             )
             completions.append(completion)
         return completions
 
-    def _feed_step(self, chosen: list[int], sampled: list[bool]) -> torch.Tensor:
-        """Feed each row's sampled token; rows that had already finished feed masked padding."""
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor(
-            [[token if live else pad] for token, live in zip(chosen, sampled, strict=True)],
-            device=self.device,
-        )
-        column = torch.tensor([[int(live)] for live in sampled], device=self.device)
+    def _feed_step(self, next_tokens: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+        """Feed each row's sampled token; rows that had already finished feed masked padding
+        (which takes no position: a live row's next position is its last one plus one)."""
+        ids = next_tokens.masked_fill(~live, self.tokenizer.pad_token_id)[:, None]
+        column = live.long()[:, None]
         self.mask = torch.cat([self.mask, column], dim=-1)
-        positions = (self.mask.cumsum(-1) - 1).clamp(min=0)[:, -1:]
-        for key, live in zip(self.rows, sampled, strict=True):
-            self.transcripts[key].fed += int(live)
+        self.last_position = self.last_position + column[:, 0]
         out = self.model(
-            input_ids=ids, attention_mask=self.mask, position_ids=positions, cache=self.cache, use_cache=True
+            input_ids=ids,
+            attention_mask=self.mask,
+            position_ids=self.last_position[:, None].clamp(min=0),
+            cache=self.cache,
+            use_cache=True,
         )
         return out.logits[:, -1].float()
-
-    def _stopped(self, row_tokens: list[int]) -> bool:
-        if not self.params.stop:
-            return False
-        return stop_position(self.tokenizer.decode(row_tokens), self.params.stop) is not None
