@@ -37,10 +37,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = [int(seed) for seed in os.environ.get("BENCH_AGENT_LIFT_SEEDS", "0").split(",")]
 STEPS = int(os.environ.get("BENCH_AGENT_LIFT_STEPS", "16"))
-TRAIN = int(os.environ.get("BENCH_AGENT_LIFT_TRAIN", "128"))
+TRAIN = int(os.environ.get("BENCH_AGENT_LIFT_TRAIN", "512"))
 HELDOUT = int(os.environ.get("BENCH_AGENT_LIFT_HELDOUT", "48"))
-LEARNING_RATE = float(os.environ.get("BENCH_AGENT_LIFT_LR", "1e-3"))
-TEACH_STEPS = int(os.environ.get("BENCH_AGENT_LIFT_TEACH_STEPS", "150"))
+LEARNING_RATE = float(os.environ.get("BENCH_AGENT_LIFT_LR", "3e-4"))
+TEACH_STEPS = int(os.environ.get("BENCH_AGENT_LIFT_TEACH_STEPS", "200"))
 LIFT_WALL_SECONDS = 600  # the GRPO run's wall-time budget: the lift must come within 10 minutes
 SPLIT_SEED = 0  # the base model's corpus leaves out demo_split(0, 160)'s held-out tasks: ours are among them
 HYPERPARAMETERS = {

@@ -25,6 +25,7 @@ import torch
 from inference.generation import Completion
 from inference.policy import policy_load
 from inference.sessions import Transcript, transcript_answer, transcript_extend
+from inference.tool_chat import BUILTIN_TOOLS, PROTOCOL, tool_line
 from runs import demo_tasks
 from workers.agent import AgentEpisode, episodes_play, plain_render, policy_render
 from workers.learners.common import spans_batch
@@ -33,8 +34,12 @@ SOLUTION, TESTS = "solution.py", "test_solution.py"
 SYSTEM = "Fix the code."
 CONTEXT = 1024  # positions the taught model attends over (the base model's 256 are too few)
 # Strings of the text protocol added to a small tokenizer as tokens of their own (tool-calling models
-# ship theirs; a byte-level BPE trained on code spells a call in ~100 tokens, in ~25 with these).
+# ship theirs; a byte-level BPE trained on code spells a call in ~100 tokens, in ~25 with these). The
+# system message's fixed text (the protocol's line, each built-in tool's line) is among them: the
+# tiny base was pretrained on 256 positions, and with it spelled out the answer would start past them.
 PROTOCOL_TOKENS = (
+    PROTOCOL.split("{tools}")[0].format(),
+    *(tool_line(tool) for tool in BUILTIN_TOOLS.values()),
     '<tool_call>{"name": "',
     '", "arguments": {',
     "}}</tool_call>",
