@@ -215,6 +215,20 @@ def figures_at(run, step: int, timeout: float = 900.0) -> dict[str, float]:
     return {key: round(points[name], 4) for key, name in FIGURES.items() if name in points}
 
 
+def sampled_at(run, step: int) -> dict[str, float]:
+    """The step's rollouts (sampled at the tier's temperature): the share passing, invalid actions
+    and steps per episode."""
+    from runs.models import MetricPoint
+
+    names = {
+        "pass_rate": "reward/check",
+        "invalid_per_episode": "reward/invalid",
+        "mean_steps": "reward/steps",
+    }
+    points = dict(MetricPoint.objects.filter(run=run, step=step).values_list("name", "value"))
+    return {key: round(points[name], 4) for key, name in names.items() if name in points}
+
+
 def held_out_episode(run, version: int, item: dict):
     """One held-out item played by the evaluation's own code (greedy, the run's tier)."""
     from workers.run_eval import held_out_grades
@@ -284,6 +298,7 @@ def one_seed(seed: int, owner, items: dict, model: Path, taught: dict) -> dict:
         "before": before,
         "after": after,
         "lift_points": round(100 * (after["pass_rate"] - before["pass_rate"]), 1),
+        "train_rollouts": {"first_step": sampled_at(run, 1), "last_step": sampled_at(run, run.learner_step)},
         "transcript_item": shown["item"],
         "transcripts": {"before": shown["before"], "after": shown["after"]},
     }
