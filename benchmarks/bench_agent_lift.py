@@ -4,10 +4,10 @@ pass rate on the demo agent family (`workers/agent_demo.py`).
 `make bench-agent-lift`. Per seed:
 
 1. **Teach** the tiny base the tool-call protocol by a short SFT run, as a user would a real
-   model: expert episodes on the *train* items, played for real in sandboxes (read `solution.py`,
-   rewrite it with `write_file`, `run_tests`, `submit`; the fix right only part of the time, some
-   episodes opening with an invalid call), the protocol's strings added to the tokenizer, the loss
-   on the assistant turns (`agent_teach`).
+   model: expert episodes on the *train* items, played for real in sandboxes (read the stub
+   `solution.py`, write the function with `write_file`, `run_tests`, `submit`; the constant right
+   only part of the time, as in the base's corpus, some episodes opening with an invalid call),
+   the protocol's strings added to the tokenizer, the loss on the assistant turns (`agent_teach`).
 2. **GRPO** from the taught model through the real workers: a learner worker (which starts the
    run's learner process), two rollout workers playing episodes in bubblewrap sandboxes, an eval
    worker; the embedded Redis as broker. Rewards `check - 0.2 * invalid - 0.01 * steps` (the
@@ -37,10 +37,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = [int(seed) for seed in os.environ.get("BENCH_AGENT_LIFT_SEEDS", "0").split(",")]
 STEPS = int(os.environ.get("BENCH_AGENT_LIFT_STEPS", "16"))
-TRAIN = int(os.environ.get("BENCH_AGENT_LIFT_TRAIN", "128"))
+TRAIN = int(os.environ.get("BENCH_AGENT_LIFT_TRAIN", "512"))
 HELDOUT = int(os.environ.get("BENCH_AGENT_LIFT_HELDOUT", "48"))
-LEARNING_RATE = float(os.environ.get("BENCH_AGENT_LIFT_LR", "1e-3"))
-TEACH_STEPS = int(os.environ.get("BENCH_AGENT_LIFT_TEACH_STEPS", "150"))
+LEARNING_RATE = float(os.environ.get("BENCH_AGENT_LIFT_LR", "3e-4"))
+TEACH_STEPS = int(os.environ.get("BENCH_AGENT_LIFT_TEACH_STEPS", "200"))
 LIFT_WALL_SECONDS = 600  # the GRPO run's wall-time budget: the lift must come within 10 minutes
 SPLIT_SEED = 0  # the base model's corpus leaves out demo_split(0, 160)'s held-out tasks: ours are among them
 HYPERPARAMETERS = {
@@ -112,8 +112,11 @@ def base_model(home: Path) -> Path:
 
 def teach(base: Path, home: Path, items: dict, seed: int) -> tuple[Path, dict]:
     """The base taught the protocol on expert episodes of the train items."""
+    import torch
+
     from workers.agent_demo import agent_teach, expert_plans, expert_play
 
+    torch.set_num_threads(1)  # as the workers: threads only contend on a shared machine
     started = time.monotonic()
     episodes = expert_play(items["train"], expert_plans(items["train"], seed=seed))
     target = home / "models" / f"tiny-agent-seed{seed}"
@@ -212,6 +215,20 @@ def figures_at(run, step: int, timeout: float = 900.0) -> dict[str, float]:
     return {key: round(points[name], 4) for key, name in FIGURES.items() if name in points}
 
 
+def sampled_at(run, step: int) -> dict[str, float]:
+    """The step's rollouts (sampled at the tier's temperature): the share passing, invalid actions
+    and steps per episode."""
+    from runs.models import MetricPoint
+
+    names = {
+        "pass_rate": "reward/check",
+        "invalid_per_episode": "reward/invalid",
+        "mean_steps": "reward/steps",
+    }
+    points = dict(MetricPoint.objects.filter(run=run, step=step).values_list("name", "value"))
+    return {key: round(points[name], 4) for key, name in names.items() if name in points}
+
+
 def held_out_episode(run, version: int, item: dict):
     """One held-out item played by the evaluation's own code (greedy, the run's tier)."""
     from workers.run_eval import held_out_grades
@@ -257,14 +274,16 @@ def transcript(episode) -> str:
     return "\n".join(lines)
 
 
-def one_seed(seed: int, owner, base: Path, home: Path) -> dict:
+def demo_items() -> dict:
     from workers.agent_demo import agent_demo_items
 
     items = agent_demo_items(seed=SPLIT_SEED, train_size=TRAIN, heldout_size=HELDOUT)
     train_ids = {item["id"] for item in items["train"]}
     assert not train_ids & {item["id"] for item in items["heldout"]}, "held-out items must be unseen"
-    model, taught = teach(base, home, items, seed)
-    print(f"seed {seed}: taught {taught}", flush=True)
+    return items
+
+
+def one_seed(seed: int, owner, items: dict, model: Path, taught: dict) -> dict:
     run = run_follow(run_launch(owner, items, model, seed))
     before, after = figures_at(run, 0), figures_at(run, run.learner_step)
     shown = transcripts(run, items["heldout"])
@@ -279,6 +298,7 @@ def one_seed(seed: int, owner, base: Path, home: Path) -> dict:
         "before": before,
         "after": after,
         "lift_points": round(100 * (after["pass_rate"] - before["pass_rate"]), 1),
+        "train_rollouts": {"first_step": sampled_at(run, 1), "last_step": sampled_at(run, run.learner_step)},
         "transcript_item": shown["item"],
         "transcripts": {"before": shown["before"], "after": shown["after"]},
     }
@@ -295,12 +315,17 @@ def main() -> None:
     home = Path(env["FLYWHEEL_HOME"])
     base = base_model(home)
     started, load_before = time.monotonic(), os.getloadavg()
+    items = demo_items()
+    taught = {}  # each seed's model is taught before the workers start (they would only wait)
+    for seed in SEEDS:
+        taught[seed] = teach(base, home, items, seed)
+        print(f"seed {seed}: taught {taught[seed][1]}", flush=True)
     workers = start_workers(env)
     results = []
     try:
         owner = services.User.objects.create_user(username=f"agent-lift-{time.time_ns()}")
         for seed in SEEDS:
-            results.append(one_seed(seed, owner, base, home))
+            results.append(one_seed(seed, owner, items, *taught[seed]))
     finally:
         for process in workers:
             process.terminate()

@@ -36,11 +36,11 @@ def test_train_and_held_out_items_are_disjoint_and_held_out_of_the_base_corpus()
     assert {f"fix-{spec.key}" for spec in corpus_heldout} >= heldout
     item = items["heldout"][0]
     spec = spec_of(item)
-    assert item["files"][SOLUTION] == demo_tasks.solution(replace(spec, constant=spec.constant + 1))
+    assert item["files"][SOLUTION] == f"def {spec.name}({spec.argument}):\n    return {spec.argument}\n"
     assert item["tools"] == ["read_file", "write_file", "run_tests", "submit"]
 
 
-def test_the_expert_is_right_at_its_phrase_rate_and_otherwise_writes_the_file_back():
+def test_the_expert_is_right_at_its_phrase_rate_and_otherwise_off_by_one():
     items = agent_demo_items(seed=0, train_size=40, heldout_size=2)["train"]
     plans = expert_plans(items, seed=3, right=(1.0, 0.0, 0.0, 0.0), mistakes=0.0)
     for item, plan in zip(items, plans, strict=True):
@@ -52,7 +52,9 @@ def test_the_expert_is_right_at_its_phrase_rate_and_otherwise_writes_the_file_ba
         ]
         written = json.loads(plan[1][11:-12])["arguments"]["content"]
         right = demo_tasks.solution(spec_of(item))
-        assert written == (right if item["metadata"]["phrase"] == 0 else item["files"][SOLUTION])
+        spec = spec_of(item)
+        slipped = demo_tasks.solution(replace(spec, constant=spec.constant + 1))
+        assert written == (right if item["metadata"]["phrase"] == 0 else slipped)
     with_mistakes = expert_plans(items, seed=3, mistakes=1.0)
     assert all(plan[0] == call("read_file") and len(plan) == 5 for plan in with_mistakes)
     assert expert_plans(items, seed=3) == expert_plans(items, seed=3)  # seeded

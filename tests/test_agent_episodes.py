@@ -343,6 +343,12 @@ def test_held_out_evaluation_plays_the_agent_items(agent_run):
     values = policy_evaluate(agent_run.pk, 0)
     assert values["heldout/pass_rate"] == values["heldout/pass_rate/agent"] in (0.0, 1.0)  # one item
     assert MetricPoint.objects.filter(run=agent_run, name="heldout/pass_rate", step=0).count() == 1
+    # The agent figures: the share of the episode's steps that were invalid, and its steps.
+    steps, invalid = values["heldout/agent/steps"], values["heldout/agent/invalid_rate"]
+    assert steps in range(1, ITEM["max_steps"] + 1) and 0 <= invalid <= 1
+    assert invalid * steps == pytest.approx(round(invalid * steps))  # a whole number of invalid steps
+    stored = dict(MetricPoint.objects.filter(run=agent_run, step=0).values_list("name", "value"))
+    assert stored["heldout/agent/steps"] == steps and stored["heldout/agent/invalid_rate"] == invalid
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

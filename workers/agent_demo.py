@@ -1,9 +1,11 @@
 """The demo agent task family, and teaching a base model the tool-call protocol by a short SFT run.
 
 Family (`fix-*` items, from the demo tasks of runs/demo_tasks.py): `solution.py` holds the task's
-function with the slip the pretraining corpus makes (the constant off by one), `test_solution.py`
-its tests. The agent reads the module, rewrites it with `write_file`, checks with `run_tests`, and
-submits; `agent_check` runs the tests on the final workspace.
+function as a stub that returns its argument unchanged, `test_solution.py` its tests. The agent
+reads the module, rewrites it with `write_file`, checks with `run_tests`, and submits;
+`agent_check` runs the tests on the final workspace. What the agent must get right is what the
+base model half-knows from its corpus: the operation and constant the description names (the
+corpus writes the constant off by one for most phrases much of the time).
 
 Teaching: expert episodes are played for real (a scripted policy, in sandboxes, so every tool
 result is exactly what a rollout would show), then the base model is fine-tuned on them: each
@@ -23,6 +25,7 @@ import torch
 from inference.generation import Completion
 from inference.policy import policy_load
 from inference.sessions import Transcript, transcript_answer, transcript_extend
+from inference.tool_chat import BUILTIN_TOOLS, PROTOCOL, tool_line
 from runs import demo_tasks
 from workers.agent import AgentEpisode, episodes_play, plain_render, policy_render
 from workers.learners.common import spans_batch
@@ -31,8 +34,12 @@ SOLUTION, TESTS = "solution.py", "test_solution.py"
 SYSTEM = "Fix the code."
 CONTEXT = 1024  # positions the taught model attends over (the base model's 256 are too few)
 # Strings of the text protocol added to a small tokenizer as tokens of their own (tool-calling models
-# ship theirs; a byte-level BPE trained on code spells a call in ~100 tokens, in ~25 with these).
+# ship theirs; a byte-level BPE trained on code spells a call in ~100 tokens, in ~25 with these). The
+# system message's fixed text (the protocol's line, each built-in tool's line) is among them: the
+# tiny base was pretrained on 256 positions, and with it spelled out the answer would start past them.
 PROTOCOL_TOKENS = (
+    PROTOCOL.split("{tools}")[0].format(),
+    *(tool_line(tool) for tool in BUILTIN_TOOLS.values()),
     '<tool_call>{"name": "',
     '", "arguments": {',
     "}}</tool_call>",
@@ -48,14 +55,14 @@ PROTOCOL_TOKENS = (
     "\\n    return ",
     '\\n"',
 )
-# How often the expert's fix is right, by the task's phrase (demo_tasks.PHRASES): otherwise it
-# writes the file back unchanged (the constant still off by one), as the corpus's slip would.
-EXPERT_RIGHT = (0.9, 0.5, 0.5, 0.5)
+# How often the expert's fix is right, by the task's phrase (demo_tasks.PHRASES): otherwise its
+# constant is off by one, the corpus's own slip.
+EXPERT_RIGHT = (0.9, 0.4, 0.4, 0.4)
 
 
-def agent_item(spec: demo_tasks.TaskSpec, *, slip: int = 1) -> dict:
-    """A `fix` agent item: the function with its constant off by `slip`, and its tests."""
-    broken = demo_tasks.solution(replace(spec, constant=spec.constant + slip))
+def agent_item(spec: demo_tasks.TaskSpec) -> dict:
+    """A `fix` agent item: the function as a stub (it returns its argument), and its tests."""
+    broken = f"def {spec.name}({spec.argument}):\n    return {spec.argument}\n"
     return {
         "id": f"fix-{spec.key}",
         "kind": "agent",
@@ -102,8 +109,8 @@ def expert_actions(item: dict, constant_error: int = 0, *, mistake: bool = False
 def expert_plans(
     items: list[dict], *, seed: int, right=EXPERT_RIGHT, mistakes: float = 0.2
 ) -> list[list[str]]:
-    """Each item's expert actions: the fix right at its phrase's rate in `right` (else the file
-    written back unchanged), and a share `mistakes` of episodes opening with an invalid call."""
+    """Each item's expert actions: the fix right at its phrase's rate in `right` (else its constant
+    off by one), and a share `mistakes` of episodes opening with an invalid call."""
     rng = random.Random(seed)
     plans = []
     for item in items:
