@@ -30,7 +30,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -142,28 +141,9 @@ def teach(base: Path, home: Path, items: dict, seed: int) -> tuple[Path, dict]:
 
 
 def start_workers(env: dict[str, str]) -> list[subprocess.Popen]:
-    from webapp.embedded_redis import redis_start
-    from webapp.stack import solo_worker_argv
+    from benchmarks.worker_processes import start_workers as started
 
-    redis_start(home=Path(env["FLYWHEEL_HOME"]), port=int(env["FLYWHEEL_REDIS_PORT"]))
-    processes = []
-    for queues, name in WORKERS:
-        process = subprocess.Popen(
-            solo_worker_argv(queues, f"{name}@agent-lift"),
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        for line in process.stdout:
-            if " ready." in line:
-                break
-        # Keep reading: a worker whose output pipe fills up blocks on its next log line.
-        threading.Thread(target=lambda process=process: [None for _ in process.stdout], daemon=True).start()
-        processes.append(process)
-    return processes
+    return started(env, WORKERS, "agent-lift")
 
 
 def run_launch(owner, items: dict, model: Path, seed: int):

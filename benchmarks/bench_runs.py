@@ -35,7 +35,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,28 +127,9 @@ def workload(model: Path):
 
 
 def start_workers(env: dict[str, str]) -> list[subprocess.Popen]:
-    from webapp.embedded_redis import redis_start
-    from webapp.stack import solo_worker_argv
+    from benchmarks.worker_processes import start_workers as started
 
-    redis_start(home=Path(env["FLYWHEEL_HOME"]), port=int(env["FLYWHEEL_REDIS_PORT"]))
-    processes = []
-    for queues, name in WORKERS:
-        process = subprocess.Popen(
-            solo_worker_argv(queues, f"{name}@bench"),
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        for line in process.stdout:
-            if " ready." in line:
-                break
-        # Keep reading: a worker whose output pipe fills up blocks on its next log line.
-        threading.Thread(target=lambda process=process: [None for _ in process.stdout], daemon=True).start()
-        processes.append(process)
-    return processes
+    return started(env, WORKERS, "bench")
 
 
 def spare_settle(learner_worker: subprocess.Popen, timeout: float = 60.0) -> None:

@@ -12,21 +12,8 @@ from inference.generation import generate, sample_next
 from inference.lean_llama import lean_llama
 from inference.policy import policy_load
 from inference.settings import SamplingParams
-from workers.base_model import BaseModelConfig, base_model_build
-
-TINY = BaseModelConfig(
-    seed=3,
-    corpus_size=200,
-    vocab_size=300,
-    hidden_size=32,
-    layers=1,
-    heads=2,
-    intermediate_size=64,
-    steps=3,
-    batch_size=8,
-    warmup_steps=1,
-    heldout_size=20,
-)
+from tests.tiny_base import TINY
+from workers.base_model import base_model_build
 
 
 def random_llama(**overrides) -> LlamaForCausalLM:

@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from runs import events, lifecycle, monitors, selectors
+from runs import lifecycle, monitors, selectors
 from runs.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from runs.models import MetricPoint, RunEvent, TrajectoryStep
 from runs.roles import Role
@@ -67,12 +67,10 @@ def test_an_anonymous_client_is_refused_as_unauthenticated(lab):
 
 
 def write_metrics(run, step: int, values: dict[str, float]) -> None:
-    """What the learner's metrics_write does: one bulk insert, then a notification on commit."""
-    with transaction.atomic():
-        MetricPoint.objects.bulk_create(
-            [MetricPoint(run=run, name=name, step=step, value=value) for name, value in values.items()]
-        )
-        events.run_event(run.pk, "metrics", {"step": step, "values": values})
+    """The learner's own write: one insert, then a notification on commit."""
+    from workers.run_learner import metrics_write
+
+    metrics_write(run, step, values)
 
 
 def test_metrics_events_and_status_arrive_live_and_match_what_rest_returns(lab):
@@ -109,6 +107,8 @@ def test_metrics_events_and_status_arrive_live_and_match_what_rest_returns(lab):
         "episodes/errored_rate": [{"step": 1, "value": 0.0}],
         "reward/mean": [{"step": 1, "value": 0.25}],
     }
+    written = MetricPoint.objects.get(run=run, name="reward/mean").created_at  # the wall-time axis
+    assert written.tzinfo is not None and abs((timezone.now() - written).total_seconds()) < 120
     missed = client.get(f"/api/v1/runs/{run.pk}/events", {"since": since}).json()["results"]
     alert = next(row for row in missed if row["kind"] == "alert")
     assert event["event"] == "event"

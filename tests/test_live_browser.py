@@ -16,15 +16,14 @@ if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
 
 from channels.testing import ChannelsLiveServerTestCase  # noqa: E402
-from django.db import transaction  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from playwright.sync_api import expect  # noqa: E402
 
 from reviews.models import Review  # noqa: E402
 from rewards import services as reward_services  # noqa: E402
-from runs import events, lifecycle, services  # noqa: E402
+from runs import lifecycle, services  # noqa: E402
 from runs.lifecycle import RunRequest  # noqa: E402
-from runs.models import MetricPoint, Trajectory, TrajectoryStep  # noqa: E402
+from runs.models import Trajectory, TrajectoryStep  # noqa: E402
 from runs.roles import Role  # noqa: E402
 from tests.conftest import make_project, make_user  # noqa: E402
 from tests.run_fixtures import ANSWER_RULE, ITEMS  # noqa: E402
@@ -59,13 +58,11 @@ def build_run(owner, reviewer=None):
 
 
 def emit(run, step: int) -> None:
-    """The learner's metrics_write: a bulk insert, then the notification after commit."""
+    """The learner's own metrics_write: one insert, then the notification after commit."""
+    from workers.run_learner import metrics_write
+
     values = {"reward/mean": step / 10, "reward/min": 0.0, "reward/max": 1.0, "episodes/errored_rate": 0.0}
-    with transaction.atomic():
-        MetricPoint.objects.bulk_create(
-            MetricPoint(run=run, name=n, step=step, value=v) for n, v in values.items()
-        )
-        events.run_event(run.pk, "metrics", {"step": step, "values": values})
+    metrics_write(run, step, values)
 
 
 def add_step(trajectory, index: int, kind: str, data: dict) -> None:

@@ -12,7 +12,8 @@ from trl import RewardConfig, RewardTrainer
 
 from inference.reward_model import RewardScorer, reward_model_load, reward_token_ids
 from runs.demo_tasks import demo_task_sets
-from workers.base_model import BaseModelConfig, base_model_build
+from tests.tiny_base import TINY
+from workers.base_model import base_model_build
 from workers.learners.common import epoch_rows
 from workers.learners.reward_model import (
     RewardModelConfig,
@@ -22,20 +23,6 @@ from workers.learners.reward_model import (
     preference_rows,
     reward_learner_create,
     reward_step,
-)
-
-TINY = BaseModelConfig(
-    seed=3,
-    corpus_size=200,
-    vocab_size=300,
-    hidden_size=32,
-    layers=1,
-    heads=2,
-    intermediate_size=64,
-    steps=3,
-    batch_size=8,
-    warmup_steps=1,
-    heldout_size=20,
 )
 
 

@@ -10,7 +10,8 @@ from inference.generation import generate
 from inference.policy import policy_load
 from inference.settings import SamplingParams
 from runs.demo_tasks import demo_task_sets
-from workers.base_model import BaseModelConfig, base_model_build
+from tests.tiny_base import TINY
+from workers.base_model import base_model_build
 from workers.learners import grpo
 from workers.learners.common import (
     completion_logprobs,
@@ -20,20 +21,6 @@ from workers.learners.common import (
     token_logprobs,
 )
 from workers.learners.grpo import GRPOBatch, GRPOConfig, grpo_loss, learn_on_batch
-
-TINY = BaseModelConfig(
-    seed=3,
-    corpus_size=200,
-    vocab_size=300,
-    hidden_size=32,
-    layers=1,
-    heads=2,
-    intermediate_size=64,
-    steps=3,
-    batch_size=8,
-    warmup_steps=1,
-    heldout_size=20,
-)
 
 
 def test_demo_split_is_seeded_and_keeps_heldout_out_of_train():

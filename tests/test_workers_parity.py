@@ -17,24 +17,12 @@ from trl import DPOTrainer, GRPOTrainer
 from trl import GRPOConfig as TRLGRPOConfig
 
 from inference.policy import policy_load
-from workers.base_model import BaseModelConfig, base_model_build
+from tests.tiny_base import TINY
+from workers.base_model import base_model_build
 from workers.learners.common import completion_logprobs, sequence_batch
 from workers.learners.dpo import dpo_loss, pair_batch, pair_logps
 from workers.learners.grpo import grpo_loss
 
-TINY = BaseModelConfig(
-    seed=3,
-    corpus_size=200,
-    vocab_size=300,
-    hidden_size=32,
-    layers=1,
-    heads=2,
-    intermediate_size=64,
-    steps=3,
-    batch_size=8,
-    warmup_steps=1,
-    heldout_size=20,
-)
 PROMPT_LENGTH, COMPLETION_LENGTH, ROWS = 6, 5, 4
 # Flywheel's aggregation name -> TRL's loss_type
 AGGREGATIONS = {"token_mean": "bnpo", "sequence_mean": "grpo", "dr_grpo": "dr_grpo"}

@@ -20,22 +20,10 @@ from django.conf import settings
 from safetensors.torch import load_file
 
 from runs.demo_tasks import demo_task_sets
-from workers.base_model import BaseModelConfig, base_model_build
+from tests.tiny_base import TINY
+from workers.base_model import base_model_build
 from workers.learners.common import COMPLETE_MARKER
 
-TINY = BaseModelConfig(
-    seed=3,
-    corpus_size=200,
-    vocab_size=300,
-    hidden_size=32,
-    layers=1,
-    heads=2,
-    intermediate_size=64,
-    steps=3,
-    batch_size=8,
-    warmup_steps=1,
-    heldout_size=20,
-)
 PROCESS_TIMEOUT = 120
 # Graded in the sandbox like any code item, but on the length of whatever the model wrote, so even
 # an untrained model's group rewards vary and every GRPO step learns.
