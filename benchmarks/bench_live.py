@@ -1,7 +1,7 @@
 """Benchmark: the live view's two promises (make bench-live).
 
-1. Ingest: metric points/s written by a learner, through its own call (`metrics_write`: one
-   `bulk_create` of the step's points, then the websocket notification) on a fresh database
+1. Ingest: metric points/s written by a learner, through its own call (`metrics_write`: the
+   step's points in one executemany, then the websocket notification) on a fresh database
    (SQLite in WAL with synchronous=NORMAL under a temporary FLYWHEEL_HOME, unless DATABASE_URL is
    set). A learner on another host makes the same call over its database connection. Baselines in
    the same run, MLflow from its own virtualenv (MLFLOW_PYTHON, default /tmp/mlflow-venv/bin/python;
