@@ -344,15 +344,20 @@ def main() -> None:
         os.environ["FLYWHEEL_HOME"] = str(workdir / "home")
         os.environ.setdefault("FLYWHEEL_REDIS_PORT", str(free_port()))
     django_setup()
-    user, run = make_run()
-    ingest = flywheel_ingest(run)
-    print(f"flywheel ingest: {ingest}", file=sys.stderr)
-    baseline = mlflow_local_ingest(workdir)
-    print(f"mlflow log_batch, in process on SQLite (same pragmas): {baseline}", file=sys.stderr)
-    server = mlflow_ingest(workdir)
-    print(f"mlflow log_batch through its tracking server: {server}", file=sys.stderr)
-    latency = delivery(user, run, workdir)
-    print(f"delivery: {latency}", file=sys.stderr)
+    try:
+        user, run = make_run()
+        ingest = flywheel_ingest(run)
+        print(f"flywheel ingest: {ingest}", file=sys.stderr)
+        baseline = mlflow_local_ingest(workdir)
+        print(f"mlflow log_batch, in process on SQLite (same pragmas): {baseline}", file=sys.stderr)
+        server = mlflow_ingest(workdir)
+        print(f"mlflow log_batch through its tracking server: {server}", file=sys.stderr)
+        latency = delivery(user, run, workdir)
+        print(f"delivery: {latency}", file=sys.stderr)
+    finally:
+        from webapp.stack import process_stop
+
+        process_stop("redis")  # the embedded Redis django_setup started (a daemon: it would outlive us)
     ratio = ingest["points_per_s"] / baseline["points_per_s"] if "points_per_s" in baseline else None
     result = {
         "benchmark": "live",
