@@ -211,7 +211,7 @@ def test_the_endpoint_shares_the_apis_rate_per_user(trained, monkeypatch):  # no
     monkeypatch.setattr(RedisRateThrottle, "THROTTLE_RATES", {"user": "2/hour"})
     hasty = make_user("hasty")
     # The budget lives in Redis, which outlives the test database (and its reused user ids).
-    cache.delete(RedisRateThrottle.cache_format % {"scope": "user", "ident": hasty.pk})
+    cache.delete(RedisRateThrottle.budget_key(hasty.pk, "2/hour"))
     client = bearer(hasty)
     assert [client.get("/v1/models").status_code for _ in range(2)] == [200, 200]
     refused = client.get("/v1/models")

@@ -23,7 +23,7 @@ def rate(monkeypatch):
     def caller(per: str) -> APIClient:
         monkeypatch.setattr(RedisRateThrottle, "THROTTLE_RATES", {"user": per})
         user = make_user(f"rate-{uuid.uuid4().hex[:8]}")
-        keys.append(RedisRateThrottle.cache_format % {"scope": "user", "ident": user.pk})
+        keys.append(RedisRateThrottle.budget_key(user.pk, per))
         cache.delete(keys[-1])  # Redis outlives the test database and its reused ids
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {services.api_token_create(user=user, name='t')[1]}")
@@ -111,10 +111,21 @@ def test_requests_served_over_asgi_reuse_the_processs_redis_connections(rate):
     assert connections_received() - before <= 1  # 20 before the shared pool
 
 
-def test_a_budget_drfs_throttle_left_before_an_upgrade_counts_as_none(db, rate):
+def test_a_budget_that_is_not_a_number_counts_as_none(db, rate):
     client = rate("2/hour")
     me = client.get("/api/v1/me").json()["id"]
-    key = RedisRateThrottle.cache_format % {"scope": "user", "ident": me}
-    cache.set(key, [time.time(), time.time()], 600)  # DRF's pickled request times, not a number
+    key = RedisRateThrottle.budget_key(me, "2/hour")
+    cache.set(key, [time.time(), time.time()], 600)  # a pickled list (DRF's format), not a number
     assert statuses(client, 3) == [200, 200, 429]  # a fresh budget, not a script error
     assert not outage.breaker.is_open()  # which would have refused every write for a while
+
+
+def test_a_looser_rate_starts_budgets_afresh(db, rate, monkeypatch):
+    client = rate("1/hour")
+    assert statuses(client, 2) == [200, 429]  # the budget now holds a time an hour ahead
+    monkeypatch.setattr(RedisRateThrottle, "THROTTLE_RATES", {"user": "6000/min"})
+    try:
+        assert statuses(client, 3) == [200, 200, 200]
+    finally:
+        me = client.get("/api/v1/me").json()["id"]
+        cache.delete(RedisRateThrottle.budget_key(me, "6000/min"))

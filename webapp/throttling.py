@@ -55,7 +55,7 @@ class RedisRateThrottle(UserRateThrottle):
         if self.key is None or outage.breaker.is_open():
             return True
         period = self.duration * 1_000_000
-        key = cache.make_key(self.key)
+        key = cache.make_key(f"{self.key}:{self.rate}")  # see budget_key
         try:
             waiting = self.script()(keys=[key], args=[period // self.num_requests, period])
         except (RedisConnectionError, RedisTimeoutError) as exc:
@@ -66,6 +66,13 @@ class RedisRateThrottle(UserRateThrottle):
             return True
         self.waiting = int(waiting) / 1_000_000
         return self.waiting == 0
+
+    @classmethod
+    def budget_key(cls, ident: int | str, rate: str) -> str:
+        """Where a user's budget under one rate lives (before the cache's prefix). The rate is part
+        of it: a budget kept under a stricter rate holds a time up to that rate's period ahead, and
+        would refuse every request under a looser one until then; a changed rate starts afresh."""
+        return f"{cls.cache_format % {'scope': cls.scope, 'ident': ident}}:{rate}"
 
     def wait(self) -> float | None:
         return self.waiting or None
