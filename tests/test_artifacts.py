@@ -159,19 +159,7 @@ def test_workers_with_their_own_flywheel_home_get_policies_and_checkpoints_throu
         Host(worker_env(FLYWHEEL_HOME=str(home), FLYWHEEL_ARTIFACTS_DIR=str(shared)))
         for home in homes.values()
     ]
-    with hosts_killed(*hosts):
-        hosts[0].worker("learner")
-        hosts[1].worker("rollout,eval")
-        setup = demo_project(tiny_model)
-        body = run_body(setup, steps=2, checkpoint_every=1, eval_every=100)
-        response = api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json")
-        assert response.status_code == 201, response.json()
-        run = wait_for_terminal(response.json()["id"])
-        name = f"{run.pk}-{run.key}"
-        rollout_cache = homes["rollout-host"] / "cache" / "artifacts" / "runs" / name / "policies"
-        # Steps 0 and 1 sampled with v0 (staleness 1); evaluations read v0 and the final v2 (that
-        # one may be fetched after the run has ended).
-        wait_until(lambda: cached_versions(rollout_cache) == {"v0", "v2"}, "the final evaluation's fetch")
+    run, name, rollout_cache = two_host_run(tiny_model, hosts, homes["rollout-host"])
     assert run.status == Run.Status.SUCCEEDED, run.error
     assert not (homes["rollout-host"] / "runs").exists()  # it wrote nothing of its own for the run
     assert sorted(Checkpoint.objects.filter(run=run).values_list("path", flat=True)) == [
@@ -191,18 +179,7 @@ def test_workers_share_policies_and_checkpoints_through_an_s3_bucket_and_nothing
     s3 = {"FLYWHEEL_ARTIFACTS_S3_BUCKET": bucket, "FLYWHEEL_ARTIFACTS_S3_ENDPOINT": s3_endpoint}
     homes = {name: tmp_path / name for name in ("learner-host", "rollout-host")}
     hosts = [Host(worker_env(FLYWHEEL_HOME=str(home), **s3)) for home in homes.values()]
-    with hosts_killed(*hosts):
-        hosts[0].worker("learner")
-        hosts[1].worker("rollout,eval")
-        setup = demo_project(tiny_model)
-        body = run_body(setup, steps=2, checkpoint_every=1, eval_every=100)
-        response = api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json")
-        assert response.status_code == 201, response.json()
-        run = wait_for_terminal(response.json()["id"])
-        name = f"{run.pk}-{run.key}"
-        rollout_cache = homes["rollout-host"] / "cache" / "artifacts" / "runs" / name / "policies"
-        # The final evaluation fetches v2 from the bucket after the run has ended.
-        wait_until(lambda: cached_versions(rollout_cache) == {"v0", "v2"}, "the final evaluation's fetch")
+    run, name, rollout_cache = two_host_run(tiny_model, hosts, homes["rollout-host"])
     assert run.status == Run.Status.SUCCEEDED, run.error
     manifests = {key for key in s3_keys(s3_endpoint, bucket) if key.endswith(".manifest.json")}
     assert manifests == {
@@ -217,6 +194,24 @@ def test_workers_share_policies_and_checkpoints_through_an_s3_bucket_and_nothing
         fetched = policy_dir(run.pk, 2)  # this host's own copy, fetched from the bucket
     assert fetched != cached_v2
     assert torch.equal(first_weight(fetched), first_weight(cached_v2))
+
+
+def two_host_run(tiny_model, hosts: list[Host], rollout_home: Path) -> tuple[Run, str, Path]:
+    """A 2-step GRPO run with a learner host and a rollout/eval host: the run, its artifact name
+    and the rollout host's cache of its policies. Steps 0 and 1 sample with v0 (staleness 1);
+    evaluations read v0 and the final v2, which may be fetched after the run has ended."""
+    with hosts_killed(*hosts):
+        hosts[0].worker("learner")
+        hosts[1].worker("rollout,eval")
+        setup = demo_project(tiny_model)
+        body = run_body(setup, steps=2, checkpoint_every=1, eval_every=100)
+        response = api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json")
+        assert response.status_code == 201, response.json()
+        run = wait_for_terminal(response.json()["id"])
+        name = f"{run.pk}-{run.key}"
+        rollout_cache = rollout_home / "cache" / "artifacts" / "runs" / name / "policies"
+        wait_until(lambda: cached_versions(rollout_cache) == {"v0", "v2"}, "the final evaluation's fetch")
+    return run, name, rollout_cache
 
 
 def cached_versions(folder: Path) -> set[str]:
