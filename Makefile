@@ -112,8 +112,12 @@ bench-runs: venv sandbox-deps
 bench-api: venv
 	$(PY) benchmarks/bench_api.py
 
+# The same-batch comparisons: 64 held-out items, 3 repeats, about 6 minutes here (the script's own
+# defaults, 160 items x 10 tiers with the model.generate baseline, take far longer on 2 cores).
+BENCH_TIERS_ARGS ?= --heldout 64 --max-new-tokens 32 --repeats 3 --no-generate \
+	--only capability,b1-prompt-lookup,b1-draft,b16,b16-prompt-lookup,speed
 bench-tiers: venv sandbox-deps
-	$(PY) benchmarks/bench_tiers.py
+	$(PY) benchmarks/bench_tiers.py $(BENCH_TIERS_ARGS)
 
 bench-traces: venv
 	$(PY) benchmarks/bench_traces.py

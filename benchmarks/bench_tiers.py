@@ -123,6 +123,11 @@ def decode_cost_ms(model, steps: int = 32, context: int = 32, width: int = 1) ->
     return statistics.median(times) * 1000
 
 
+def cell(value, width: int, spec: str) -> str:
+    """A table cell, '-' where nothing was measured."""
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}{spec}}"
+
+
 def same_batch_headline(report: dict) -> dict:
     """Each speed tier against the capability tier of its batch size."""
     pairs = {}
@@ -262,8 +267,10 @@ def main() -> None:
         tier_generate(prepared, prompts[:2], tier.with_(max_new_tokens=2))  # warm-up
         runs = [tier_measure(prepared, items, grade=False) for _ in range(args.repeats)]
         texts = runs[0]["texts"]
-        completions = tier_generate(prepared, prompts, tier)
-        same = sum(c.token_ids == ids for c, ids in zip(completions, hf[0]["token_ids"], strict=False))
+        same = None
+        if hf[0] is not UNMEASURED:  # one more pass, for its token ids: only with something to compare
+            completions = tier_generate(prepared, prompts, tier)
+            same = sum(c.token_ids == ids for c, ids in zip(completions, hf[0]["token_ids"], strict=False))
         pass_rate = None
         if not args.no_grade:
             missing = [i for i, item in enumerate(items) if (item["id"], texts[i]) not in verdict_cache]
@@ -293,16 +300,24 @@ def main() -> None:
             "pass_rate": pass_rate,
             "same_as_generate": same,
         }
-        row["speedup_vs_generate"] = round(row["tokens_per_second"] / row["generate_tokens_per_second"], 3)
-        row["latency_ratio_vs_generate"] = round(row["latency_ms_p50"] / row["generate_latency_ms_p50"], 3)
+        if hf[0] is UNMEASURED:  # --no-generate: nothing to divide by
+            row |= dict.fromkeys(("generate_tokens_per_second", "generate_latency_ms_p50"))
+            row |= {"speedup_vs_generate": None, "latency_ratio_vs_generate": None}
+        else:
+            row["speedup_vs_generate"] = round(
+                row["tokens_per_second"] / row["generate_tokens_per_second"], 3
+            )
+            row["latency_ratio_vs_generate"] = round(
+                row["latency_ms_p50"] / row["generate_latency_ms_p50"], 3
+            )
         report[name] = row
         print(
-            f"{name:20s} {row['tokens_per_second']:8.1f} {row['generate_tokens_per_second']:9.1f} "
-            f"{row['speedup_vs_generate']:6.2f} {row['ttft_ms_p50']:7.1f} {row['latency_ms_p50']:8.1f} "
-            f"{row['latency_ms_p95']:8.1f} {row['generate_latency_ms_p50']:8.1f} "
-            f"{row['peak_memory_mb']:7.2f} "
-            f"{row['acceptance_rate'] if row['acceptance_rate'] is not None else '-':>7} "
-            f"{pass_rate if pass_rate is not None else '-':>6} {same:5d}",
+            f"{name:20s} {cell(row['tokens_per_second'], 8, '.1f')} "
+            f"{cell(row['generate_tokens_per_second'], 9, '.1f')} "
+            f"{cell(row['speedup_vs_generate'], 6, '.2f')} {cell(row['ttft_ms_p50'], 7, '.1f')} "
+            f"{cell(row['latency_ms_p50'], 8, '.1f')} {cell(row['latency_ms_p95'], 8, '.1f')} "
+            f"{cell(row['generate_latency_ms_p50'], 8, '.1f')} {cell(row['peak_memory_mb'], 7, '.2f')} "
+            f"{cell(row['acceptance_rate'], 7, '')} {cell(pass_rate, 6, '')} {cell(same, 5, '')}",
             flush=True,
         )
 

@@ -17,6 +17,7 @@ from django.utils import timezone
 from inference.model_sources import model_source_problem
 from reward_models import hyperparameters, tasks
 from reward_models.models import RewardModel, RewardModelVersion
+from reward_models.store import checkpoint_discard
 from runs.lifecycle import pair_problems
 from runs.models import Project, TaskSetVersion, Tier
 from runs.services import StateError
@@ -129,6 +130,7 @@ def reward_model_version_cancel(*, version: RewardModelVersion) -> RewardModelVe
     if RewardModelVersion.objects.filter(pk=version.pk, status=S.QUEUED).update(
         status=S.CANCELLED, finished_at=timezone.now()
     ):
+        checkpoint_discard(version)  # one queued again after its host died has a checkpoint
         return RewardModelVersion.objects.get(pk=version.pk)
     if not RewardModelVersion.objects.filter(pk=version.pk, status=S.RUNNING).update(status=S.CANCELLING):
         version.refresh_from_db()

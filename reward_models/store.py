@@ -2,11 +2,13 @@
 FLYWHEEL_HOME/reward_models/<id>-<key>/, and the trained model in the artifact storage under
 reward_models/<id>-<key>/model (what graders on any host load, through their host's cache)."""
 
+import shutil
 from pathlib import Path
 
 from django.conf import settings
 
-from runs.artifacts import artifact_get, artifact_put
+from reward_models.models import RewardModelVersion
+from runs.artifacts import artifact_delete, artifact_get, artifact_put
 
 
 def version_dir(version_id: int, key) -> Path:
@@ -40,3 +42,15 @@ def model_local(path: str) -> str:
     """A local folder of a version's model: fetched through the artifact storage (a version trained
     before the storage recorded an absolute local path, used as it is)."""
     return path if Path(path).is_absolute() else str(artifact_get(path))
+
+
+def checkpoint_discard(version: RewardModelVersion) -> None:
+    """A failed or cancelled version is never resumed (a new version trains from the start), so
+    its last checkpoint (model and optimiser: several times the model's size) is only clutter:
+    removed from the artifact storage, and the learner's folder on this host."""
+    versions = RewardModelVersion.objects.filter(pk=version.pk)
+    path = versions.values_list("checkpoint_path", flat=True).get()
+    if path:
+        artifact_delete(path)
+        versions.update(checkpoint_path="")
+    shutil.rmtree(version_dir(version.pk, version.key) / "learner", ignore_errors=True)

@@ -1,7 +1,12 @@
 """Websockets: check the caller's role, join the project's or the run's group, forward its messages."""
 
+import asyncio
+import logging
+
+import redis.asyncio
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from runs import selectors
 from runs.events import project_group, run_group
@@ -11,6 +16,65 @@ from runs.roles import Permission
 # Close codes in the 4000 range are the application's; these mirror HTTP's meaning.
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+CLOSE_TRY_AGAIN_LATER = 1013  # the channel layer's Redis is unreachable: no message would arrive
+
+LAYER_CHECK_SECONDS = 2.0
+logger = logging.getLogger(__name__)
+
+
+class _LayerWatch:
+    """The channel layer is Redis pub/sub, which reconnects on its own and so never tells a
+    consumer that Redis went away: its viewers would sit on a socket that says "live" and hears
+    nothing. One task a process pings Redis while viewers are connected and, when it does not
+    answer, closes their sockets; pages then refresh over REST and reconnect with back-off, and a
+    reconnect succeeds once Redis is back (joining a group needs it)."""
+
+    def __init__(self) -> None:
+        self.consumers: set[AsyncJsonWebsocketConsumer] = set()
+        self.task: asyncio.Task | None = None
+
+    def add(self, consumer: AsyncJsonWebsocketConsumer) -> None:
+        self.consumers.add(consumer)
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._watch())
+
+    def discard(self, consumer: AsyncJsonWebsocketConsumer) -> None:
+        self.consumers.discard(consumer)
+
+    async def _watch(self) -> None:
+        client = redis.asyncio.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=LAYER_CHECK_SECONDS, socket_connect_timeout=LAYER_CHECK_SECONDS
+        )
+        try:
+            while self.consumers:
+                await asyncio.sleep(LAYER_CHECK_SECONDS)
+                try:
+                    await client.ping()
+                except (redis.RedisError, OSError) as exc:
+                    logger.warning("Redis unreachable (%s): closing %d websockets", exc, len(self.consumers))
+                    for consumer in list(self.consumers):
+                        self.consumers.discard(consumer)
+                        await consumer.close(code=CLOSE_TRY_AGAIN_LATER)
+        finally:
+            await client.aclose()
+
+
+_layer_watch = _LayerWatch()
+
+
+async def _join(consumer: AsyncJsonWebsocketConsumer, group: str) -> None:
+    consumer.group = group
+    await consumer.channel_layer.group_add(group, consumer.channel_name)
+    _layer_watch.add(consumer)
+
+
+async def _leave(consumer: AsyncJsonWebsocketConsumer) -> None:
+    _layer_watch.discard(consumer)
+    if hasattr(consumer, "group"):
+        try:
+            await consumer.channel_layer.group_discard(consumer.group, consumer.channel_name)
+        except (redis.RedisError, OSError):  # Redis is gone: its subscription went with it
+            pass
 
 
 @database_sync_to_async
@@ -29,13 +93,11 @@ class ProjectConsumer(AsyncJsonWebsocketConsumer):
         if await _role(user, project_id) is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
-        self.group = project_group(project_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        await _join(self, project_group(project_id))
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
-        if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        await _leave(self)
 
     async def project_event(self, message: dict) -> None:
         await self.send_json({"event": message["event"], "payload": message["payload"]})
@@ -61,13 +123,11 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if project_id is None or await _role(user, project_id) is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
-        self.group = run_group(run_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        await _join(self, run_group(run_id))
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
-        if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        await _leave(self)
 
     async def run_message(self, message: dict) -> None:
         await self.send_json({"event": message["event"], "payload": message["payload"]})

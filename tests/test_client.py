@@ -199,13 +199,16 @@ def test_follow_yields_a_runs_events_live_and_ends_when_it_ends(server_url, owne
         seen = []
 
         # Cancelled once the follower's websocket has joined the run's group: the live path, not
-        # REST's. (A group left by an earlier test run's viewers is cleared first.)
-        group = f"{settings.CHANNEL_LAYERS['default']['CONFIG']['prefix']}:group:run-{run['id']}"
+        # REST's.
+        # (The layer's pub/sub channel for the run's group: subscribed while a viewer is in it.)
+        group = f"{settings.CHANNEL_LAYERS['default']['CONFIG']['prefix']}__group__run-{run['id']}"
         broker = redis.Redis.from_url(settings.REDIS_URL)
-        broker.delete(group)
+
+        def followers() -> int:
+            return dict(broker.pubsub_numsub(group)).get(group.encode(), 0)
 
         def stop_when_followed() -> None:
-            wait_until(lambda: broker.zcard(group) > 0, "the follower's websocket", timeout=60)
+            wait_until(lambda: followers() > 0, "the follower's websocket", timeout=60)
             lifecycle.run_cancel(run=Run.objects.get(pk=run["id"]))  # running → cancelling
             lifecycle.run_transition(
                 Run.objects.get(pk=run["id"]),

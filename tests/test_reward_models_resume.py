@@ -13,8 +13,10 @@ import pytest
 from django.test import Client
 
 from reward_models.models import RewardModel, RewardModelVersion
-from reward_models.store import log_path, version_dir
+from reward_models.services import reward_model_version_cancel
+from reward_models.store import checkpoint_prefix, log_path, version_dir
 from runs import services
+from runs.artifacts import ArtifactMissingError, artifact_manifest, artifact_put
 from runs.models import Membership
 from tests.conftest import api_client_for, make_user
 from tests.run_harness import Host, demo_project, tiny_model, wait_until, worker_env
@@ -168,11 +170,52 @@ def test_the_watchdog_settles_what_it_cannot_resume(team, settings):
         heartbeat_at=long_ago,
         restarts=settings.FLYWHEEL_LEARNER_MAX_RESTARTS,
     )
+    stored = stored_checkpoint(exhausted)
     assert reward_models_watchdog() == []
     cancelling.refresh_from_db()
     exhausted.refresh_from_db()
     assert cancelling.status == "cancelled" and cancelling.finished_at is not None
     assert exhausted.status == "failed" and "gave up after" in exhausted.error
+    # A settled version is never resumed: its checkpoint leaves the storage and the host.
+    assert exhausted.checkpoint_path == ""
+    with pytest.raises(ArtifactMissingError):
+        artifact_manifest(stored)
+    assert not (version_dir(exhausted.pk, exhausted.key) / "learner").exists()
+
+
+def stored_checkpoint(version: RewardModelVersion) -> str:
+    """A checkpoint as a learner leaves one: in the artifact storage (recorded) and in its folder."""
+    local = version_dir(version.pk, version.key) / "learner" / "checkpoint-4"
+    local.mkdir(parents=True)
+    (local / "optimizer.pt").write_bytes(b"state" * 100)
+    prefix = checkpoint_prefix(version.pk, version.key, 4)
+    artifact_put(local, prefix)
+    RewardModelVersion.objects.filter(pk=version.pk).update(checkpoint_step=4, checkpoint_path=prefix)
+    assert artifact_manifest(prefix)["files"]
+    return prefix
+
+
+@pytest.mark.django_db
+def test_cancelling_a_version_queued_again_removes_its_checkpoint(team):
+    """The watchdog queues a version whose host died with its checkpoint; cancelled before a
+    learner takes it, nothing will resume it."""
+    setup_owner, project = team["owner"], team["project"]
+    task_set = services.task_set_create(project=project, name="pairs", by=setup_owner)
+    item = {"id": "a", "kind": "answer", "prompt": "p", "reference": "r"}
+    line = (json.dumps(item | {"metadata": {"chosen": "c", "rejected": "d"}}) + "\n").encode()
+    version = services.task_set_import(
+        task_set=task_set, stream=[line], file_format="jsonl", by=setup_owner
+    ).version
+    reward_model = RewardModel.objects.create(project=project, name="rm")
+    queued = RewardModelVersion.objects.create(
+        reward_model=reward_model, number=1, task_set_version=version, status="queued", restarts=1
+    )
+    stored = stored_checkpoint(queued)
+    cancelled = reward_model_version_cancel(version=queued)
+    assert cancelled.status == "cancelled" and cancelled.checkpoint_path == ""
+    with pytest.raises(ArtifactMissingError):
+        artifact_manifest(stored)
+    assert not (version_dir(queued.pk, queued.key) / "learner").exists()
 
 
 # --- scoring over REST ---------------------------------------------------------------------------

@@ -83,3 +83,33 @@ def test_an_import_is_announced_to_watchers_after_it_commits(team):
         "event": "task_set.version_created",
         "payload": {"task_set": task_set.pk, "version": 1, "items": 1},
     }
+
+
+def test_deployments_on_other_redis_databases_do_not_hear_each_others_runs(settings):
+    """Pub/sub channels ignore Redis' database number: the layer's prefix must carry it."""
+    from channels_redis.pubsub import RedisPubSubChannelLayer
+    from redis.connection import parse_url
+
+    prefix = settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"]
+    db = parse_url(settings.REDIS_URL).get("db", 0)
+    assert prefix.endswith(f"-db{db}")
+    ours = RedisPubSubChannelLayer(hosts=[settings.REDIS_URL], prefix=prefix)
+    theirs = RedisPubSubChannelLayer(
+        hosts=[settings.REDIS_URL], prefix=prefix.replace(f"-db{db}", f"-db{db + 1}")
+    )
+
+    async def scenario():
+        import asyncio
+
+        mine, other = await ours.new_channel(), await theirs.new_channel()
+        await ours.group_add("run-1", mine)
+        await theirs.group_add("run-1", other)
+        await theirs.group_send("run-1", {"type": "run.message", "event": "metrics", "payload": {}})
+        heard_other = await asyncio.wait_for(theirs.receive(other), timeout=5)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(ours.receive(mine), timeout=0.5)
+        await ours.flush()
+        await theirs.flush()
+        return heard_other["event"]
+
+    assert async_to_sync(scenario)() == "metrics"

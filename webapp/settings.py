@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 from csp.constants import NONCE, NONE, SELF
+from redis.connection import parse_url
 
 from webapp.artifact_storage import folder_storage, s3_storage
 from webapp.web_server import default_web_workers
@@ -253,10 +254,16 @@ CACHES = {
     }
 }
 
+# Redis pub/sub: a group message is published once and each web process fans it out to its own
+# viewers (the list-based layer stored a copy per viewer and each process popped them one by one:
+# 200 viewers of a run made 200 Redis round trips per message). Websocket messages are
+# notifications, at most once (runs/events.py), which is what pub/sub gives. Pub/sub channels
+# ignore Redis' database number, so the prefix carries it: deployments (or test runs) sharing a
+# Redis server on different databases must not see each other's runs.
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": "flywheel-ws"},
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": f"flywheel-ws-db{parse_url(REDIS_URL).get('db', 0)}"},
     }
 }
 

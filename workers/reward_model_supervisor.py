@@ -17,7 +17,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from reward_models.models import RewardModelVersion
-from reward_models.store import log_path
+from reward_models.store import checkpoint_discard, log_path
 
 S = RewardModelVersion.Status
 LOG_TAIL_LINES = 20
@@ -47,6 +47,8 @@ def reward_model_supervise(version_id: int) -> None:
         code = _learner_run(version_id)
         version = RewardModelVersion.objects.get(pk=version_id)
         if code == 0 or version.is_terminal:
+            if version.status in (S.CANCELLED, S.FAILED):  # the learner stopped at a cancel
+                checkpoint_discard(version)
             return
         tail = _log_tail(version)
         if version.status == S.CANCELLING:
@@ -94,9 +96,12 @@ def _learner_run(version_id: int) -> int:
 
 
 def _settle(version: RewardModelVersion, status: str, error: str) -> None:
-    RewardModelVersion.objects.filter(pk=version.pk, status__in=RewardModelVersion.ACTIVE).update(
+    """End a version that failed or was cancelled; its training checkpoint goes with it."""
+    settled = RewardModelVersion.objects.filter(pk=version.pk, status__in=RewardModelVersion.ACTIVE).update(
         status=status, error=error, finished_at=timezone.now()
     )
+    if settled:
+        checkpoint_discard(version)
 
 
 def _log_tail(version: RewardModelVersion) -> str:
