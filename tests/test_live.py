@@ -307,3 +307,37 @@ def test_step_k_of_a_million_token_trajectory_opens_in_under_100_ms(lab):
         )
     # The median, as the figure is stated: one request slowed by a busy machine is noise, not a failure.
     assert statistics.median(timings) < 0.1, timings
+
+
+def test_a_runs_messages_reach_its_viewers_in_order_without_the_database(lab, monkeypatch):
+    """Forwarded group messages skip Channels' per-message database clean-up (a thread hop per
+    message per viewer); they arrive, in order, through the direct publish path."""
+    from channels import consumer as channels_consumer
+
+    from runs import events
+
+    run, headers = make_run(lab), headers_for(lab[Role.VIEWER])
+    cleanups = []
+    original = channels_consumer.aclose_old_connections
+
+    async def counted():
+        cleanups.append(1)
+        await original()
+
+    monkeypatch.setattr(channels_consumer, "aclose_old_connections", counted)
+
+    async def scenario():
+        communicator, connected, _ = await connect(run_path(run), headers)
+        assert connected
+        joined = len(cleanups)
+        for step in (1, 2, 3):
+            message = {"type": "run.message", "event": "metrics", "payload": {"step": step}}
+            await database_sync_to_async(events._send)(events.run_group(run.pk), message)
+        received = [await communicator.receive_json_from(timeout=5) for _ in range(3)]
+        await communicator.disconnect()
+        return joined, received
+
+    joined, received = async_to_sync(scenario)()
+    assert [message["payload"]["step"] for message in received] == [1, 2, 3]
+    assert {message["event"] for message in received} == {"metrics"}
+    assert joined >= 1 and len(cleanups) == joined  # connect had it; none of the forwarded three did

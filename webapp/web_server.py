@@ -32,6 +32,11 @@ def web_argv(*, python: str, bind: str, port: int, workers: int) -> list[str]:
         "httptools",
         "--ws",
         "websockets",
+        # Compression is per message per viewer: a run's message went through zlib once for each
+        # of its viewers (a fifth of a web process's time with 200 viewers, bench-live); live
+        # messages are small JSON, so CPU is the scarcer resource.
+        "--ws-per-message-deflate",
+        "false",
         "--lifespan",
         "off",  # Django's ASGI handler has no lifespan events
         "--no-access-log",
