@@ -5,6 +5,7 @@ sandbox, its neighbour and the host as they were."""
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pyseccomp
@@ -185,17 +186,25 @@ def test_writing_outside_the_workspace_fails(sandbox, neighbour):
 
 def test_killing_the_server_or_the_host_has_no_effect(sandbox, neighbour):
     server = sandbox.server_pid
-    probe = (
-        f"import os, signal\n"
-        f"for pid in (1, -1, {os.getpid()}, {os.getppid()}):\n"
-        f"    try:\n        os.kill(pid, signal.SIGKILL)\n"
-        f"    except OSError as exc:\n        print(type(exc).__name__)\n"
-        f"    else:\n        print('sent')\n"
-    )
-    result = sandbox.run_python(probe)
-    assert result.stop_reason == StopReason.EXITED
-    assert result.stdout.split()[0] == "sent"  # init ignores it
-    assert result.stdout.split()[1:] == ["ProcessLookupError"] * 3
+    # Host processes the sandbox must not reach: this test's and a bystander of its own (not the
+    # test's parent: a test run started in the background has init, pid 1, as its parent).
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        probe = (
+            f"import os, signal\n"
+            f"for pid in (1, -1, {os.getpid()}, {bystander.pid}):\n"
+            f"    try:\n        os.kill(pid, signal.SIGKILL)\n"
+            f"    except OSError as exc:\n        print(type(exc).__name__)\n"
+            f"    else:\n        print('sent')\n"
+        )
+        result = sandbox.run_python(probe)
+        assert result.stop_reason == StopReason.EXITED
+        assert result.stdout.split()[0] == "sent"  # init ignores it
+        assert result.stdout.split()[1:] == ["ProcessLookupError"] * 3
+        assert bystander.poll() is None  # still alive
+    finally:
+        bystander.kill()
+        bystander.wait()
     assert sandbox.server_pid == server and sandbox.health()
     assert_unaffected(sandbox, neighbour)
 
