@@ -144,16 +144,21 @@ def test_a_host_lost_mid_training_is_requeued_by_the_watchdog_and_resumes(tiny_m
     assert_resumed_once(version, killed)
 
 
-@pytest.mark.django_db
-def test_the_watchdog_settles_what_it_cannot_resume(team, settings):
-    setup_owner, project = team["owner"], team["project"]
-    task_set = services.task_set_create(project=project, name="pairs", by=setup_owner)
+def one_pair_reward_model(team) -> tuple:
+    """A task-set version of one preference pair, and a reward model of the team's project."""
+    owner, project = team["owner"], team["project"]
+    task_set = services.task_set_create(project=project, name="pairs", by=owner)
     item = {"id": "a", "kind": "answer", "prompt": "p", "reference": "r"}
     line = (json.dumps(item | {"metadata": {"chosen": "c", "rejected": "d"}}) + "\n").encode()
     version = services.task_set_import(
-        task_set=task_set, stream=[line], file_format="jsonl", by=setup_owner
+        task_set=task_set, stream=[line], file_format="jsonl", by=owner
     ).version
-    reward_model = RewardModel.objects.create(project=project, name="rm")
+    return version, RewardModel.objects.create(project=project, name="rm")
+
+
+@pytest.mark.django_db
+def test_the_watchdog_settles_what_it_cannot_resume(team, settings):
+    version, reward_model = one_pair_reward_model(team)
     long_ago = "2020-01-01T00:00:00Z"
     cancelling = RewardModelVersion.objects.create(
         reward_model=reward_model,
@@ -199,14 +204,7 @@ def stored_checkpoint(version: RewardModelVersion) -> str:
 def test_cancelling_a_version_queued_again_removes_its_checkpoint(team):
     """The watchdog queues a version whose host died with its checkpoint; cancelled before a
     learner takes it, nothing will resume it."""
-    setup_owner, project = team["owner"], team["project"]
-    task_set = services.task_set_create(project=project, name="pairs", by=setup_owner)
-    item = {"id": "a", "kind": "answer", "prompt": "p", "reference": "r"}
-    line = (json.dumps(item | {"metadata": {"chosen": "c", "rejected": "d"}}) + "\n").encode()
-    version = services.task_set_import(
-        task_set=task_set, stream=[line], file_format="jsonl", by=setup_owner
-    ).version
-    reward_model = RewardModel.objects.create(project=project, name="rm")
+    version, reward_model = one_pair_reward_model(team)
     queued = RewardModelVersion.objects.create(
         reward_model=reward_model, number=1, task_set_version=version, status="queued", restarts=1
     )
