@@ -36,8 +36,10 @@ class _LayerWatch:
 
     def add(self, consumer: AsyncJsonWebsocketConsumer) -> None:
         self.consumers.add(consumer)
-        if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._watch())
+        loop = asyncio.get_running_loop()
+        # One loop a server process; a test's loops come and go, and a closed one's task never ends.
+        if self.task is None or self.task.done() or self.task.get_loop() is not loop:
+            self.task = loop.create_task(self._watch())
 
     def discard(self, consumer: AsyncJsonWebsocketConsumer) -> None:
         self.consumers.discard(consumer)
