@@ -4,8 +4,9 @@
    step's points in one executemany, then the websocket notification) on a fresh database
    (SQLite in WAL with synchronous=NORMAL under a temporary FLYWHEEL_HOME, unless DATABASE_URL is
    set), INGEST_REPEATS rounds (default 3) against the peer, order alternated, median of the
-   per-round ratios. A learner on another host makes the same call over its database connection. Baselines in
-   the same run, MLflow from its own virtualenv (MLFLOW_PYTHON, default /tmp/mlflow-venv/bin/python;
+   per-round ratios. A learner on another host makes the same call over its database connection.
+   Baselines in the same run, MLflow from its own virtualenv (MLFLOW_PYTHON, default
+   /tmp/mlflow-venv/bin/python;
    `make bench-live` creates it), never the project's:
    - like for like: an in-process `MlflowClient` on SQLite with the same pragmas as Flywheel's
      (WAL, synchronous=NORMAL), the same points as one `log_batch` a step: the headline ratio;
