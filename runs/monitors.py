@@ -8,9 +8,12 @@ the service the learner calls after it writes a step's metrics: it loads those s
 does not repeat while its condition holds: the same monitor fires again only `cooldown_steps`
 steps later.
 
-Alerts act: each monitor's action (`Run.monitor_actions`, per run) is `alert` (the default) or
-`pause`, which pauses the run at once (the learner stops after its current step, with a
-checkpoint). Every alert is also sent to the project's webhooks as a `run.alert` event, with the
+Alerts act: each monitor's action (`Run.monitor_actions`, per run) is `alert`, `pause`, which
+pauses the run at once (the learner stops after its current step, with a checkpoint), or `stop`,
+which ends the run as failed with the alert's message as its reason (the learner checkpoints and
+stops). Every monitor alerts by default but `nothing_to_learn`, which stops: a run that learns
+from no episode step after step is spending compute for nothing, and must not end "succeeded".
+Every alert is also sent to the project's webhooks as a `run.alert` event, with the
 evidence and what was done.
 """
 
@@ -39,6 +42,7 @@ DEFAULTS: dict[str, float] = {
     "zero_variance_share_max": 0.5,  # share of groups dropped for equal rewards above this, rising
     "hacking_flags_min": 1,  # this many newly flagged trajectories fire
     "flagged_rate_max": 0.25,  # share of a step's episodes flagged by the detectors above this fires
+    "nothing_learned_steps": 5,  # this many steps in a row with no episode learned from fires
     "cooldown_steps": 10,
 }
 HELP: dict[str, str] = {
@@ -51,9 +55,10 @@ HELP: dict[str, str] = {
     "zero_variance_share_max": "share of zero-variance groups above which a rising share fires",
     "hacking_flags_min": "newly flagged trajectories (reward-hacking detectors) that fire",
     "flagged_rate_max": "share of a step's episodes flagged by the reward-hacking detectors that fires",
+    "nothing_learned_steps": "steps in a row without a single learnable episode that fire",
     "cooldown_steps": "steps before the same monitor may fire again",
 }
-INTEGER = {"window", "hacking_flags_min", "cooldown_steps"}
+INTEGER = {"window", "hacking_flags_min", "cooldown_steps", "nothing_learned_steps"}
 
 ERRORED = "episodes/errored_rate"
 REWARD = "reward/mean"
@@ -63,7 +68,20 @@ ENTROPY = "learner/entropy"
 ZERO_VARIANCE = "dropped/zero_variance"
 LEARNED = "episodes/learned"
 FLAGGED = "episodes/flagged_rate"
-WATCHED = (ERRORED, REWARD, HELDOUT, RESPONSE, ENTROPY, ZERO_VARIANCE, LEARNED, FLAGGED)
+DROPPED_ERRORED = "dropped/errored"
+DROPPED_STALE = "dropped/stale"
+WATCHED = (
+    ERRORED,
+    REWARD,
+    HELDOUT,
+    RESPONSE,
+    ENTROPY,
+    ZERO_VARIANCE,
+    LEARNED,
+    FLAGGED,
+    DROPPED_ERRORED,
+    DROPPED_STALE,
+)
 
 
 @dataclass(frozen=True)
@@ -84,9 +102,12 @@ MONITORS: dict[str, str] = {
     "zero_variance_groups": "a growing share of groups whose rewards do not vary",
     "reward_hacking": "trajectories newly flagged by the reward-hacking detectors",
     "hacking_rate": "the share of a step's episodes that the reward-hacking detectors flag",
+    "nothing_to_learn": "steps in a row in which no episode could be learned from",
 }
-ACTIONS = ("alert", "pause")
+ACTIONS = ("alert", "pause", "stop")
+DEFAULT_ACTIONS: dict[str, str] = {"nothing_to_learn": "stop"}
 FLAGGED_EVIDENCE = 5  # flagged trajectories an alert shows
+ACTED = {"pause": " The run pauses itself.", "stop": " The run stops as failed."}
 
 
 def _points(points: Series) -> list[list[float]]:
@@ -97,9 +118,13 @@ def thresholds_of(run: Run) -> dict[str, float]:
     return DEFAULTS | (run.monitors or {})
 
 
+def default_action(name: str) -> str:
+    return DEFAULT_ACTIONS.get(name, "alert")
+
+
 def actions_of(run: Run) -> dict[str, str]:
-    """Every monitor's action for this run: pause where the run says so, else alert."""
-    return {name: (run.monitor_actions or {}).get(name, "alert") for name in MONITORS}
+    """Every monitor's action for this run: what the run says, else the monitor's default."""
+    return {name: (run.monitor_actions or {}).get(name, default_action(name)) for name in MONITORS}
 
 
 def actions_clean(values: Mapping[str, Any]) -> dict[str, str]:
@@ -112,7 +137,7 @@ def actions_clean(values: Mapping[str, Any]) -> dict[str, str]:
             problems[f"actions.{name}"] = f"must be one of {', '.join(ACTIONS)}"
     if problems:
         raise ValidationError(problems)
-    return {name: action for name, action in values.items() if action != "alert"}
+    return {name: action for name, action in values.items() if action != default_action(name)}
 
 
 def thresholds_clean(values: Mapping[str, Any]) -> dict[str, float]:
@@ -266,6 +291,43 @@ def _hacking_rate(series: Mapping[str, Series], t: Mapping[str, float]) -> Alert
     )
 
 
+def _nothing_learned(series: Mapping[str, Series], t: Mapping[str, float]) -> Alert | None:
+    """No episode learned from for `nothing_learned_steps` steps in a row, with why and what to change.
+
+    >>> steps = {"episodes/learned": [(s, 0.0) for s in range(1, 6)],
+    ...          "dropped/zero_variance": [(s, 16.0) for s in range(1, 6)]}
+    >>> _nothing_learned(steps, DEFAULTS).message.split(":")[0]
+    'nothing to learn'
+    >>> _nothing_learned(steps | {"episodes/learned": [(1, 0.0), (2, 4.0)] + steps["episodes/learned"][2:]},
+    ...     DEFAULTS) is None
+    True
+    """
+    needed = int(t["nothing_learned_steps"])
+    learned = list(series.get(LEARNED) or [])[-needed:]
+    if len(learned) < needed or any(value > 0 for _, value in learned):
+        return None
+    steps = {step for step, _ in learned}
+
+    def dropped(name: str) -> float:
+        return sum(value for step, value in series.get(name) or [] if step in steps)
+
+    equal, errored, stale = dropped(ZERO_VARIANCE), dropped(DROPPED_ERRORED), dropped(DROPPED_STALE)
+    span = f"steps {learned[0][0]}–{learned[-1][0]}"
+    if equal >= max(errored, stale):
+        why = (
+            f"every group had equal rewards in {span} ({equal:g} episodes, none learnable). Change: a "
+            "larger group size or a higher temperature (more varied samples), tasks nearer the "
+            "policy's level (all failing or all passing teaches nothing), or a rule with partial credit"
+        )
+    elif errored >= stale:
+        why = f"every episode errored in {span} ({errored:g}): fix the sandbox or the rule's harness"
+    else:
+        why = f"every episode was staler than the staleness bound in {span} ({stale:g}): raise it"
+    return Alert(
+        "nothing_to_learn", f"nothing to learn: {why}", 0.0, float(needed), {LEARNED: _points(learned)}
+    )
+
+
 def _hacking(flagged: int, t: Mapping[str, float]) -> Alert | None:
     if flagged < max(t["hacking_flags_min"], 1):
         return None
@@ -298,6 +360,7 @@ def alerts_for(
         _zero_variance(series, t),
         _hacking(flagged, t),
         _hacking_rate(series, t),
+        _nothing_learned(series, t),
     ]
     return [alert for alert in checks if alert is not None]
 
@@ -305,13 +368,13 @@ def alerts_for(
 # --- the service -----------------------------------------------------------------------------
 
 
-def _series(run: Run, window: int) -> dict[str, list[tuple[int, float]]]:
-    """Each watched metric's first `window` points and its last 4 × `window`, by step."""
+def _series(run: Run, window: int, recent: int) -> dict[str, list[tuple[int, float]]]:
+    """Each watched metric's first `window` points and its last `recent`, by step."""
     series = {}
     for name in WATCHED:
         points = MetricPoint.objects.filter(run=run, name=name)
         first = list(points.order_by("step", "pk").values_list("step", "value")[:window])
-        last = list(points.order_by("-step", "-pk").values_list("step", "value")[: 4 * window])[::-1]
+        last = list(points.order_by("-step", "-pk").values_list("step", "value")[:recent])[::-1]
         merged = dict(first) | dict(last)
         if merged:
             series[name] = sorted(merged.items())
@@ -374,7 +437,8 @@ def _run_monitor(*, run_id: int, step: int) -> list[RunEvent]:
     flagged_new = flagged_total - int(last.get("reward_hacking", {}).get("flagged_total", 0))
     actions = actions_of(run)
     recorded = []
-    for alert in alerts_for(_series(run, int(t["window"])), t, flagged=flagged_new):
+    recent = max(4 * int(t["window"]), int(t["nothing_learned_steps"]))
+    for alert in alerts_for(_series(run, int(t["window"]), recent), t, flagged=flagged_new):
         previous = last.get(alert.monitor)
         if (
             alert.monitor != "reward_hacking"
@@ -388,7 +452,7 @@ def _run_monitor(*, run_id: int, step: int) -> list[RunEvent]:
             data["evidence"] = {"flagged": flagged_evidence(run, flagged_new)}
         if alert.monitor == "hacking_rate":
             data["evidence"] = alert.evidence | {"flagged": flagged_evidence(run, FLAGGED_EVIDENCE)}
-        message = alert.message + (" The run pauses itself." if actions[alert.monitor] == "pause" else "")
+        message = alert.message + ACTED.get(actions[alert.monitor], "")
         event = run_event(run, "alert", message, level=RunEvent.Level.WARNING, data=data)
         recorded.append(event)
         _act(run, event, data)
@@ -401,7 +465,7 @@ def _act(run: Run, event: RunEvent, data: dict[str, Any]) -> None:
     from runs.services import StateError
     from webhooks.services import alert_deliveries_enqueue
 
-    done = "none"
+    done = "stopped" if data["action"] == "stop" else "none"  # the learner ends the run (run_learner)
     if data["action"] == "pause":
         try:
             run_pause(run=Run.objects.get(pk=run.pk))

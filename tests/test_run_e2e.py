@@ -8,7 +8,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runs.models import Checkpoint, MetricPoint, Run, Trajectory
+from runs.models import Checkpoint, HeldOutResult, MetricPoint, Run, Trajectory
+from runs.outcomes import METRIC, heldout_scores, paired_compare
 from tests.conftest import api_client_for
 from tests.run_harness import (
     Host,
@@ -56,11 +57,20 @@ def test_a_run_submitted_over_rest_trains_through_real_workers_and_succeeds(tiny
         2,
         3,
     ]
-    wait_until(
-        lambda: MetricPoint.objects.filter(run=run, name="heldout/pass_rate", step=steps).exists(),
-        "the final held-out evaluation on the eval queue",
-        timeout=60,
-    )
+    assert_finished_with_its_outcome(run, steps, heldout=4)
+
+
+def assert_finished_with_its_outcome(run: Run, steps: int, *, heldout: int) -> None:
+    """A run is finished only once its final version is evaluated, item by item, and its
+    outcome against its start recorded from those items."""
+    for version in (0, steps):
+        assert MetricPoint.objects.filter(run=run, name="heldout/pass_rate", step=version).exists()
+        assert HeldOutResult.objects.filter(run=run, step=version).count() == heldout
+    comparison = paired_compare(heldout_scores(run.pk, 0), heldout_scores(run.pk, steps))
+    assert run.outcome == comparison.verdict
+    assert run.outcome_detail == comparison.as_dict() | {"metric": METRIC, "from_step": 0, "to_step": steps}
+    final = MetricPoint.objects.get(run=run, name="heldout/pass_rate", step=steps).value
+    assert comparison.items == 0 or abs(final - comparison.after) < 1e-9
 
 
 def with_preference_pairs(setup: dict) -> dict:
@@ -107,11 +117,7 @@ def test_sft_and_dpo_runs_train_on_the_task_set_through_the_learner_and_succeed(
     assert sorted(Checkpoint.objects.filter(run=run).values_list("step", flat=True)) == [2, 3]
     losses = MetricPoint.objects.filter(run=run, name="learner/loss").order_by("step")
     assert list(losses.values_list("step", flat=True)) == [1, 2, 3]
-    wait_until(
-        lambda: MetricPoint.objects.filter(run=run, name="heldout/pass_rate", step=steps).exists(),
-        "the final held-out evaluation on the eval queue",
-        timeout=60,
-    )
+    assert_finished_with_its_outcome(run, steps, heldout=4)
 
 
 def sft_body(setup: dict) -> dict:

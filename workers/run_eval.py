@@ -10,11 +10,13 @@ does nothing.
 from collections import defaultdict
 from statistics import fmean
 
+from django.db import transaction
+
 from inference.chat import item_prompt
 from inference.decoding import TierError, tier_generate
 from inference.policy import PolicyLoadError
 from rewards.engine import ScoreResult
-from runs.models import MetricPoint, Run
+from runs.models import HeldOutResult, MetricPoint, Run
 from runs.run_store import policy_dir
 from workers.agent import AgentEpisode, context_fits, episodes_play, policy_render
 from workers.run_learner import held_out_items, metrics_write
@@ -28,6 +30,7 @@ from workers.run_rollout import (
 )
 
 PASS_RATE = "heldout/pass_rate"
+COMPLETION_CHARS = 20_000  # what a held-out result keeps of its completion: enough to read it
 
 
 def item_family(item: dict) -> str:
@@ -36,20 +39,29 @@ def item_family(item: dict) -> str:
 
 
 def held_out_grades(
-    run: Run, policy, items: list[dict], settings, *, played: list[AgentEpisode] | None = None
+    run: Run,
+    policy,
+    items: list[dict],
+    settings,
+    *,
+    played: list[AgentEpisode] | None = None,
+    texts: dict[int, str] | None = None,
 ) -> list[ScoreResult]:
     """Each item's grade: short items from one completion, agent items from a played episode
-    (appended to `played` when given)."""
+    (appended to `played` when given); each item's completion, by index, into `texts` when given
+    (an agent's: its actions, one per turn)."""
     spec, judge = run.reward_rule_version.spec, run_judge(run)
     results: dict[int, ScoreResult] = {}
     short = [index for index, item in enumerate(items) if item["kind"] != "agent"]
     if short:
         prompts = [policy.prompt_text(item_prompt(items[index])) for index in short]
-        texts = [completion.text for completion in tier_generate(policy, prompts, settings)]
+        completions = [completion.text for completion in tier_generate(policy, prompts, settings)]
         graded = grade(
-            spec, [items[i] for i in short], texts, judge=judge, reward_models=run_reward_models(run)
+            spec, [items[i] for i in short], completions, judge=judge, reward_models=run_reward_models(run)
         )
         results |= dict(zip(short, graded, strict=True))
+        if texts is not None:
+            texts |= dict(zip(short, completions, strict=True))
     agents = [index for index, item in enumerate(items) if item["kind"] == "agent"]
     if agents:
         episodes = episodes_play(
@@ -62,6 +74,11 @@ def held_out_grades(
             judge=judge,
         )
         results |= {index: episode.grade for index, episode in zip(agents, episodes, strict=True)}
+        if texts is not None:
+            texts |= {
+                index: "\n".join(turn.completion.text for turn in episode.turns)
+                for index, episode in zip(agents, episodes, strict=True)
+            }
         if played is not None:
             played += episodes
     return [results[index] for index in range(len(items))]
@@ -98,7 +115,8 @@ def policy_evaluate(run_id: int, version: int) -> dict[str, float] | None:
         return None
     items = held_out_items(run)
     episodes: list[AgentEpisode] = []
-    results = held_out_grades(run, policy, items, settings, played=episodes)
+    texts: dict[int, str] = {}
+    results = held_out_grades(run, policy, items, settings, played=episodes, texts=texts)
     threshold = float(run.resolved.get("pass_threshold", 1.0))
     passed: dict[str, list[bool]] = defaultdict(list)
     rewards = []
@@ -120,5 +138,36 @@ def policy_evaluate(run_id: int, version: int) -> dict[str, float] | None:
     # Each grader of a `multi` rule on its own (a reward model's score beside the unit tests' verdict).
     values |= {f"heldout/reward/{name}": fmean(v) for name, v in components.items() if len(components) > 1}
     values |= agent_figures(episodes)
-    metrics_write(run, version, values)
+    with transaction.atomic():
+        if MetricPoint.objects.filter(run=run, name=PASS_RATE, step=version).exists():
+            return None  # a second delivery of the same evaluation finished first
+        results_store(run, version, items, results, texts, threshold)
+        metrics_write(run, version, values)
     return values
+
+
+def results_store(
+    run: Run,
+    version: int,
+    items: list[dict],
+    results: list[ScoreResult],
+    texts: dict[int, str],
+    threshold: float,
+) -> None:
+    """Each item's result, kept so that two evaluations compare item by item (runs/outcomes.py)."""
+    HeldOutResult.objects.bulk_create(
+        [
+            HeldOutResult(
+                run=run,
+                step=version,
+                item_id=item["pk"],
+                reward=None if result.errored else result.total,
+                passed=not result.errored and result.total is not None and result.total >= threshold,
+                errored=result.errored or result.total is None,
+                components={name: value for name, value in result.components.items() if value is not None},
+                completion_text=texts.get(index, "")[:COMPLETION_CHARS],
+            )
+            for index, (item, result) in enumerate(zip(items, results, strict=True))
+        ],
+        ignore_conflicts=True,
+    )

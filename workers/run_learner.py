@@ -33,9 +33,18 @@ from django.db.models import Case, FloatField, Max, Q, Value, When
 from django.utils import timezone
 
 from inference.generation import Completion
-from runs import events, monitors
-from runs.lifecycle import run_event, run_transition
-from runs.models import Checkpoint, MetricPoint, RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
+from runs import events, monitors, outcomes
+from runs.lifecycle import run_event, run_fail, run_transition
+from runs.models import (
+    Checkpoint,
+    MetricPoint,
+    RolloutBatch,
+    Run,
+    RunEvent,
+    TaskItem,
+    Trajectory,
+    TrajectoryStep,
+)
 from runs.run_store import (
     checkpoint_fetch,
     checkpoint_is_local,
@@ -70,6 +79,8 @@ from workers.run_rollout import item_dicts, lease_lapsed, rollout_batches_expire
 logger = logging.getLogger(__name__)
 S = Run.Status
 POLL_SECONDS = 0.2
+FINAL_EVAL_NOTICE_SECONDS = 5.0  # say on the run page why it is not finished yet
+FINAL_EVAL_RESEND_SECONDS = 300.0  # ask again for an evaluation not written by then
 Log = Callable[[str], None]
 
 
@@ -184,20 +195,91 @@ def _learner_main(run_id: int, log: Log):
         mark_learned(rows, keep, advantages, step - 1)
         publish(run, step, learner)
         metrics |= {"entropy": sampled_entropy(episodes), "learned": len(keep)}
-        record_metrics(run, step, rows, metrics, dropped, learn=time.monotonic() - learned, wait=wait_seconds)
+        alerts = record_metrics(
+            run, step, rows, metrics, dropped, learn=time.monotonic() - learned, wait=wait_seconds
+        )
         if step % config.checkpoint_every == 0 or step == run.max_steps:
             checkpoint(run, learner, config, step)
-        if step % int(run.resolved["eval_every"]) == 0 or step == run.max_steps:
+        if evaluation_due(run, step):
             evaluate_later(run.pk, step)
         log(f"run {run.pk}: step {step} learned {len(keep)} episodes {metrics}")
+        if (stop := stopping_alert(alerts)) is not None:
+            fail_at(run, learner, config, step, stop)
+            return learner
     else:
         reason = None
+    _cancel_pending(run)
+    finish(run, learner, config, step, reason, evaluation_due(run, step))
+    return learner
+
+
+def evaluation_due(run: Run, step: int) -> bool:
+    """Whether the loop asks for a held-out evaluation after `step` (its schedule, and the last)."""
+    return step % int(run.resolved["eval_every"]) == 0 or step == run.max_steps
+
+
+def finish(run: Run, learner, config, step: int, reason: str | None, requested: bool) -> None:
+    """A run is finished only once its final checkpoint is evaluated: checkpoint, wait for the
+    held-out evaluation of the final version (and of the start, version 0), record the outcome
+    against the start (runs/outcomes.py), then mark the run succeeded and ask for the final
+    checkpoint under every tier of the project. A pause or cancel while waiting is honoured; a
+    resumed run comes back here and waits again."""
+    checkpoint(run, learner, config, step)
+    if not requested:  # stopped early, off the evaluation schedule
+        evaluate_later(run.pk, step)
+    try:
+        final_evaluation_wait(run, step)
+    except StopRequestedError as stop:
+        stop_at(run, learner, config, step, str(stop))
+        return
+    comparison = outcomes.run_outcome_settle(run=run, step=step)
+    message = "succeeded" if reason is None else f"succeeded: stopped early, {reason}"
+    if comparison is not None:
+        message += f"; {outcomes.outcome_sentence(run.outcome_detail)}"
+    regressed = comparison is not None and comparison.verdict == Run.Outcome.REGRESSED
+    run_transition(
+        run,
+        allowed=(S.RUNNING, S.PAUSING),
+        to=S.SUCCEEDED,
+        message=message,
+        level="warning" if regressed else "info",
+    )
+    run_final_evaluate(run.pk)  # the final checkpoint under every tier of the project, on the eval queue
+
+
+def final_evaluation_wait(run: Run, step: int) -> None:
+    """Block until the held-out evaluations of version 0 and `step` are written, asking again for
+    one that seems lost (a broker that restarted without persistence)."""
+    asked_at, told = time.monotonic(), False
+    while missing := [version for version in sorted({0, step}) if not heldout_written(run, version)]:
+        status_check(run)
+        waited = time.monotonic() - asked_at
+        if not told and waited > FINAL_EVAL_NOTICE_SECONDS:
+            run_event(
+                run, "evaluation", f"waiting for the held-out evaluation of step {missing[-1]} to finish"
+            )
+            told = True
+        if waited > FINAL_EVAL_RESEND_SECONDS:
+            for version in missing:
+                evaluate_later(run.pk, version)
+            asked_at = time.monotonic()
+        time.sleep(POLL_SECONDS)
+
+
+def heldout_written(run: Run, version: int) -> bool:
+    return MetricPoint.objects.filter(run=run, name="heldout/pass_rate", step=version).exists()
+
+
+def stopping_alert(alerts: list[RunEvent]) -> RunEvent | None:
+    """The first alert whose monitor's action is stop (runs/monitors.py), if any."""
+    return next((alert for alert in alerts if alert.data.get("action") == "stop"), None)
+
+
+def fail_at(run: Run, learner, config, step: int, alert: RunEvent) -> None:
+    """A monitor stopped the run: checkpoint (to fork from), drop pending work, fail with its reason."""
     checkpoint(run, learner, config, step)
     _cancel_pending(run)
-    message = "succeeded" if reason is None else f"succeeded: stopped early, {reason}"
-    run_transition(run, allowed=(S.RUNNING, S.PAUSING), to=S.SUCCEEDED, message=message)
-    run_final_evaluate(run.pk)  # the final checkpoint under every tier of the project, on the eval queue
-    return learner
+    run_fail(run=run, message=alert.message, where=f"monitor {alert.data.get('monitor')} after step {step}")
 
 
 def mark_running(run: Run) -> Run:
@@ -472,7 +554,8 @@ def mark_learned(rows: list[Trajectory], keep: list[int], advantages, step: int)
 
 def record_metrics(
     run: Run, step: int, rows: list[Trajectory], learner_metrics: dict, dropped: dict, **times
-) -> None:
+) -> list[RunEvent]:
+    """The step's metrics, then the monitors' new alerts (which the loop acts on)."""
     scored = [row for row in rows if row.outcome == Trajectory.Outcome.SCORED]
     rewards = [row.reward for row in scored if row.reward is not None]
     values: dict[str, float] = {f"learner/{name}": value for name, value in learner_metrics.items()}
@@ -505,7 +588,7 @@ def record_metrics(
     if values["time/generate"]:
         values["throughput/tokens_per_s"] = tokens / values["time/generate"]
     metrics_write(run, step, values)
-    monitors.run_monitor(run_id=run.pk, step=step)
+    return monitors.run_monitor(run_id=run.pk, step=step)
 
 
 def sampled_entropy(episodes: list[Episode]) -> float:

@@ -12,10 +12,8 @@ import time
 from typing import Any
 
 from inference.chat import item_prompt
-from runs.lifecycle import run_transition
 from runs.models import Run
 from runs.run_store import learner_dir
-from runs.tier_evaluations import run_final_evaluate
 from workers.learners.common import (
     Learner,
     epoch_rows,
@@ -31,6 +29,7 @@ from workers.run_learner import (
     budget_spent,
     checkpoint,
     evaluate_later,
+    finish,
     mark_running,
     metrics_write,
     publish,
@@ -41,8 +40,6 @@ from workers.run_learner import (
     stop_at,
     train_items,
 )
-
-S = Run.Status
 
 
 def offline_config(run: Run) -> SFTConfig | DPOConfig:
@@ -127,13 +124,14 @@ def offline_main(run_id: int, log: Log = print) -> None:
         metrics_write(run, step, values | {"time/learn": time.monotonic() - started})
         if step % config.checkpoint_every == 0 or step == steps:
             checkpoint(run, learner, config, step)
-        if step % int(run.resolved["eval_every"]) == 0 or step == steps:
+        if _evaluation_due(run, step, steps):
             evaluate_later(run.pk, step)
         log(f"run {run.pk}: step {step} {metrics}")
-    checkpoint(run, learner, config, step)
-    message = "succeeded" if reason is None else f"succeeded: stopped early, {reason}"
-    run_transition(run, allowed=(S.RUNNING, S.PAUSING), to=S.SUCCEEDED, message=message)
-    run_final_evaluate(run.pk)
+    finish(run, learner, config, step, reason, _evaluation_due(run, step, steps))
+
+
+def _evaluation_due(run: Run, step: int, steps: int) -> bool:
+    return step % int(run.resolved["eval_every"]) == 0 or step == steps
 
 
 def _learn(run: Run, learner: Learner, reference, config, data: list[dict], step: int) -> dict[str, float]:

@@ -46,7 +46,7 @@ class MetricFilterSerializer(serializers.Serializer):
 
 
 REVIEW_LABELS = ("good", "bad", "reward_hack", "infrastructure_error", "unreviewed")
-MONITOR_ACTIONS = ("alert", "pause")
+MONITOR_ACTIONS = ("alert", "pause", "stop")
 
 
 class TrajectoryFilterSerializer(serializers.Serializer):
@@ -130,7 +130,10 @@ class RunCreateSerializer(RunOverridesSerializer):
     monitor_actions = serializers.DictField(
         child=serializers.ChoiceField(choices=MONITOR_ACTIONS),
         required=False,
-        help_text='By monitor: alert (the default) or pause, e.g. {"reward_hacking": "pause"}',
+        help_text=(
+            "By monitor: alert, pause, or stop (the run ends as failed); each monitor alerts by "
+            'default but nothing_to_learn, which stops. e.g. {"reward_hacking": "pause"}'
+        ),
     )
 
 
@@ -368,7 +371,8 @@ class MonitorSettingSerializer(serializers.Serializer):
 class MonitorActionSerializer(serializers.Serializer):
     monitor = serializers.CharField()
     action = serializers.ChoiceField(
-        choices=MONITOR_ACTIONS, help_text="pause: the run pauses itself when it fires"
+        choices=MONITOR_ACTIONS,
+        help_text="pause: the run pauses itself when it fires; stop: it ends as failed, the alert its reason",
     )
     help = serializers.CharField()
 
@@ -390,5 +394,5 @@ class RunMonitorsInputSerializer(serializers.Serializer):
         child=serializers.ChoiceField(choices=MONITOR_ACTIONS),
         required=False,
         default=dict,
-        help_text="By monitor: alert (the default) or pause. Others stay as they are",
+        help_text="By monitor: alert, pause or stop (ends the run as failed). Others stay as they are",
     )

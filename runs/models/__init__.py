@@ -15,6 +15,7 @@ from runs.models.library import (
 )
 from runs.models.runs import (
     Checkpoint,
+    HeldOutResult,
     MetricPoint,
     RolloutBatch,
     Run,
@@ -27,6 +28,7 @@ from runs.models.tiers import ServedAdapter, TierEvaluation
 __all__ = [
     "ApiToken",
     "Checkpoint",
+    "HeldOutResult",
     "IdempotencyKey",
     "Membership",
     "MetricPoint",

@@ -29,6 +29,11 @@ class Run(models.Model):
         SUCCEEDED = "succeeded"
         FAILED = "failed"
 
+    class Outcome(models.TextChoices):
+        IMPROVED = "improved"
+        UNCHANGED = "unchanged"
+        REGRESSED = "regressed"
+
     class Method(models.TextChoices):
         SFT = "sft", "SFT"
         DPO = "dpo", "DPO"
@@ -62,6 +67,10 @@ class Run(models.Model):
     max_wall_seconds = models.PositiveIntegerField(null=True, blank=True)
     max_sandbox_cpu_seconds = models.FloatField(null=True, blank=True)
     priority = models.IntegerField(default=0, help_text="Higher runs first")
+    # Whether the run made the model better: its final held-out results against its start, per
+    # item, with a paired bootstrap interval (runs/outcomes.py). Empty until the final evaluation.
+    outcome = models.CharField(max_length=12, choices=Outcome.choices, blank=True, default="")
+    outcome_detail = models.JSONField(null=True, blank=True, help_text="The figures behind the outcome")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
     error = models.JSONField(null=True, blank=True, help_text="Why it failed: message and where")
     parent = models.ForeignKey(
@@ -254,6 +263,27 @@ class TrajectoryStep(models.Model):
 
     def data(self) -> dict:
         return json.loads(zlib.decompress(bytes(self.payload)))
+
+
+class HeldOutResult(models.Model):
+    """One held-out item's result under one policy version of a run: what the run's outcome, the
+    per-item comparisons and a checkpoint's scores are computed from. Greedy, so one per item."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="heldout_results")
+    step = models.PositiveIntegerField(help_text="The policy version evaluated")
+    item = models.ForeignKey(TaskItem, on_delete=models.CASCADE, related_name="+")
+    reward = models.FloatField(null=True, blank=True, help_text="None when grading errored")
+    passed = models.BooleanField(default=False)
+    errored = models.BooleanField(default=False)
+    components = models.JSONField(default=dict, blank=True)
+    completion_text = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "step", "item"], name="heldout_result_item")]
+
+    def __str__(self) -> str:
+        return f"held-out item {self.item_id} of run {self.run_id} at step {self.step}"
 
 
 class Checkpoint(models.Model):
