@@ -164,6 +164,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "events": selectors.events_of(run=run).order_by("-created_at", "-pk")[:RECENT],
         "checkpoints": run.checkpoints.order_by("-step")[:RECENT],
         "metrics": selectors.latest_metrics_of(run=run),
+        "heldout_trend": selectors.heldout_trend_of(run=run),
         "page": Paginator(trajectories, TRAJECTORIES_PER_PAGE).get_page(request.GET.get("page")),
         "outcome": outcome,
         "outcomes": Trajectory.Outcome.choices,

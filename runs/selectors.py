@@ -280,6 +280,17 @@ def latest_metrics_of(*, run: Run) -> list[dict]:
     return rows
 
 
+def heldout_trend_of(*, run: Run) -> dict | None:
+    """The held-out pass rate at the run's start and at its newest evaluated step, once both are
+    in (the outcome says whether the change means anything, once the run is finished)."""
+    points = MetricPoint.objects.filter(run=run, name="heldout/pass_rate")
+    start = points.filter(step=0).values_list("value", flat=True).first()
+    latest = points.filter(step__gt=0).order_by("-step", "-pk").values_list("step", "value").first()
+    if start is None or latest is None:
+        return None
+    return {"start": start, "step": latest[0], "latest": latest[1]}
+
+
 def metric_series_of(
     *, run: Run, names: list[str] | None = None, since_step: int | None = None, max_points: int | None = None
 ) -> list[dict]:

@@ -156,8 +156,31 @@ class ProgressSerializer(serializers.Serializer):
     heartbeat_at = serializers.DateTimeField(allow_null=True, help_text="The learner's last sign of life")
 
 
+class RunOutcomeSerializer(serializers.Serializer):
+    verdict = serializers.ChoiceField(
+        choices=Run.Outcome.choices,
+        help_text="improved or regressed only when the interval on the change excludes 0",
+    )
+    metric = serializers.CharField(help_text="What is compared per item: heldout/pass_rate")
+    from_step = serializers.IntegerField(help_text="The start: version 0, the base or the forked checkpoint")
+    to_step = serializers.IntegerField(help_text="The final policy version")
+    before = serializers.FloatField(help_text="The start's mean over the items both measured")
+    after = serializers.FloatField(help_text="The final version's mean over the same items")
+    delta = serializers.FloatField(help_text="after - before")
+    low = serializers.FloatField(help_text="The paired bootstrap interval on delta: its lower end")
+    high = serializers.FloatField(help_text="Its upper end")
+    confidence = serializers.FloatField(help_text="The interval's confidence, 0.95")
+    items = serializers.IntegerField(help_text="Held-out items measured at both ends")
+    improved_items = serializers.IntegerField()
+    regressed_items = serializers.IntegerField()
+
+
 class RunSerializer(serializers.ModelSerializer):
     error = serializers.SerializerMethodField(help_text="Why it failed; null unless it failed")
+    outcome = serializers.SerializerMethodField(
+        help_text="Whether the run made the model better: its final held-out results against its "
+        "start, item by item; null until the final evaluation is in"
+    )
     queue_position = serializers.SerializerMethodField(
         help_text="1 starts next in its project; null when not queued"
     )
@@ -179,6 +202,7 @@ class RunSerializer(serializers.ModelSerializer):
             "priority",
             "queue_position",
             "progress",
+            "outcome",
             "parent",
             "parent_checkpoint",
             "created_by",
@@ -192,6 +216,10 @@ class RunSerializer(serializers.ModelSerializer):
         if not run.error:
             return None
         return {"message": str(run.error.get("message", "")), "where": str(run.error.get("where", ""))}
+
+    @extend_schema_field(RunOutcomeSerializer(allow_null=True))
+    def get_outcome(self, run: Run) -> dict | None:
+        return run.outcome_detail if run.outcome else None
 
     def get_queue_position(self, run: Run) -> int | None:
         positions = self.context.get("queue_positions")

@@ -4,6 +4,8 @@ from datetime import timedelta
 
 from django import template
 
+from runs.outcomes import outcome_sentence
+
 register = template.Library()
 
 
@@ -27,3 +29,9 @@ def duration(value: timedelta | None) -> str:
     if minutes:
         return f"{minutes}m {seconds:02d}s"
     return f"{seconds}s"
+
+
+@register.filter
+def outcome_text(detail: dict | None) -> str:
+    """A run's outcome in words (runs/outcomes.py), for its header and the runs table's tooltip."""
+    return outcome_sentence(detail)
