@@ -51,6 +51,7 @@ urlpatterns = [
     path("runs/<int:id>/clone", runs.RunCloneView.as_view(), name="api-run-clone"),
     path("runs/<int:id>/events", runs.RunEventListView.as_view(), name="api-run-events"),
     path("runs/<int:id>/metrics", runs.RunMetricsView.as_view(), name="api-run-metrics"),
+    path("runs/<int:id>/heldout-compare", runs.HeldOutCompareView.as_view(), name="api-run-heldout-compare"),
     path("trajectories", runs.TrajectoryListView.as_view(), name="api-trajectories"),
     path("trajectories/<int:id>", runs.TrajectoryDetailView.as_view(), name="api-trajectory"),
     path("trajectories/<int:id>/steps", runs.TrajectoryStepListView.as_view(), name="api-trajectory-steps"),

@@ -140,3 +140,67 @@ def outcome_sentence(detail: Mapping | None) -> str:
         f"({points(detail['delta'])} points, 95% interval {points(detail['low'])} to "
         f"{points(detail['high'])}) on {detail['items']} items"
     )
+
+
+# --- item by item, between any two evaluated versions ------------------------------------------
+
+CHANGES = ("improved", "regressed", "unchanged")
+
+
+def last_evaluated_step(run_id: int) -> int | None:
+    """The newest policy version of the run evaluated item by item (its final one once finished)."""
+    return (
+        HeldOutResult.objects.filter(run_id=run_id).order_by("-step").values_list("step", flat=True).first()
+    )
+
+
+def item_change(before: float, after: float) -> str:
+    """>>> item_change(0.0, 1.0), item_change(1.0, 1.0), item_change(1.0, 0.5)
+    ('improved', 'unchanged', 'regressed')
+    """
+    return "improved" if after > before else "regressed" if after < before else "unchanged"
+
+
+def heldout_item_comparison(
+    *,
+    before: tuple[int, int],
+    after: tuple[int, int],
+    metric: str = METRIC,
+    change: str = "",
+    kind: str = "",
+    descending: bool = True,
+) -> dict:
+    """Two evaluations, each a (run id, policy version), on the items both measured: the paired
+    summary (over every shared item) and one row per item, both completions beside each other,
+    filtered by change and item kind and sorted by the change (largest first by default)."""
+    sides = [
+        {
+            row.item_id: row
+            for row in HeldOutResult.objects.filter(run_id=run, step=step, errored=False).select_related(
+                "item"
+            )
+        }
+        for run, step in (before, after)
+    ]
+    score = (lambda row: row.reward or 0.0) if metric == "heldout/reward" else (lambda row: float(row.passed))
+    shared = sorted(set(sides[0]) & set(sides[1]))
+    summary = paired_compare(
+        {item: score(sides[0][item]) for item in shared}, {item: score(sides[1][item]) for item in shared}
+    )
+    rows = []
+    for item_id in shared:
+        first, second = sides[0][item_id], sides[1][item_id]
+        row = {
+            "item": item_id,
+            "external_id": first.item.external_id,
+            "kind": first.item.kind,
+            "before": score(first),
+            "after": score(second),
+            "change": item_change(score(first), score(second)),
+            "before_completion": first.completion_text,
+            "after_completion": second.completion_text,
+        }
+        if (not change or row["change"] == change) and (not kind or row["kind"] == kind):
+            rows.append(row)
+    rows.sort(key=lambda row: (row["after"] - row["before"], -row["item"]), reverse=descending)
+    return {"metric": metric, "summary": summary.as_dict(), "items": rows}

@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from reward_models import selectors as reward_model_selectors
-from runs import forms, lifecycle, monitors, runs_table, selectors
+from runs import forms, lifecycle, monitors, outcomes, runs_table, selectors
 from runs.lifecycle import RunRequest
 from runs.models import Run, Trajectory
 from runs.roles import Permission, role_allows
@@ -565,6 +565,36 @@ def _visible_runs(user, ids: list[int]) -> tuple[list[Run], list[str]]:
     return runs, errors
 
 
+HELDOUT_ROWS = 200  # items listed per pair on the compare page (the API lists every one)
+
+
+def _heldout_pairs(runs: list[Run], change: str, kind: str) -> list[dict[str, Any]]:
+    """The first run (the baseline: a control, a parent) against each other run, item by item on
+    the held-out items both evaluated, each at its newest evaluated version."""
+    if len(runs) < 2:
+        return []
+    base = runs[0]
+    base_step = outcomes.last_evaluated_step(base.pk)
+    pairs = []
+    for run in runs[1:]:
+        step = outcomes.last_evaluated_step(run.pk)
+        if base_step is None or step is None:
+            pairs.append({"base": base, "run": run, "missing": True})
+            continue
+        comparison = outcomes.heldout_item_comparison(
+            before=(base.pk, base_step),
+            after=(run.pk, step),
+            change=change if change in outcomes.CHANGES else "",
+            kind=kind,
+        )
+        pairs.append(
+            {"base": base, "run": run, "base_step": base_step, "step": step, "missing": False}
+            | {"summary": comparison["summary"], "items": comparison["items"][:HELDOUT_ROWS]}
+            | {"listed": len(comparison["items"])}
+        )
+    return pairs
+
+
 @login_required
 @require_GET
 def run_compare(request: HttpRequest) -> HttpResponse:
@@ -593,6 +623,8 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     query = request.GET.copy()
     query.pop("all", None)
     context = {
+        "heldout_pairs": _heldout_pairs(runs, request.GET.get("change", ""), request.GET.get("kind", "")),
+        "changes": outcomes.CHANGES,
         "runs": runs,
         "errors": errors,
         "rows": [row for row in rows if row["differs"] or show_all],

@@ -183,3 +183,43 @@ def test_a_run_whose_groups_never_vary_stops_as_failed_with_its_reason(tiny_mode
     assert run.learner_step == 2  # it stopped at once, not after the 6 steps it asked for
     assert not Trajectory.objects.filter(run=run).exclude(learned_in_step=None).exists()
     assert run.checkpoints.filter(step=2).exists()  # something to fork from with other settings
+
+
+@pytest.mark.django_db
+def test_two_runs_compare_item_by_item_over_rest_sorted_by_change_and_filtered(lab):
+    control, treated = make_run(lab, name="control"), make_run(lab, name="treated")
+    items = list(lab["version"].items.order_by("position"))
+    heldout(control, 4, [True, False, True, False][: len(items)])
+    heldout(treated, 4, [True, True, False, False][: len(items)])
+    client = api_client_for(lab["viewer"])
+    url = f"/api/v1/runs/{treated.pk}/heldout-compare?against={control.pk}"
+    body = client.get(url).json()
+    assert (body["run"], body["step"], body["against"], body["against_step"]) == (
+        treated.pk,
+        4,
+        control.pk,
+        4,
+    )
+    shared = min(len(items), 4)
+    assert body["summary"]["items"] == shared
+    changes = [row["change"] for row in body["items"]]
+    assert changes[0] == "improved" and changes[-1] == "regressed"  # gains first
+    assert [row["external_id"] for row in body["items"] if row["change"] == "improved"] == [
+        items[1].external_id
+    ]
+    only = client.get(url + "&change=regressed").json()["items"]
+    assert [row["external_id"] for row in only] == [items[2].external_id]
+    assert client.get(url + "&kind=nothing-of-this-kind").json()["items"] == []
+    assert (
+        client.get(f"/api/v1/runs/{treated.pk}/heldout-compare?against={control.pk}&step=9").json()["items"]
+        == []
+    )
+    assert api_client_for(lab["outsider"]).get(url).status_code == 404
+    unevaluated = make_run(lab, name="fresh")
+    refused = client.get(f"/api/v1/runs/{unevaluated.pk}/heldout-compare")
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "not_evaluated"
+
+    client.force_login(lab["viewer"])
+    page = client.get(f"/runs/compare/?runs={control.pk},{treated.pk}").content.decode()
+    assert f'id="heldout-compare-{treated.pk}"' in page
+    assert page.count('data-change="improved"') == 1 and page.count('data-change="regressed"') == 1

@@ -45,6 +45,62 @@ class MetricFilterSerializer(serializers.Serializer):
     )
 
 
+class HeldOutCompareQuerySerializer(serializers.Serializer):
+    against = serializers.IntegerField(
+        required=False, help_text="The run compared against (a control, the parent); default: this run"
+    )
+    step = serializers.IntegerField(
+        required=False, min_value=0, help_text="This run's version; default: its newest evaluated one"
+    )
+    against_step = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        help_text="The other side's version; default: its newest evaluated one, or 0 against this run itself",
+    )
+    metric = serializers.ChoiceField(
+        choices=("heldout/pass_rate", "heldout/reward"), default="heldout/pass_rate", required=False
+    )
+    change = serializers.ChoiceField(choices=("improved", "regressed", "unchanged"), required=False)
+    kind = serializers.CharField(required=False, max_length=20, help_text="Only items of this kind")
+    sort = serializers.ChoiceField(
+        choices=("change", "-change"), default="-change", required=False, help_text="-change: gains first"
+    )
+
+
+class HeldOutSummarySerializer(serializers.Serializer):
+    verdict = serializers.ChoiceField(choices=Run.Outcome.choices)
+    before = serializers.FloatField()
+    after = serializers.FloatField()
+    delta = serializers.FloatField()
+    low = serializers.FloatField()
+    high = serializers.FloatField()
+    confidence = serializers.FloatField()
+    items = serializers.IntegerField()
+    improved_items = serializers.IntegerField()
+    regressed_items = serializers.IntegerField()
+
+
+class HeldOutItemSerializer(serializers.Serializer):
+    item = serializers.IntegerField()
+    external_id = serializers.CharField()
+    kind = serializers.CharField()
+    before = serializers.FloatField()
+    after = serializers.FloatField()
+    change = serializers.ChoiceField(choices=("improved", "regressed", "unchanged"))
+    before_completion = serializers.CharField()
+    after_completion = serializers.CharField()
+
+
+class HeldOutCompareSerializer(serializers.Serializer):
+    run = serializers.IntegerField()
+    step = serializers.IntegerField()
+    against = serializers.IntegerField()
+    against_step = serializers.IntegerField()
+    metric = serializers.CharField()
+    summary = HeldOutSummarySerializer(help_text="Over every item both sides measured, filters aside")
+    items = HeldOutItemSerializer(many=True, help_text="After the filters, sorted by the change")
+
+
 REVIEW_LABELS = ("good", "bad", "reward_hack", "infrastructure_error", "unreviewed")
 MONITOR_ACTIONS = ("alert", "pause", "stop")
 

@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from rewards.models import RewardRuleVersion
-from runs import checkpoint_exports, lifecycle, monitors, selectors
+from runs import checkpoint_exports, lifecycle, monitors, outcomes, selectors
 from runs.api import run_serializers as s
 from runs.api.schema import ErrorSerializer
 from runs.api.views import ApiView
@@ -214,6 +214,36 @@ class RunMetricsView(ApiView):
         shown = {step for one in series for step, _ in one["points"]}
         axes = selectors.step_axes_of(run=run, steps=shown)
         return Response(s.RunMetricsSerializer({"run": run.pk, "metrics": series, "axes": axes}).data)
+
+
+class HeldOutCompareView(ApiView):
+    @extend_schema(
+        parameters=[s.HeldOutCompareQuerySerializer],
+        responses={200: s.HeldOutCompareSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
+        summary="Held-out results item by item against another run or this run's start, with a "
+        "paired bootstrap interval on the change",
+    )
+    def get(self, request: Request, id: int) -> Response:
+        run = selectors.run_for(user=request.user, run_id=id)
+        query = self.query(s.HeldOutCompareQuerySerializer)
+        other = selectors.run_for(user=request.user, run_id=query.get("against", run.pk))
+        step = query.get("step", outcomes.last_evaluated_step(run.pk))
+        default_against = 0 if other.pk == run.pk else outcomes.last_evaluated_step(other.pk)
+        against_step = query.get("against_step", default_against)
+        if step is None or against_step is None:
+            missing = "this run" if step is None else f"run {other.pk}"
+            message = f"{missing} has no held-out results item by item yet"
+            return Response(error_body(409, message, "against", code="not_evaluated"), status=409)
+        comparison = outcomes.heldout_item_comparison(
+            before=(other.pk, against_step),
+            after=(run.pk, step),
+            metric=query["metric"],
+            change=query.get("change", ""),
+            kind=query.get("kind", ""),
+            descending=query["sort"] == "-change",
+        )
+        body = {"run": run.pk, "step": step, "against": other.pk, "against_step": against_step} | comparison
+        return Response(s.HeldOutCompareSerializer(body).data)
 
 
 class TrajectoryListView(ApiView):
