@@ -324,7 +324,7 @@ def _nothing_learned(series: Mapping[str, Series], t: Mapping[str, float]) -> Al
     else:
         why = f"every episode was staler than the staleness bound in {span} ({stale:g}): raise it"
     return Alert(
-        "nothing_to_learn", f"nothing to learn: {why}", 0.0, float(needed), {LEARNED: _points(learned)}
+        "nothing_to_learn", f"nothing to learn: {why}.", 0.0, float(needed), {LEARNED: _points(learned)}
     )
 
 

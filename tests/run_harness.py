@@ -205,6 +205,9 @@ def demo_project(model: Path, *, train_size: int = 8, heldout_size: int = 4) -> 
 
 
 def run_body(setup: dict, *, steps: int, **hyperparameters) -> dict:
+    """A GRPO run of the demo project over REST. The tests' tiny model rarely passes a demo item,
+    so most steps have no reward variance: these runs test the machinery, not learning, and the
+    nothing_to_learn monitor only alerts for them (tests/test_outcomes.py tests it stopping)."""
     return {
         "project": setup["project"].pk,
         "name": "test run",
@@ -215,6 +218,7 @@ def run_body(setup: dict, *, steps: int, **hyperparameters) -> dict:
         "hyperparameters": {"group_size": 4, "batch_size": 4, "staleness": 1, "eval_items": 4}
         | hyperparameters,
         "max_steps": steps,
+        "monitor_actions": {"nothing_to_learn": "alert"},
     }
 
 

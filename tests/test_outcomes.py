@@ -168,6 +168,7 @@ def test_a_run_whose_groups_never_vary_stops_as_failed_with_its_reason(tiny_mode
         project=setup["project"], name="never", spec=never, by=setup["owner"]
     )
     body = run_body(setup, steps=6, eval_every=10) | {"monitors": {"nothing_learned_steps": 2}}
+    body["monitor_actions"] = {}  # the default: nothing_to_learn stops the run
     learner_host, rollout_host = Host(worker_env()), Host(worker_env())
     with hosts_killed(learner_host, rollout_host):
         learner_host.worker("learner")

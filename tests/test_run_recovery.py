@@ -219,5 +219,6 @@ def submit_without_broker(setup: dict) -> Run:
             "episode_deadline_seconds": 3600,
         },
         max_steps=STEPS,
+        monitor_actions={"nothing_to_learn": "alert"},  # machinery, not learning (run_body says why)
     )
     return lifecycle.run_create(request=request, by=setup["owner"])
