@@ -423,6 +423,7 @@ RUN_CASES = [
     Case("api-run-clone", "post", "edit", run_id, body=lambda w: {"name": "copy"}),
     Case("api-run-events", "get", "view", run_id),
     Case("api-run-metrics", "get", "view", run_id, query=lambda w: {"max_points": 2}),
+    Case("api-run-heldout-compare", "get", "view", run_id),
     Case("api-trajectories", "get", SELF, query=lambda w: {"run": run_of(w).pk}),
     Case("api-trajectory", "get", "view", trajectory_id),
     Case("api-trajectory-steps", "get", "view", trajectory_id),

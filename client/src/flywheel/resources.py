@@ -316,6 +316,23 @@ class Runs(Resource):
         params = {"name": names, "since_step": since_step, "max_points": max_points}
         return self._get(f"/api/v1/runs/{run}/metrics", **params)
 
+    @endpoint("GET", "/runs/{id}/heldout-compare")
+    def heldout_compare(
+        self,
+        run: int,
+        *,
+        against: int | None = None,
+        step: int | None = None,
+        against_step: int | None = None,
+        change: str | None = None,
+        kind: str | None = None,
+        metric: str | None = None,
+    ) -> JSON:
+        """Held-out results item by item against another run (a control) or this run's start,
+        with a paired bootstrap interval on the change."""
+        params = {"against": against, "step": step, "against_step": against_step, "change": change}
+        return self._get(f"/api/v1/runs/{run}/heldout-compare", **params, kind=kind, metric=metric)
+
     @endpoint("GET", "/runs/{id}/monitors")
     def monitors(self, run: int) -> JSON:
         return self._get(f"/api/v1/runs/{run}/monitors")
