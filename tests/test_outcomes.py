@@ -224,3 +224,55 @@ def test_two_runs_compare_item_by_item_over_rest_sorted_by_change_and_filtered(l
     page = client.get(f"/runs/compare/?runs={control.pk},{treated.pk}").content.decode()
     assert f'id="heldout-compare-{treated.pk}"' in page
     assert page.count('data-change="improved"') == 1 and page.count('data-change="regressed"') == 1
+
+
+@pytest.mark.django_db
+def test_a_failed_final_evaluation_is_recorded_and_ends_the_wait_instead_of_hanging(lab):
+    from workers.run_eval import policy_evaluate
+    from workers.run_learner import FinalEvaluationError, final_evaluation_wait
+
+    run = set_status(make_run(lab), Run.Status.RUNNING, policy_version=3, learner_step=3)
+    assert policy_evaluate(run.pk, 3) is None  # version 3 was never published: it cannot load
+    failed = run.events.get(kind="evaluation_failed")
+    assert (failed.level, failed.data) == ("error", {"step": 3})
+    assert failed.message.startswith("the held-out evaluation of step 3 failed: ")
+    with pytest.raises(FinalEvaluationError, match="the held-out evaluation of step 3 failed"):
+        final_evaluation_wait(run, 3, ask=False)
+    assert policy_evaluate(run.pk, 7) is None  # past the newest version: rolled back, not a failure
+    assert run.events.filter(kind="evaluation_failed").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fork_is_evaluated_at_every_step_and_its_outcome_is_against_its_checkpoint(tiny_model):
+    """The case a user met: a run forked from a checkpoint, eval_every 1, ended with held-out
+    measured only at its start. Through the real workers, every version is evaluated, and the
+    run is finished only once the last one is."""
+    setup = demo_project(tiny_model)
+    learner_host, rollout_host = Host(worker_env()), Host(worker_env())
+    with hosts_killed(learner_host, rollout_host):
+        learner_host.worker("learner")
+        rollout_host.worker("rollout,eval")
+        client = api_client_for(setup["owner"])
+        parent = client.post(
+            "/api/v1/runs", run_body(setup, steps=2, checkpoint_every=2), format="json"
+        ).json()
+        parent = wait_for_terminal(parent["id"])
+        assert parent.status == Run.Status.SUCCEEDED, parent.error
+        checkpoint = parent.checkpoints.get(step=2)
+        body = {"max_steps": 3, "hyperparameters": {"eval_every": 1}}
+        fork = client.post(f"/api/v1/checkpoints/{checkpoint.pk}/fork", body, format="json")
+        assert fork.status_code == 201, fork.json()
+        run = wait_for_terminal(fork.json()["id"])
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    assert run.resolved["eval_every"] == 1
+    steps = sorted(
+        MetricPoint.objects.filter(run=run, name="heldout/pass_rate").values_list("step", flat=True)
+    )
+    assert steps == [0, 1, 2, 3]
+    assert sorted(set(HeldOutResult.objects.filter(run=run).values_list("step", flat=True))) == [0, 1, 2, 3]
+    assert run.outcome in ("improved", "unchanged", "regressed")
+    assert (run.outcome_detail["from_step"], run.outcome_detail["to_step"], run.outcome_detail["items"]) == (
+        0,
+        3,
+        4,
+    )

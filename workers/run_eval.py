@@ -7,17 +7,17 @@ reaches the run's pass threshold. Writes `heldout/*` metric points at the versio
 does nothing.
 """
 
+import logging
 from collections import defaultdict
 from statistics import fmean
 
 from django.db import transaction
 
 from inference.chat import item_prompt
-from inference.decoding import TierError, tier_generate
-from inference.policy import PolicyLoadError
+from inference.decoding import tier_generate
 from rewards.engine import ScoreResult
-from runs.models import HeldOutResult, MetricPoint, Run
-from runs.run_store import policy_dir
+from runs.lifecycle import run_event
+from runs.models import HeldOutResult, MetricPoint, Run, RunEvent
 from workers.agent import AgentEpisode, context_fits, episodes_play, policy_render
 from workers.run_learner import held_out_items, metrics_write
 from workers.run_rollout import (
@@ -29,7 +29,9 @@ from workers.run_rollout import (
     tier_settings,
 )
 
+logger = logging.getLogger(__name__)
 PASS_RATE = "heldout/pass_rate"
+MESSAGE_CHARS = 1_000
 COMPLETION_CHARS = 20_000  # what a held-out result keeps of its completion: enough to read it
 
 
@@ -102,17 +104,32 @@ def agent_figures(episodes: list[AgentEpisode]) -> dict[str, float]:
 
 
 def policy_evaluate(run_id: int, version: int) -> dict[str, float] | None:
+    """Evaluate one policy version, once. A failure is recorded as an `evaluation_failed` event
+    (a run waiting for its final evaluation fails with it instead of waiting forever), unless the
+    version was rolled back by a resume meanwhile: then there is nothing to evaluate."""
     run = Run.objects.select_related("task_set_version", "reward_rule_version").filter(pk=run_id).first()
     if run is None or MetricPoint.objects.filter(run=run, name=PASS_RATE, step=version).exists():
         return None
+    try:
+        return _policy_evaluate(run, version)
+    except Exception as exc:  # noqa: BLE001 - any failure: recorded where the run's page and learner see it
+        current = Run.objects.filter(pk=run.pk).values_list("policy_version", flat=True).first()
+        if current is not None and version <= current:
+            logger.exception("run %s: held-out evaluation of version %s failed", run.pk, version)
+            run_event(
+                run,
+                "evaluation_failed",
+                f"the held-out evaluation of step {version} failed: {exc}"[:MESSAGE_CHARS],
+                level=RunEvent.Level.ERROR,
+                data={"step": version},
+            )
+        return None
+
+
+def _policy_evaluate(run: Run, version: int) -> dict[str, float] | None:
     # Greedy, otherwise the run's tier as it is: precision, speculation, batching, budget, stops.
     settings = tier_settings(run).with_(temperature=0.0, top_p=1.0, top_k=0)
-    if not policy_dir(run.pk, version).exists():  # rolled back by a resume: that version is gone
-        return None
-    try:
-        policy = policy_version_load(run, version, settings)
-    except (PolicyLoadError, TierError):  # rolled back meanwhile
-        return None
+    policy = policy_version_load(run, version, settings)
     items = held_out_items(run)
     episodes: list[AgentEpisode] = []
     texts: dict[int, str] = {}

@@ -88,6 +88,10 @@ class StopRequestedError(Exception):
     """The run was paused or cancelled while the learner waited."""
 
 
+class FinalEvaluationError(Exception):
+    """The held-out evaluation a finished run waits for failed (its message says why)."""
+
+
 def start_model(run: Run) -> str:
     if run.parent_checkpoint is not None:
         checkpoint = run.parent_checkpoint
@@ -170,6 +174,7 @@ def _learner_main(run_id: int, log: Log):
         evaluate_later(run.pk, 0)  # the starting point, so the chart shows the lift
     run = mark_running(run)
     log(f"run {run.pk}: learner at step {step} (pid {os.getpid()})")
+    started_at = step
     while step < run.max_steps:
         try:
             status_check(run)
@@ -209,7 +214,7 @@ def _learner_main(run_id: int, log: Log):
     else:
         reason = None
     _cancel_pending(run)
-    finish(run, learner, config, step, reason, evaluation_due(run, step))
+    finish(run, learner, config, step, reason, requested=step > started_at and evaluation_due(run, step))
     return learner
 
 
@@ -218,19 +223,22 @@ def evaluation_due(run: Run, step: int) -> bool:
     return step % int(run.resolved["eval_every"]) == 0 or step == run.max_steps
 
 
-def finish(run: Run, learner, config, step: int, reason: str | None, requested: bool) -> None:
+def finish(run: Run, learner, config, step: int, reason: str | None, *, requested: bool) -> None:
     """A run is finished only once its final checkpoint is evaluated: checkpoint, wait for the
     held-out evaluation of the final version (and of the start, version 0), record the outcome
     against the start (runs/outcomes.py), then mark the run succeeded and ask for the final
     checkpoint under every tier of the project. A pause or cancel while waiting is honoured; a
     resumed run comes back here and waits again."""
     checkpoint(run, learner, config, step)
-    if not requested:  # stopped early, off the evaluation schedule
-        evaluate_later(run.pk, step)
     try:
-        final_evaluation_wait(run, step)
+        final_evaluation_wait(run, step, ask=not requested)
     except StopRequestedError as stop:
         stop_at(run, learner, config, step, str(stop))
+        return
+    except FinalEvaluationError as failed:  # retry waits for a fresh evaluation from the checkpoint
+        run_fail(
+            run=run, message=str(failed), where=f"the final evaluation of step {step}, on the eval queue"
+        )
         return
     comparison = outcomes.run_outcome_settle(run=run, step=step)
     message = "succeeded" if reason is None else f"succeeded: stopped early, {reason}"
@@ -247,12 +255,21 @@ def finish(run: Run, learner, config, step: int, reason: str | None, requested: 
     run_final_evaluate(run.pk)  # the final checkpoint under every tier of the project, on the eval queue
 
 
-def final_evaluation_wait(run: Run, step: int) -> None:
-    """Block until the held-out evaluations of version 0 and `step` are written, asking again for
-    one that seems lost (a broker that restarted without persistence)."""
-    asked_at, told = time.monotonic(), False
+def final_evaluation_wait(run: Run, step: int, *, ask: bool) -> None:
+    """Block until the held-out evaluations of version 0 and `step` are written: asked for now
+    when `ask` (the loop did not: it stopped early, or this learner resumed at the end), and again
+    for one that seems lost (a broker that restarted without persistence). A failed one raises."""
+    asked_at, told = time.monotonic() - (FINAL_EVAL_RESEND_SECONDS + 1 if ask else 0), False
+    # Failures since the run last changed status (a retry starts afresh) count.
+    status = RunEvent.objects.filter(run=run, kind="status").order_by("-pk")
+    since = status.values_list("pk", flat=True).first() or 0
     while missing := [version for version in sorted({0, step}) if not heldout_written(run, version)]:
         status_check(run)
+        failed = RunEvent.objects.filter(
+            run=run, kind="evaluation_failed", pk__gt=since, data__step__in=missing
+        ).first()
+        if failed is not None:
+            raise FinalEvaluationError(failed.message)
         waited = time.monotonic() - asked_at
         if not told and waited > FINAL_EVAL_NOTICE_SECONDS:
             run_event(

@@ -108,6 +108,7 @@ def offline_main(run_id: int, log: Log = print) -> None:
     log(f"run {run.pk}: {run.method} learner at step {step} of {steps}, {len(data)} examples")
     reason = None
     learner.model.train()
+    started_at = step
     while step < steps:
         try:
             status_check(run)
@@ -127,7 +128,9 @@ def offline_main(run_id: int, log: Log = print) -> None:
         if _evaluation_due(run, step, steps):
             evaluate_later(run.pk, step)
         log(f"run {run.pk}: step {step} {metrics}")
-    finish(run, learner, config, step, reason, _evaluation_due(run, step, steps))
+    finish(
+        run, learner, config, step, reason, requested=step > started_at and _evaluation_due(run, step, steps)
+    )
 
 
 def _evaluation_due(run: Run, step: int, steps: int) -> bool:
