@@ -182,6 +182,8 @@ def test_a_run_whose_groups_never_vary_stops_as_failed_with_its_reason(tiny_mode
     )
     assert run.error["where"] == "monitor nothing_to_learn after step 2"
     assert run.learner_step == 2  # it stopped at once, not after the 6 steps it asked for
+    shares = MetricPoint.objects.filter(run=run, name="episodes/zero_variance_share").order_by("step")
+    assert list(shares.values_list("step", "value")) == [(1, 1.0), (2, 1.0)]
     assert not Trajectory.objects.filter(run=run).exclude(learned_in_step=None).exists()
     assert run.checkpoints.filter(step=2).exists()  # something to fork from with other settings
 

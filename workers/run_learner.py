@@ -598,6 +598,11 @@ def record_metrics(
     values |= {f"dropped/{name}": count for name, count in dropped.items()}
     values |= {f"time/{name}": seconds for name, seconds in times.items()}
     values["episodes/learned"] = learner_metrics.get("learned", 0)
+    # Whether the step could teach anything: the share of its episodes in groups whose rewards
+    # were all equal (GRPO's advantage is 0 there), the nothing_to_learn monitor's evidence.
+    equal = dropped.get("zero_variance", 0)
+    if equal + values["episodes/learned"]:
+        values["episodes/zero_variance_share"] = equal / (equal + values["episodes/learned"])
     batches = RolloutBatch.objects.filter(run=run, step=step - 1, status=RolloutBatch.Status.DONE)
     values["time/generate"] = sum(batches.values_list("generate_seconds", flat=True))
     values["time/score"] = sum(batches.values_list("score_seconds", flat=True))
