@@ -354,9 +354,9 @@ def _hacking(window: FlaggedWindow | None, t: Mapping[str, float]) -> Alert | No
     are at least `hacking_share_min` of its episodes; the value is that share.
 
     >>> w = FlaggedWindow(trajectories=[9, 8, 7], steps=[8, 6, 3], episodes=40, detectors={"early_exit": 3})
-    >>> print(_hacking(w, DEFAULTS).message.replace(", ", ",\n"))
-    3 trajectories in steps 3–8 were flagged by the reward-hacking detectors,
-    8% of the 40 episodes of those steps (early_exit 3): review them
+    >>> alert = _hacking(w, DEFAULTS)
+    >>> alert.message.split(",")[0], alert.value
+    ('3 trajectories in steps 3–8 were flagged by the reward-hacking detectors', 0.075)
     >>> _hacking(FlaggedWindow(trajectories=[9, 8], steps=[8, 8], episodes=40), DEFAULTS) is None
     True
     """
