@@ -71,7 +71,7 @@ def flagged(run, count: int, *, step: int, flags: list[dict], start: int = 0, re
     ]
 
 
-def test_a_reward_hacking_alert_groups_the_windows_flagged_trajectories_and_links_each(lab):
+def test_a_reward_hacking_alert_groups_the_windows_flagged_trajectories_and_links_each(client, lab):
     run = set_status(make_run(lab), Run.Status.RUNNING, monitor_actions={"reward_hacking": "pause"})
     flagged(run, 10, step=2, flags=[])
     flagged(run, 2, step=3, flags=[NOTE], start=10, reward=0.0)  # failures that also exit: notes
@@ -98,6 +98,9 @@ def test_a_reward_hacking_alert_groups_the_windows_flagged_trajectories_and_link
         5,
     )
     assert Run.objects.get(pk=run.pk).status == Run.Status.PAUSING
+    client.force_login(lab["launcher"])
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert all(f'<a href="/trajectories/{t.pk}/">#{t.pk}</a>' in page for t in hacks)
 
 
 def test_one_or_two_flags_or_notes_alone_raise_no_hacking_alert(lab):
