@@ -585,6 +585,9 @@ def score_compiled(
         total = evaluate_leaf(rule.root, rule.name, context, tally)
     test_run = context.notes.get("test_run")
     flags = detectors.detect(item, sample, test_run=test_run, test_format=context.notes.get("test_format"))
+    earned = None if tally.errored else total  # what the rule paid before the detectors had a say
+    ran = test_run is not None
+    flags = detectors.notes_marked(flags, item, sample, earned=earned, floor=rule.floor, ran=ran)
     if rule.penalty:
         penalty = sum(rule.penalty.get(flag.detector, rule.penalty.get("*", 0.0)) for flag in flags)
         tally.components["hacking_penalty"] = -penalty

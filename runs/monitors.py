@@ -26,6 +26,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db.models import Count
 
+from rewards.detectors import raises_alert
 from runs.models import MetricPoint, Run, RunEvent, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,8 @@ DEFAULTS: dict[str, float] = {
     "response_drift_max": 0.5,  # response length moved by more than this fraction of its baseline
     "entropy_drop_max": 0.75,  # entropy lost more than this fraction of its baseline
     "zero_variance_share_max": 0.5,  # share of groups dropped for equal rewards above this, rising
-    "hacking_flags_min": 1,  # this many newly flagged trajectories fire
+    "hacking_flags_min": 3,  # this many newly flagged trajectories in the window fire...
+    "hacking_share_min": 0.05,  # ...when they are at least this share of the window's episodes
     "flagged_rate_max": 0.25,  # share of a step's episodes flagged by the detectors above this fires
     "nothing_learned_steps": 5,  # this many steps in a row with no episode learned from fires
     "cooldown_steps": 10,
@@ -53,7 +55,8 @@ HELP: dict[str, str] = {
     "response_drift_max": "relative change of response length from its baseline that fires",
     "entropy_drop_max": "fraction of its baseline entropy lost that counts as collapse",
     "zero_variance_share_max": "share of zero-variance groups above which a rising share fires",
-    "hacking_flags_min": "newly flagged trajectories (reward-hacking detectors) that fire",
+    "hacking_flags_min": "newly flagged trajectories (reward-hacking detectors) in the window that fire",
+    "hacking_share_min": "share of the window's episodes those flagged trajectories must reach to fire",
     "flagged_rate_max": "share of a step's episodes flagged by the reward-hacking detectors that fires",
     "nothing_learned_steps": "steps in a row without a single learnable episode that fire",
     "cooldown_steps": "steps before the same monitor may fire again",
@@ -85,6 +88,22 @@ WATCHED = (
 
 
 @dataclass(frozen=True)
+class FlaggedWindow:
+    """The recent steps' trajectories that raise a hacking alert (notes left out), newest first."""
+
+    trajectories: list[int]  # ids of those not yet alerted on
+    steps: list[int]  # each one's step (the policy version that generated it)
+    episodes: int  # every episode of the window's steps
+    notes: int = 0  # flagged only as notes in the window: shown on the trajectory, not counted
+    detectors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def span(self) -> str:
+        first, last = min(self.steps), max(self.steps)
+        return f"step {first}" if first == last else f"steps {first}–{last}"
+
+
+@dataclass(frozen=True)
 class Alert:
     monitor: str
     message: str
@@ -100,13 +119,15 @@ MONITORS: dict[str, str] = {
     "response_length_drift": "response length drifting from its baseline",
     "entropy_collapse": "policy entropy collapsing",
     "zero_variance_groups": "a growing share of groups whose rewards do not vary",
-    "reward_hacking": "trajectories newly flagged by the reward-hacking detectors",
+    "reward_hacking": "a share of recent trajectories newly flagged by the reward-hacking detectors",
     "hacking_rate": "the share of a step's episodes that the reward-hacking detectors flag",
     "nothing_to_learn": "steps in a row in which no episode could be learned from",
 }
 ACTIONS = ("alert", "pause", "stop")
 DEFAULT_ACTIONS: dict[str, str] = {"nothing_to_learn": "stop"}
-FLAGGED_EVIDENCE = 5  # flagged trajectories an alert shows
+FLAGGED_EVIDENCE = 5  # flagged trajectories an alert shows in full
+FLAGGED_IDS = 100  # flagged trajectories an alert links to
+ESCALATION = 2.0  # a reward_hacking alert repeats within its cooldown when its share has grown this much
 ACTED = {"pause": " The run pauses itself.", "stop": " The run stops as failed."}
 
 
@@ -328,22 +349,39 @@ def _nothing_learned(series: Mapping[str, Series], t: Mapping[str, float]) -> Al
     )
 
 
-def _hacking(flagged: int, t: Mapping[str, float]) -> Alert | None:
-    if flagged < max(t["hacking_flags_min"], 1):
+def _hacking(window: FlaggedWindow | None, t: Mapping[str, float]) -> Alert | None:
+    """A group, not a trickle: `hacking_flags_min` newly flagged trajectories in the window that
+    are at least `hacking_share_min` of its episodes; the value is that share.
+
+    >>> w = FlaggedWindow(trajectories=[9, 8, 7], steps=[8, 6, 3], episodes=40, detectors={"early_exit": 3})
+    >>> alert = _hacking(w, DEFAULTS)
+    >>> alert.message.split(",")[0], alert.value
+    ('3 trajectories in steps 3–8 were flagged by the reward-hacking detectors', 0.075)
+    >>> _hacking(FlaggedWindow(trajectories=[9, 8], steps=[8, 8], episodes=40), DEFAULTS) is None
+    True
+    """
+    if window is None or not window.trajectories or window.episodes <= 0:
         return None
+    count = len(window.trajectories)
+    share = count / window.episodes
+    if count < max(t["hacking_flags_min"], 1) or share < t["hacking_share_min"]:
+        return None
+    kinds = ", ".join(f"{name} {n}" for name, n in sorted(window.detectors.items(), key=lambda kv: -kv[1]))
+    noted = f"; {window.notes} more flagged only as notes, with no reward to gain" if window.notes else ""
     return Alert(
         "reward_hacking",
-        f"{flagged} new trajectories were flagged by the reward-hacking detectors: review them",
-        float(flagged),
-        t["hacking_flags_min"],
+        f"{count} trajectories in {window.span} were flagged by the reward-hacking detectors, "
+        f"{share:.0%} of the {window.episodes} episodes of those steps ({kinds}{noted}): review them",
+        share,
+        t["hacking_share_min"],
     )
 
 
 def alerts_for(
-    series: Mapping[str, Series], thresholds: Mapping[str, float], *, flagged: int = 0
+    series: Mapping[str, Series], thresholds: Mapping[str, float], *, flagged: FlaggedWindow | None = None
 ) -> list[Alert]:
     """The monitors that fire on these series (each by step, oldest first: a baseline window
-    from the run's start, then its recent points) and `flagged` newly flagged trajectories.
+    from the run's start, then its recent points) and the window's newly flagged trajectories.
 
     >>> healthy = {"episodes/errored_rate": [(1, 0.0), (2, 0.05)]}
     >>> alerts_for(healthy, DEFAULTS)
@@ -409,20 +447,46 @@ def run_monitor(*, run_id: int, step: int) -> list[RunEvent]:
         return []
 
 
-def flagged_evidence(run: Run, newest: int) -> list[dict[str, Any]]:
-    """The run's `newest` most recently flagged trajectories: what a reviewer opens first."""
-    flagged = Trajectory.objects.filter(run=run).exclude(flags=[]).select_related("item").order_by("-pk")
-    return [
+def flagged_window(run: Run, step: int, window: int, *, after: int = 0) -> FlaggedWindow:
+    """The trajectories of the last `window` steps whose flags raise an alert, those with ids above
+    `after` (the newest one an earlier alert covered), and how many episodes those steps hold."""
+    recent = Trajectory.objects.filter(run=run, policy_version__gte=max(step - window, 0))
+    ids, steps, notes, detectors = [], [], 0, {}
+    flagged = recent.exclude(flags=[]).order_by("-pk").values_list("pk", "policy_version", "flags")
+    for pk, version, flags in flagged:
+        if not raises_alert(flags):
+            notes += 1
+        elif pk > after:
+            ids.append(pk)
+            steps.append(version)
+            for name in {flag.get("detector", "?") for flag in flags if not flag.get("note")}:
+                detectors[name] = detectors.get(name, 0) + 1
+    return FlaggedWindow(ids, steps, recent.count(), notes, detectors)
+
+
+def flagged_evidence(run: Run, window: FlaggedWindow) -> dict[str, Any]:
+    """What an alert links to: every flagged trajectory of its group by id, their steps, and the
+    newest few in full (what a reviewer opens first)."""
+    newest = Trajectory.objects.filter(run=run, pk__in=window.trajectories[:FLAGGED_EVIDENCE])
+    shown = [
         {
             "trajectory": trajectory.pk,
             "item": trajectory.item.external_id,
             "step": trajectory.policy_version,
             "reward": trajectory.reward,
-            "flags": trajectory.flags[:3],
+            "flags": [flag for flag in trajectory.flags if not flag.get("note")][:3],
             "completion": trajectory.completion_text[:300],
         }
-        for trajectory in flagged[: min(newest, FLAGGED_EVIDENCE)]
+        for trajectory in newest.select_related("item").order_by("-pk")
     ]
+    return {
+        "flagged": shown,
+        "trajectories": window.trajectories[:FLAGGED_IDS],
+        "steps": [min(window.steps), max(window.steps)] if window.steps else [],
+        "episodes": window.episodes,
+        "notes": window.notes,
+        "detectors": window.detectors,
+    }
 
 
 def _run_monitor(*, run_id: int, step: int) -> list[RunEvent]:
@@ -433,30 +497,38 @@ def _run_monitor(*, run_id: int, step: int) -> list[RunEvent]:
         return []
     t = thresholds_of(run)
     last = _last_alerts(run)
-    flagged_total = Trajectory.objects.filter(run=run).exclude(flags=[]).count()
-    flagged_new = flagged_total - int(last.get("reward_hacking", {}).get("flagged_total", 0))
+    covered = int(last.get("reward_hacking", {}).get("newest_trajectory", 0))
+    new = flagged_window(run, step, int(t["window"]), after=covered)
     actions = actions_of(run)
     recorded = []
     recent = max(4 * int(t["window"]), int(t["nothing_learned_steps"]))
-    for alert in alerts_for(_series(run, int(t["window"]), recent), t, flagged=flagged_new):
+    for alert in alerts_for(_series(run, int(t["window"]), recent), t, flagged=new):
         previous = last.get(alert.monitor)
         if (
-            alert.monitor != "reward_hacking"
-            and previous is not None
+            previous is not None
             and step - int(previous.get("step", -(10**9))) < t["cooldown_steps"]
+            and not _escalated(alert, previous)
         ):
             continue
         data = asdict(alert) | {"step": step, "action": actions[alert.monitor]}
         if alert.monitor == "reward_hacking":
-            data["flagged_total"] = flagged_total
-            data["evidence"] = {"flagged": flagged_evidence(run, flagged_new)}
+            data["newest_trajectory"] = max(new.trajectories)
+            data["evidence"] = flagged_evidence(run, new)
         if alert.monitor == "hacking_rate":
-            data["evidence"] = alert.evidence | {"flagged": flagged_evidence(run, FLAGGED_EVIDENCE)}
+            window = flagged_window(run, step, int(t["window"]))
+            data["evidence"] = alert.evidence | flagged_evidence(run, window)
         message = alert.message + ACTED.get(actions[alert.monitor], "")
         event = run_event(run, "alert", message, level=RunEvent.Level.WARNING, data=data)
         recorded.append(event)
         _act(run, event, data)
     return recorded
+
+
+def _escalated(alert: Alert, previous: Mapping[str, Any]) -> bool:
+    """A hacking alert repeats within its cooldown only when its rate has grown `ESCALATION`-fold."""
+    if alert.monitor != "reward_hacking":
+        return False
+    return alert.value >= ESCALATION * float(previous.get("value") or 0.0) > 0
 
 
 def _act(run: Run, event: RunEvent, data: dict[str, Any]) -> None:

@@ -264,6 +264,20 @@
     text.className = "alert-message";
     text.textContent = " " + event.message;
     item.appendChild(text);
+    // A hacking alert links to the trajectories it groups, as the server-rendered list does.
+    var ids = (event.data && event.data.evidence && event.data.evidence.trajectories) || [];
+    if (ids.length) {
+      var links = document.createElement("span");
+      links.className = "alert-links small";
+      ids.slice(0, 12).forEach(function (id) {
+        var link = document.createElement("a");
+        link.href = "/trajectories/" + Number(id) + "/";
+        link.textContent = "#" + Number(id);
+        links.appendChild(document.createTextNode(" "));
+        links.appendChild(link);
+      });
+      item.appendChild(links);
+    }
     list.insertBefore(item, list.firstChild);
     var empty = document.getElementById("alerts-empty");
     if (empty) empty.hidden = true;

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from runs import monitors
-from runs.models import MetricPoint, Run
+from runs.models import MetricPoint, Run, Trajectory
 from tests.conftest import api_client_for
-from tests.run_fixtures import lab, make_run, make_trajectory, set_status  # noqa: F401
+from tests.run_fixtures import lab, make_run, set_status  # noqa: F401
 from tests.run_harness import tiny_model  # noqa: F401
 from tests.test_webhooks import private_receivers_allowed, receiver  # noqa: F401
 from webhooks import services as webhook_services
@@ -48,19 +48,85 @@ def test_a_monitor_left_to_alert_only_leaves_the_run_running(lab):
     assert Run.objects.get(pk=run.pk).status == Run.Status.RUNNING
 
 
-def test_a_reward_hacking_alert_shows_the_flagged_trajectories(lab):
+LISTED = {"detector": "answers_listed", "evidence": "f returns 3 answers in a row", "confidence": "low"}
+EXIT = {"detector": "early_exit", "evidence": "solution.py line 2: sys.exit(0)", "confidence": "high"}
+NOTE = EXIT | {"note": "reward 0, at the floor (0): nothing to gain"}
+
+
+def flagged(run, count: int, *, step: int, flags: list[dict], start: int = 0, reward: float = 1.0) -> list:
+    """`count` scored episodes of policy version `step`, each with `flags`, as the rollouts store them."""
+    items = list(run.task_set_version.items.order_by("position"))
+    return [
+        Trajectory.objects.create(
+            run=run,
+            item=items[(start + n) % len(items)],
+            sample_index=start + n,
+            policy_version=step,
+            outcome="scored",
+            reward=reward,
+            flags=flags,
+            completion_text=f"completion {start + n}",
+        )
+        for n in range(count)
+    ]
+
+
+def test_a_reward_hacking_alert_groups_the_windows_flagged_trajectories_and_links_each(client, lab):
     run = set_status(make_run(lab), Run.Status.RUNNING, monitor_actions={"reward_hacking": "pause"})
-    flag = {"detector": "many_answers", "evidence": "12 candidate answers"}
-    flagged = make_trajectory(run, index=2, flags=[flag], completion_text="4 5 6 7 8", reward=1.0)
-    (alert,) = monitors.run_monitor(run_id=run.pk, step=3)
-    (shown,) = alert.data["evidence"]["flagged"]
-    assert (shown["trajectory"], shown["flags"], shown["completion"], shown["reward"]) == (
-        flagged.pk,
-        [flag],
-        "4 5 6 7 8",
+    flagged(run, 10, step=2, flags=[])
+    flagged(run, 2, step=3, flags=[NOTE], start=10, reward=0.0)  # failures that also exit: notes
+    hacks = flagged(run, 2, step=3, flags=[LISTED], start=20) + flagged(
+        run, 1, step=5, flags=[EXIT], start=30
+    )
+    (alert,) = monitors.run_monitor(run_id=run.pk, step=5)
+    assert alert.data["monitor"] == "reward_hacking"
+    assert alert.message == (
+        "3 trajectories in steps 3–5 were flagged by the reward-hacking detectors, 20% of the 15 "
+        "episodes of those steps (answers_listed 2, early_exit 1; 2 more flagged only as notes, with no "
+        "reward to gain): review them The run pauses itself."
+    )
+    assert (alert.data["value"], alert.data["threshold"]) == (0.2, 0.05)
+    evidence = alert.data["evidence"]
+    assert evidence["trajectories"] == [t.pk for t in reversed(hacks)]
+    assert (evidence["steps"], evidence["episodes"], evidence["notes"]) == ([3, 5], 15, 2)
+    shown = evidence["flagged"][0]
+    assert (shown["trajectory"], shown["flags"], shown["completion"], shown["reward"], shown["step"]) == (
+        hacks[-1].pk,
+        [EXIT],
+        "completion 30",
         1.0,
+        5,
     )
     assert Run.objects.get(pk=run.pk).status == Run.Status.PAUSING
+    client.force_login(lab["launcher"])
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert all(f'<a href="/trajectories/{t.pk}/">#{t.pk}</a>' in page for t in hacks)
+
+
+def test_one_or_two_flags_or_notes_alone_raise_no_hacking_alert(lab):
+    run = set_status(make_run(lab), Run.Status.RUNNING)
+    flagged(run, 20, step=1, flags=[])
+    flagged(run, 2, step=1, flags=[EXIT], start=20)
+    assert monitors.run_monitor(run_id=run.pk, step=1) == []
+    flagged(run, 6, step=2, flags=[NOTE], start=30, reward=0.0)  # a healthy run's failures
+    write(run, 2, {"episodes/flagged_rate": 0.0})
+    assert monitors.run_monitor(run_id=run.pk, step=2) == []
+    assert not run.events.filter(kind="alert").exists()
+
+
+def test_a_hacking_alert_repeats_within_its_cooldown_only_when_its_rate_escalates(lab):
+    run = set_status(make_run(lab), Run.Status.RUNNING)
+    flagged(run, 36, step=1, flags=[])
+    first = flagged(run, 4, step=1, flags=[EXIT], start=36)
+    assert [a.data["value"] for a in monitors.run_monitor(run_id=run.pk, step=1)] == [0.1]
+    assert monitors.run_monitor(run_id=run.pk, step=2) == []  # the same group is not news
+    flagged(run, 4, step=2, flags=[EXIT], start=40)  # 4 new of 44: a steady trickle, in cooldown
+    assert monitors.run_monitor(run_id=run.pk, step=2) == []
+    flagged(run, 8, step=3, flags=[])
+    flagged(run, 8, step=3, flags=[EXIT], start=50)  # 12 new of 60: 20%, twice the first rate
+    (again,) = monitors.run_monitor(run_id=run.pk, step=3)
+    assert again.data["value"] == 0.2 and again.message.startswith("12 trajectories in steps 2–3")
+    assert not set(again.data["evidence"]["trajectories"]) & {t.pk for t in first}
 
 
 def test_each_alert_is_a_signed_run_alert_delivery_to_webhooks_that_want_it(lab, receiver, settings):

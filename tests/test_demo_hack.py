@@ -51,9 +51,7 @@ def test_the_hacking_rate_monitor_pauses_the_run_once_a_steps_flagged_share_pass
     flagged = make_trajectory(run, index=1, flags=[flag], completion_text="def f(x):\n    return x + 2\n")
     for step, rate in ((1, 0.1), (2, 0.2)):
         MetricPoint.objects.create(run=run, name="episodes/flagged_rate", step=step, value=rate)
-        assert [a.data["monitor"] for a in monitors.run_monitor(run_id=run.pk, step=step)] == [
-            "reward_hacking"
-        ] * (step == 1)
+        assert monitors.run_monitor(run_id=run.pk, step=step) == []  # one flag is no group
     assert Run.objects.get(pk=run.pk).status == Run.Status.RUNNING
     MetricPoint.objects.create(run=run, name="episodes/flagged_rate", step=3, value=0.9)
     alerts = [a for a in monitors.run_monitor(run_id=run.pk, step=3) if a.data["monitor"] == "hacking_rate"]

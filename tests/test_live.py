@@ -176,11 +176,14 @@ def test_each_monitor_fires_on_its_crafted_series_and_only_it(monitor):
     assert [alert.monitor for alert in fired] == [monitor]
 
 
-def test_reward_hacking_fires_on_new_flags_only():
-    assert [a.monitor for a in monitors.alerts_for(HEALTHY, monitors.DEFAULTS, flagged=2)] == [
+def test_reward_hacking_fires_on_a_group_of_new_flags_only():
+    group = monitors.FlaggedWindow(trajectories=[3, 2, 1], steps=[4, 4, 3], episodes=40)
+    assert [a.monitor for a in monitors.alerts_for(HEALTHY, monitors.DEFAULTS, flagged=group)] == [
         "reward_hacking"
     ]
-    assert monitors.alerts_for(HEALTHY, monitors.DEFAULTS, flagged=0) == []
+    two = monitors.FlaggedWindow(trajectories=[3, 2], steps=[4, 4], episodes=40)
+    assert monitors.alerts_for(HEALTHY, monitors.DEFAULTS, flagged=two) == []
+    assert monitors.alerts_for(HEALTHY, monitors.DEFAULTS) == []
 
 
 def test_a_run_threshold_overrides_the_default():
@@ -198,7 +201,8 @@ def test_the_service_records_an_alert_once_per_cooldown_and_on_new_flags(lab):
     ]
     write_metrics(run, 2, {"episodes/errored_rate": 0.6})
     assert monitors.run_monitor(run_id=run.pk, step=2) == []  # still firing: no repeat
-    make_trajectory(run, flags=[{"detector": "early_exit", "evidence": "sys.exit(0)"}])
+    for index in range(3):
+        make_trajectory(run, index=index, flags=[{"detector": "early_exit", "evidence": "sys.exit(0)"}])
     hacking = monitors.run_monitor(run_id=run.pk, step=3)
     assert [e.data["monitor"] for e in hacking] == ["reward_hacking"]
     assert monitors.run_monitor(run_id=run.pk, step=4) == []  # the same flag is not news

@@ -589,7 +589,9 @@ def record_metrics(
         if parts:
             values[f"reward/{name}"] = fmean(parts)
     if rows:
-        values["episodes/flagged_rate"] = sum(bool(row.flags) for row in rows) / len(rows)
+        values["episodes/flagged_rate"] = sum(
+            any(not f.get("note") for f in row.flags) for row in rows
+        ) / len(rows)
         values["episodes/errored_rate"] = sum(
             row.outcome == Trajectory.Outcome.ERRORED for row in rows
         ) / len(rows)

@@ -77,6 +77,7 @@ class HackingFlag:
     detector: str
     evidence: str
     confidence: str = "low"  # "high": the rule's floor replaces the reward unless the rule opts out
+    note: str = ""  # why it is only a note (no reward to gain): shown, never counted by the monitors
 
 
 class GradingError(Exception):
