@@ -675,11 +675,11 @@ WEBHOOK_CASES = [
 def suite_of(w):
     """An evaluation suite of the project with one version, and a finished evaluation of it on the
     world's tier, made through the ORM the first time."""
-    from evaluations.models import Suite, SuiteEntry, SuiteEvaluation, SuiteVersion
+    from evaluations.models import DEFAULT_SAMPLING, Suite, SuiteEntry, SuiteEvaluation, SuiteVersion
 
     if "suite" not in w:
         w["suite"] = Suite.objects.create(project=w["project"], name="suite")
-        version = SuiteVersion.objects.create(suite=w["suite"], number=1, sampling={"samples": 1, "k": [1]})
+        version = SuiteVersion.objects.create(suite=w["suite"], number=1, sampling=DEFAULT_SAMPLING)
         SuiteEntry.objects.create(
             version=version,
             position=0,
