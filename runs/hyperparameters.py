@@ -52,6 +52,13 @@ COMMON = {
         int, 0, 0, 10**9, help="padded tokens per forward micro-batch (rows × longest); 0: no limit"
     ),
     "pass_threshold": Param(float, 1.0, help="an episode passes when its reward reaches this"),
+    "eval_suite_version": Param(
+        int,
+        0,
+        0,
+        2**31 - 1,
+        help="an evaluation suite version (its id) run at each held-out evaluation; 0: none",
+    ),
     "adapter": Param(
         str, "none", choices=("none", "lora"), help="lora: train LoRA adapters on a frozen base"
     ),

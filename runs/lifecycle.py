@@ -5,6 +5,7 @@ request and a worker) can never both win; the loser gets a StateError (409) and 
 Every change is recorded as a RunEvent, and announced after the transaction commits.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,12 @@ class RunRequest:
     monitor_actions: dict[str, str] | None = None
 
 
+# Checks that apps above runs add for what a run names of theirs (evaluations: the suite version
+# of `eval_suite_version`), each (request, resolved hyperparameters) -> problems by field. They
+# register in their AppConfig.ready, so runs imports none of them.
+REQUEST_CHECKS: list[Callable[[RunRequest, dict[str, Any]], dict[str, str]]] = []
+
+
 def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
     """(resolved hyperparameters, every reason the run would fail at its first step)."""
     problems: dict[str, str] = {}
@@ -77,6 +84,8 @@ def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
     if not ownership:
         if not hyper_problems:
             problems |= _data_problems(request, resolved)
+            for check in REQUEST_CHECKS:
+                problems |= check(request, resolved)
         problems |= _tier_problems(request.tier, request.method)
         lora = (resolved or request.hyperparameters or {}).get("adapter") == "lora"
         if refusal := engine_refusal(request.tier, lora=lora):

@@ -9,6 +9,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import URLPattern
 
+from evaluations import api_urls as evaluation_api_urls
 from reviews import api_urls as review_api_urls
 from reward_models import api_urls as reward_model_api_urls
 from rewards import api_urls as reward_api_urls
@@ -36,6 +37,7 @@ API_PATTERNS = (
     + webhook_api_urls.urlpatterns
     + trace_api_urls.urlpatterns
     + reward_model_api_urls.urlpatterns
+    + evaluation_api_urls.urlpatterns
 )
 
 

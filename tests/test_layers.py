@@ -26,11 +26,12 @@ APPLICATIONS = (
     "traces",
     "webhooks",
     "reward_models",
+    "evaluations",
     "sandboxes",
     "inference",
 )
 BOTTOM = ("inference", "sandboxes")
-DOMAIN = ("runs", "rewards", "reviews", "traces", "webhooks", "reward_models")
+DOMAIN = ("runs", "rewards", "reviews", "traces", "webhooks", "reward_models", "evaluations")
 FRAMEWORKS = ("django", "rest_framework", "drf_spectacular", "channels", "celery")
 
 
@@ -171,11 +172,11 @@ def test_domain_apps_reach_workers_only_from_their_task_modules():
     graph = import_graph(ROOT, APPLICATIONS)
     assert upward_violations(graph) == []
     # The exception is used, and only there: runs' tasks run the supervisor's and evaluation's code,
-    # reward models' the reward-model learner's.
+    # reward models' the reward-model learner's, evaluations' the suite driver's.
     reaching = {
         m for m, targets in graph.items() if app(m) in DOMAIN and "workers" in {app(t) for t in targets}
     }
-    assert reaching == {"runs.tasks", "reward_models.tasks"}
+    assert reaching == {"runs.tasks", "reward_models.tasks", "evaluations.tasks"}
 
 
 def test_no_import_cycle_joins_two_packages_except_through_a_task():
@@ -188,6 +189,7 @@ def test_no_import_cycle_joins_two_packages_except_through_a_task():
 def test_every_celery_task_module_sits_beside_a_service_or_drives_runs():
     graph = import_graph(ROOT, APPLICATIONS)
     assert sorted(m for m in graph if is_task_module(m)) == [
+        "evaluations.tasks",
         "reward_models.tasks",
         "runs.tasks",
         "webhooks.tasks",

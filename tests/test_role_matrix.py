@@ -2,8 +2,8 @@
 × an anonymous caller. A role allows the same actions in pages and REST (runs/roles.py);
 websockets are covered by tests/test_websockets.py.
 
-Every URL of runs, rewards, reviews, traces and webhooks (pages and api_urls) must have a row here: a
-new route without one fails `test_every_route_is_in_the_matrix`.
+Every URL of runs, rewards, reviews, traces, webhooks and evaluations (pages and api_urls) must
+have a row here: a new route without one fails `test_every_route_is_in_the_matrix`.
 """
 
 import json
@@ -16,6 +16,8 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from evaluations import api_urls as evaluation_api_urls
+from evaluations import urls as evaluation_urls
 from reviews import api_urls as review_api_urls
 from reviews import urls as review_urls
 from rewards import api_urls as reward_api_urls
@@ -669,7 +671,101 @@ WEBHOOK_CASES = [
     ),
 ]
 
-CASES = API_CASES + PAGE_CASES + REWARD_CASES + RUN_CASES + REVIEW_CASES + WEBHOOK_CASES + TRACE_CASES
+
+def suite_of(w):
+    """An evaluation suite of the project with one version, and a finished evaluation of it on the
+    world's tier, made through the ORM the first time."""
+    from evaluations.models import DEFAULT_SAMPLING, Suite, SuiteEntry, SuiteEvaluation, SuiteVersion
+
+    if "suite" not in w:
+        w["suite"] = Suite.objects.create(project=w["project"], name="suite")
+        version = SuiteVersion.objects.create(suite=w["suite"], number=1, sampling=DEFAULT_SAMPLING)
+        SuiteEntry.objects.create(
+            version=version,
+            position=0,
+            task_set_version=w["item"].version,
+            split=w["item"].split,
+            reward_rule_version=w["rule"].versions.get(),
+        )
+        w["suite_evaluation"] = SuiteEvaluation.objects.create(
+            project=w["project"],
+            suite_version=version,
+            target="tier",
+            tier=w["tier"],
+            model="org/model",
+            status="succeeded",
+        )
+    return w["suite"]
+
+
+def suite_entry(w):
+    return {
+        "task_set_version": w["item"].version_id,
+        "split": w["item"].split,
+        "reward_rule_version": w["rule"].versions.get().pk,
+    }
+
+
+def suite_evaluation_id(w):
+    suite_of(w)
+    return {"id": w["suite_evaluation"].pk}
+
+
+EVALUATION_CASES = [
+    Case("api-eval-suites", "get", SELF),
+    Case("api-eval-suites", "post", "edit", body=lambda w: {"project": w["project"].pk, "name": "fresh"}),
+    Case("api-eval-suite", "get", "view", lambda w: {"id": suite_of(w).pk}),
+    Case(
+        "api-eval-suite-versions",
+        "post",
+        "edit",
+        lambda w: {"id": suite_of(w).pk},
+        body=lambda w: {"entries": [suite_entry(w)]},
+    ),
+    Case(
+        "api-eval-suite-evaluate",
+        "post",
+        "edit",
+        lambda w: {"id": suite_of(w).pk},
+        body=lambda w: {"tier": w["tier"].pk},
+    ),
+    Case("api-suite-evaluation", "get", "view", suite_evaluation_id),
+    Case("api-suite-evaluation-results", "get", "view", suite_evaluation_id),
+    Case("eval-suite-list", "get", "view", pid),
+    Case("eval-suite-create", "post", "edit", pid, body=lambda w: {"name": "fresh"}),
+    Case("eval-suite-detail", "get", "view", lambda w: {"suite_id": suite_of(w).pk}),
+    Case(
+        "eval-suite-version-create",
+        "post",
+        "edit",
+        lambda w: {"suite_id": suite_of(w).pk},
+        body=lambda w: {"entries": json.dumps([suite_entry(w)])},
+    ),
+    Case(
+        "eval-suite-evaluate",
+        "post",
+        "edit",
+        lambda w: {"suite_id": suite_of(w).pk},
+        body=lambda w: {"target": f"tier:{w['tier'].pk}"},
+    ),
+    Case(
+        "suite-evaluation-detail",
+        "get",
+        "view",
+        lambda w: {"evaluation_id": suite_evaluation_id(w)["id"]},
+    ),
+]
+
+CASES = (
+    API_CASES
+    + PAGE_CASES
+    + REWARD_CASES
+    + RUN_CASES
+    + REVIEW_CASES
+    + WEBHOOK_CASES
+    + TRACE_CASES
+    + EVALUATION_CASES
+)
 
 
 def route_names(module) -> set[str]:
@@ -688,6 +784,8 @@ def test_every_route_is_in_the_matrix():
     assert sorted(route_names(webhook_urls) - covered) == []
     assert sorted(route_names(trace_api_urls) - covered) == []
     assert sorted(route_names(trace_urls) - covered) == []
+    assert sorted(route_names(evaluation_api_urls) - covered) == []
+    assert sorted(route_names(evaluation_urls) - covered) == []
 
 
 @pytest.fixture

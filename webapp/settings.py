@@ -97,6 +97,7 @@ INSTALLED_APPS = [
     "traces",
     "webhooks",
     "reward_models",
+    "evaluations",
     "workers",
 ]
 

@@ -668,9 +668,13 @@ def resume(run: Run, learner, config) -> int:
 
 
 def evaluate_later(run_id: int, version: int) -> None:
+    from evaluations import services as suites
+    from evaluations import tasks as suite_tasks
     from workers import tasks
 
     _send(tasks.eval_policy, run_id, version)
+    if (suite := suites.suite_evaluation_schedule(run_id=run_id, version=version)) is not None:
+        _send(suite_tasks.suite_evaluate, suite.pk)  # the run's suite, on the eval queue: never waited for
 
 
 def restart_allowed(run: Run) -> bool:

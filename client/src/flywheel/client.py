@@ -14,6 +14,7 @@ from flywheel._http import JSON, Transport
 from flywheel.errors import ConfigurationError
 from flywheel.resources import (
     Checkpoints,
+    EvalSuites,
     Me,
     Projects,
     Reviews,
@@ -90,6 +91,7 @@ class Client:
         self.webhooks = Webhooks(t)
         self.traces = Traces(t)
         self.reward_models = RewardModels(t)
+        self.eval_suites = EvalSuites(t)
 
     @property
     def url(self) -> str:

@@ -754,3 +754,72 @@ class RewardModels(Resource):
     def of_run(self, run: int) -> Iterator[JSON]:
         """The reward-model versions a run's rewards used (every page)."""
         return self._list(f"/api/v1/runs/{run}/reward-models")
+
+
+class EvalSuites(Resource):
+    @endpoint("GET", "/eval-suites")
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+        return self._list("/api/v1/eval-suites", project=project, limit=limit)
+
+    @endpoint("POST", "/eval-suites")
+    def create(
+        self,
+        project: int,
+        name: str,
+        *,
+        description: str | None = None,
+        entries: list[JSON] | None = None,
+        sampling: JSON | None = None,
+        idempotency_key: str | None = None,
+    ) -> JSON:
+        """A suite; with `entries` ({task_set_version, split, reward_rule_version, limit}), its
+        version 1 too, sampled as `sampling` says ({samples, k, temperature, pass_threshold})."""
+        body = _body(project=project, name=name, description=description, entries=entries, sampling=sampling)
+        return self._post("/api/v1/eval-suites", body, idempotency_key=idempotency_key)
+
+    @endpoint("GET", "/eval-suites/{id}")
+    def get(self, suite: int) -> JSON:
+        """The suite with its versions, newest first."""
+        return self._get(f"/api/v1/eval-suites/{suite}")
+
+    @endpoint("POST", "/eval-suites/{id}/versions")
+    def add_version(
+        self,
+        suite: int,
+        entries: list[JSON],
+        *,
+        sampling: JSON | None = None,
+        note: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> JSON:
+        body = _body(entries=entries, sampling=sampling, note=note)
+        return self._post(f"/api/v1/eval-suites/{suite}/versions", body, idempotency_key=idempotency_key)
+
+    @endpoint("POST", "/eval-suites/{id}/evaluate")
+    def evaluate(
+        self,
+        suite: int,
+        *,
+        suite_version: int | None = None,
+        run: int | None = None,
+        version: int | None = None,
+        checkpoint: int | None = None,
+        tier: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> JSON:
+        """Queue an evaluation of the suite (its newest version, or `suite_version`) on one target:
+        a run's policy version (`run`, `version`), a `checkpoint`, or a `tier` as it is."""
+        body = _body(suite_version=suite_version, run=run, version=version, checkpoint=checkpoint, tier=tier)
+        return self._post(f"/api/v1/eval-suites/{suite}/evaluate", body, idempotency_key=idempotency_key)
+
+    @endpoint("GET", "/suite-evaluations/{id}")
+    def evaluation(self, evaluation: int) -> JSON:
+        """Its status and figures, overall and per entry."""
+        return self._get(f"/api/v1/suite-evaluations/{evaluation}")
+
+    @endpoint("GET", "/suite-evaluations/{id}/results")
+    def results(
+        self, evaluation: int, *, entry: int | None = None, limit: int | None = None
+    ) -> Iterator[JSON]:
+        """Its results per item, with the first completions."""
+        return self._list(f"/api/v1/suite-evaluations/{evaluation}/results", entry=entry, limit=limit)

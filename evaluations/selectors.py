@@ -1,0 +1,66 @@
+"""Reads of evaluation suites, through the caller's role in their project (runs.selectors)."""
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+from django.http import Http404
+
+from evaluations.models import Suite, SuiteEvaluation, SuiteResult, SuiteVersion
+from runs import selectors
+from runs.roles import Permission
+
+
+def suites_for(*, user: AbstractBaseUser) -> QuerySet[Suite]:
+    return Suite.objects.filter(project_id__in=selectors.visible_project_ids(user=user))
+
+
+def suite_for(*, user: AbstractBaseUser, suite_id: int, permission: str = Permission.VIEW) -> Suite:
+    suite = Suite.objects.select_related("project").filter(pk=suite_id).first()
+    if suite is None:
+        raise Http404("no such evaluation suite")
+    selectors.require(user=user, project_id=suite.project_id, permission=permission)
+    return suite
+
+
+def versions_of(*, suite: Suite) -> QuerySet[SuiteVersion]:
+    return suite.versions.prefetch_related(
+        "entries__task_set_version__task_set", "entries__reward_rule_version__rule"
+    ).order_by("-number")
+
+
+def version_of(*, suite: Suite, number: int | None) -> SuiteVersion:
+    """The suite's version `number`, or its newest."""
+    versions = suite.versions.select_related("suite__project")
+    version = versions.filter(number=number).first() if number else versions.order_by("-number").first()
+    if version is None:
+        raise Http404(
+            f"suite {suite.name} has no version {number}" if number else f"suite {suite.name} has no version"
+        )
+    return version
+
+
+def evaluations_of(*, suite: Suite) -> QuerySet[SuiteEvaluation]:
+    """The suite's evaluations, newest first."""
+    return (
+        SuiteEvaluation.objects.filter(suite_version__suite=suite)
+        .select_related("suite_version", "run", "tier")
+        .order_by("-created_at", "-id")
+    )
+
+
+def evaluation_for(
+    *, user: AbstractBaseUser, evaluation_id: int, permission: str = Permission.VIEW
+) -> SuiteEvaluation:
+    evaluation = (
+        SuiteEvaluation.objects.select_related("suite_version__suite", "project", "run", "tier")
+        .filter(pk=evaluation_id)
+        .first()
+    )
+    if evaluation is None:
+        raise Http404("no such suite evaluation")
+    selectors.require(user=user, project_id=evaluation.project_id, permission=permission)
+    return evaluation
+
+
+def results_of(*, evaluation: SuiteEvaluation, entry: int | None = None) -> QuerySet[SuiteResult]:
+    results = evaluation.results.select_related("item")
+    return results.filter(entry=entry) if entry is not None else results
