@@ -161,8 +161,8 @@ def test_the_run_page_shows_each_checkpoints_scores_and_marks_the_best(client, l
     ]
     export = reverse("api-checkpoint-export", args=[run.pk, 4])
     assert "Best: <strong>step 4</strong> by <code>heldout/pass_rate</code>" in body
-    assert f'<a class="btn btn-small" href="{export}" download data-action="export-best">' in body
-    assert f'href="/playground/?models=run-{run.pk}-step-4" data-action="try-best"' in body
+    assert f'<a class="btn btn-small" href="{export}" download id="export-best">' in body
+    assert f'href="/playground/?models=run-{run.pk}-step-4" id="try-best"' in body
     assert f'href="/playground/?run={run.pk}"' in body
 
 
