@@ -253,7 +253,7 @@ class TrainOnReviewsView(ApiView):
     )
     def get(self, request: Request, id: int) -> Response:
         run = run_selectors.run_for(user=request.user, run_id=id)
-        checkpoint = run.checkpoints.order_by("-step").first()
+        checkpoint = run_selectors.checkpoint_default(run)
         counts = training.training_counts(run=run)
         return Response({"run": run.pk, "checkpoint": checkpoint.pk if checkpoint else None, **counts})
 

@@ -23,6 +23,7 @@ from django.db import transaction
 
 from reviews import exports
 from reviews.exports import Pair
+from runs import selectors as run_selectors
 from runs import services as run_services
 from runs.lifecycle import RunRequest, run_create
 from runs.models import Checkpoint, Run, TaskItem, TaskSet, TaskSetVersion, Trajectory
@@ -123,7 +124,7 @@ def training_counts(*, run: Run) -> dict[str, dict[str, Any]]:
 
 
 def final_checkpoint(run: Run) -> Checkpoint:
-    checkpoint = run.checkpoints.order_by("-step").first()
+    checkpoint = run_selectors.checkpoint_default(run)  # the best, else the newest
     if checkpoint is None:
         raise StateError(f"run {run.pk} has no checkpoint yet; train on its reviews once it has saved one")
     return checkpoint

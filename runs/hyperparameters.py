@@ -4,10 +4,15 @@ Pure: the launch form, REST and the run services all validate through `resolve`,
 shows the resolved values it trains with.
 """
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 AUTO = "auto"
+# What names a run's best checkpoint: a held-out figure run_eval writes where higher is better
+# (its pass rate or mean reward, overall, per family or per grader).
+BEST_METRIC = "heldout/pass_rate"
+BEST_METRIC_PATTERN = r"heldout/(pass_rate|reward)(/[^\s/]{1,80})?"
 
 
 @dataclass(frozen=True)
@@ -18,8 +23,13 @@ class Param:
     high: float | None = None
     choices: tuple[str, ...] = ()
     help: str = ""
+    pattern: str = ""  # a text value must match it whole
+    expected: str = ""  # what a value that does not match is told
 
     def check(self, value: Any) -> str | None:
+        if self.pattern:
+            matches = isinstance(value, str) and re.fullmatch(self.pattern, value)
+            return None if matches else f"must be {self.expected}"
         if self.choices:
             return None if value in self.choices else f"must be one of {', '.join(self.choices)}"
         if self.kind is int and (not isinstance(value, int) or isinstance(value, bool)):
@@ -68,6 +78,14 @@ COMMON = {
     "lora_target_modules": Param(
         str, "auto", help="auto: the family's attention and MLP projections; or names, comma-separated"
     ),
+    "best_metric": Param(
+        str,
+        BEST_METRIC,
+        pattern=BEST_METRIC_PATTERN,
+        expected="a held-out metric where higher is better: heldout/pass_rate, heldout/reward, "
+        "heldout/pass_rate/<family> or heldout/reward/<grader>",
+        help="names the best checkpoint (ties: higher held-out reward, then the earlier step)",
+    ),
 }
 
 GRPO = {
@@ -97,6 +115,11 @@ def resolve(method: str, submitted: dict[str, Any]) -> tuple[dict[str, Any], dic
     (4, 0.0003, {})
     >>> resolve("sft", {"group_size": 4})[1]
     {'group_size': 'not a hyperparameter of sft'}
+    >>> resolve("sft", {"best_metric": "heldout/reward/tests"})[0]["best_metric"]
+    'heldout/reward/tests'
+    >>> resolve("sft", {"best_metric": "train/pass_rate"})[1]["best_metric"][:44]
+    'must be a held-out metric where higher is be'
+
     """
     params = METHODS[method]
     problems = {name: f"not a hyperparameter of {method}" for name in submitted if name not in params}

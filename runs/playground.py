@@ -13,6 +13,8 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from runs import selectors
+from runs.models import Run
 from runs.served_models import served_models_for
 
 
@@ -21,9 +23,22 @@ from runs.served_models import served_models_for
 @require_GET
 def playground(request: HttpRequest) -> HttpResponse:
     models = served_models_for(user=request.user)
-    chosen = set(request.GET.get("models", "").split(",")) & {model.id for model in models}
+    wanted = request.GET.get("models", "").split(",") + [_run_default(request, request.GET.get("run", ""))]
+    chosen = set(wanted) & {model.id for model in models}
     if not chosen:
         chosen = {model.id for model in models[:2]}
     by_project = sorted(models, key=lambda model: (model.project, model.kind != "tier"))
     groups = [(project, list(group)) for project, group in groupby(by_project, key=lambda m: m.project)]
     return render(request, "runs/playground.html", {"groups": groups, "chosen": chosen, "prompt": ""})
+
+
+def _run_default(request: HttpRequest, run_id: str) -> str:
+    """`?run=<id>`: the model id of the run's default checkpoint (its best, else its newest);
+    "" when there is none, or no such run the caller may view (then the page's own default)."""
+    run = Run.objects.filter(pk=int(run_id)).first() if run_id.isdigit() and len(run_id) < 19 else None
+    if run is None or not selectors.role_allows(
+        selectors.role_of(user=request.user, project_id=run.project_id), selectors.Permission.VIEW
+    ):
+        return ""
+    checkpoint = selectors.checkpoint_default(run)
+    return "" if checkpoint is None else f"run-{run.pk}-step-{checkpoint.step}"

@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.http import Http404
 
+from runs.hyperparameters import BEST_METRIC
 from runs.models import (
     ApiToken,
     Checkpoint,
@@ -474,3 +475,67 @@ def checkpoint_of_run_for(
     if checkpoint is None:
         raise Http404(f"run {run_id} has no checkpoint at step {step}")
     return checkpoint
+
+
+# --- checkpoints' held-out scores and the best one --------------------------------------------
+
+HELDOUT_REWARD = "heldout/reward"
+
+
+def checkpoint_scores_of(*, run: Run) -> dict[int, dict[str, float]]:
+    """Each checkpoint's held-out figures by checkpoint id: the `heldout/*` points a run's
+    evaluation wrote at its policy version's step ({} where it was not evaluated)."""
+    versions = dict(run.checkpoints.values_list("policy_version", "pk"))
+    scores: dict[int, dict[str, float]] = {pk: {} for pk in versions.values()}
+    points = MetricPoint.objects.filter(run=run, name__startswith="heldout/", step__in=list(versions))
+    for name, step, value in points.order_by("step", "pk").values_list("name", "step", "value"):
+        scores[versions[step]][name] = value  # a rewritten point: the newest wins
+    return scores
+
+
+def best_metric_of(run: Run) -> str:
+    """What names the run's best checkpoint (runs launched before the setting: the pass rate)."""
+    return str(run.resolved.get("best_metric") or BEST_METRIC)
+
+
+def checkpoint_best(run: Run) -> Checkpoint | None:
+    """The checkpoint with the highest held-out `best_metric` (ties: the higher mean held-out
+    reward, then the earlier step); None while no checkpoint has that figure."""
+    best = checkpoint_best_id(run, checkpoint_scores_of(run=run))
+    return None if best is None else run.checkpoints.get(pk=best)
+
+
+def checkpoint_best_id(run: Run, scores: dict[int, dict[str, float]]) -> int | None:
+    """The best checkpoint's id among `scores` (checkpoint_scores_of's answer), or None."""
+    metric = best_metric_of(run)
+    steps = dict(run.checkpoints.values_list("pk", "step"))
+    ranked = [
+        (values[metric], values.get(HELDOUT_REWARD, float("-inf")), -steps[pk], pk)
+        for pk, values in scores.items()
+        if metric in values
+    ]
+    return max(ranked)[-1] if ranked else None
+
+
+def checkpoint_default(run: Run) -> Checkpoint | None:
+    """What Export, Try and Train on reviews start from unless told otherwise: the best
+    checkpoint, else (nothing evaluated yet) the newest."""
+    return checkpoint_best(run) or run.checkpoints.order_by("-step").first()
+
+
+def checkpoint_rows_of(*, run: Run, limit: int) -> list[dict]:
+    """The run page's checkpoint table, newest first: each checkpoint with its held-out scores
+    (`heldout`, {} where not evaluated), pass rate and mean reward (None: not evaluated), and
+    whether it is the best."""
+    scores = checkpoint_scores_of(run=run)
+    best = checkpoint_best_id(run, scores)
+    return [
+        {
+            "checkpoint": checkpoint,
+            "heldout": scores[checkpoint.pk],
+            "pass_rate": scores[checkpoint.pk].get("heldout/pass_rate"),
+            "reward": scores[checkpoint.pk].get(HELDOUT_REWARD),
+            "best": checkpoint.pk == best,
+        }
+        for checkpoint in run.checkpoints.order_by("-step")[:limit]
+    ]

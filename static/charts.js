@@ -31,12 +31,14 @@
     return out;
   }
 
-  // Line traces get a smoothed copy in front; the raw one stays, faint. Bands and bars are kept.
+  // Line traces get a smoothed copy in front; the raw one stays, faint. Bands, bars and held-out
+  // series (meta "heldout": a few exact evaluations, which an EMA would pull off their values)
+  // are kept as they are.
   function smoothed(traces) {
     if (!(state.smoothing > 0)) return traces;
     var out = [];
     traces.forEach(function (trace) {
-      var line = (trace.mode || "lines").indexOf("lines") !== -1 && !trace.fill && !trace.stackgroup && trace.meta !== "band";
+      var line = (trace.mode || "lines").indexOf("lines") !== -1 && !trace.fill && !trace.stackgroup && trace.meta !== "band" && trace.meta !== "heldout";
       if (!line) { out.push(trace); return; }
       var raw = Object.assign({}, trace, { opacity: 0.25, showlegend: false, hoverinfo: "skip", meta: "raw" });
       delete raw.error_y;

@@ -82,9 +82,14 @@
     return made.plot;
   }
 
+  // Held-out series are a few evaluations, each an exact figure: drawn as measured (markers and
+  // lines, never smoothed), so a last evaluation of 1.0 reads 1.0 whatever the smoothing.
+  var HELDOUT = { mode: "lines+markers", meta: "heldout" };
+
   function line(name, s, extra) {
     var at = charts ? charts.placed(s.x, s.y, axes) : s;
-    return Object.assign({ name: name, x: at.x, y: at.y, mode: "lines" }, extra || {});
+    var held = /^heldout\//.test(name) ? HELDOUT : {};
+    return Object.assign({ name: name, x: at.x, y: at.y, mode: "lines" }, held, extra || {});
   }
 
   function traces(chart) {
@@ -107,7 +112,7 @@
       }
       // Held-out reward is measured on other items, less often: its own axis, on the right.
       if (series["heldout/reward"]) {
-        out.push(line("held-out", series["heldout/reward"], { yaxis: "y2", mode: "lines+markers", line: { color: "#c2410c", dash: "dot" } }));
+        out.push(line("held-out", series["heldout/reward"], { yaxis: "y2", mode: "lines+markers", meta: "heldout", line: { color: "#c2410c", dash: "dot" } }));
       }
       return out;
     }

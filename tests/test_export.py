@@ -24,6 +24,7 @@ from inference.policy import policy_load
 from inference.settings import TierSettings
 from runs import services
 from runs.artifacts import artifact_delete
+from runs.models import Checkpoint, MetricPoint
 from runs.roles import Role
 from runs.run_store import policy_dir, policy_prefix, policy_publish
 from runs.services import member_add
@@ -228,3 +229,12 @@ def test_the_client_and_the_command_line_download_an_export(export_server, tmp_p
     assert json.loads(done.stdout) == {"output": str(out), "bytes": out.stat().st_size}
     cli_folder = unpack(out.read_bytes(), "tar.gz", tmp_path / "cli")
     assert (cli_folder / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
+
+    # Without a step: the best checkpoint (held-out 0.75 at STEP), not a newer, worse one.
+    Checkpoint.objects.create(run=run, step=STEP + 2, policy_version=STEP + 2, path="never-written")
+    MetricPoint.objects.create(run=run, name="heldout/pass_rate", step=STEP + 2, value=0.5)
+    best = tmp_path / "best.tar.gz"
+    done = subprocess.run(argv[:-1] + ["-o", str(best)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    best_folder = unpack(best.read_bytes(), "tar.gz", tmp_path / "best")
+    assert (best_folder / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()

@@ -392,16 +392,14 @@ def test_charts_come_first_and_smooth_log_scale_and_change_their_x_axis(owner, o
     headings = page.locator("main h2").all_text_contents()
     assert headings.index("Live charts") < headings.index("Configuration")
     names = "node => node.data.map(t => t.name + ':' + (t.yaxis || 'y') + ':' + (t.meta || ''))"
-    assert reward.evaluate(names) == ["mean:y:", "held-out:y2:"]  # held-out on its own axis
+    assert reward.evaluate(names) == ["mean:y:", "held-out:y2:heldout"]  # held-out on its own axis
 
     page.locator("#chart-smoothing").fill("0.9")
     expect(reward).to_have_attribute("data-smoothing", "0.9")
-    assert reward.evaluate(names) == [
-        "mean:y:raw",
-        "mean (smoothed):y:smoothed",
-        "held-out:y2:raw",
-        "held-out (smoothed):y2:smoothed",
-    ]
+    # Held-out evaluations are drawn as measured, markers and all, whatever the smoothing.
+    assert reward.evaluate(names) == ["mean:y:raw", "mean (smoothed):y:smoothed", "held-out:y2:heldout"]
+    held_out = reward.evaluate("node => [node.data[2].y, node.data[2].mode]")
+    assert held_out == [[step / 40 for step in range(1, 21)], "lines+markers"]
     raw, smooth = reward.evaluate("node => [node.data[0].y, node.data[1].y]")
     assert smooth[0] == pytest.approx(raw[0])  # debiased: the first point is the first value
     assert max(smooth[10:]) - min(smooth[10:]) < max(raw[10:]) - min(raw[10:])
@@ -423,6 +421,28 @@ def test_charts_come_first_and_smooth_log_scale_and_change_their_x_axis(owner, o
     assert cell.evaluate("node => node.getBoundingClientRect().width") == 1400
     page.keyboard.press("Escape")
     expect(cell).to_have_class("chart-cell")
+
+
+def test_a_held_out_series_is_drawn_as_measured_while_the_train_series_is_smoothed(owner, open_as):
+    run = build_run(owner)
+    heldout = {0: 0.5, 10: 0.75, 20: 0.75, 30: 0.875, 40: 1.0}  # five evaluations, ending at 1.0
+    metrics(run, range(1, 41), **{"train/pass_rate": lambda s: (s % 3) / 2})
+    MetricPoint.objects.bulk_create(
+        MetricPoint(run=run, name="heldout/pass_rate", step=step, value=value)
+        for step, value in heldout.items()
+    )
+    page = open_as(owner, f"/runs/{run.pk}/")
+    chart = page.locator("#chart-pass-rate")
+    expect(chart).to_have_attribute("data-points", "45")
+    page.locator("#chart-smoothing").fill("0.9")
+    expect(chart).to_have_attribute("data-smoothing", "0.9")
+    traces = chart.evaluate("node => node.data.map(t => [t.name, t.meta || '', t.mode, t.y.at(-1)])")
+    assert traces[0] == ["heldout/pass_rate", "heldout", "lines+markers", 1.0]
+    assert [trace[:2] for trace in traces[1:]] == [
+        ["train/pass_rate", "raw"],
+        ["train/pass_rate (smoothed)", "smoothed"],
+    ]
+    assert chart.evaluate("node => node.data[0].y") == list(heldout.values())
 
 
 # --- compare ---------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any
 from django import template
 
 from reviews import training
+from runs import selectors as run_selectors
 from runs.models import Run
 
 register = template.Library()
@@ -15,7 +16,7 @@ register = template.Library()
 
 @register.inclusion_tag("reviews/_train_on_reviews.html", takes_context=True)
 def train_on_reviews(context: template.Context, run: Run) -> dict[str, Any]:
-    checkpoint = run.checkpoints.order_by("-step").first()
+    checkpoint = run_selectors.checkpoint_default(run)
     return {
         "run": run,
         "can_edit": context.get("can_edit", False),

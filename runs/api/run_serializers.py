@@ -8,7 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inference.token_text import token_texts
-from runs import lifecycle
+from runs import lifecycle, selectors
 from runs.models import Checkpoint, Run, RunEvent, TaskItem, Trajectory, TrajectoryStep
 
 INT32_MAX = 2**31 - 1
@@ -288,11 +288,24 @@ class ConfigChangeSerializer(serializers.Serializer):
     run = serializers.JSONField(help_text="This run's value (null when it has none)")
 
 
+class BestCheckpointSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    step = serializers.IntegerField()
+    metric = serializers.CharField(help_text="The run's best_metric, which chose it")
+    value = serializers.FloatField(help_text="The checkpoint's value of that metric")
+    heldout_reward = serializers.FloatField(allow_null=True, help_text="The first tie-break")
+
+
 class RunDetailSerializer(RunSerializer):
     hyperparameters = serializers.DictField(read_only=True, help_text="As submitted; may hold auto")
     resolved = serializers.DictField(read_only=True, help_text="Every hyperparameter with its value")
     tier_config = serializers.DictField(read_only=True, help_text="The tier's settings at launch")
     config_diff = serializers.SerializerMethodField(help_text="Against the parent; null without one")
+    best_checkpoint = serializers.SerializerMethodField(
+        help_text="The checkpoint with the highest held-out best_metric (ties: the higher held-out "
+        "reward, then the earlier step): what Export, Try and Train on reviews default to; null "
+        "while none is evaluated"
+    )
 
     class Meta(RunSerializer.Meta):
         fields = [
@@ -306,12 +319,28 @@ class RunDetailSerializer(RunSerializer):
             "max_wall_seconds",
             "max_sandbox_cpu_seconds",
             "config_diff",
+            "best_checkpoint",
         ]
         read_only_fields = fields
 
     @extend_schema_field(ConfigChangeSerializer(many=True, allow_null=True))
     def get_config_diff(self, run: Run) -> list[dict[str, Any]] | None:
         return None if run.parent is None else lifecycle.config_diff(run.parent, run)
+
+    @extend_schema_field(BestCheckpointSerializer(allow_null=True))
+    def get_best_checkpoint(self, run: Run) -> dict[str, Any] | None:
+        scores = selectors.checkpoint_scores_of(run=run)
+        best = selectors.checkpoint_best_id(run, scores)
+        if best is None:
+            return None
+        metric = selectors.best_metric_of(run)
+        return {
+            "id": best,
+            "step": run.checkpoints.values_list("step", flat=True).get(pk=best),
+            "metric": metric,
+            "value": scores[best][metric],
+            "heldout_reward": scores[best].get(selectors.HELDOUT_REWARD),
+        }
 
 
 # --- the record ----------------------------------------------------------------------------
@@ -438,11 +467,56 @@ class TrajectoryStepSerializer(serializers.ModelSerializer):
 
 class CheckpointSerializer(serializers.ModelSerializer):
     metrics = serializers.DictField(read_only=True)
+    heldout = serializers.SerializerMethodField(
+        help_text="Its held-out scores by metric name (heldout/pass_rate, heldout/reward, per "
+        "family and per grader); {} while it is not evaluated"
+    )
+    heldout_pass_rate = serializers.SerializerMethodField(help_text="null: not evaluated")
+    heldout_reward = serializers.SerializerMethodField(help_text="Mean held-out reward; null: not evaluated")
+    best = serializers.SerializerMethodField(
+        help_text="Whether it is its run's best checkpoint by the run's best_metric"
+    )
 
     class Meta:
         model = Checkpoint
-        fields = ["id", "run", "step", "policy_version", "path", "metrics", "created_at"]
+        fields = [
+            "id",
+            "run",
+            "step",
+            "policy_version",
+            "path",
+            "metrics",
+            "heldout",
+            "heldout_pass_rate",
+            "heldout_reward",
+            "best",
+            "created_at",
+        ]
         read_only_fields = fields
+
+    def _scored(self, checkpoint: Checkpoint) -> tuple[dict[int, dict[str, float]], int | None]:
+        """Its run's scores and best checkpoint, read once a run for a whole page of checkpoints."""
+        cache = self.context.setdefault("checkpoint_scores", {})  # the root's: shared by a list
+        if checkpoint.run_id not in cache:
+            run = checkpoint.run
+            scores = selectors.checkpoint_scores_of(run=run)
+            cache[checkpoint.run_id] = (scores, selectors.checkpoint_best_id(run, scores))
+        return cache[checkpoint.run_id]
+
+    @extend_schema_field(serializers.DictField(child=serializers.FloatField()))
+    def get_heldout(self, checkpoint: Checkpoint) -> dict[str, float]:
+        return self._scored(checkpoint)[0].get(checkpoint.pk, {})
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_heldout_pass_rate(self, checkpoint: Checkpoint) -> float | None:
+        return self.get_heldout(checkpoint).get("heldout/pass_rate")
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_heldout_reward(self, checkpoint: Checkpoint) -> float | None:
+        return self.get_heldout(checkpoint).get(selectors.HELDOUT_REWARD)
+
+    def get_best(self, checkpoint: Checkpoint) -> bool:
+        return self._scored(checkpoint)[1] == checkpoint.pk
 
 
 class MonitorSettingSerializer(serializers.Serializer):

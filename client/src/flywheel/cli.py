@@ -250,8 +250,22 @@ def export(client: Client, args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def default_step(client: Client, run: int) -> int:
+    """The run's best checkpoint's step (by its best_metric), else its newest checkpoint's."""
+    best = client.runs.get(run).get("best_checkpoint")
+    if best is not None:
+        return int(best["step"])
+    newest = max((checkpoint["step"] for checkpoint in client.checkpoints.list(run=run)), default=None)
+    if newest is None:
+        raise FlywheelError(f"run {run} has no checkpoint yet")
+    return int(newest)
+
+
 def checkpoints_export(client: Client, args: argparse.Namespace, out: Output) -> int:
-    """A checkpoint as a save_pretrained folder with a model card, archived, with a progress bar."""
+    """A checkpoint as a save_pretrained folder with a model card, archived, with a progress bar;
+    without a step, the run's best checkpoint."""
+    if args.step is None:
+        args.step = default_step(client, args.run)
     target = args.output or f"run-{args.run}-step-{args.step}.{args.archive}"
     with out.bar(desc=f"export run {args.run} step {args.step}", unit="B", unit_scale=True) as bar:
         path = client.checkpoints.export(
@@ -329,7 +343,9 @@ def parser() -> argparse.ArgumentParser:
         "export", help="download a checkpoint as a save_pretrained folder with a model card (an archive)"
     )
     checkpoint_export.add_argument("run", type=int)
-    checkpoint_export.add_argument("step", type=int)
+    checkpoint_export.add_argument(
+        "step", type=int, nargs="?", help="default: the run's best checkpoint (else its newest)"
+    )
     checkpoint_export.add_argument("-o", "--output", help="the archive (default: run-RUN-step-STEP.tar.gz)")
     checkpoint_export.add_argument("--archive", default="tar.gz", choices=("tar.gz", "zip"))
     checkpoint_export.add_argument("--weights", default="full", choices=("full", "adapter"))
