@@ -42,7 +42,9 @@
         var s = entry.series[name];
         if (!s) return;
         var at = charts.placed(s.x, s.y, entry.axes);
-        traces.push({ name: entry.run.name + " #" + entry.run.id, x: at.x, y: at.y, mode: "lines", line: { color: COLOURS[index % COLOURS.length] } });
+        // Held-out series are a few exact evaluations: drawn as they are, never smoothed.
+        var heldout = name.indexOf("heldout/") === 0;
+        traces.push({ name: entry.run.name + " #" + entry.run.id, x: at.x, y: at.y, mode: heldout ? "lines+markers" : "lines", meta: heldout ? "heldout" : undefined, line: { color: COLOURS[index % COLOURS.length] } });
       });
       var layout = charts.layoutFor({
         title: { text: name, font: { size: 13 } },
