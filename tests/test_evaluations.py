@@ -16,7 +16,7 @@ from runs.lifecycle import RunRequest, run_create
 from runs.models import Run
 from runs.run_store import policy_publish
 from tests.conftest import api_client_for
-from tests.run_fixtures import lab  # noqa: F401  (a fixture)
+from tests.run_fixtures import lab, make_run  # noqa: F401  (lab: a fixture)
 from tests.run_harness import Host, demo_project, hosts_killed, tiny_model, wait_until, worker_env
 from tests.test_api_schema import assert_matches_schema, schema  # noqa: F401  (a fixture)
 
@@ -396,3 +396,20 @@ def test_a_runs_policy_version_and_a_tier_are_evaluated_by_a_real_eval_worker(ti
     assert (tier.target, tier.model) == ("tier", str(tiny_model))
     page = client.get(f"/api/v1/suite-evaluations/{ids[0]}/results?entry=1").json()["results"]
     assert [r["entry"] for r in page] == [1]
+
+
+def test_a_checkpoint_shows_the_suite_scores_of_its_policy_version_on_the_run_page(lab, client):
+    from runs.models import Checkpoint
+
+    evaluation = finished_evaluation(lab)
+    run = make_run(lab)
+    SuiteEvaluation.objects.filter(pk=evaluation.pk).update(target="run", run=run, policy_version=3)
+    Checkpoint.objects.create(run=run, step=3, policy_version=3, path="x")
+    Checkpoint.objects.create(run=run, step=5, policy_version=5, path="y")
+    client.force_login(lab["viewer"])
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    suite = evaluation.suite_version.suite.name
+    row = page.split('data-step="3"')[1].split("</tr>")[0]
+    assert f'href="/suite-evaluations/{evaluation.pk}/">{suite} v1</a>: pass@1 0.500' in row
+    unevaluated = page.split('data-step="5"')[1].split("</tr>")[0]
+    assert 'data-metric="suites"><span class="muted">—</span>' in unevaluated
