@@ -11,11 +11,12 @@ from rest_framework.response import Response
 from evaluations import selectors, services
 from evaluations import serializers as s
 from runs import selectors as run_selectors
+from runs.api.schema import ErrorSerializer
 from runs.api.serializers import ProjectFilterSerializer
 from runs.api.views import ApiView
 from runs.models import Checkpoint, Run, Tier
 from runs.roles import Permission
-from webapp.api import NewestFirstCursorPagination, idempotent
+from webapp.api import NewestFirstCursorPagination, error_body, idempotent
 
 
 class ResultsInOrderPagination(NewestFirstCursorPagination):
@@ -125,3 +126,23 @@ class SuiteEvaluationResultsView(ApiView):
         entry = self.query(s.ResultFilterSerializer).get("entry")
         results = selectors.results_of(evaluation=evaluation, entry=entry)
         return self.paginated(results, s.SuiteResultSerializer, pagination=ResultsInOrderPagination)
+
+
+class SuiteEvaluationCompareView(ApiView):
+    @extend_schema(
+        parameters=[s.ComparisonQuerySerializer],
+        responses={200: s.ComparisonSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
+        summary="This evaluation against another of the same suite version, item by item, with a "
+        "paired bootstrap interval on the change in pass rate",
+    )
+    def get(self, request: Request, id: int) -> Response:
+        after = selectors.evaluation_for(user=request.user, evaluation_id=id)
+        query = self.query(s.ComparisonQuerySerializer)
+        before = selectors.evaluation_for(user=request.user, evaluation_id=query["against"])
+        if before.suite_version_id != after.suite_version_id:
+            message = "compare evaluations of the same suite version (the same items, rules and sampling)"
+            return Response(error_body(409, message, "against", code="different_suites"), status=409)
+        comparison = selectors.evaluation_comparison(
+            before=before, after=after, change=query.get("change", ""), kind=query.get("kind", "")
+        )
+        return Response(s.ComparisonSerializer(comparison).data)

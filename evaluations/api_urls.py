@@ -17,4 +17,9 @@ urlpatterns = [
         api.SuiteEvaluationResultsView.as_view(),
         name="api-suite-evaluation-results",
     ),
+    path(
+        "suite-evaluations/<int:id>/compare",
+        api.SuiteEvaluationCompareView.as_view(),
+        name="api-suite-evaluation-compare",
+    ),
 ]

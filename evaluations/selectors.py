@@ -6,6 +6,7 @@ from django.http import Http404
 
 from evaluations.models import Suite, SuiteEvaluation, SuiteResult, SuiteVersion
 from runs import selectors
+from runs.outcomes import item_change, paired_compare
 from runs.roles import Permission
 
 
@@ -64,3 +65,41 @@ def evaluation_for(
 def results_of(*, evaluation: SuiteEvaluation, entry: int | None = None) -> QuerySet[SuiteResult]:
     results = evaluation.results.select_related("item")
     return results.filter(entry=entry) if entry is not None else results
+
+
+def evaluation_comparison(
+    *, before: SuiteEvaluation, after: SuiteEvaluation, change: str = "", kind: str = ""
+) -> dict:
+    """Two evaluations item by item on the items both measured (same suite entry, same item): each
+    item's pass rate (passes / samples) before and after, the paired summary with its bootstrap
+    interval (runs.outcomes), and the rows filtered by change and kind, largest gain first."""
+    sides = [
+        {(row.entry, row.item_id): row for row in results_of(evaluation=side) if row.samples}
+        for side in (before, after)
+    ]
+    shared = sorted(set(sides[0]) & set(sides[1]))
+
+    def rate(row: SuiteResult) -> float:
+        return row.passes / row.samples
+
+    summary = paired_compare(
+        {key: rate(sides[0][key]) for key in shared}, {key: rate(sides[1][key]) for key in shared}
+    )
+    rows = []
+    for key in shared:
+        first, second = sides[0][key], sides[1][key]
+        row = {
+            "entry": key[0],
+            "item": key[1],
+            "external_id": first.item.external_id,
+            "kind": first.item.kind,
+            "before": rate(first),
+            "after": rate(second),
+            "change": item_change(rate(first), rate(second)),
+            "before_completions": first.completions,
+            "after_completions": second.completions,
+        }
+        if (not change or row["change"] == change) and (not kind or row["kind"] == kind):
+            rows.append(row)
+    rows.sort(key=lambda row: (row["after"] - row["before"], -row["item"]), reverse=True)
+    return {"before": before.pk, "after": after.pk, "summary": summary.as_dict(), "items": rows}

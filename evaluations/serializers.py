@@ -3,6 +3,8 @@
 from rest_framework import serializers
 
 from evaluations.models import Suite, SuiteEntry, SuiteEvaluation, SuiteResult, SuiteVersion
+from runs.models import Run
+from runs.outcomes import CHANGES
 
 
 class SuiteEntrySerializer(serializers.ModelSerializer):
@@ -172,3 +174,44 @@ class SuiteResultSerializer(serializers.ModelSerializer):
 
 class ResultFilterSerializer(serializers.Serializer):
     entry = serializers.IntegerField(required=False, min_value=0, help_text="Only this entry's items")
+
+
+class ComparisonQuerySerializer(serializers.Serializer):
+    against = serializers.IntegerField(help_text="The evaluation compared against (a control, the base)")
+    change = serializers.ChoiceField(choices=CHANGES, required=False)
+    kind = serializers.CharField(required=False, max_length=20, help_text="Only items of this kind")
+
+
+class ComparisonSummarySerializer(serializers.Serializer):
+    verdict = serializers.ChoiceField(
+        choices=Run.Outcome.choices,
+        help_text="improved or regressed only when the paired interval on the change excludes 0",
+    )
+    before = serializers.FloatField()
+    after = serializers.FloatField()
+    delta = serializers.FloatField()
+    low = serializers.FloatField(help_text="The 95% paired bootstrap interval on delta")
+    high = serializers.FloatField()
+    confidence = serializers.FloatField()
+    items = serializers.IntegerField(help_text="Items both evaluations measured")
+    improved_items = serializers.IntegerField()
+    regressed_items = serializers.IntegerField()
+
+
+class ComparisonItemSerializer(serializers.Serializer):
+    entry = serializers.IntegerField()
+    item = serializers.IntegerField()
+    external_id = serializers.CharField()
+    kind = serializers.CharField()
+    before = serializers.FloatField(help_text="Its pass rate over its samples in the other evaluation")
+    after = serializers.FloatField(help_text="Its pass rate in this one")
+    change = serializers.ChoiceField(choices=CHANGES)
+    before_completions = serializers.ListField(child=serializers.DictField())
+    after_completions = serializers.ListField(child=serializers.DictField())
+
+
+class ComparisonSerializer(serializers.Serializer):
+    before = serializers.IntegerField(help_text="The evaluation compared against")
+    after = serializers.IntegerField(help_text="This evaluation")
+    summary = ComparisonSummarySerializer()
+    items = ComparisonItemSerializer(many=True, help_text="After the filters, the largest gain first")

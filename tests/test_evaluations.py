@@ -413,3 +413,37 @@ def test_a_checkpoint_shows_the_suite_scores_of_its_policy_version_on_the_run_pa
     assert f'href="/suite-evaluations/{evaluation.pk}/">{suite} v1</a>: pass@1 0.500' in row
     unevaluated = page.split('data-step="5"')[1].split("</tr>")[0]
     assert 'data-metric="suites"><span class="muted">—</span>' in unevaluated
+
+
+def test_two_evaluations_of_a_suite_version_compare_item_by_item(lab, schema):  # noqa: F811
+    before = finished_evaluation(lab)
+    version = before.suite_version
+    after = suite_services.suite_evaluate(suite_version=version, by=lab["owner"], tier=lab["tier"])
+    result = before.results.get()
+    SuiteResult.objects.create(
+        evaluation=after, entry=0, item=result.item, samples=2, passes=2, reward_mean=1.0, completions=[]
+    )
+    client = api_client_for(lab["viewer"])
+    url = f"/api/v1/suite-evaluations/{after.pk}/compare?against={before.pk}"
+    response = client.get(url)
+    assert_matches_schema(schema, response, "get", "/api/v1/suite-evaluations/{id}/compare")
+    body = response.json()
+    assert (body["before"], body["after"], body["summary"]["items"]) == (before.pk, after.pk, 1)
+    [row] = body["items"]
+    assert (row["external_id"], row["before"], row["after"], row["change"]) == (
+        result.item.external_id,
+        0.5,
+        1.0,
+        "improved",
+    )
+    assert body["summary"]["delta"] == 0.5
+    assert client.get(url + "&change=regressed").json()["items"] == []
+    other_suite = suite_services.suite_create(
+        project=lab["project"], name="other", by=lab["owner"], entries=[entry_of(lab)]
+    )
+    other = suite_services.suite_evaluate(
+        suite_version=other_suite.versions.get(), by=lab["owner"], tier=lab["tier"]
+    )
+    refused = client.get(f"/api/v1/suite-evaluations/{after.pk}/compare?against={other.pk}")
+    assert refused.status_code == 409 and refused.json()["error"]["param"] == "against"
+    assert api_client_for(lab["outsider"]).get(url).status_code == 404

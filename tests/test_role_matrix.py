@@ -731,6 +731,13 @@ EVALUATION_CASES = [
     ),
     Case("api-suite-evaluation", "get", "view", suite_evaluation_id),
     Case("api-suite-evaluation-results", "get", "view", suite_evaluation_id),
+    Case(
+        "api-suite-evaluation-compare",
+        "get",
+        "view",
+        suite_evaluation_id,
+        query=lambda w: {"against": w["suite_evaluation"].pk},
+    ),
     Case("eval-suite-list", "get", "view", pid),
     Case("eval-suite-create", "post", "edit", pid, body=lambda w: {"name": "fresh"}),
     Case("eval-suite-detail", "get", "view", lambda w: {"suite_id": suite_of(w).pk}),

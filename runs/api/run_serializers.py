@@ -10,6 +10,7 @@ from rest_framework import serializers
 from inference.token_text import token_texts
 from runs import lifecycle, selectors
 from runs.models import Checkpoint, Run, RunEvent, TaskItem, Trajectory, TrajectoryStep
+from runs.outcomes import CHANGES
 
 INT32_MAX = 2**31 - 1
 PREVIEW_CHARS = 200
@@ -60,7 +61,7 @@ class HeldOutCompareQuerySerializer(serializers.Serializer):
     metric = serializers.ChoiceField(
         choices=("heldout/pass_rate", "heldout/reward"), default="heldout/pass_rate", required=False
     )
-    change = serializers.ChoiceField(choices=("improved", "regressed", "unchanged"), required=False)
+    change = serializers.ChoiceField(choices=CHANGES, required=False)
     kind = serializers.CharField(required=False, max_length=20, help_text="Only items of this kind")
     sort = serializers.ChoiceField(
         choices=("change", "-change"), default="-change", required=False, help_text="-change: gains first"
@@ -86,7 +87,7 @@ class HeldOutItemSerializer(serializers.Serializer):
     kind = serializers.CharField()
     before = serializers.FloatField()
     after = serializers.FloatField()
-    change = serializers.ChoiceField(choices=("improved", "regressed", "unchanged"))
+    change = serializers.ChoiceField(choices=CHANGES)
     before_completion = serializers.CharField()
     after_completion = serializers.CharField()
 

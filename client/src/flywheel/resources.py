@@ -823,3 +823,12 @@ class EvalSuites(Resource):
     ) -> Iterator[JSON]:
         """Its results per item, with the first completions."""
         return self._list(f"/api/v1/suite-evaluations/{evaluation}/results", entry=entry, limit=limit)
+
+    @endpoint("GET", "/suite-evaluations/{id}/compare")
+    def compare(
+        self, evaluation: int, *, against: int, change: str | None = None, kind: str | None = None
+    ) -> JSON:
+        """This evaluation against another of the same suite version, item by item, with a paired
+        bootstrap interval on the change in pass rate."""
+        path = f"/api/v1/suite-evaluations/{evaluation}/compare"
+        return self._get(path, against=against, change=change, kind=kind)
