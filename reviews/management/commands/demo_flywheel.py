@@ -171,13 +171,13 @@ def style_review(text: str) -> tuple[str, str]:
     single `return` of an expression (a docstring allowed), nothing else at the top level, no dead
     code. Says nothing about whether the function is right: that is what the tests are for.
 
-    >>> style_review("def f(x):\n    return x + 3\n")
+    >>> style_review("def f(x):\\n    return x + 3\\n")
     ('good', '')
-    >>> style_review("def f(x):\n    y = x + 3\n    return y\n")
+    >>> style_review("def f(x):\\n    y = x + 3\\n    return y\\n")
     ('bad', 'more than a single return')
-    >>> style_review("def f(x):\n    return x + 3\n    return x\n")
+    >>> style_review("def f(x):\\n    return x + 3\\n    return x\\n")
     ('bad', 'dead code after the return')
-    >>> style_review("def f(x):\n    return x +\n")
+    >>> style_review("def f(x):\\n    return x +\\n")
     ('bad', 'does not parse')
     """
     try:
