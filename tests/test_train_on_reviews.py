@@ -238,7 +238,7 @@ def test_train_on_reviews_makes_a_version_and_a_dpo_run_from_the_final_checkpoin
     )
     assert child.resolved["eval_items"] == parent.resolved["eval_items"]
     assert child.resolved["epochs"] == 16  # 4 steps of 8 pairs over 2 pairs
-    assert child.resolved["learning_rate"] == 1e-4
+    assert child.resolved["learning_rate"] == 1e-5
     version = child.task_set_version
     assert version.task_set.name == "arith reviews"
     assert (version.item_count, version.split_counts) == (4, {"heldout": 2, "train": 2})
