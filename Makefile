@@ -28,8 +28,8 @@ down: venv
 demo: up
 	$(PY) manage.py launch_demo
 
-# The flywheel on the demo project: GRPO, a handful of failures labelled, Train on reviews, both
-# runs' held-out pass rates (make up first; prints one line of JSON last).
+# The flywheel on the demo project: GRPO, a scripted style reviewer's labels, Train on reviews and its
+# control, the held-out lift over the control (make up first; prints one line of JSON last).
 demo-flywheel: up
 	$(PY) manage.py demo_flywheel
 

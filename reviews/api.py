@@ -11,7 +11,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from reviews import exports, selectors, services, training
+from reviews import exports, results, selectors, services, training
 from reviews import serializers as s
 from reviews.models import ReviewQueue
 from runs import selectors as run_selectors
@@ -260,8 +260,9 @@ class TrainOnReviewsView(ApiView):
     @extend_schema(
         request=s.TrainOnReviewsInputSerializer,
         responses={201: s.TrainOnReviewsSerializer},
-        summary="A new task-set version from the run's labels and preferences, and an SFT or DPO run "
-        "on it from the run's final checkpoint (owners and launchers)",
+        summary="A new task-set version from the run's labels and preferences, an SFT or DPO run "
+        "on it from the run's final checkpoint, and its control: that checkpoint continued for the same "
+        "steps by the run's own method and settings, without the reviews (owners and launchers)",
     )
     @idempotent
     def post(self, request: Request, id: int) -> Response:
@@ -288,4 +289,18 @@ def train_on_reviews_data(result: training.TrainOnReviews) -> dict:
         },
         "counts": result.counts,
         "compare_url": f"{reverse('run-compare')}?runs={result.run.pk},{result.run.parent_id}",
+        "control": result.control,
+        "training": result.training.pk,
+        "result_url": reverse("api-review-training", kwargs={"id": result.training.pk}),
     }
+
+
+class ReviewTrainingView(ApiView):
+    @extend_schema(
+        responses=s.ReviewTrainingSerializer,
+        summary="The result of a Train on reviews: the reviews run's held-out lift over its control "
+        "(paired, with the interval), beside each run's own figure against the parent checkpoint",
+    )
+    def get(self, request: Request, id: int) -> Response:
+        training = selectors.review_training_for(user=request.user, training_id=id)
+        return Response(s.ReviewTrainingSerializer(results.review_training_result(training)).data)

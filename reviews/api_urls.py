@@ -14,5 +14,6 @@ urlpatterns = [
     path("review-queues/<int:id>/items", api.QueueItemListView.as_view(), name="api-review-queue-items"),
     path("review-queues/<int:id>/assign", api.QueueAssignView.as_view(), name="api-review-queue-assign"),
     path("review-queues/<int:id>/next", api.QueueNextView.as_view(), name="api-review-queue-next"),
+    path("review-trainings/<int:id>", api.ReviewTrainingView.as_view(), name="api-review-training"),
     path("runs/<int:id>/train-on-reviews", api.TrainOnReviewsView.as_view(), name="api-train-on-reviews"),
 ]

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from runs.models import Project, Run, Trajectory
+from runs.models import Checkpoint, Project, Run, Trajectory
 from traces.models import Trace
 
 
@@ -116,3 +116,27 @@ class QueueItem(models.Model):
 
     def __str__(self) -> str:
         return f"item {self.position} of queue {self.queue_id}"
+
+
+class ReviewTraining(models.Model):
+    """One Train on reviews: the run on the reviews and its control, the same checkpoint continued
+    for the same steps by the parent's own method and settings without the reviews. The reviews
+    run's lift is measured against the control, not against the parent."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="review_training")
+    control = models.OneToOneField(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="control_of"
+    )
+    parent = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="review_trainings")
+    checkpoint = models.ForeignKey(Checkpoint, null=True, on_delete=models.SET_NULL, related_name="+")
+    method = models.CharField(max_length=8)
+    counts = models.JSONField(default=dict, blank=True, help_text="What the reviews gave")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.method} on reviews of run {self.parent_id}: run {self.run_id}, control {self.control_id}"
+        )

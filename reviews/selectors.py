@@ -4,7 +4,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 
-from reviews.models import Preference, QueueItem, Review, ReviewQueue
+from reviews.models import Preference, QueueItem, Review, ReviewQueue, ReviewTraining
 from runs import selectors
 from runs.roles import Permission
 
@@ -91,3 +91,24 @@ def agreement_of(*, run) -> dict:
         "pairwise": same / pairs if pairs else None,
         "disagreements": disagreements[:20],
     }
+
+
+def review_training_for(
+    *, user: AbstractBaseUser, training_id: int, permission: str = Permission.VIEW
+) -> ReviewTraining:
+    training = (
+        ReviewTraining.objects.select_related("run", "control", "parent").filter(pk=training_id).first()
+    )
+    if training is None:
+        raise Http404("no such Train on reviews")
+    selectors.require(user=user, project_id=training.parent.project_id, permission=permission)
+    return training
+
+
+def review_training_of(run_id: int) -> ReviewTraining | None:
+    """The Train on reviews `run` is the reviews run or the control of, if any."""
+    return (
+        ReviewTraining.objects.select_related("run", "control", "parent")
+        .filter(Q(run_id=run_id) | Q(control_id=run_id))
+        .first()
+    )

@@ -234,3 +234,65 @@ class TrainOnReviewsSerializer(serializers.Serializer):
     task_set_version = NewVersionSerializer()
     counts = TrainingCountsSerializer()
     compare_url = serializers.CharField(help_text="The page comparing the new run with its parent")
+    control = RunDetailSerializer(
+        help_text="The control: the same checkpoint continued for the same steps by the parent's own "
+        "method and settings, without the reviews"
+    )
+    training = serializers.IntegerField(help_text="The Train on reviews record (GET review-trainings/{id})")
+    result_url = serializers.CharField(help_text="Its result: the lift over the control")
+
+
+class RunFigureSerializer(serializers.Serializer):
+    run = serializers.IntegerField()
+    name = serializers.CharField()
+    status = serializers.CharField()
+    outcome = serializers.CharField(
+        allow_null=True, help_text="improved / unchanged / regressed; null until settled"
+    )
+    before = serializers.FloatField(allow_null=True, help_text="Held-out pass rate of the parent checkpoint")
+    after = serializers.FloatField(allow_null=True, help_text="Held-out pass rate of the run's final version")
+    delta = serializers.FloatField(allow_null=True)
+    low = serializers.FloatField(allow_null=True, help_text="Paired 95% bootstrap interval on delta")
+    high = serializers.FloatField(allow_null=True)
+    items = serializers.IntegerField(allow_null=True)
+    verdict = serializers.CharField(allow_null=True)
+    sentence = serializers.CharField(help_text="The outcome in words; empty until settled")
+
+
+class LiftSerializer(serializers.Serializer):
+    before = serializers.FloatField(help_text="The control's final held-out pass rate on the paired items")
+    after = serializers.FloatField(help_text="The reviews run's final held-out pass rate on the same items")
+    delta = serializers.FloatField(help_text="after - before: the lift over the control")
+    low = serializers.FloatField(help_text="Paired bootstrap interval on delta")
+    high = serializers.FloatField()
+    confidence = serializers.FloatField()
+    items = serializers.IntegerField(help_text="Held-out items both runs measured")
+    improved_items = serializers.IntegerField()
+    regressed_items = serializers.IntegerField()
+    control_step = serializers.IntegerField()
+    run_step = serializers.IntegerField()
+    verdict = serializers.CharField(
+        help_text="beats_control / loses_to_control only when the interval excludes 0, else no_difference"
+    )
+
+
+class ReviewTrainingSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    status = serializers.ChoiceField(
+        choices=("pending", "complete", "incomplete"),
+        help_text="pending: a run is still active; incomplete: one ended without a final evaluation",
+    )
+    method = serializers.CharField()
+    steps = serializers.IntegerField()
+    parent = serializers.IntegerField(help_text="The reviewed run")
+    checkpoint = serializers.IntegerField(allow_null=True, help_text="The checkpoint both runs start from")
+    counts = TrainingCountsSerializer()
+    run = RunFigureSerializer(help_text="The reviews run against the parent checkpoint")
+    control = RunFigureSerializer(allow_null=True, help_text="The control against the parent checkpoint")
+    lift_over_control = LiftSerializer(allow_null=True, help_text="null until both runs are complete")
+    regressed = serializers.BooleanField(help_text="The reviews run ended worse than its parent checkpoint")
+    flags = serializers.ListField(
+        child=serializers.CharField(), help_text="What must not be missed, in words"
+    )
+    compare_url = serializers.CharField(help_text="The page comparing the reviews run with its control")

@@ -10,6 +10,11 @@ evaluated on the same items as its parent and the comparison is like for like.
 - SFT: an item per good trajectory, its completion as the learner's target (`reference` of an
   answer item, `reference_solution` of a code item).
 - DPO: an item per pair: `metadata.chosen` and `metadata.rejected` hold the two completions.
+
+Beside the new run it launches its **control**: the same checkpoint continued for the same number
+of steps with the parent's own method and settings, without the reviews (a fork). Reviews are worth
+their cost only if the run on them beats what more of the same training would have done, so the
+result (`reviews.results`) reports the lift over the control, paired item by item.
 """
 
 import json
@@ -23,17 +28,20 @@ from django.db import transaction
 
 from reviews import exports
 from reviews.exports import Pair
+from reviews.models import ReviewTraining
 from runs import selectors as run_selectors
 from runs import services as run_services
-from runs.lifecycle import RunRequest, run_create
+from runs.lifecycle import RunRequest, run_create, run_fork
 from runs.models import Checkpoint, Run, TaskItem, TaskSet, TaskSetVersion, Trajectory
 from runs.services import StateError
 
 METHODS = (Run.Method.SFT, Run.Method.DPO)
 DEFAULT_MAX_STEPS = 10
-# Fine-tuning a trained checkpoint on a few reviewed records: gentler than a run from the base
-# model (runs' default is 3e-4), so a handful of examples teach without undoing the parent.
-DEFAULT_LEARNING_RATE = 1e-4
+# Fine-tuning a trained checkpoint on a few reviewed records: the usual full fine-tuning rate, far
+# gentler than a run from the base model (runs' default is 3e-4). On the demo (README, "make
+# demo-flywheel") SFT at 1e-4 on 16 style-reviewed completions took held-out from 81.2% to 53.1%;
+# at 1e-5 it kept 81.2%: a handful of records must not undo the parent.
+DEFAULT_LEARNING_RATE = 1e-5
 # Settings the child takes from its parent so their held-out figures compare like for like.
 INHERITED = ("eval_items", "pass_threshold", "seed")
 
@@ -46,9 +54,16 @@ class TrainingSet:
     counts: dict[str, Any]
 
 
+# The control follows the reviews run's evaluation and checkpoint schedule (so both are measured at
+# the same steps); everything it learns with is its parent's.
+CONTROL_SCHEDULE = ("checkpoint_every", "eval_every")
+
+
 @dataclass
 class TrainOnReviews:
     run: Run
+    control: Run
+    training: ReviewTraining
     version: TaskSetVersion
     version_created: bool
     counts: dict[str, Any]
@@ -203,4 +218,34 @@ def train_on_reviews(
         eval_split="heldout" if version.split_counts.get("heldout") else "train",
     )
     child = run_create(request=request, by=by, parent=run, checkpoint=checkpoint)
-    return TrainOnReviews(run=child, version=version, version_created=report.created, counts=data.counts)
+    control = control_launch(parent=run, checkpoint=checkpoint, child=child, by=by)
+    training = ReviewTraining.objects.create(
+        run=child,
+        control=control,
+        parent=run,
+        checkpoint=checkpoint,
+        method=method,
+        counts=data.counts,
+        created_by=by,
+    )
+    return TrainOnReviews(
+        run=child,
+        control=control,
+        training=training,
+        version=version,
+        version_created=report.created,
+        counts=data.counts,
+    )
+
+
+def control_launch(*, parent: Run, checkpoint: Checkpoint, child: Run, by: AbstractBaseUser) -> Run:
+    """`checkpoint` continued for `child`'s steps by `parent`'s own method and settings on its own
+    data, without the reviews: what the run on the reviews has to beat."""
+    schedule = {name: child.resolved[name] for name in CONTROL_SCHEDULE if name in child.resolved}
+    return run_fork(
+        checkpoint=checkpoint,
+        by=by,
+        name=f"{child.name[:90]} · control",
+        max_steps=child.max_steps,
+        hyperparameters=dict(parent.hyperparameters) | schedule,
+    )

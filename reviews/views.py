@@ -302,6 +302,7 @@ def train_on_reviews(request: HttpRequest, run_id: int) -> HttpResponse:
     messages.success(
         request,
         f"{version} holds {what} and {counts['heldout_items']} held-out items; "
-        f"run {result.run.name} starts from {run.name}'s checkpoint {result.run.parent_checkpoint.step}.",
+        f"run {result.run.name} starts from {run.name}'s checkpoint {result.run.parent_checkpoint.step}, "
+        f"beside its control {result.control.name} (the same checkpoint, the same steps, no reviews).",
     )
     return redirect("run-detail", run_id=result.run.pk)

@@ -1,7 +1,8 @@
 """Reviews to the next run, end to end through real workers: a GRPO run's trajectories are
 reviewed; the reviews' DPO and SFT exports, imported as task sets, train DPO and SFT runs; and
-Train on reviews launches a DPO run from the GRPO run's final checkpoint. Each run goes through the
-real learner process, which would crash on a pair field that is not a text."""
+Train on reviews launches a DPO run from the GRPO run's final checkpoint beside its control (GRPO
+from the same checkpoint, no reviews), and reports the lift over the control. Each run goes through
+the real learner process, which would crash on a pair field that is not a text."""
 
 import json
 import math
@@ -11,6 +12,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from rewards import services as reward_services
+from runs import tasks
 from runs.models import MetricPoint, Run, Trajectory
 from tests.conftest import api_client_for
 from tests.run_harness import (
@@ -158,6 +160,20 @@ def test_reviews_train_dpo_and_sft_runs_through_the_real_workers(tiny_model, hos
         "the child's held-out evaluation",
         timeout=120,
     )
+    # The control waits for the project's one active run; the scheduler's tick (beat's, in a
+    # deployment) admits it once the reviews run has finished.
+    tasks.runs_schedule.delay()
+    control = assert_parent(body["control"]["id"])
+    assert (control.method, control.parent_id, control.parent_checkpoint_id) == ("grpo", parent.pk, final.pk)
+    assert (control.learner_step, control.max_steps) == (2, 2)
+    assert control.task_set_version_id == parent.task_set_version_id
+    # Greedy evaluation of the same checkpoint on the same items: both start from the same figure.
+    assert control.outcome_detail["before"] == child.outcome_detail["before"]
+    result = owner.get(body["result_url"]).json()
+    lift = result["lift_over_control"]
+    assert (result["status"], lift["items"], lift["run_step"], lift["control_step"]) == ("complete", 4, 2, 2)
+    assert (lift["before"], lift["after"]) == (control.outcome_detail["after"], child.outcome_detail["after"])
+    assert result["regressed"] == (child.outcome == "regressed")
 
 
 def assert_parent(run_id: int) -> Run:

@@ -1,6 +1,6 @@
 """Reviews to the next run: exports a learner can read (texts where texts belong, provenance apart,
 useless pairs skipped and counted), submit refusing pairs the learner could not read, and Train on
-reviews over REST and from the run page."""
+reviews over REST and from the run page, with its control and its result against that control."""
 
 # The fixture imported from run_fixtures is a test parameter here, not a redefinition:
 # ruff: noqa: F811
@@ -8,12 +8,13 @@ import json
 
 import pytest
 
-from reviews.models import Preference, Review
-from runs import lifecycle, services
+from reviews.models import Preference, Review, ReviewTraining
+from runs import lifecycle, outcomes, services
 from runs.lifecycle import RunRequest
-from runs.models import Checkpoint, Run, TaskSetVersion, Trajectory
+from runs.models import Checkpoint, HeldOutResult, Run, TaskSetVersion, Trajectory
 from tests.conftest import api_client_for
-from tests.run_fixtures import lab, make_run  # noqa: F401
+from tests.run_fixtures import lab, make_run, set_status  # noqa: F401
+from tests.test_api_schema import assert_matches_schema, schema  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
@@ -237,7 +238,7 @@ def test_train_on_reviews_makes_a_version_and_a_dpo_run_from_the_final_checkpoin
     )
     assert child.resolved["eval_items"] == parent.resolved["eval_items"]
     assert child.resolved["epochs"] == 16  # 4 steps of 8 pairs over 2 pairs
-    assert child.resolved["learning_rate"] == 1e-4
+    assert child.resolved["learning_rate"] == 1e-5
     version = child.task_set_version
     assert version.task_set.name == "arith reviews"
     assert (version.item_count, version.split_counts) == (4, {"heldout": 2, "train": 2})
@@ -282,6 +283,7 @@ def test_train_on_reviews_without_a_checkpoint_or_reviews_is_refused_and_makes_n
     )
     assert viewer.status_code == 403
     assert (Run.objects.count(), TaskSetVersion.objects.count()) == (runs, versions)
+    assert not ReviewTraining.objects.exists()
 
 
 def test_the_run_page_shows_the_counts_and_its_button_launches_the_run(client, lab, reviewed):
@@ -290,7 +292,7 @@ def test_the_run_page_shows_the_counts_and_its_button_launches_the_run(client, l
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="train-on-reviews"' in page and "2 pairs (1 chosen, 1 from labels)" in page
     response = client.post(f"/runs/{run.pk}/train-on-reviews/", {"method": "sft", "max_steps": "3"})
-    child = Run.objects.get(parent=run)
+    child = Run.objects.get(parent=run, method="sft")
     assert response.status_code == 302 and response["Location"] == f"/runs/{child.pk}/"
     assert (child.method, child.max_steps) == ("sft", 3)
     shown = client.get(response["Location"]).content.decode()
@@ -299,3 +301,162 @@ def test_the_run_page_shows_the_counts_and_its_button_launches_the_run(client, l
     client.force_login(lab["viewer"])
     assert "Train on reviews</button>" not in client.get(f"/runs/{run.pk}/").content.decode()
     assert client.post(f"/runs/{run.pk}/train-on-reviews/", {"method": "sft"}).status_code == 403
+
+
+# --- the control and the result against it ----------------------------------------------------
+
+
+def test_train_on_reviews_launches_its_control_from_the_same_checkpoint_method_settings_and_steps(
+    lab, reviewed, schema
+):
+    parent = reviewed["run"]
+    Checkpoint.objects.create(run=parent, step=2, policy_version=2, path="ckpt-2")
+    response = api_client_for(lab["launcher"]).post(
+        f"/api/v1/runs/{parent.pk}/train-on-reviews", {"method": "dpo", "max_steps": 4}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    assert_matches_schema(schema, response, "post", "/api/v1/runs/{id}/train-on-reviews")
+    body = response.json()
+    child, control = Run.objects.get(pk=body["run"]["id"]), Run.objects.get(pk=body["control"]["id"])
+    final = Checkpoint.objects.get(run=parent, step=5)
+    assert (control.method, control.parent_id, control.parent_checkpoint_id, control.max_steps) == (
+        "grpo",
+        parent.pk,
+        final.pk,
+        4,
+    )
+    assert (control.task_set_version_id, control.reward_rule_version_id, control.tier_id) == (
+        parent.task_set_version_id,
+        parent.reward_rule_version_id,
+        parent.tier_id,
+    )
+    # The parent's own settings, evaluated and checkpointed on the reviews run's schedule.
+    assert control.hyperparameters == {"group_size": 4, "checkpoint_every": 10, "eval_every": 10}
+    assert (control.train_split, control.eval_split, control.status) == ("train", "heldout", "queued")
+    assert control.name == f"{child.name} · control"
+    training = ReviewTraining.objects.get()
+    assert (training.run, training.control, training.parent, training.checkpoint, training.method) == (
+        child,
+        control,
+        parent,
+        final,
+        "dpo",
+    )
+    assert (body["training"], body["result_url"]) == (training.pk, f"/api/v1/review-trainings/{training.pk}")
+    result = api_client_for(lab["viewer"]).get(body["result_url"])
+    assert_matches_schema(schema, result, "get", "/api/v1/review-trainings/{id}")
+    shown = result.json()
+    assert (shown["status"], shown["lift_over_control"], shown["flags"], shown["regressed"]) == (
+        "pending",
+        None,
+        [],
+        False,
+    )
+    assert (shown["run"]["run"], shown["control"]["run"], shown["steps"]) == (child.pk, control.pk, 4)
+    assert api_client_for(lab["outsider"]).get(body["result_url"]).status_code == 404
+
+
+def heldout(run: Run, step: int, passed: list[bool]) -> None:
+    """The run's held-out results at `step`, one per held-out item in order, as the eval worker
+    writes them."""
+    items = run.task_set_version.items.filter(split="heldout").order_by("position")
+    assert len(items) == len(passed)
+    for item, ok in zip(items, passed, strict=True):
+        HeldOutResult.objects.create(run=run, step=step, item=item, reward=float(ok), passed=ok)
+
+
+def finished(run: Run, start: list[bool], final: list[bool]) -> Run:
+    """A run that ran its steps and settled its outcome the way the learner does."""
+    heldout(run, 0, start)
+    heldout(run, run.max_steps, final)
+    run = set_status(run, "succeeded", learner_step=run.max_steps, policy_version=run.max_steps)
+    outcomes.run_outcome_settle(run=run, step=run.max_steps)
+    return run
+
+
+@pytest.fixture
+def trained(lab, reviewed):
+    """A Train on reviews launched through the real service, its two runs' records written as the
+    workers would."""
+    answer = api_client_for(lab["owner"]).post(
+        f"/api/v1/runs/{reviewed['run'].pk}/train-on-reviews",
+        {"method": "sft", "max_steps": 3},
+        format="json",
+    )
+    assert answer.status_code == 201, answer.json()
+    return ReviewTraining.objects.get(pk=answer.json()["training"])
+
+
+def test_a_train_on_reviews_that_regresses_is_flagged_with_its_controls_figure_beside_it(
+    client, lab, trained, schema
+):
+    run = finished(trained.run, start=[True, True], final=[False, False])
+    control = finished(trained.control, start=[True, True], final=[True, True])
+    assert (run.outcome, control.outcome) == ("regressed", "unchanged")
+    response = api_client_for(lab["viewer"]).get(f"/api/v1/review-trainings/{trained.pk}")
+    assert response.status_code == 200
+    assert_matches_schema(schema, response, "get", "/api/v1/review-trainings/{id}")
+    body = response.json()
+    assert body["status"] == "complete" and body["regressed"] is True
+    assert body["lift_over_control"] == {
+        "before": 1.0,
+        "after": 0.0,
+        "delta": -1.0,
+        "low": -1.0,
+        "high": -1.0,
+        "confidence": 0.95,
+        "items": 2,
+        "improved_items": 0,
+        "regressed_items": 2,
+        "control_step": 3,
+        "run_step": 3,
+        "verdict": "loses_to_control",
+    }
+    figures = {
+        side: (body[side]["before"], body[side]["after"], body[side]["outcome"])
+        for side in ("run", "control")
+    }
+    assert figures == {"run": (1.0, 0.0, "regressed"), "control": (1.0, 1.0, "unchanged")}
+    assert body["flags"] == [
+        "Regressed against its parent: regressed: held-out pass rate 100.0% → 0.0% "
+        "(−100.0 points, 95% interval −100.0 to −100.0) on 2 items.",
+        "Lost to its control: 0.0% against the control's 100.0% on 2 items; the same steps without "
+        "the reviews did better.",
+    ]
+    client.force_login(lab["viewer"])
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="regressed-flag"' in page and 'data-verdict="loses_to_control"' in page
+    assert "loses to its control</strong>, held-out pass rate 0.000 against the control's 1.000" in page
+    assert f'<tr data-role="control"><td>control: <a href="/runs/{control.pk}/">' in page
+    assert '<td>succeeded</td><td class="num">1.000</td><td class="num">1.000</td><td>unchanged</td>' in page
+    control_page = client.get(f"/runs/{control.pk}/").content.decode()
+    assert f'The control of <a href="/runs/{run.pk}/">' in control_page
+
+
+@pytest.mark.parametrize(
+    ("run_final", "verdict", "lift"),
+    [
+        ([True, True], "beats_control", (0.0, 1.0, 1.0, 1.0)),
+        ([True, False], "no_difference", (0.0, 0.5, 0.0, 1.0)),
+    ],
+)
+def test_the_lift_over_the_control_is_a_verdict_only_when_its_interval_excludes_0(
+    lab, trained, run_final, verdict, lift
+):
+    finished(trained.run, start=[False, False], final=run_final)
+    finished(trained.control, start=[False, False], final=[False, False])
+    body = api_client_for(lab["viewer"]).get(f"/api/v1/review-trainings/{trained.pk}").json()
+    shown = body["lift_over_control"]
+    assert (shown["before"], shown["after"], shown["low"], shown["high"], shown["verdict"]) == (
+        *lift,
+        verdict,
+    )
+    assert (body["flags"], body["regressed"]) == ([], False)
+
+
+def test_a_control_that_failed_leaves_the_result_incomplete_and_says_why(lab, trained):
+    finished(trained.run, start=[True, True], final=[True, True])
+    set_status(trained.control, "failed")
+    body = api_client_for(lab["viewer"]).get(f"/api/v1/review-trainings/{trained.pk}").json()
+    assert (body["status"], body["lift_over_control"]) == ("incomplete", None)
+    assert body["flags"] == ["The control failed: the lift over it cannot be measured."]

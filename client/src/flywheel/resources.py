@@ -369,6 +369,13 @@ class Runs(Resource):
         )
         return self._post(f"/api/v1/runs/{run}/train-on-reviews", body, idempotency_key=idempotency_key)
 
+    @endpoint("GET", "/review-trainings/{id}")
+    def review_training(self, training: int) -> JSON:
+        """A Train on reviews' result: the reviews run's held-out lift over its control (paired,
+        with the interval), beside each run's figure against the parent checkpoint; `training` is
+        the id the train_on_reviews answer gives."""
+        return self._get(f"/api/v1/review-trainings/{training}")
+
 
 class Trajectories(Resource):
     @endpoint("GET", "/trajectories")
