@@ -25,9 +25,10 @@ from collections.abc import Callable
 from typing import Any
 
 PRESETS = ("humaneval", "mbpp", "apps", "livecodebench")
-# A line without `kind` that holds one of these fields is read in that format ("auto").
-SIGNATURE_FIELDS = {
-    "humaneval": ("canonical_solution",),
+# A line without `kind` that holds one of these fields (or all of a tuple's) is read in that
+# format ("auto"), so a published line that lacks a field is refused naming it.
+SIGNATURE_FIELDS: dict[str, tuple[str | tuple[str, ...], ...]] = {
+    "humaneval": ("canonical_solution", ("test", "entry_point")),
     "mbpp": ("test_list",),
     "livecodebench": ("question_content", "public_test_cases"),
     "apps": ("question", "input_output"),
@@ -57,9 +58,10 @@ def recognise_line(raw: dict[str, Any]) -> str | None:
     """
     if "kind" in raw:
         return None
-    for name, fields in SIGNATURE_FIELDS.items():
-        if any(field in raw for field in fields):
-            return name
+    for name, signatures in SIGNATURE_FIELDS.items():
+        for signature in signatures:
+            if all(field in raw for field in ((signature,) if isinstance(signature, str) else signature)):
+                return name
     return None
 
 

@@ -17,7 +17,7 @@ from tests.conftest import api_client_for
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 TASK_FIELDS = {"prompt", "messages", "instructions", "kind"} | {
-    field for fields in SIGNATURE_FIELDS.values() for field in fields
+    field for signatures in SIGNATURE_FIELDS.values() for field in signatures if isinstance(field, str)
 }
 
 
