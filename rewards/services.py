@@ -21,6 +21,7 @@ from inference.settings import tier_snapshot
 from rewards import engine, openai_format
 from rewards.models import RewardRule, RewardRuleVersion
 from runs.models import Project, TaskItem, TaskSetVersion
+from runs.published_formats import recognise_line
 from runs.services import StateError
 from runs.task_format import validate_item
 
@@ -377,7 +378,12 @@ def pasted_items(items: list[Any]) -> list[Any]:
                 problem.message
             )
         if parsed is not None:
-            out.append({"id": parsed.external_id, "kind": parsed.kind, **parsed.data} | _split_of(parsed))
+            named = "id" in item or recognise_line(item) is not None  # else a sample pairs by position
+            out.append(
+                ({"id": parsed.external_id} if named else {})
+                | {"kind": parsed.kind, **parsed.data}
+                | _split_of(parsed)
+            )
     if errors:
         raise ValidationError(errors)
     return out

@@ -12,7 +12,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rewards import services as reward_services
 from rewards.graders.base import REGISTRY
 from runs import services
-from runs.published_formats import SIGNATURE_FIELDS
+from runs.published_formats import PRESETS, SIGNATURE_FIELDS, recognise_line
 from tests.conftest import api_client_for
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -53,16 +53,13 @@ def is_task_line(value: dict) -> bool:
 
 TASK_LINES = [(line, value) for line, value in readme_objects() if is_task_line(value)]
 RULES = [(line, value) for line, value in readme_objects() if is_rule(value)]
-KIND_OF = {"code": "code", "agent": "agent", "answer": "answer"}
 
 
-def test_the_readme_holds_task_lines_and_rules_to_check():
-    kinds = {
-        value.get("kind", "answer" if not set(value) & {"task_id", "question"} else "code")
-        for _, value in TASK_LINES
-    }
-    assert {"answer", "code", "agent"} <= kinds
-    assert len(TASK_LINES) >= 9 and len(RULES) >= 3
+def test_the_readme_holds_task_lines_of_every_kind_and_format_and_rules_to_check():
+    own = [value for _, value in TASK_LINES if recognise_line(value) is None]
+    assert {item_kind(value) for value in own} == {"answer", "code", "agent"}
+    assert {recognise_line(value) for _, value in TASK_LINES} == {None, *PRESETS}
+    assert len(TASK_LINES) >= 14 and len(RULES) >= 4
 
 
 def item_kind(value: dict) -> str:
