@@ -1,7 +1,10 @@
+# The fixtures imported from sandbox_fixtures are test parameters here, not redefinitions:
+# ruff: noqa: F811
 """The field's task files as they ship: HumanEval, MBPP (original and sanitized), APPS-style and
 LiveCodeBench-style lines import unchanged (five small problems of our own in each layout, under
 tests/data/published/), recognised by their fields or forced by a format preset, with provenance;
-in the real sandbox each canonical solution scores 1.0 and a `pass` body 0.0 on every item. A bad
+in the real sandbox (both backends) each canonical solution scores 1.0 and a `pass` body 0.0 on
+every item. A bad
 line is refused naming its line and published field, and a failed import leaves nothing behind."""
 
 import ast
@@ -13,6 +16,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from sandbox_fixtures import backend  # noqa: F401
 
 from rewards.engine import Sample, score
 from runs import selectors, services
@@ -72,9 +76,9 @@ def pass_body(solution: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def bubblewrap_pool():
+def backend_pool(backend):
     pool = SandboxPool(
-        settings=dataclasses.replace(sandbox_settings(), backend="bubblewrap"), max_sandboxes=2, warm=0
+        settings=dataclasses.replace(sandbox_settings(), backend=backend), max_sandboxes=2, warm=0
     )
     yield pool
     pool.close()
@@ -155,18 +159,18 @@ def test_apps_and_livecodebench_cases_map_onto_io_tests_and_call_asserts():
 
 
 @pytest.mark.parametrize("name", list(FILES))
-def test_canonical_solutions_score_one_and_pass_bodies_zero_in_the_sandbox(team, bubblewrap_pool, name):
+def test_canonical_solutions_score_one_and_pass_bodies_zero_in_the_sandbox(team, backend_pool, name):
     report = import_file(team, name)
     items = selectors.grading_items_of(version=report.version)
     canonical_totals, stub_totals, stub_rates = [], [], []
     for raw, item in zip(raw_lines(name), items, strict=True):
         solution = canonical(name, raw, item)
-        honest = score(ALL_PASS, item, Sample(files={"solution.py": solution}), pool=bubblewrap_pool)
+        honest = score(ALL_PASS, item, Sample(files={"solution.py": solution}), pool=backend_pool)
         assert honest.errors == [] and honest.flags == [], (item["id"], honest.tests)
         canonical_totals.append(honest.total)
         stub = Sample(files={"solution.py": pass_body(solution)})
-        stub_totals.append(score(ALL_PASS, item, stub, pool=bubblewrap_pool).total)
-        stub_rates.append(score(PASS_RATE, item, stub, pool=bubblewrap_pool).total)
+        stub_totals.append(score(ALL_PASS, item, stub, pool=backend_pool).total)
+        stub_rates.append(score(PASS_RATE, item, stub, pool=backend_pool).total)
     assert canonical_totals == [1.0] * 5
     assert stub_totals == [0.0] * 5
     assert stub_rates == [0.0] * 5  # no test of ours is one a stub passes, so even partial credit pays 0
