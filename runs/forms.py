@@ -54,11 +54,12 @@ class SplitForm(forms.Form):
 
 
 IMPORT_FORMAT_CHOICES = [
-    ("auto", "Recognise each line (Flywheel, HumanEval, MBPP, APPS, LiveCodeBench)"),
+    ("auto", "Recognise each line (Flywheel, HumanEval, MBPP, APPS, CodeContests, LiveCodeBench)"),
     ("flywheel", "Flywheel's own lines only"),
     ("humaneval", "HumanEval (every line)"),
     ("mbpp", "MBPP, original or sanitized (every line)"),
-    ("apps", "APPS / CodeContests-style stdin/stdout (every line)"),
+    ("apps", "APPS-style stdin/stdout (every line)"),
+    ("codecontests", "CodeContests (every line)"),
     ("livecodebench", "LiveCodeBench (every line)"),
     ("csv", "CSV (answer items)"),
 ]

@@ -14,6 +14,10 @@ reported with the published field's own name, so a user can find it in their fil
 - `apps`: `question`, `solutions` (a JSON string or a list), `input_output` (a JSON string of
   `inputs` / `outputs`, with `fn_name` for call-based problems) or `inputs` / `outputs` directly,
   `starter_code` → io tests compared by whitespace-separated tokens (call-based: namespace asserts).
+- `codecontests`: DeepMind's layout: `name`, `description`, `public_tests` / `private_tests` /
+  `generated_tests` (each `{"input": [...], "output": [...]}`), `solutions` (`{"language": [...],
+  "solution": [...]}`, the first Python 3 one is the reference), `time_limit` → io tests
+  (whitespace-separated tokens), each with the problem's time limit.
 - `livecodebench`: `question_content`, `public_test_cases` / `private_test_cases` (JSON strings of
   `{input, output, testtype}`), `starter_code`, `metadata` (a JSON string with `func_name`) →
   io tests (`stdin`) or namespace asserts on `Solution().func_name(...)` (`functional`).
@@ -24,16 +28,23 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-PRESETS = ("humaneval", "mbpp", "apps", "livecodebench")
+PRESETS = ("humaneval", "mbpp", "apps", "codecontests", "livecodebench")
 # A line without `kind` that holds one of these fields (or all of a tuple's) is read in that
 # format ("auto"), so a published line that lacks a field is refused naming it.
 SIGNATURE_FIELDS: dict[str, tuple[str | tuple[str, ...], ...]] = {
     "humaneval": ("canonical_solution", ("test", "entry_point")),
     "mbpp": ("test_list",),
     "livecodebench": ("question_content", "public_test_cases"),
+    "codecontests": (("description", "public_tests"),),
     "apps": ("question", "input_output"),
 }
-TITLES = {"humaneval": "HumanEval", "mbpp": "MBPP", "apps": "APPS", "livecodebench": "LiveCodeBench"}
+TITLES = {
+    "humaneval": "HumanEval",
+    "mbpp": "MBPP",
+    "apps": "APPS",
+    "codecontests": "CodeContests",
+    "livecodebench": "LiveCodeBench",
+}
 
 
 class LineError(ValueError):
@@ -70,6 +81,7 @@ FIELD_NAMES = {
     "humaneval": {"tests": "test", "reference_solution": "canonical_solution", "id": "task_id"},
     "mbpp": {"tests": "test_list", "reference_solution": "code", "id": "task_id", "prompt": "text"},
     "apps": {"io_tests": "input_output", "tests": "input_output", "prompt": "question", "id": "problem_id"},
+    "codecontests": {"io_tests": "public_tests", "prompt": "description", "id": "name"},
     "livecodebench": {
         "io_tests": "public_test_cases",
         "tests": "public_test_cases",
@@ -127,7 +139,13 @@ def _task_id(raw: dict[str, Any], name: str) -> str | int | None:
 
 
 def _provenance(raw: dict[str, Any], preset: str, id_field: str, used: set[str]) -> dict[str, Any]:
-    extra = {key: value for key, value in raw.items() if key not in used | {id_field, "split", "metadata"}}
+    """`source` and `task_id`, then the line's other fields (its own `source`, as CodeContests has,
+    kept as `<format>_source`)."""
+    extra = {
+        (f"{preset}_{key}" if key in ("source", "task_id") else key): value
+        for key, value in raw.items()
+        if key not in used | {id_field, "split", "metadata"}
+    }
     return {"source": preset, "task_id": raw.get(id_field), **extra}
 
 
@@ -260,6 +278,70 @@ def from_apps(raw: dict[str, Any]) -> dict[str, Any]:
     return _with_common(item, raw, _task_id(raw, "problem_id"))
 
 
+CODECONTESTS_PYTHON3 = 3  # the `language` code of a Python 3 solution
+CODECONTESTS_TESTS = ("public_tests", "private_tests", "generated_tests")
+
+
+def from_codecontests(raw: dict[str, Any]) -> dict[str, Any]:
+    description = _text(raw, "description")
+    limit = _time_limit(raw.get("time_limit"))
+    cases = []
+    for name in CODECONTESTS_TESTS:
+        cases += _contest_cases(raw, name, required=name == "public_tests")
+    if not cases:
+        raise LineError(
+            "public_tests", "must hold at least one test (with private_tests and generated_tests)"
+        )
+    if limit is not None:
+        cases = [case | {"time_limit": limit} for case in cases]
+    item: dict[str, Any] = {
+        "kind": "code",
+        "prompt": description,
+        "io_tests": cases,
+        "test_format": "io",
+        "io_compare": "whitespace",
+    }
+    if solution := _python3_solution(raw.get("solutions")):
+        item["reference_solution"] = solution
+    # The solutions are the bulk of a line, and the reference is kept; the rest is provenance.
+    used = {"description", "solutions", "incorrect_solutions", *CODECONTESTS_TESTS}
+    item["metadata"] = _provenance(raw, "codecontests", "name", used)
+    return _with_common(item, raw, _task_id(raw, "name"))
+
+
+def _contest_cases(raw: dict[str, Any], name: str, *, required: bool) -> list[dict[str, str]]:
+    tests = raw.get(name)
+    if tests is None and not required:
+        return []
+    if not isinstance(tests, dict):
+        raise LineError(name, 'must be an object {"input": [...], "output": [...]}')
+    inputs, outputs = tests.get("input"), tests.get("output")
+    for key, value in (("input", inputs), ("output", outputs)):
+        if not isinstance(value, list) or not all(isinstance(entry, str) for entry in value):
+            raise LineError(f"{name}.{key}", "must be a list of strings")
+    if len(inputs) != len(outputs):
+        raise LineError(f"{name}.output", f"{len(inputs)} inputs but {len(outputs)} outputs")
+    return [{"input": given, "output": wanted} for given, wanted in zip(inputs, outputs, strict=True)]
+
+
+def _time_limit(value: Any) -> float | None:
+    """CodeContests' `{"seconds": s, "nanos": n}`, in seconds (None when absent or unusable)."""
+    if not isinstance(value, dict):
+        return None
+    parts = (value.get("seconds") or 0, value.get("nanos") or 0)
+    if not all(isinstance(part, (int, float)) and not isinstance(part, bool) for part in parts):
+        return None
+    seconds = parts[0] + parts[1] / 1e9
+    return float(seconds) if 0 < seconds <= 600 else None
+
+
+def _python3_solution(solutions: Any) -> str | None:
+    if not isinstance(solutions, dict):
+        return None
+    pairs = zip(solutions.get("language") or [], solutions.get("solution") or [], strict=False)
+    return next((code for language, code in pairs if language == CODECONTESTS_PYTHON3), None)
+
+
 def _unwrapped(output: Any) -> Any:
     """APPS wraps a call-based problem's return value in a one-element list."""
     return output[0] if isinstance(output, list) and len(output) == 1 else output
@@ -354,5 +436,6 @@ MAPPERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "humaneval": from_humaneval,
     "mbpp": from_mbpp,
     "apps": from_apps,
+    "codecontests": from_codecontests,
     "livecodebench": from_livecodebench,
 }

@@ -227,7 +227,7 @@ def task_set_import(
     """Stream a JSONL or CSV file into a new version; all of it or, on any error, none of it.
 
     `preset` says how JSONL lines are read (`task_format.validate_item`): auto, flywheel, or one
-    published format (humaneval, mbpp, apps, livecodebench) for every line.
+    published format (humaneval, mbpp, apps, codecontests, livecodebench) for every line.
 
     The items go in under a draft version, a short transaction per batch (other writers, and on
     SQLite every writer, get their turn between batches), and the draft is published in one

@@ -19,8 +19,8 @@ the seeded rule), `metadata` (any object). Then, by kind:
   (what `run_tests` runs), `system`, `messages` (a demonstration conversation, as exports write)
 
 A line without `kind` in one of the field's published layouts (HumanEval, MBPP, APPS,
-LiveCodeBench: `runs.published_formats`) is recognised by its fields and mapped to a code item;
-an import's `format` may also force one layout for every line.
+CodeContests, LiveCodeBench: `runs.published_formats`) is recognised by its fields and mapped to
+a code item; an import's `format` may also force one layout for every line.
 
 An answer or code item may hold a conversation instead of a `prompt`: `messages`, a list of
 `{"role": "system" | "user" | "assistant", "content": str}` ending with the user's turn (a system

@@ -33,6 +33,7 @@ FILES = {
     "mbpp": "mbpp.jsonl",
     "mbpp-sanitized": "mbpp_sanitized.jsonl",
     "apps": "apps.jsonl",
+    "codecontests": "codecontests.jsonl",
     "livecodebench": "livecodebench.jsonl",
 }
 SOURCE = {name: name.removesuffix("-sanitized") for name in FILES}
@@ -41,6 +42,7 @@ TEST_FORMATS = {
     "mbpp": ["namespace"] * 5,
     "mbpp-sanitized": ["namespace"] * 5,
     "apps": ["io", "io", "io", "io", "namespace"],  # the last is call-based (fn_name)
+    "codecontests": ["io"] * 5,
     "livecodebench": ["io", "io", "io", "namespace", "namespace"],  # stdin, then functional
 }
 # The benchmarks' own scoring: an item counts only when all its tests pass.
@@ -58,7 +60,7 @@ def file_bytes(name: str) -> list[bytes]:
 
 def canonical(name: str, raw: dict, item: dict) -> str:
     """The line's own solution: HumanEval's prompt + canonical_solution, MBPP's code, APPS's first
-    solution; LiveCodeBench ships none, so ours sit beside the file."""
+    solution, CodeContests's first Python 3 one; LiveCodeBench ships none, so ours sit beside the file."""
     if name == "livecodebench":
         return json.loads((DATA / "livecodebench_solutions.json").read_text())[raw["question_id"]]
     return item["reference_solution"]
@@ -112,6 +114,7 @@ def test_each_published_file_imports_unchanged_with_provenance(team, name, prese
         "humaneval": "task_id",
         "mbpp": "task_id",
         "apps": "problem_id",
+        "codecontests": "name",
         "livecodebench": "question_id",
     }
     originals = [raw[id_field[SOURCE[name]]] for raw in raw_lines(name)]
@@ -144,7 +147,7 @@ def test_an_mbpp_line_maps_onto_namespace_tests_and_its_prompt_shows_the_tests()
     assert parsed.data["metadata"] == {"source": "mbpp", "task_id": 605, "challenge_test_list": []}
 
 
-def test_apps_and_livecodebench_cases_map_onto_io_tests_and_call_asserts():
+def test_apps_codecontests_and_livecodebench_cases_map_onto_io_tests_and_call_asserts():
     apps = [validate_item(1, raw)[0].data for raw in raw_lines("apps")]
     assert apps[3]["io_tests"] == [{"input": "3\n", "output": "1\n2\n3\n"}, {"input": "1\n", "output": "1\n"}]
     assert apps[3]["io_compare"] == "whitespace"
@@ -152,6 +155,13 @@ def test_apps_and_livecodebench_cases_map_onto_io_tests_and_call_asserts():
         apps[4]["tests"]
         == "assert digit_sum(123) == 6\nassert digit_sum(0) == 0\nassert digit_sum(9999) == 36\n"
     )
+    contest = validate_item(1, raw_lines("codecontests")[1])[0].data
+    assert contest["io_tests"] == [  # public, private and generated tests, with the problem's limit
+        {"input": "abc\n", "output": "ABC\n", "time_limit": 2.0},
+        {"input": "Zq\n", "output": "ZQ\n", "time_limit": 2.0},
+    ]
+    assert contest["reference_solution"] == "print(input().upper())\n"  # the first Python 3 one
+    assert "incorrect_solutions" not in contest["metadata"] and contest["metadata"]["cf_rating"] == 800
     lcb = [validate_item(1, raw)[0].data for raw in raw_lines("livecodebench")]
     assert lcb[0]["io_tests"][0] == {"input": "1 2 3\n", "output": "6\n"} and len(lcb[0]["io_tests"]) == 3
     assert lcb[3]["tests"].splitlines()[0] == "assert Solution().countPairs([1, 2, 3, 4], 5) == 2"

@@ -17,7 +17,10 @@ from tests.conftest import api_client_for
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 TASK_FIELDS = {"prompt", "messages", "instructions", "kind"} | {
-    field for signatures in SIGNATURE_FIELDS.values() for field in signatures if isinstance(field, str)
+    field
+    for signatures in SIGNATURE_FIELDS.values()
+    for signature in signatures
+    for field in ((signature,) if isinstance(signature, str) else signature)
 }
 
 

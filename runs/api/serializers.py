@@ -176,10 +176,10 @@ class ImportInputSerializer(serializers.Serializer):
     format = serializers.ChoiceField(
         choices=list(IMPORT_FORMATS),
         required=False,
-        help_text="auto (default): CSV or JSONL from the file name, each JSONL line in Flywheel's format "
-        "or a published one (HumanEval, MBPP, APPS, LiveCodeBench) recognised by its fields; jsonl, csv: "
-        "that syntax; flywheel: Flywheel's lines only; humaneval, mbpp, apps, livecodebench: every line "
-        "in that format",
+        help_text="auto (default): CSV or JSONL from the file name, each JSONL line in Flywheel's "
+        "format or a published one (HumanEval, MBPP, APPS, CodeContests, LiveCodeBench) recognised "
+        "by its fields; jsonl, csv: that syntax; flywheel: Flywheel's lines only; humaneval, mbpp, "
+        "apps, codecontests, livecodebench: every line in that format",
     )
     split_seed = serializers.IntegerField(
         min_value=INT64_MIN, max_value=INT64_MAX, required=False, help_text="Default: the latest version's"

@@ -25,8 +25,9 @@ class Command(BaseCommand):
             choices=IMPORT_FORMATS,
             default="auto",
             help="auto (default): CSV or JSONL from the file name, and each JSONL line in Flywheel's "
-            "format or a published one (HumanEval, MBPP, APPS, LiveCodeBench) recognised by its fields; "
-            "flywheel: only Flywheel's lines; humaneval, mbpp, apps, livecodebench: every line in that one",
+            "format or a published one (HumanEval, MBPP, APPS, CodeContests, LiveCodeBench) recognised "
+            "by its fields; flywheel: only Flywheel's lines; humaneval, mbpp, apps, codecontests, "
+            "livecodebench: every line in that format",
         )
         parser.add_argument("--split-seed", type=int)
         parser.add_argument("--heldout-fraction", type=float)
