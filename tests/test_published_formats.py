@@ -10,6 +10,7 @@ line is refused naming its line and published field, and a failed import leaves 
 import ast
 import dataclasses
 import json
+from io import StringIO
 from pathlib import Path
 
 import pytest
@@ -252,9 +253,20 @@ def test_a_failed_command_import_leaves_no_task_set_and_no_version(team, tmp_pat
         call_command("import_tasks", project.name, "he", str(bad_file(tmp_path)), user=user.username)
     assert not TaskSet.objects.filter(name="he").exists()
     assert TaskSetVersion.all_objects.count() == 0 and TaskItem.objects.count() == 0
-    call_command("import_tasks", project.name, "he", str(DATA / FILES["humaneval"]), user=user.username)
+    out = StringIO()
+    call_command(
+        "import_tasks",
+        project.name,
+        "he",
+        str(DATA / FILES["humaneval"]),
+        user=user.username,
+        verify_references=True,
+        stdout=out,
+        stderr=StringIO(),
+    )
     version = TaskSet.objects.get(name="he").versions.get()
     assert (version.number, version.item_count) == (1, 5)
+    assert "5 references checked, 5 pass, 0 broken" in out.getvalue()
 
 
 def test_the_command_forces_a_format_with_its_format_preset(team, tmp_path):
