@@ -21,7 +21,9 @@ from inference.settings import tier_snapshot
 from rewards import engine, openai_format
 from rewards.models import RewardRule, RewardRuleVersion
 from runs.models import Project, TaskItem, TaskSetVersion
+from runs.published_formats import recognise_line
 from runs.services import StateError
+from runs.task_format import validate_item
 
 DRY_RUN_MAX_PAIRS = 500
 DIFF_CONTEXT_LINES = 3
@@ -318,6 +320,10 @@ def pair_samples(items: list[Any], samples: list[Any]) -> list[tuple[dict, dict]
 def _samples(pairs: list[tuple[dict, dict]]) -> list[tuple[dict, "engine.Sample"]]:
     out, errors = [], {}
     for index, (item, sample) in enumerate(pairs):
+        for name, problem in sample_problems(sample):
+            errors.setdefault(f"samples[{index}].{name}", []).append(problem)
+        if any(key.startswith(f"samples[{index}].") for key in errors):
+            continue
         try:
             out.append((item, engine.Sample.from_dict(sample)))
         except (ValueError, KeyError, TypeError) as exc:
@@ -325,6 +331,66 @@ def _samples(pairs: list[tuple[dict, dict]]) -> list[tuple[dict, "engine.Sample"
     if errors:
         raise ValidationError(errors)
     return out
+
+
+SAMPLE_TYPES: dict[str, tuple[type, str]] = {
+    "output_text": (str, "a string"),
+    "files": (dict, "an object of path -> content"),
+    "steps": (list, "a list of step objects"),
+    "tokens": (int, "an integer"),
+    "metadata": (dict, "an object"),
+}
+
+
+def sample_problems(sample: dict) -> list[tuple[str, str]]:
+    """A pasted sample's fields of the wrong type, as (field, message): graders would fail on them
+    with an exception (a 500) rather than a score.
+
+    >>> sample_problems({"output_text": "x", "steps": 1, "files": {"a.py": 2}})
+    [('steps', 'must be a list of step objects'), ('files.a.py', 'must be a string')]
+    """
+    problems = []
+    for name, (kind, what) in SAMPLE_TYPES.items():
+        value = sample.get(name)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            problems.append((name, f"must be {what}"))
+    if isinstance(sample.get("steps"), list) and not all(isinstance(step, dict) for step in sample["steps"]):
+        problems.append(("steps", "must be a list of step objects"))
+    for path, content in (sample.get("files") or {}).items() if isinstance(sample.get("files"), dict) else ():
+        if not isinstance(content, str):
+            problems.append((f"files.{path}", "must be a string"))
+    return problems
+
+
+def pasted_items(items: list[Any]) -> list[Any]:
+    """Pasted dry-run items read as an import reads a file's lines (`task_format.validate_item`):
+    MBPP's list of asserts joined, a published HumanEval/MBPP/APPS/LiveCodeBench line mapped to a
+    code item, and a bad item refused naming its place (`items[1].tests`) instead of failing a
+    grader. An item that is not an object is left for `pair_samples` to name."""
+    out, errors = [], {}
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            out.append(item)
+            continue
+        parsed, problems = validate_item(index + 1, item)
+        for problem in problems:
+            errors.setdefault(f"items[{index}]" + (f".{problem.field}" if problem.field else ""), []).append(
+                problem.message
+            )
+        if parsed is not None:
+            named = "id" in item or recognise_line(item) is not None  # else a sample pairs by position
+            out.append(
+                ({"id": parsed.external_id} if named else {})
+                | {"kind": parsed.kind, **parsed.data}
+                | _split_of(parsed)
+            )
+    if errors:
+        raise ValidationError(errors)
+    return out
+
+
+def _split_of(parsed: Any) -> dict[str, str]:
+    return {"split": parsed.split} if parsed.split else {}
 
 
 def project_judge(project: Project) -> engine.Judge:
@@ -393,5 +459,6 @@ def summarize(pairs: list[ScoredPair], components: list[str]) -> ScoreSummary:
 def reward_rule_dry_run(
     *, version: RewardRuleVersion, items: list[Any], samples: list[Any], pool: Any = None, judge: Any = None
 ) -> DryRun:
-    """Score pasted items and samples with a version; nothing is stored."""
+    """Score items and samples with a version; nothing is stored. Pasted items go through
+    `pasted_items` first (the views do it; a task set's items are stored valid)."""
     return score_pairs(version=version, pairs=pair_samples(items, samples), pool=pool, judge=judge)

@@ -218,7 +218,7 @@ def _dry_run_form(
 
 def _dry_run_items(request: HttpRequest, data: dict[str, Any]) -> list[Any]:
     if data["source"] != "task_set":
-        return data["items"]
+        return services.pasted_items(data["items"])
     version = run_selectors.version_by_id_for(user=request.user, version_id=data["task_set_version"])
     return services.task_items_for_dry_run(version=version, item_ids=data["item_ids"])
 

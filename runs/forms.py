@@ -53,7 +53,25 @@ class SplitForm(forms.Form):
     )
 
 
-class ImportForm(SplitForm):
+IMPORT_FORMAT_CHOICES = [
+    ("auto", "Recognise each line (Flywheel, HumanEval, MBPP, APPS, CodeContests, LiveCodeBench)"),
+    ("flywheel", "Flywheel's own lines only"),
+    ("humaneval", "HumanEval (every line)"),
+    ("mbpp", "MBPP, original or sanitized (every line)"),
+    ("apps", "APPS-style stdin/stdout (every line)"),
+    ("codecontests", "CodeContests (every line)"),
+    ("livecodebench", "LiveCodeBench (every line)"),
+    ("csv", "CSV (answer items)"),
+]
+
+
+class ImportOptionsForm(SplitForm):
+    """The split rule, and how the file's lines are read (`task_format.resolve_format`)."""
+
+    format = forms.ChoiceField(choices=IMPORT_FORMAT_CHOICES, required=False, initial="auto")
+
+
+class ImportForm(ImportOptionsForm):
     file = forms.FileField(
         label="JSONL or CSV file",
         widget=forms.ClearableFileInput(attrs={"accept": ".jsonl,.json,.ndjson,.csv,.txt"}),

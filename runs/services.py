@@ -5,7 +5,7 @@ import json
 import secrets
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -34,6 +34,8 @@ from runs.models import (
 )
 from runs.roles import Role
 from runs.task_format import (
+    IMPORT_FORMATS,
+    LINE_PRESETS,
     FileFormatError,
     ItemError,
     ParsedItem,
@@ -220,8 +222,12 @@ def task_set_import(
     split_seed: int | None = None,
     heldout_fraction: float | None = None,
     dry_run: bool = False,
+    preset: str = "auto",
 ) -> ImportReport:
     """Stream a JSONL or CSV file into a new version; all of it or, on any error, none of it.
+
+    `preset` says how JSONL lines are read (`task_format.validate_item`): auto, flywheel, or one
+    published format (humaneval, mbpp, apps, codecontests, livecodebench) for every line.
 
     The items go in under a draft version, a short transaction per batch (other writers, and on
     SQLite every writer, get their turn between batches), and the draft is published in one
@@ -229,8 +235,7 @@ def task_set_import(
     died are swept (`task_set_drafts_sweep`). Identical content (same items, same splits) as
     the latest version creates no new version.
     """
-    if file_format not in ("jsonl", "csv"):
-        raise ValidationError({"format": "must be jsonl or csv"})
+    _check_format(file_format, preset)
     default_seed, default_fraction = _split_defaults(task_set)
     seed = default_seed if split_seed is None else split_seed
     fraction = default_fraction if heldout_fraction is None else heldout_fraction
@@ -240,7 +245,8 @@ def task_set_import(
     draft = None if dry_run else _draft_create(task_set, seed, fraction, source_name, by)
     try:
         try:
-            _store_items(report, draft, read_items(stream, file_format), seed=seed, fraction=fraction)
+            items = read_items(stream, file_format, preset)
+            _store_items(report, draft, items, seed=seed, fraction=fraction)
         except FileFormatError as exc:
             report.add_error(exc.error)
         if report.ok and report.item_count == 0:
@@ -258,6 +264,54 @@ def task_set_import(
             {"task_set": task_set.pk, "version": draft.number, "items": draft.item_count},
         )
     return report
+
+
+def _check_format(file_format: str, preset: str) -> None:
+    if file_format not in ("jsonl", "csv"):
+        raise ValidationError({"format": "must be jsonl or csv"})
+    if preset not in LINE_PRESETS:
+        raise ValidationError({"format": f"must be one of {', '.join(IMPORT_FORMATS)}; got {preset!r}"})
+
+
+def task_set_create_with_import(
+    *,
+    project: Project,
+    name: str,
+    by: AbstractBaseUser,
+    open_stream: Callable[[], Iterable[bytes]],
+    file_format: str,
+    preset: str = "auto",
+    **options: Any,
+) -> tuple[TaskSet | None, ImportReport]:
+    """A new task set holding the file as its first version, or, on any error, no task set at all.
+
+    The file is read twice: validated before the set exists (a bad line creates nothing), then
+    imported; a set whose import fails even so (a store error, an interruption) is deleted again.
+    """
+    _check_format(file_format, preset)
+    name = name.strip()
+    if TaskSet.objects.filter(project=project, name=name).exists():
+        raise ValidationError({"name": f"this project already has a task set named {name!r}"})
+    check = ImportReport()
+    try:
+        items = read_items(open_stream(), file_format, preset)
+        _store_items(check, None, items, seed=options.get("split_seed") or 0, fraction=0.0)
+    except FileFormatError as exc:
+        check.add_error(exc.error)
+    if check.ok and check.item_count == 0:
+        check.add_error(ItemError(0, None, "the file holds no items"))
+    if not check.ok:
+        return None, check
+    task_set = task_set_create(project=project, name=name, by=by)
+    report = None
+    try:
+        report = task_set_import(
+            task_set=task_set, stream=open_stream(), file_format=file_format, by=by, preset=preset, **options
+        )
+    finally:
+        if report is None or not report.ok:
+            task_set.delete()  # its versions and items go with it
+    return (task_set if report.ok else None), report
 
 
 def _draft_create(
@@ -382,7 +436,9 @@ def _store_items(
 STAGED_IMPORT_TTL = timedelta(hours=24)
 
 
-def staged_import_create(*, task_set: TaskSet, by: AbstractBaseUser, upload: File) -> StagedImport:
+def staged_import_create(
+    *, task_set: TaskSet, by: AbstractBaseUser, upload: File, file_format: str | None = None
+) -> StagedImport:
     """Keep an upload until its preview is confirmed. One pending upload per user and task set,
     and uploads nobody confirmed within a day are removed, so abandoned previews do not pile up."""
     stale = StagedImport.objects.filter(user=by, task_set=task_set) | StagedImport.objects.filter(
@@ -390,7 +446,7 @@ def staged_import_create(*, task_set: TaskSet, by: AbstractBaseUser, upload: Fil
     )
     for old in stale:
         staged_import_discard(staged=old)
-    file_format = guess_format(upload.name)
+    file_format = file_format or guess_format(upload.name)
     staged = StagedImport(
         task_set=task_set, user=by, original_name=upload.name[:255], file_format=file_format
     )

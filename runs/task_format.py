@@ -18,6 +18,10 @@ the seeded rule), `metadata` (any object). Then, by kind:
   built-in tools it offers, by name or as OpenAI function objects; all by default), `test_file`
   (what `run_tests` runs), `system`, `messages` (a demonstration conversation, as exports write)
 
+A line without `kind` in one of the field's published layouts (HumanEval, MBPP, APPS,
+CodeContests, LiveCodeBench: `runs.published_formats`) is recognised by its fields and mapped to
+a code item; an import's `format` may also force one layout for every line.
+
 An answer or code item may hold a conversation instead of a `prompt`: `messages`, a list of
 `{"role": "system" | "user" | "assistant", "content": str}` ending with the user's turn (a system
 message only first). Tiers that chat render it with the model's chat template
@@ -40,6 +44,7 @@ from typing import Any
 
 from inference.chat import messages_problems, prompt_summary
 from inference.tool_chat import tools_problem
+from runs.published_formats import PRESETS, TITLES, LineError, published_field, recognise_line, to_code_item
 from sandboxes.formats import COMPARE_MODES, FORMATS, item_test_problems
 from sandboxes.interface import image_problem, limits_problems
 from webapp import strict_json
@@ -137,8 +142,15 @@ def _check_files(line: int, name: str, files: dict[str, Any]) -> list[ItemError]
     return errors
 
 
-def validate_item(line: int, raw: Any) -> tuple[ParsedItem | None, list[ItemError]]:
-    """Validate one decoded item; return the normalised item, or the list of what is wrong."""
+def validate_item(line: int, raw: Any, preset: str = "auto") -> tuple[ParsedItem | None, list[ItemError]]:
+    """Validate one decoded item; return the normalised item, or the list of what is wrong.
+
+    `preset`: auto (a line without `kind` in a published format is recognised by its fields),
+    flywheel (Flywheel's own lines only), or one of `published_formats.PRESETS` (every line).
+    """
+    source = _published_source(raw, preset)
+    if source is not None:
+        return _validate_published(line, raw, source)
     if not isinstance(raw, dict):
         return None, [ItemError(line, None, "each line must be a JSON object")]
     kind = raw.get("kind", "answer")
@@ -179,6 +191,28 @@ def validate_item(line: int, raw: Any) -> tuple[ParsedItem | None, list[ItemErro
     external_id = raw.get("id") or derived_id(kind, data)
     text = prompt_summary(data["messages"]) if "messages" in data else data[TEXT_FIELD[kind]]
     return ParsedItem(line, str(external_id), kind, raw.get("split"), text, data), []
+
+
+def _published_source(raw: Any, preset: str) -> str | None:
+    if preset in PRESETS:
+        return preset
+    return recognise_line(raw) if preset == "auto" and isinstance(raw, dict) else None
+
+
+def _validate_published(line: int, raw: Any, source: str) -> tuple[ParsedItem | None, list[ItemError]]:
+    """A published line, mapped to a code item; problems name the published field."""
+    title = TITLES[source]
+    if not isinstance(raw, dict):
+        return None, [ItemError(line, None, f"each line must be a JSON object ({title} line)")]
+    try:
+        mapped = to_code_item(raw, source)
+    except LineError as exc:
+        return None, [ItemError(line, exc.field, f"{exc.message} ({title} line)")]
+    parsed, errors = validate_item(line, mapped, "flywheel")
+    return parsed, [
+        ItemError(error.line, published_field(source, error.field), f"{error.message} ({title} line)")
+        for error in errors
+    ]
 
 
 def _check_common(line: int, raw: dict[str, Any]) -> list[ItemError]:
@@ -275,7 +309,9 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def read_jsonl(lines: Iterable[str]) -> Iterator[tuple[ParsedItem | None, list[ItemError]]]:
+def read_jsonl(
+    lines: Iterable[str], preset: str = "auto"
+) -> Iterator[tuple[ParsedItem | None, list[ItemError]]]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -285,7 +321,7 @@ def read_jsonl(lines: Iterable[str]) -> Iterator[tuple[ParsedItem | None, list[I
             where = f" at column {exc.colno}" if exc.colno is not None else ""
             yield None, [ItemError(number, None, f"{exc.reason}{where}")]
             continue
-        yield validate_item(number, raw)
+        yield validate_item(number, raw, preset)
 
 
 CSV_COLUMNS = {"prompt", "reference", "id", "split"}
@@ -313,13 +349,13 @@ def read_csv(lines: Iterable[str]) -> Iterator[tuple[ParsedItem | None, list[Ite
 
 
 def read_items(
-    stream: io.BufferedIOBase | Iterable[bytes], file_format: str
+    stream: io.BufferedIOBase | Iterable[bytes], file_format: str, preset: str = "auto"
 ) -> Iterator[tuple[ParsedItem | None, list[ItemError]]]:
     """Decode a byte stream line by line; never holds the whole file in memory."""
     text = _decode_lines(stream)
     if file_format == "csv":
         return read_csv(text)
-    return read_jsonl(text)
+    return read_jsonl(text, preset)
 
 
 def _decode_lines(stream: Iterable[bytes]) -> Iterator[str]:
@@ -338,6 +374,28 @@ class FileFormatError(Exception):
 
 def guess_format(filename: str) -> str:
     return "csv" if filename.lower().endswith(".csv") else "jsonl"
+
+
+# What an import's `format` may say: the file's syntax (jsonl, csv), or how its JSONL lines are
+# read: auto (Flywheel's lines, and published lines recognised by their fields), flywheel (only
+# Flywheel's own), or one published format for every line.
+IMPORT_FORMATS = ("auto", "jsonl", "csv", "flywheel", *PRESETS)
+LINE_PRESETS = ("auto", "flywheel", *PRESETS)
+
+
+def resolve_format(choice: str | None, filename: str) -> tuple[str, str]:
+    """(file format, line preset) for an import's `format` and the file's name.
+
+    >>> resolve_format(None, "tasks.csv"), resolve_format("auto", "he.jsonl")
+    (('csv', 'auto'), ('jsonl', 'auto'))
+    >>> resolve_format("humaneval", "he.txt"), resolve_format("jsonl", "x.csv")
+    (('jsonl', 'humaneval'), ('jsonl', 'auto'))
+    """
+    if choice in (None, "", "auto"):
+        return guess_format(filename), "auto"
+    if choice in ("jsonl", "csv"):
+        return choice, "auto"
+    return "jsonl", choice
 
 
 def stable_split(external_id: str, *, seed: int, heldout_fraction: float) -> str:

@@ -28,6 +28,7 @@ from runs import forms, runs_table, selectors, services
 from runs.demo import DEMO_FUNCTIONS, demo_project_for, demo_run_launch
 from runs.models import Membership, Project, StagedImport, TaskItem, TaskSet, TaskSetVersion
 from runs.roles import Permission, Role, role_allows
+from runs.task_format import resolve_format
 from webapp.streaming import streamed
 
 ITEMS_PER_PAGE = 50
@@ -270,11 +271,13 @@ def _staged_discard(staged: StagedImport) -> None:
 def _run_import(
     staged: StagedImport, *, by: AbstractBaseUser, options: dict[str, Any], dry_run: bool
 ) -> services.ImportReport:
+    _, preset = resolve_format(options.get("format"), staged.original_name)
     with staged.file.open("rb") as stream:
         return services.task_set_import(
             task_set=staged.task_set,
             stream=stream,
             file_format=staged.file_format,
+            preset=preset,
             by=by,
             source_name=staged.original_name,
             split_seed=options.get("split_seed"),
@@ -293,10 +296,12 @@ def task_set_import(request: HttpRequest, task_set_id: int) -> HttpResponse:
     form = forms.ImportForm(request.POST, request.FILES)
     if not form.is_valid():
         return render(request, "runs/import_form.html", context | {"form": form})
+    upload = form.cleaned_data["file"]
+    file_format, _ = resolve_format(form.cleaned_data["format"], upload.name)
     staged = services.staged_import_create(
-        task_set=task_set, by=request.user, upload=form.cleaned_data["file"]
+        task_set=task_set, by=request.user, upload=upload, file_format=file_format
     )
-    options = {key: form.cleaned_data[key] for key in ("split_seed", "heldout_fraction")}
+    options = {key: form.cleaned_data[key] for key in ("split_seed", "heldout_fraction", "format")}
     try:
         report = _run_import(staged, by=request.user, options=options, dry_run=True)
     except ValidationError as exc:
@@ -314,7 +319,7 @@ def task_set_import(request: HttpRequest, task_set_id: int) -> HttpResponse:
 def import_confirm(request: HttpRequest, task_set_id: int, staged_id: int) -> HttpResponse:
     task_set = selectors.task_set_for(user=request.user, task_set_id=task_set_id, permission=Permission.EDIT)
     staged = _staged_for(request.user, task_set, staged_id)
-    options_form = forms.SplitForm(request.POST)
+    options_form = forms.ImportOptionsForm(request.POST)
     if not options_form.is_valid():
         messages.error(request, "The split settings changed in between; upload the file again.")
         return redirect("task-set-import", task_set_id=task_set.pk)

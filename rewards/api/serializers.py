@@ -154,7 +154,8 @@ class DryRunInputSerializer(serializers.Serializer):
         child=serializers.JSONField(),
         required=False,
         max_length=DRY_RUN_MAX_PAIRS,
-        help_text="Task items ({id, kind, ...}, as the task library exports them)",
+        help_text="Task items ({id, kind, ...}, as the task library exports them), read as an import "
+        "reads a file's lines (a published HumanEval, MBPP, APPS or LiveCodeBench line is mapped)",
     )
     task_set_version = serializers.IntegerField(
         required=False, min_value=1, help_text="Instead of `items`: a task set version id"

@@ -180,7 +180,7 @@ class RewardRuleDryRunView(ApiView):
                 raise Http404("no such task set version") from None
             items = services.task_items_for_dry_run(version=task_set_version, item_ids=data.get("item_ids"))
         else:
-            items = data["items"]
+            items = services.pasted_items(data["items"])
         run = services.reward_rule_dry_run(version=version, items=items, samples=data["samples"])
         return Response(s.DryRunResultSerializer(run).data)
 

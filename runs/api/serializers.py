@@ -9,6 +9,7 @@ from rest_framework import serializers
 from inference.settings import TIER_FIELDS
 from runs.models import ApiToken, Membership, Project, TaskItem, TaskSet, TaskSetVersion, Tier
 from runs.roles import ROLE_PERMISSIONS, Permission, Role
+from runs.task_format import IMPORT_FORMATS
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -173,7 +174,12 @@ class SplitSettingsSerializer(serializers.Serializer):
 class ImportInputSerializer(serializers.Serializer):
     file = serializers.FileField(help_text="JSONL (any kind of item) or CSV (answer items)")
     format = serializers.ChoiceField(
-        choices=["jsonl", "csv"], required=False, help_text="Default: guessed from the file name"
+        choices=list(IMPORT_FORMATS),
+        required=False,
+        help_text="auto (default): CSV or JSONL from the file name, each JSONL line in Flywheel's "
+        "format or a published one (HumanEval, MBPP, APPS, CodeContests, LiveCodeBench) recognised "
+        "by its fields; jsonl, csv: that syntax; flywheel: Flywheel's lines only; humaneval, mbpp, "
+        "apps, codecontests, livecodebench: every line in that format",
     )
     split_seed = serializers.IntegerField(
         min_value=INT64_MIN, max_value=INT64_MAX, required=False, help_text="Default: the latest version's"

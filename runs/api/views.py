@@ -22,7 +22,7 @@ from runs.api import serializers as s
 from runs.api.schema import FlywheelAutoSchema
 from runs.roles import Permission
 from runs.services import ImportReport
-from runs.task_format import guess_format
+from runs.task_format import resolve_format
 from webapp.api import NewestFirstCursorPagination, bounded_integers, error_body, idempotent
 from webapp.streaming import streamed
 
@@ -221,10 +221,12 @@ class TaskSetImportView(ApiView):
         task_set = selectors.task_set_for(user=request.user, task_set_id=id, permission=Permission.EDIT)
         data = self.validated(s.ImportInputSerializer)
         upload = data["file"]
+        file_format, preset = resolve_format(data.get("format"), upload.name)
         report = services.task_set_import(
             task_set=task_set,
             stream=upload,  # iterated line by line; never read whole
-            file_format=data.get("format") or guess_format(upload.name),
+            file_format=file_format,
+            preset=preset,
             by=request.user,
             source_name=upload.name,
             split_seed=data.get("split_seed"),

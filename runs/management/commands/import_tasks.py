@@ -9,7 +9,7 @@ from rewards.references import references_verify
 from runs import selectors, services
 from runs.management.commands.verify_references import progress_stream, summary
 from runs.models import Project, TaskSet
-from runs.task_format import guess_format
+from runs.task_format import IMPORT_FORMATS, resolve_format
 
 
 class Command(BaseCommand):
@@ -20,7 +20,15 @@ class Command(BaseCommand):
         parser.add_argument("task_set", help="Task set name")
         parser.add_argument("file", help="Path to a .jsonl or .csv file")
         parser.add_argument("--user", required=True, help="Who imports it (needs launcher or owner role)")
-        parser.add_argument("--format", choices=["jsonl", "csv"], help="Default: from the file name")
+        parser.add_argument(
+            "--format",
+            choices=IMPORT_FORMATS,
+            default="auto",
+            help="auto (default): CSV or JSONL from the file name, and each JSONL line in Flywheel's "
+            "format or a published one (HumanEval, MBPP, APPS, CodeContests, LiveCodeBench) recognised "
+            "by its fields; flywheel: only Flywheel's lines; humaneval, mbpp, apps, codecontests, "
+            "livecodebench: every line in that format",
+        )
         parser.add_argument("--split-seed", type=int)
         parser.add_argument("--heldout-fraction", type=float)
         parser.add_argument("--dry-run", action="store_true", help="Validate and report; import nothing")
@@ -40,27 +48,35 @@ class Command(BaseCommand):
                 f"{user.username} may not import into {project.name} (needs launcher or owner)"
             )
         task_set = TaskSet.objects.filter(project=project, name=opts["task_set"]).first()
-        if task_set is None:
-            if opts["dry_run"]:
-                raise CommandError(f"no task set named {opts['task_set']!r}; a dry run creates nothing")
-            task_set = services.task_set_create(project=project, name=opts["task_set"], by=user)
+        if task_set is None and opts["dry_run"]:
+            raise CommandError(f"no task set named {opts['task_set']!r}; a dry run creates nothing")
         path = opts["file"]
-        with open(path, "rb") as handle, tqdm(total=os.path.getsize(path), unit="B", unit_scale=True) as bar:
-            try:
-                report = services.task_set_import(
-                    task_set=task_set,
-                    stream=_tracked(handle, bar),
-                    file_format=opts["format"] or guess_format(path),
-                    by=user,
-                    source_name=os.path.basename(path),
-                    split_seed=opts["split_seed"],
-                    heldout_fraction=opts["heldout_fraction"],
-                    dry_run=opts["dry_run"],
+        file_format, preset = resolve_format(opts["format"], path)
+        options = {
+            "file_format": file_format,
+            "preset": preset,
+            "by": user,
+            "source_name": os.path.basename(path),
+            "split_seed": opts["split_seed"],
+            "heldout_fraction": opts["heldout_fraction"],
+        }
+        try:
+            if task_set is None:  # created only with its first version: a failed import leaves no set
+                task_set, report = services.task_set_create_with_import(
+                    project=project,
+                    name=opts["task_set"],
+                    open_stream=lambda: self._read(path),
+                    **options,
                 )
-            except ValidationError as exc:
-                raise CommandError(
-                    "; ".join(f"{k}: {', '.join(v)}" for k, v in exc.message_dict.items())
-                ) from None
+            else:
+                with open(path, "rb") as handle:
+                    report = services.task_set_import(
+                        task_set=task_set, stream=self._read(path, handle), dry_run=opts["dry_run"], **options
+                    )
+        except ValidationError as exc:
+            raise CommandError(
+                "; ".join(f"{k}: {', '.join(v)}" for k, v in exc.message_dict.items())
+            ) from None
         if not report.ok:
             for error in report.errors:
                 self.stderr.write(f"{path}: {error}")
@@ -79,8 +95,13 @@ class Command(BaseCommand):
             if references.broken:
                 raise CommandError(f"imported, but {len(references.broken)} references are broken")
 
-
-def _tracked(handle, bar):
-    for line in handle:
-        bar.update(len(line))
-        yield line
+    def _read(self, path: str, handle=None):
+        """The file's lines, with a progress bar; opened here when no handle is given."""
+        if handle is None:
+            with open(path, "rb") as opened:
+                yield from self._read(path, opened)
+            return
+        with tqdm(total=os.path.getsize(path), unit="B", unit_scale=True, file=progress_stream(self)) as bar:
+            for line in handle:
+                bar.update(len(line))
+                yield line
