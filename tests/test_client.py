@@ -264,6 +264,13 @@ def test_the_command_line_imports_launches_lists_cancels_logs_and_exports(server
     imported = flywheel(server_url, token, "--json", "tasks", "import", str(task_set.pk), str(path))
     assert imported.returncode == 0, imported.stderr
     assert json.loads(imported.stdout)["item_count"] == 3
+    versions = task_set.versions.count()
+    forced = ["tasks", "import", "--format", "humaneval", str(task_set.pk), str(path)]
+    refused = flywheel(server_url, token, *forced)
+    assert refused.returncode != 0  # not HumanEval lines: refused, line by line and field by field
+    why = "nothing imported: line 1, field 'canonical_solution': is required (HumanEval line)"
+    assert why in refused.stderr
+    assert task_set.versions.count() == versions  # nothing written
     launch = [
         "runs", "launch", "--project", str(ids["project"]), "--name", "cli", "--task-set-version",
         str(ids["task_set_version"]), "--reward-rule-version", str(ids["reward_rule_version"]),

@@ -167,7 +167,8 @@ def tasks_import(client: Client, args: argparse.Namespace, out: Output) -> int:
     bar = out.bar(total=path.stat().st_size, desc=f"upload {path.name}", unit="B", unit_scale=True)
     upload = ProgressFile(path, bar)
     try:
-        version = client.task_sets.import_file(args.task_set, upload, dry_run=args.dry_run)
+        options = {"dry_run": args.dry_run, "format": args.format}
+        version = client.task_sets.import_file(args.task_set, upload, **options)
     finally:
         upload.close()
         bar.close()
@@ -322,6 +323,12 @@ def parser() -> argparse.ArgumentParser:
     importing.add_argument("task_set", type=int)
     importing.add_argument("file")
     importing.add_argument("--dry-run", action="store_true", help="validate and preview only")
+    importing.add_argument(
+        "--format",
+        default=None,
+        help="auto (default; published HumanEval, MBPP, APPS, CodeContests, LiveCodeBench lines are "
+        "recognised), jsonl, csv, flywheel, or a published format to force",
+    )
     importing.set_defaults(handler=tasks_import)
 
     traces = commands.add_parser("traces", help="report production traces")

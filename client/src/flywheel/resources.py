@@ -114,6 +114,7 @@ class TaskSets(Resource):
         file: str | os.PathLike | IO[bytes],
         *,
         dry_run: bool = False,
+        format: str | None = None,  # the API's own name for it
         split_seed: int | None = None,
         heldout_fraction: float | None = None,
         verify_references: bool = False,
@@ -121,11 +122,14 @@ class TaskSets(Resource):
     ) -> JSON:
         """Import a JSONL or CSV file (a path or an open binary file) as a new version. A file with
         any error imports nothing and raises BadRequestError, whose `details` name each line and field.
+        `format`: auto (the default: published HumanEval, MBPP, APPS, CodeContests and LiveCodeBench
+        lines are recognised by their fields), or one of them to force it.
         `verify_references`: then run each code item's reference against its tests (`references`)."""
         handle = open(file, "rb") if isinstance(file, (str, os.PathLike)) else file  # noqa: SIM115
         name = Path(getattr(handle, "name", "tasks.jsonl")).name
         data = _body(
             dry_run="true" if dry_run else None,
+            format=format,
             split_seed=split_seed,
             heldout_fraction=heldout_fraction,
             verify_references="true" if verify_references else None,
