@@ -155,7 +155,9 @@ def last_evaluated_step(run_id: int) -> int | None:
 
 
 def item_change(before: float, after: float) -> str:
-    """>>> item_change(0.0, 1.0), item_change(1.0, 1.0), item_change(1.0, 0.5)
+    """How one item's score moved.
+
+    >>> item_change(0.0, 1.0), item_change(1.0, 1.0), item_change(1.0, 0.5)
     ('improved', 'unchanged', 'regressed')
     """
     return "improved" if after > before else "regressed" if after < before else "unchanged"

@@ -501,6 +501,29 @@ def preference_body(w):
     return {"chosen": w["trajectory"].pk, "rejected": other.pk}
 
 
+def review_training_id(w):
+    """A Train on reviews of the world's run: the run itself stands in as the reviews run (no
+    second run is needed to check who may read the result)."""
+    from reviews.models import ReviewTraining
+
+    run = run_of(w)
+    if "review_training" not in w:
+        w["review_training"] = ReviewTraining.objects.create(
+            run=run,
+            parent=run,
+            checkpoint=w["checkpoint"],
+            method="dpo",
+            counts={
+                "pairs": 1,
+                "from_preferences": 1,
+                "from_labels": 0,
+                "heldout_items": 1,
+                "skipped": {"empty": 0, "identical": 0, "duplicate": 0, "multi_step": 0},
+            },
+        )
+    return {"id": w["review_training"].pk}
+
+
 REVIEW_CASES = [
     Case("api-reviews", "get", SELF, query=lambda w: {"run": run_of(w).pk}),
     Case(
@@ -514,6 +537,7 @@ REVIEW_CASES = [
     Case("api-review-queues", "get", SELF, query=lambda w: {"run": run_of(w).pk}),
     Case("api-review-queues", "post", "review", body=lambda w: {"run": run_of(w).pk, "name": "mine"}),
     Case("api-review-queue", "get", "view", queue_id),
+    Case("api-review-training", "get", "view", review_training_id),
     Case("api-review-queue-items", "get", "view", queue_id),
     Case(
         "api-review-queue-assign",
