@@ -213,6 +213,9 @@ class TestRunResult:
     tests: tuple[TestCaseResult, ...]
     execution: ExecResult
     extra_findings: tuple[Finding, ...] = ()
+    # tests whose verdict is the in-sandbox harness's (asserts the host could not take over:
+    # sandboxes/values.py); the others' outcomes are the host's own comparison of reported values
+    unrewritable: tuple[str, ...] = ()
 
     @property
     def findings(self) -> tuple[Finding, ...]:

@@ -139,6 +139,9 @@ def unit_tests(
         except (TestFormatError, ValueError) as exc:  # the item's tests do not parse
             raise GradingError("grader_exception", str(exc)) from None
     context.notes["test_run"] = result
+    if test_format in ("flywheel", "candidate", "namespace"):
+        # tests the host could not decide from values keep the in-sandbox verdict: shown on the item
+        context.notes["unrewritable_tests"] = list(result.unrewritable)
     if not result.tests:
         raise GradingError("grader_exception", "the item's tests hold no test in their format")
     timed_out = [test.name for test in result.tests if test.outcome == Outcome.TIMEOUT]
@@ -181,6 +184,7 @@ def run_item_tests(
         solution=solution_file.removesuffix(".py").replace("/", "."),
         per_test_seconds=per_test_seconds,
         files=solution,
+        host_decides=True,
     )
 
 

@@ -1,0 +1,304 @@
+"""Tests the host decides: the asserts of a test source that compare a call's result with a literal.
+
+The sandbox evaluates only the call. Each rewritable `assert <expr> == <literal>` (also `!=`, `is`
+and `is not` None/True/False, bare `assert <expr>` and `assert not <expr>`) is sent to the sandbox
+as `assert __flywheel_value__(i, (<expr>))`: the harness serialises the result to plain data
+(numbers, strings, bytes, lists, tuples, sets, dicts, None, bools, each of exactly its built-in
+type) and reports it, and the host decodes it into values of its own and compares them here with the
+expected literal, which never enters the sandbox. No object the solution made takes part in a
+comparison, and a forged "passed" record means nothing: the host reads values, never verdicts, for
+these tests. A test is decided here only when every assert in it is rewritable and a direct
+statement of the test; the others ("unrewritable") keep the in-sandbox harness's verdict.
+
+Pure functions over source text (no sandbox, no Django); line numbers are kept, so the tests keep
+their names ("line N", "check line N", test_* functions).
+"""
+
+import ast
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+
+from sandboxes.formats import candidate_tests, check_function, holds_assert
+from sandboxes.interface import Outcome, TestCaseResult
+
+VALUE_NAME = "__flywheel_value__"
+SINGLETONS = (None, True, False)
+MAX_DEPTH = 100
+
+
+class ValueRecordError(ValueError):
+    """A value record the host cannot decode into plain data."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueCheck:
+    index: int
+    op: str  # "==", "!=", "is", "is not", "truthy", "falsy"
+    expected: object  # plain data, from the test's literal
+    source: str  # the assert as written, for messages
+
+    def holds(self, actual: object) -> bool:
+        """Whether the decoded `actual` satisfies the assert (host values on both sides).
+
+        >>> ValueCheck(0, "==", 3, "").holds(3), ValueCheck(0, "is", None, "").holds(0)
+        (True, False)
+        """
+        if self.op == "==":
+            return bool(actual == self.expected)
+        if self.op == "!=":
+            return bool(actual != self.expected)
+        if self.op == "is":
+            return actual is self.expected
+        if self.op == "is not":
+            return actual is not self.expected
+        return bool(actual) == (self.op == "truthy")
+
+
+@dataclasses.dataclass(frozen=True)
+class ValuePlan:
+    source: str  # the tests as sent to the sandbox
+    checks: tuple[ValueCheck, ...]
+    units: Mapping[str, tuple[int, ...]]  # test name -> indices of its checks (host-decided tests)
+    unrewritable: tuple[str, ...]  # tests whose verdict stays the in-sandbox harness's
+
+
+def is_literal(node: ast.AST) -> bool:
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def rewritable(node: ast.Assert) -> tuple[ast.expr, str, object] | None:
+    """(the expression the sandbox evaluates, the comparison, the expected value), or None.
+
+    >>> rewritable(ast.parse("assert f(1) == [1, 2]").body[0])[1:]
+    ('==', [1, 2])
+    >>> rewritable(ast.parse("assert 3 != f(1)").body[0])[1:]
+    ('!=', 3)
+    >>> rewritable(ast.parse("assert f(1) < 3").body[0]) is None
+    True
+    """
+    test = node.test
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return test.operand, "falsy", None
+    if not isinstance(test, ast.Compare):
+        return test, "truthy", None
+    if len(test.ops) != 1:
+        return None
+    left, right, op = test.left, test.comparators[0], test.ops[0]
+    if isinstance(op, (ast.Eq, ast.NotEq)):
+        if is_literal(right):
+            actual, expected = left, right
+        elif is_literal(left):
+            actual, expected = right, left
+        else:
+            return None  # both sides computed: the reference would have to run (not here)
+        return actual, "==" if isinstance(op, ast.Eq) else "!=", ast.literal_eval(expected)
+    if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant):
+        if any(right.value is singleton for singleton in SINGLETONS):
+            return left, "is" if isinstance(op, ast.Is) else "is not", right.value
+    return None
+
+
+def unit_asserts(statements: Sequence[ast.stmt]) -> list[ast.Assert] | None:
+    """The test's asserts when each is a direct, rewritable statement of it; None otherwise."""
+    direct = [statement for statement in statements if isinstance(statement, ast.Assert)]
+    everywhere = [
+        node for statement in statements for node in ast.walk(statement) if isinstance(node, ast.Assert)
+    ]
+    if not direct or len(everywhere) != len(direct):
+        return None
+    if any(rewritable(node) is None for node in direct):
+        return None
+    return direct
+
+
+def test_units(tree: ast.Module, style: str, names: Sequence[str]) -> dict[str, list[ast.stmt]]:
+    """Each test's statements, by the names plan_tests gives them."""
+    if style == "functions":
+        functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+        return {name: functions[name].body for name in names if name in functions}
+    if style == "asserts":
+        return {f"line {node.lineno}": [node] for node in tree.body if holds_assert(node)}
+    check = check_function(tree)
+    if check is None:
+        return {}
+    return {f"check line {statement.lineno}": [statement] for statement in candidate_tests(check)}
+
+
+def value_plan(source: str, path: str, style: str, names: Sequence[str]) -> ValuePlan:
+    """The tests with each host-decidable assert replaced by a value report (see the module).
+
+    >>> plan = value_plan("from solution import f\\nassert f(1) == 2\\nassert f(2) < 3\\n", "t.py", "asserts",
+    ...                   ("line 2", "line 3"))
+    >>> plan.source.splitlines()[1], dict(plan.units), plan.unrewritable
+    ('assert __flywheel_value__(0, (f(1)))', {'line 2': (0,)}, ('line 3',))
+    """
+    unchanged = ValuePlan(source, (), {}, tuple(names))
+    try:
+        tree = ast.parse(source, path)
+    except (SyntaxError, ValueError):
+        return unchanged
+    units = test_units(tree, style, names)
+    checks: list[ValueCheck] = []
+    decided: dict[str, tuple[int, ...]] = {}
+    edits: list[tuple[ast.Assert, ast.expr, int]] = []
+    for name in names:
+        asserts = unit_asserts(units.get(name, []))
+        if asserts is None:
+            continue
+        indices = []
+        for node in asserts:
+            actual, op, expected = rewritable(node)  # type: ignore[misc]
+            index = len(checks)
+            written = ast.get_source_segment(source, node) or ast.unparse(node)
+            checks.append(ValueCheck(index, op, expected, written))
+            edits.append((node, actual, index))
+            indices.append(index)
+        decided[name] = tuple(indices)
+    if not decided:
+        return unchanged
+    rewritten = replaced(source, edits)
+    try:
+        ast.parse(rewritten, path)
+    except (SyntaxError, ValueError):
+        return unchanged
+    return ValuePlan(rewritten, tuple(checks), decided, tuple(name for name in names if name not in decided))
+
+
+def replaced(source: str, edits: list[tuple[ast.Assert, ast.expr, int]]) -> str:
+    """Each assert's text replaced by its value report, padded so that every line keeps its number."""
+    data = source.encode()
+    starts = [0] + [position + 1 for position, byte in enumerate(data) if byte == 0x0A]
+    for node, actual, index in sorted(
+        edits, key=lambda edit: (edit[0].lineno, edit[0].col_offset), reverse=True
+    ):
+        expression = ast.get_source_segment(source, actual) or ast.unparse(actual)
+        padding = "\n" * ((node.end_lineno or node.lineno) - node.lineno - expression.count("\n"))
+        text = f"assert {VALUE_NAME}({index}, ({expression}{padding}))".encode()
+        begin = starts[node.lineno - 1] + node.col_offset
+        end = starts[(node.end_lineno or node.lineno) - 1] + (node.end_col_offset or 0)
+        data = data[:begin] + text + data[end:]
+    return data.decode()
+
+
+# -- the values reported -------------------------------------------------------------------------------
+
+SEQUENCES = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
+
+
+def decode(raw: object, depth: int = 0) -> object:
+    """A value record's plain data as the host's own objects; ValueRecordError when malformed.
+
+    >>> decode({"tuple": [1, {"list": ["a"]}, None]})
+    (1, ['a'], None)
+    >>> decode({"dict": [[{"frozenset": [1]}, True]]})
+    {frozenset({1}): True}
+    """
+    if depth > MAX_DEPTH:
+        raise ValueRecordError("nested too deep")
+    if raw is None or type(raw) in (bool, int, float, str):
+        return raw
+    if type(raw) is dict and len(raw) == 1:
+        ((tag, body),) = raw.items()
+        try:
+            if tag in SEQUENCES and type(body) is list:
+                return SEQUENCES[tag](decode(element, depth + 1) for element in body)
+            if tag == "dict" and type(body) is list:
+                return {
+                    decode(pair[0], depth + 1): decode(pair[1], depth + 1)
+                    for pair in body
+                    if type(pair) is list and len(pair) == 2 or fail("a dict entry is not a pair")
+                }
+            if tag == "bytes" and type(body) is str:
+                return bytes.fromhex(body)
+        except TypeError as exc:  # an unhashable set element or dict key
+            raise ValueRecordError(str(exc)) from None
+    raise ValueRecordError(f"not plain data: {json.dumps(raw)[:200]}")
+
+
+def fail(message: str) -> bool:
+    raise ValueRecordError(message)
+
+
+def safe_repr(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 1000 else text[:1000] + "…"
+
+
+def reported_values(report: str, nonce: str) -> dict[int, dict]:
+    """The first value record of this run for each check index (a record the code forged can only
+    carry a value it computed, as returning it would)."""
+    found: dict[int, dict] = {}
+    for line in report.splitlines():
+        if '"value"' not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict) or event.get("nonce") != nonce or event.get("event") != "value":
+            continue
+        index = event.get("index")
+        if type(index) is int and index not in found:
+            found[index] = event
+    return found
+
+
+def judged(check: ValueCheck, event: dict | None) -> tuple[bool, str, str | None]:
+    """(holds, message, actual as text) for one check and its value record (None: none came)."""
+    if event is None:
+        return False, f"no value came back: {check.source}", None
+    if "error" in event:
+        return False, f"{str(event['error'])[:500]}: {check.source}", None
+    try:
+        actual = decode(event.get("value"))
+    except ValueRecordError as exc:
+        return False, f"the value reported is not plain data ({exc})", None
+    shown = safe_repr(actual)
+    if check.holds(actual):
+        return True, "", shown
+    return False, f"got {shown}: {check.source}", shown
+
+
+def expected_text(check: ValueCheck) -> str:
+    if check.op == "truthy":
+        return "a true value"
+    if check.op == "falsy":
+        return "a false value"
+    return (
+        safe_repr(check.expected) if check.op in ("==", "is") else f"{check.op} {safe_repr(check.expected)}"
+    )
+
+
+def decided(
+    tests: Sequence[TestCaseResult], plan: ValuePlan, report: str, nonce: str
+) -> tuple[TestCaseResult, ...]:
+    """The harness's results with each host-decided test's outcome replaced by the host's verdict:
+    a pass only when every one of its checks got a value that holds. A test that got no value keeps
+    the harness's account of why (a timeout, an exception), never its pass."""
+    values = reported_values(report, nonce)
+    results = []
+    for test in tests:
+        indices = plan.units.get(test.name)
+        if indices is None:
+            results.append(test)
+            continue
+        verdict = TestCaseResult(test.name, Outcome.PASS, test.duration)
+        for index in indices:
+            check = plan.checks[index]
+            holds, message, actual = judged(check, values.get(index))
+            if holds:
+                continue
+            if index not in values and test.outcome != Outcome.PASS:
+                verdict = test  # no value: the harness saw why (the call raised or ran too long)
+            else:
+                verdict = TestCaseResult(
+                    test.name, Outcome.FAIL, test.duration, message, expected_text(check), actual
+                )
+            break
+        results.append(verdict)
+    return tuple(results)
