@@ -37,6 +37,7 @@ class ValueCheck:
     op: str  # "==", "!=", "is", "is not", "truthy", "falsy"
     expected: object  # plain data, from the test's literal
     source: str  # the assert as written, for messages
+    line: int = 0
 
     def holds(self, actual: object) -> bool:
         """Whether the decoded `actual` satisfies the assert (host values on both sides).
@@ -155,7 +156,7 @@ def value_plan(source: str, path: str, style: str, names: Sequence[str]) -> Valu
             actual, op, expected = rewritable(node)  # type: ignore[misc]
             index = len(checks)
             written = ast.get_source_segment(source, node) or ast.unparse(node)
-            checks.append(ValueCheck(index, op, expected, written))
+            checks.append(ValueCheck(index, op, expected, written, node.lineno))
             edits.append((node, actual, index))
             indices.append(index)
         decided[name] = tuple(indices)
@@ -251,17 +252,17 @@ def reported_values(report: str, nonce: str) -> dict[int, dict]:
 def judged(check: ValueCheck, event: dict | None) -> tuple[bool, str, str | None]:
     """(holds, message, actual as text) for one check and its value record (None: none came)."""
     if event is None:
-        return False, f"no value came back: {check.source}", None
+        return False, f"line {check.line}: no value came back: {check.source}", None
     if "error" in event:
-        return False, f"{str(event['error'])[:500]}: {check.source}", None
+        return False, f"line {check.line}: {str(event['error'])[:500]}: {check.source}", None
     try:
         actual = decode(event.get("value"))
     except ValueRecordError as exc:
-        return False, f"the value reported is not plain data ({exc})", None
+        return False, f"line {check.line}: the value reported is not plain data ({exc})", None
     shown = safe_repr(actual)
     if check.holds(actual):
         return True, "", shown
-    return False, f"got {shown}: {check.source}", shown
+    return False, f"line {check.line}: {check.source}", shown
 
 
 def expected_text(check: ValueCheck) -> str:
