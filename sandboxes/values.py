@@ -286,19 +286,20 @@ def decided(
     for test in tests:
         indices = plan.units.get(test.name)
         if indices is None:
-            results.append(test)
+            results.append(dataclasses.replace(test, decided_by="sandbox"))
             continue
-        verdict = TestCaseResult(test.name, Outcome.PASS, test.duration)
+        verdict = TestCaseResult(test.name, Outcome.PASS, test.duration, decided_by="host")
         for index in indices:
             check = plan.checks[index]
             holds, message, actual = judged(check, values.get(index))
             if holds:
                 continue
             if index not in values and test.outcome != Outcome.PASS:
-                verdict = test  # no value: the harness saw why (the call raised or ran too long)
+                # no value: the harness saw why (the call raised or ran too long)
+                verdict = dataclasses.replace(test, decided_by="host")
             else:
                 verdict = TestCaseResult(
-                    test.name, Outcome.FAIL, test.duration, message, expected_text(check), actual
+                    test.name, Outcome.FAIL, test.duration, message, expected_text(check), actual, "host"
                 )
             break
         results.append(verdict)

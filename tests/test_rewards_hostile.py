@@ -1,8 +1,8 @@
 # The fixtures imported from sandbox_fixtures are test parameters here, not redefinitions:
 # ruff: noqa: F811
-"""Completions that game the reward, in every test format and on both backends, under the default
-`unit_tests` rule: none scores above an honest wrong answer, every one is flagged with evidence, and
-each run's stop reason is exact."""
+"""Completions that game the reward, in every test format and on both backends, under the
+`unit_tests` rule with per-test credit: none scores above an honest wrong answer, every one is
+flagged with evidence, and each run's stop reason is exact."""
 
 import dataclasses
 
@@ -14,7 +14,7 @@ from sandboxes.config import sandbox_settings
 from sandboxes.pool import SandboxPool
 from tests.test_code_formats import HONEST, LINES, WRONG, code_item
 
-RULE = {"type": "unit_tests", "name": "tests"}
+RULE = {"type": "unit_tests", "name": "tests", "score": "pass_rate"}  # per-test credit: the harder case
 PYTHON_FORMATS = ("flywheel", "candidate", "namespace", "pytest")
 ALWAYS_EQUAL = (
     "class Anything:\n    def __eq__(self, other):\n        return True\n\n\n"
