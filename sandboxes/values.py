@@ -16,6 +16,7 @@ their names ("line N", "check line N", test_* functions).
 
 import ast
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping, Sequence
 
@@ -130,7 +131,8 @@ def test_units(tree: ast.Module, style: str, names: Sequence[str]) -> dict[str, 
     return {f"check line {statement.lineno}": [statement] for statement in candidate_tests(check)}
 
 
-def value_plan(source: str, path: str, style: str, names: Sequence[str]) -> ValuePlan:
+@functools.lru_cache(maxsize=512)  # an item's tests are planned once, not on every run
+def value_plan(source: str, path: str, style: str, names: tuple[str, ...]) -> ValuePlan:
     """The tests with each host-decidable assert replaced by a value report (see the module).
 
     >>> plan = value_plan("from solution import f\\nassert f(1) == 2\\nassert f(2) < 3\\n", "t.py", "asserts",
