@@ -118,7 +118,7 @@ def unit_asserts(statements: Sequence[ast.stmt]) -> list[ast.Assert] | None:
     return direct
 
 
-def test_units(tree: ast.Module, style: str, names: Sequence[str]) -> dict[str, list[ast.stmt]]:
+def units_of(tree: ast.Module, style: str, names: Sequence[str]) -> dict[str, list[ast.stmt]]:
     """Each test's statements, by the names plan_tests gives them."""
     if style == "functions":
         functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
@@ -145,7 +145,7 @@ def value_plan(source: str, path: str, style: str, names: tuple[str, ...]) -> Va
         tree = ast.parse(source, path)
     except (SyntaxError, ValueError):
         return unchanged
-    units = test_units(tree, style, names)
+    units = units_of(tree, style, names)
     checks: list[ValueCheck] = []
     decided: dict[str, tuple[int, ...]] = {}
     edits: list[tuple[ast.Assert, ast.expr, int]] = []
