@@ -18,6 +18,7 @@ import ast
 import dataclasses
 import functools
 import json
+import math
 from collections.abc import Mapping, Sequence
 
 from sandboxes.formats import candidate_tests, check_function, holds_assert
@@ -54,7 +55,28 @@ class ValueCheck:
             return actual is self.expected
         if self.op == "is not":
             return actual is not self.expected
+        if self.op in ("abs<", "abs<=", "isclose"):
+            return close_enough(self.op, actual, self.expected)
         return bool(actual) == (self.op == "truthy")
+
+
+def close_enough(op: str, actual: object, expected: object) -> bool:
+    """A number within the tolerance the test wrote (a non-number never is).
+
+    >>> close_enough("abs<", 0.5000001, (0.5, 1e-6)), close_enough("isclose", "2", (2.0, 1e-9, 0.0))
+    (True, False)
+    """
+    if type(actual) not in (int, float) or not isinstance(expected, tuple):
+        return False
+    try:
+        if op == "isclose":
+            target, rel_tol, abs_tol = expected
+            return math.isclose(actual, target, rel_tol=rel_tol, abs_tol=abs_tol)
+        target, tolerance = expected
+        difference = abs(actual - target)
+        return difference < tolerance if op == "abs<" else difference <= tolerance
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +106,9 @@ def rewritable(node: ast.Assert) -> tuple[ast.expr, str, object] | None:
     True
     """
     test = node.test
+    close = closeness(test)
+    if close is not None:
+        return close
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return test.operand, "falsy", None
     if not isinstance(test, ast.Compare):
@@ -105,6 +130,64 @@ def rewritable(node: ast.Assert) -> tuple[ast.expr, str, object] | None:
     return None
 
 
+def closeness(test: ast.expr) -> tuple[ast.expr, str, object] | None:
+    """`abs(<expr> - y) < tol` (or `<=`) and `math.isclose(<expr>, y, rel_tol=..., abs_tol=...)`,
+    y and the tolerances literals: the float comparisons the tests spell out.
+
+    >>> closeness(ast.parse("abs(f(1) - 0.5) < 1e-6", mode="eval").body)[1:]
+    ('abs<', (0.5, 1e-06))
+    >>> closeness(ast.parse("math.isclose(f(1), 2.0, rel_tol=1e-3)", mode="eval").body)[1:]
+    ('isclose', (2.0, 0.001, 0.0))
+    """
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Lt, ast.LtE))
+        and is_literal(test.comparators[0])
+        and isinstance(test.left, ast.Call)
+        and isinstance(test.left.func, ast.Name)
+        and test.left.func.id == "abs"
+        and len(test.left.args) == 1
+        and not test.left.keywords
+        and isinstance(test.left.args[0], ast.BinOp)
+        and isinstance(test.left.args[0].op, ast.Sub)
+        and is_literal(test.left.args[0].right)
+        and not is_literal(test.left.args[0].left)
+    ):
+        op = "abs<" if isinstance(test.ops[0], ast.Lt) else "abs<="
+        expected = (ast.literal_eval(test.left.args[0].right), ast.literal_eval(test.comparators[0]))
+        return test.left.args[0].left, op, expected
+    if (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Attribute)
+        and isinstance(test.func.value, ast.Name)
+        and (test.func.value.id, test.func.attr) == ("math", "isclose")
+        and len(test.args) == 2
+        and is_literal(test.args[1])
+        and not is_literal(test.args[0])
+        and all(k.arg in ("rel_tol", "abs_tol") and is_literal(k.value) for k in test.keywords)
+    ):
+        options = {k.arg: ast.literal_eval(k.value) for k in test.keywords}
+        expected = (ast.literal_eval(test.args[1]), options.get("rel_tol", 1e-9), options.get("abs_tol", 0.0))
+        return test.args[0], "isclose", expected
+    return None
+
+
+def compares_inside(node: ast.AST) -> bool:
+    """An expression that compares by itself (`==`, `and`/`or`, an explicit `x.__eq__(y)`): the
+    sandbox would decide that comparison with the solution's objects, so the host cannot take it.
+
+    >>> compares_inside(ast.parse("f(1) == 2 or f(1) == 3")), compares_inside(ast.parse("f([1, 2])"))
+    (True, False)
+    """
+    for child in ast.walk(node):
+        if isinstance(child, (ast.Compare, ast.BoolOp)):
+            return True
+        if isinstance(child, ast.Attribute) and child.attr.startswith("__"):
+            return True
+    return False
+
+
 def unit_asserts(statements: Sequence[ast.stmt]) -> list[ast.Assert] | None:
     """The test's asserts when each is a direct, rewritable statement of it; None otherwise."""
     direct = [statement for statement in statements if isinstance(statement, ast.Assert)]
@@ -113,8 +196,10 @@ def unit_asserts(statements: Sequence[ast.stmt]) -> list[ast.Assert] | None:
     ]
     if not direct or len(everywhere) != len(direct):
         return None
-    if any(rewritable(node) is None for node in direct):
-        return None
+    for node in direct:
+        found = rewritable(node)
+        if found is None or compares_inside(found[0]):
+            return None
     return direct
 
 

@@ -41,6 +41,8 @@ def test_each_rewritable_assert_leaves_its_expected_value_on_the_host_and_keeps_
     ]
     assert dict(plan.units) == {"line 2": (0,), "line 3": (1,), "line 6": (2,), "line 7": (3,)}
     assert plan.unrewritable == ("line 8", "line 9")
+    compares = "from solution import f\nassert f(1) == 2 or f(1) == 3\nassert (f(1) == 2) == True\n"
+    assert plan_of(compares).unrewritable == ("line 2", "line 3")  # their comparisons stay in the sandbox
     assert "secret-1" not in plan.source and "secret-2" not in plan.source
     assert "secret-3" in plan.source  # the unrewritable loop keeps the in-sandbox verdict
     assert len(plan.source.splitlines()) == len(source.splitlines())
@@ -80,7 +82,7 @@ def backend_pool(backend):
 
 
 STUBBABLE = {
-    "flywheel": "from solution import double\n\nassert True\nassert double(0) is None or double(0) == 0\n"
+    "flywheel": "from solution import double\n\nassert True\nassert not double(0)\n"
     "assert double(2) == 4\nassert double(3) == 6\n",
     "namespace": "assert True\nassert double(2) == 4\nassert double(3) == 6\nassert double(9) is not False\n",
     "candidate": "def check(candidate):\n    assert True\n    assert candidate(2) == 4\n"
@@ -122,5 +124,39 @@ def test_a_value_that_is_not_plain_data_fails_naming_its_type(backend, backend_p
     result = score(PARTIAL, item, Sample(files={"solution.py": solution}), pool=backend_pool)
     assert result.total == 0.0
     failed = [test for test in result.tests if not test["passed"]]
-    assert [test["name"] for test in failed] == ["line 5", "line 6"]
-    assert failed[0]["message"] == "line 5: a decimal.Decimal is not plain data: assert double(2) == 4"
+    assert [test["name"] for test in failed] == ["line 4", "line 5", "line 6"]
+    assert failed[1]["message"] == "line 5: a decimal.Decimal is not plain data: assert double(2) == 4"
+
+
+FLOAT_TESTS = (
+    "import math\n\n\ndef check(candidate):\n    assert abs(candidate(2) - 0.6666667) < 1e-6\n"
+    "    assert candidate(1) < 0.34\n"
+)
+
+
+def test_float_tolerances_the_tests_write_are_the_hosts_comparison():
+    plan = plan_of(FLOAT_TESTS, "candidate")
+    assert [(check.op, check.expected) for check in plan.checks] == [("abs<", (0.6666667, 1e-06))]
+    assert plan.unrewritable == ("check line 6",)  # `<`: the sandbox decides
+    close = (
+        "import math\n\n\ndef check(candidate):\n    assert math.isclose(candidate(1), 0.33, abs_tol=0.01)\n"
+    )
+    assert [(check.op, check.expected) for check in plan_of(close, "candidate").checks] == [
+        ("isclose", (0.33, 1e-09, 0.01))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("solution", "total"),
+    [
+        ("def third(x):\n    return x / 3\n", 1.0),
+        ("def third(x):\n    return x / 3 + 1e-3\n", 0.0),
+        # an object whose difference with anything is 0 passes `abs(f(x) - y) < tol` in the sandbox
+        ("class Z:\n    def __sub__(self, other):\n        return 0\n\ndef third(x):\n    return Z()\n", 0.0),
+    ],
+)
+def test_a_float_tolerance_is_applied_by_the_host_to_numbers_only(backend, backend_pool, solution, total):
+    tests = "def check(candidate):\n    assert abs(candidate(2) - 0.6666667) < 1e-6\n"
+    item = {"id": "third", "kind": "code", "prompt": "third", "tests": tests, "entry_point": "third"}
+    result = score(PARTIAL, item, Sample(files={"solution.py": solution}), pool=backend_pool)
+    assert result.total == total and [test["decided_by"] for test in result.tests] == ["host"]
