@@ -189,6 +189,8 @@ class TestCaseResult:
     message: str = ""
     expected: str | None = None  # where the failing assertion exposes them (repr, or an io case's text)
     actual: str | None = None
+    decided_by: str = ""  # "host": from values the host compared; "sandbox": the harness's verdict
+    credit: bool = True  # False: a stub of the solution passes it too, so it pays nothing
 
     @property
     def passed(self) -> bool:
@@ -203,6 +205,10 @@ class TestCaseResult:
         }
         if self.expected is not None or self.actual is not None:
             record |= {"expected": self.expected, "actual": self.actual}
+        if self.decided_by:
+            record["decided_by"] = self.decided_by
+        if not self.credit:
+            record["credit"] = False
         return record
 
 
@@ -213,6 +219,9 @@ class TestRunResult:
     tests: tuple[TestCaseResult, ...]
     execution: ExecResult
     extra_findings: tuple[Finding, ...] = ()
+    # tests whose verdict is the in-sandbox harness's (asserts the host could not take over:
+    # sandboxes/values.py); the others' outcomes are the host's own comparison of reported values
+    unrewritable: tuple[str, ...] = ()
 
     @property
     def findings(self) -> tuple[Finding, ...]:

@@ -51,7 +51,7 @@ HONEST = (
     "    a, b = map(int, input().split())\n    print(add(a, b))\n"
 )
 WRONG = HONEST.replace("a + b", "a * b")  # add(1, 2) == 2: the first test fails, the second passes
-RULE = {"type": "unit_tests", "name": "tests"}
+RULE = {"type": "unit_tests", "name": "tests", "score": "pass_rate"}  # per-test credit, to see each test
 
 
 def code_item(test_format: str, backend: str = "bubblewrap") -> dict:
@@ -101,6 +101,9 @@ def test_each_format_scores_in_the_sandbox_with_per_test_results(backend, backen
         RULE | {"score": "all_pass"}, item, Sample(files={"solution.py": WRONG}), pool=backend_pool
     )
     assert all_pass.total == 0.0
+    # without a `score`, the benchmark formats score as their benchmarks do: every test, or nothing
+    default = score({"type": "unit_tests"}, item, Sample(files={"solution.py": WRONG}), pool=backend_pool)
+    assert default.total == (0.5 if test_format in ("flywheel", "pytest") else 0.0)
 
 
 def test_candidate_tests_that_call_check_themselves_run_once_per_test(backend_pool):

@@ -38,7 +38,10 @@ def formats_project(model) -> dict:
     lines = [(json.dumps(item) + "\n").encode() for item in items]
     version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=owner).version
     rule = reward_services.reward_rule_create(
-        project=project, name="tests", spec={"type": "unit_tests", "name": "tests"}, by=owner
+        project=project,
+        name="tests",
+        spec={"type": "unit_tests", "name": "tests", "score": "pass_rate"},
+        by=owner,
     )
     tier = services.tier_create(
         project=project, by=owner, name="rollout", base_model=str(model), temperature=1.0, max_new_tokens=8

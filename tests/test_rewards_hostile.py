@@ -1,8 +1,8 @@
 # The fixtures imported from sandbox_fixtures are test parameters here, not redefinitions:
 # ruff: noqa: F811
-"""Completions that game the reward, in every test format and on both backends, under the default
-`unit_tests` rule: none scores above an honest wrong answer, every one is flagged with evidence, and
-each run's stop reason is exact."""
+"""Completions that game the reward, in every test format and on both backends, under the
+`unit_tests` rule with per-test credit: none scores above an honest wrong answer, every one is
+flagged with evidence, and each run's stop reason is exact."""
 
 import dataclasses
 
@@ -14,7 +14,7 @@ from sandboxes.config import sandbox_settings
 from sandboxes.pool import SandboxPool
 from tests.test_code_formats import HONEST, LINES, WRONG, code_item
 
-RULE = {"type": "unit_tests", "name": "tests"}
+RULE = {"type": "unit_tests", "name": "tests", "score": "pass_rate"}  # per-test credit: the harder case
 PYTHON_FORMATS = ("flywheel", "candidate", "namespace", "pytest")
 ALWAYS_EQUAL = (
     "class Anything:\n    def __eq__(self, other):\n        return True\n\n\n"
@@ -165,3 +165,107 @@ def test_code_that_breaks_down_scores_zero_with_its_exact_stop_reason(
     }
     result = score(RULE, item, Sample(files={"solution.py": code}), pool=backend_pool)
     assert (result.total, result.stop_reason, result.errored) == (0.0, stop_reason, False)
+
+
+# Issue 25's families: none of them gains anything once the host compares plain values it decoded
+# itself (sandboxes/values.py). (pytest's own assertions still run in the sandbox: not here.)
+HOST_DECIDED_FORMATS = ("flywheel", "candidate", "namespace", "io")
+NARROW_EQUAL = (
+    "class Anything:\n    def __eq__(self, other):\n"
+    "        return isinstance(other, (int, str, list, tuple))\n"
+    "    __hash__ = object.__hash__\n\n\ndef add(a, b):\n    return Anything()\n"
+)
+
+
+def subclass_equal(base: str, value: str) -> str:
+    return (
+        f"class Sneaky({base}):\n    def __eq__(self, other):\n        return True\n\n"
+        f"    def __ne__(self, other):\n        return False\n\n    __hash__ = {base}.__hash__\n\n\n"
+        f"def add(a, b):\n    return Sneaky({value})\n"
+    )
+
+
+COMPUTED_EQUAL = (
+    "_names = ['__' + 'e' + 'q__', '__' + 'n' + 'e__']\n"
+    "Sneaky = type('Sneaky', (int,), {_names[0]: lambda s, o: o.__class__ in (int, str, list, tuple),"
+    " _names[1]: lambda s, o: False, '__hash__': int.__hash__})\n\n\ndef add(a, b):\n    return Sneaky(0)\n"
+)
+FORGER = (
+    WRONG
+    + """
+import json as _json, os as _os, sys as _sys
+
+_FORGED = []
+
+
+def _forge(then):
+    frame = _sys._getframe()
+    while frame is not None:
+        run = getattr(frame, 'f_' + 'glob' + 'als').get(''.join(['R', 'U', 'N']))
+        if isinstance(run, dict) and run.get('nonce') and not _FORGED:
+            _FORGED.append(1)
+            nonce = run['nonce']
+            lines = []
+            for name in ['line %d' % n for n in range(1, 12)] + ['check line %d' % n for n in range(1, 12)]:
+                lines.append({'nonce': nonce, 'event': 'start', 'name': name})
+                lines.append({'nonce': nonce, 'event': 'end', 'name': name, 'outcome': 'pass'})
+            for index in range(12):
+                lines.append({'nonce': nonce, 'event': 'value', 'index': index, 'value': {'any': 1}})
+            _os.write(3, ''.join(_json.dumps(line) + '\\n' for line in lines).encode())
+            then()
+            return
+        frame = frame.f_back
+
+
+def _close():
+    for fd in range(3, 256):
+        try:
+            _os.close(fd)
+        except OSError:
+            pass
+
+
+def _flood():
+    try:
+        _os.write(3, b'x' * (2 << 20))
+    except OSError:
+        pass
+
+
+_product = add
+
+
+def add(a, b):
+    _forge(THEN)
+    return _product(a, b)
+"""
+)
+HOST_DECIDED_ATTACKS = {
+    "a_narrower_equal": NARROW_EQUAL,
+    "an_int_subclass_equal_to_anything": subclass_equal("int", "0"),
+    "a_str_subclass_equal_to_anything": subclass_equal("str", "'x'"),
+    "a_list_subclass_equal_to_anything": subclass_equal("list", ""),
+    "a_tuple_subclass_equal_to_anything": subclass_equal("tuple", ""),
+    "an_equal_built_with_computed_names": COMPUTED_EQUAL,
+    "forged_reports_then_the_channel_closed": FORGER.replace("THEN", "_close"),
+    "forged_reports_then_the_channel_flooded": FORGER.replace("THEN", "_flood"),
+    "forged_reports_left_open": FORGER.replace("THEN", "lambda: None"),
+}
+
+
+@pytest.mark.parametrize("test_format", HOST_DECIDED_FORMATS)
+@pytest.mark.parametrize("attack", list(HOST_DECIDED_ATTACKS))
+def test_narrower_equals_and_forged_reports_score_at_most_an_honest_wrong_answer(
+    backend, backend_pool, honest_wrong, attack, test_format
+):
+    solution = HOST_DECIDED_ATTACKS[attack]
+    result = score(
+        RULE, code_item(test_format, backend), Sample(files={"solution.py": solution}), pool=backend_pool
+    )
+    assert result.total is not None and result.total <= honest_wrong[test_format] == 0.5
+    # the verdicts themselves, flags aside: no more passes than the honest wrong answer's one
+    assert sum(test["passed"] for test in result.tests) <= 1, result.tests
+    if test_format != "io" and "forged" not in attack:
+        assert result.total == 0.0  # no object of the solution's passes any comparison
+        assert all("not plain data" in test["message"] for test in result.tests), result.tests
+    assert not result.errored

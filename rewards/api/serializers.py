@@ -203,6 +203,15 @@ class TestResultSerializer(serializers.Serializer):
     message = serializers.CharField(allow_blank=True, help_text="The failing assertion's message")
     expected = serializers.CharField(required=False, allow_null=True)
     actual = serializers.CharField(required=False, allow_null=True)
+    decided_by = serializers.ChoiceField(
+        choices=["host", "sandbox"],
+        required=False,
+        help_text="host: the host compared the values the call returned; sandbox: the in-sandbox "
+        "harness's verdict (an assert the host could not take over)",
+    )
+    credit = serializers.BooleanField(
+        required=False, help_text="false: a stub of the solution passes this test too: it pays nothing"
+    )
 
 
 class ScoreResultSerializer(serializers.Serializer):

@@ -4,7 +4,10 @@
   else the last fenced Python block of its text), in the item's test format (Flywheel's own,
   candidate, namespace, io or pytest: sandboxes/formats.py). The tests are the item's pristine
   copy, whatever the sample wrote over them; the score is the pass rate (`score: "pass_rate"`) or
-  1.0 only when every test passes (`score: "all_pass"`, what benchmarks report as pass@1).
+  1.0 only when every test passes (`score: "all_pass"`, what benchmarks report as pass@1; the
+  default of the benchmark formats). Tests whose asserts compare a call with a literal are decided
+  by the host from the values the sandbox reports (sandboxes/values.py); tests a stub of the
+  solution passes carry no credit.
 - agent_check: an agent item's check_command, in the episode's sandbox when the caller still
   holds it, else in a fresh one seeded with the item's files and then the sample's; either way the
   test and check files are restored to the item's copy first. 1.0 when it exits 0.
@@ -16,6 +19,8 @@ A timeout of the graded code is the model's (or the grader's) doing: GraderError
 and a 0. A sandbox that fails to start or answer is infrastructure: the sample is errored.
 """
 
+import dataclasses
+import hashlib
 import json
 import secrets
 from typing import Any
@@ -89,7 +94,7 @@ def write_sample_files(
     solution_file=Field(str, required=False, default=SOLUTION_FILE),
     timeout=Field((int, float), required=False, default=DEFAULT_SECONDS),
     per_test_seconds=Field((int, float), required=False),
-    score=Field(str, required=False, choices=SCORE_MODES, default="pass_rate"),
+    score=Field(str, required=False, choices=SCORE_MODES),
     compare=Field(str, required=False, choices=COMPARE_MODES),
     float_tolerance=Field((int, float), required=False),
 )
@@ -98,7 +103,7 @@ def unit_tests(
     solution_file: str = SOLUTION_FILE,
     timeout: float | None = None,
     per_test_seconds: float | None = None,
-    score: str = "pass_rate",
+    score: str | None = None,
     compare: str | None = None,
     float_tolerance: float | None = None,
 ) -> float:
@@ -123,6 +128,12 @@ def unit_tests(
         files[TEST_FILE] = item["tests"]
     spec = task_spec(files, limits(timeout), item.get("sandbox"))
     with pool_of(context).acquire(spec) as sandbox:
+        try:
+            free = stub_passed(
+                sandbox, item, test_format, solution_file, per_test_seconds, compare, float_tolerance
+            )
+        except (TestFormatError, ValueError) as exc:  # the item's tests do not parse
+            raise GradingError("grader_exception", str(exc)) from None
         write_sample_files(sandbox, context.sample.files, {solution_file}, tests_too=False)
         solution = {solution_file: solution_source(context.sample, solution_file)}
         try:
@@ -138,6 +149,11 @@ def unit_tests(
             )
         except (TestFormatError, ValueError) as exc:  # the item's tests do not parse
             raise GradingError("grader_exception", str(exc)) from None
+    if free:
+        result = dataclasses.replace(
+            result,
+            tests=tuple(dataclasses.replace(test, credit=test.name not in free) for test in result.tests),
+        )
     context.notes["test_run"] = result
     if not result.tests:
         raise GradingError("grader_exception", "the item's tests hold no test in their format")
@@ -145,9 +161,123 @@ def unit_tests(
     if test_format != "io" and (timed_out or result.execution.stop_reason == StopReason.TIMEOUT):
         where = ", ".join(timed_out) or "the test run"
         raise GradingError("sandbox_timeout", f"{where} ran past the time limit", score=0.0)
-    if score == "all_pass":
+    credited = [test for test in result.tests if test.credit]
+    if not credited:  # a stub passes every test: they cannot tell a solution from nothing
+        context.notes["stub_passes_every_test"] = True
+        return 0.0
+    if (score or DEFAULT_SCORE[test_format]) == "all_pass":
         return 1.0 if result.all_passed else 0.0
-    return result.passed / len(result.tests)
+    return sum(test.passed for test in credited) / len(credited)
+
+
+# The benchmark formats score as their benchmarks do (every test passes, else 0); partial credit is
+# the rule's `score: "pass_rate"`.
+DEFAULT_SCORE = {
+    "flywheel": "pass_rate",
+    "pytest": "pass_rate",
+    "candidate": "all_pass",
+    "namespace": "all_pass",
+    "io": "all_pass",
+}
+STUB_BODIES = ("return None", "raise NotImplementedError('a stub')")
+STUB_CACHE_SIZE = 4096
+STUB_PASSED: dict[str, frozenset[str]] = {}  # the tests each item's stubs pass, by the tests' hash
+
+
+def stub_passed(
+    sandbox: Any,
+    item: dict,
+    test_format: str,
+    solution_file: str,
+    per_test_seconds: float | None,
+    compare: str | None,
+    float_tolerance: float | None,
+) -> frozenset[str]:
+    """The names of the item's tests that a stub of the solution passes (a function that returns
+    None, one that raises): those tests pay nothing. Run once per item's tests in this process, in
+    the pristine workspace before the sample's files are written. (pytest items: not stubbed.)"""
+    if test_format == "pytest":
+        return frozenset()
+    key = hashlib.sha256(
+        json.dumps(
+            [
+                test_format,
+                solution_file,
+                item.get("tests"),
+                item.get("io_tests"),
+                item.get("entry_point"),
+                item.get("test_setup_code"),
+                item.get("setup_files"),
+                item.get("io_compare"),
+                compare,
+            ],
+            sort_keys=True,
+            default=str,
+        ).encode()
+    ).hexdigest()
+    if key in STUB_PASSED:
+        return STUB_PASSED[key]
+    passed: set[str] = set()
+    for body in STUB_BODIES:
+        stub = {solution_file: stub_source(item, test_format, body)}
+        result = run_item_tests(
+            sandbox, item, test_format, solution_file, stub, per_test_seconds, compare, float_tolerance
+        )
+        passed |= {test.name for test in result.tests if test.passed}
+    sandbox.reset()
+    if len(STUB_PASSED) >= STUB_CACHE_SIZE:
+        STUB_PASSED.clear()
+    STUB_PASSED[key] = frozenset(passed)
+    return STUB_PASSED[key]
+
+
+def stub_source(item: dict, test_format: str, body: str) -> str:
+    """A solution that does nothing: each name the tests could call from it, with `body`.
+
+    >>> print(stub_source({"entry_point": "f"}, "io", "return None"))
+    pass
+    <BLANKLINE>
+    """
+    if test_format == "io":
+        return "pass\n" if body == STUB_BODIES[0] else "raise NotImplementedError('a stub')\n"
+    names = {item.get("entry_point") or ""} | called_names(item.get("tests"))
+    functions = "".join(
+        f"def {name}(*args, **kwargs):\n    {body}\n\n\n" for name in sorted(names) if name.isidentifier()
+    )
+    return (
+        functions
+        + f"def __getattr__(name):\n    def stub(*args, **kwargs):\n        {body}\n\n    return stub\n"
+    )
+
+
+def called_names(tests: object) -> set[str]:
+    """Names the tests call or import from the solution that they do not define themselves."""
+    import ast
+    import builtins
+
+    if not isinstance(tests, str):
+        return set()
+    try:
+        tree = ast.parse(tests)
+    except (SyntaxError, ValueError):
+        return set()
+    defined = {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+    } | {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    called = {
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "solution"
+        for alias in node.names
+    }
+    return (called - defined - set(dir(builtins))) | imported
 
 
 def run_item_tests(
@@ -181,6 +311,7 @@ def run_item_tests(
         solution=solution_file.removesuffix(".py").replace("/", "."),
         per_test_seconds=per_test_seconds,
         files=solution,
+        host_decides=True,
     )
 
 

@@ -632,6 +632,7 @@ def on_alarm(signum: int, frame: object) -> None:
 # -- compiling the tests (in the server, once per source: never in a child) ------------------------
 
 COMPARE_NAME = "__flywheel_compare__"
+VALUE_NAME = "__flywheel_value__"  # the host's value reports (sandboxes/values.py)
 OPERATORS = {
     ast.Eq: "==",
     ast.NotEq: "!=",
@@ -878,6 +879,48 @@ def flywheel_compare(left: object, right: object, op: str, actual_is_left: bool)
     return truth
 
 
+class NotPlainError(Exception):
+    """A value that is not plain data: its type is named, it is never compared."""
+
+
+def plain(value: object, depth: int = 0) -> object:
+    """A result as JSON-ready plain data, by exact built-in type only (a subclass of int, str or
+    list, whatever its __eq__ says, is not plain data). Tagged: {"list": [...]}, {"tuple": ...},
+    {"set": ...}, {"frozenset": ...}, {"dict": [[key, value], ...]}, {"bytes": hex}."""
+    kind = type(value)
+    if value is None or kind is bool or kind is int or kind is float or kind is str:
+        return value
+    if depth > 100:
+        raise NotPlainError("a value nested deeper than 100 levels")
+    if kind is list or kind is tuple or kind is set or kind is frozenset:
+        return {kind.__name__: [plain(element, depth + 1) for element in value]}
+    if kind is dict:
+        return {"dict": [[plain(key, depth + 1), plain(item, depth + 1)] for key, item in value.items()]}
+    if kind is bytes:
+        return {"bytes": value.hex()}
+    raise NotPlainError(f"a {kind.__module__}.{kind.__qualname__} is not plain data")
+
+
+def flywheel_value(index: int, value: object) -> bool:
+    """Report a call's result for the host to compare (the test's expected value is not here)."""
+    event = {"nonce": RUN["nonce"], "event": "value", "index": index}
+    try:
+        event["value"] = plain(value)
+        line = json.dumps(event)
+    except NotPlainError as exc:
+        evidence = always_equal(value)
+        if evidence:
+            suspect("always_equal", evidence)
+        line = json.dumps(event | {"error": str(exc)})
+    except (ValueError, RecursionError) as exc:  # an int too long to print, a cycle
+        line = json.dumps(event | {"error": f"the value does not serialise: {type(exc).__name__}"})
+    try:
+        os.write(3, (line + "\n").encode())
+    except OSError:
+        pass
+    return True
+
+
 def harness_intact() -> None:
     """The tests' view of the harness (its comparison hook) is the harness's: code that replaced
     it is reported, and the hook put back."""
@@ -885,6 +928,9 @@ def harness_intact() -> None:
         if namespace.get(COMPARE_NAME) is not flywheel_compare:
             suspect("test_framework_patched", f"the harness's {COMPARE_NAME} was replaced during the run")
             namespace[COMPARE_NAME] = flywheel_compare
+        if namespace.get(VALUE_NAME) is not flywheel_value:
+            suspect("test_framework_patched", f"the harness's {VALUE_NAME} was replaced during the run")
+            namespace[VALUE_NAME] = flywheel_value
 
 
 def safe_repr(value: object) -> str:
@@ -937,7 +983,7 @@ def after_run_checks(before: dict) -> None:
 
     now = vars(builtins)
     changed = sorted(name for name in set(before) | set(now) if before.get(name) is not now.get(name))
-    changed = [name for name in changed if name not in ("_", "__flywheel_compare__")]
+    changed = [name for name in changed if name not in ("_", COMPARE_NAME, VALUE_NAME)]
     if changed:
         suspect("test_framework_patched", "builtins changed during the run: " + ", ".join(changed[:20]))
     hooks = atexit._ncallbacks()
@@ -971,6 +1017,7 @@ def run_tests(head: dict, compiled: dict) -> int:
     module.__file__ = os.path.join("/workspace", path)
     module.__builtins__ = __builtins__
     module.__dict__[COMPARE_NAME] = flywheel_compare
+    module.__dict__[VALUE_NAME] = flywheel_value
     RUN["namespaces"] = [module.__dict__]
     sys.modules[module.__name__] = module
     sys.path.insert(0, os.path.dirname(module.__file__))
