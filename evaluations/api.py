@@ -136,8 +136,8 @@ class SuiteEvaluationCompareView(ApiView):
         "paired bootstrap interval on the change in pass rate",
     )
     def get(self, request: Request, id: int) -> Response:
+        query = self.query(s.ComparisonQuerySerializer)  # a bad query is named before any lookup
         after = selectors.evaluation_for(user=request.user, evaluation_id=id)
-        query = self.query(s.ComparisonQuerySerializer)
         before = selectors.evaluation_for(user=request.user, evaluation_id=query["against"])
         if before.suite_version_id != after.suite_version_id:
             message = "compare evaluations of the same suite version (the same items, rules and sampling)"

@@ -3,6 +3,7 @@
 from rest_framework import serializers
 
 from evaluations.models import Suite, SuiteEntry, SuiteEvaluation, SuiteResult, SuiteVersion
+from runs.api.serializers import INT64_MAX, INT64_MIN
 from runs.models import Run
 from runs.outcomes import CHANGES
 
@@ -177,7 +178,11 @@ class ResultFilterSerializer(serializers.Serializer):
 
 
 class ComparisonQuerySerializer(serializers.Serializer):
-    against = serializers.IntegerField(help_text="The evaluation compared against (a control, the base)")
+    against = serializers.IntegerField(
+        min_value=INT64_MIN,
+        max_value=INT64_MAX,
+        help_text="The evaluation compared against (a control, the base)",
+    )
     change = serializers.ChoiceField(choices=CHANGES, required=False)
     kind = serializers.CharField(required=False, max_length=20, help_text="Only items of this kind")
 

@@ -54,6 +54,7 @@ def integer_parameters(schema: dict) -> list[tuple[str, str, str, str]]:
 @pytest.fixture
 def objects(lab, settings) -> dict[str, int]:  # noqa: F811
     """One real object behind each path id, so a query parameter is checked, not a 404."""
+    from evaluations import services as suite_services
     from reviews import services as review_services
     from reward_models import services as reward_model_services
     from webhooks import services as webhook_services
@@ -66,7 +67,14 @@ def objects(lab, settings) -> dict[str, int]:  # noqa: F811
     reward_model = reward_model_services.reward_model_create(
         project=lab["project"], name="rm", by=lab["owner"]
     )
+    entry = {"task_set_version": lab["version"].pk, "reward_rule_version": lab["rule"].versions.get().pk}
+    suite = suite_services.suite_create(project=lab["project"], name="s", by=lab["owner"], entries=[entry])
+    evaluation = suite_services.suite_evaluate(
+        suite_version=suite.versions.get(), by=lab["owner"], tier=lab["tier"]
+    )
     return {
+        "eval-suites": suite.pk,
+        "suite-evaluations": evaluation.pk,
         "projects": lab["project"].pk,
         "task-sets": lab["version"].task_set_id,
         "runs": run.pk,

@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from inference.token_text import token_texts
 from runs import lifecycle, selectors
+from runs.api.serializers import INT64_MAX, INT64_MIN
 from runs.models import Checkpoint, Run, RunEvent, TaskItem, Trajectory, TrajectoryStep
 from runs.outcomes import CHANGES
 
@@ -48,14 +49,21 @@ class MetricFilterSerializer(serializers.Serializer):
 
 class HeldOutCompareQuerySerializer(serializers.Serializer):
     against = serializers.IntegerField(
-        required=False, help_text="The run compared against (a control, the parent); default: this run"
+        required=False,
+        min_value=INT64_MIN,
+        max_value=INT64_MAX,
+        help_text="The run compared against (a control, the parent); default: this run",
     )
     step = serializers.IntegerField(
-        required=False, min_value=0, help_text="This run's version; default: its newest evaluated one"
+        required=False,
+        min_value=0,
+        max_value=INT64_MAX,
+        help_text="This run's version; default: its newest evaluated one",
     )
     against_step = serializers.IntegerField(
         required=False,
         min_value=0,
+        max_value=INT64_MAX,
         help_text="The other side's version; default: its newest evaluated one, or 0 against this run itself",
     )
     metric = serializers.ChoiceField(

@@ -224,8 +224,8 @@ class HeldOutCompareView(ApiView):
         "paired bootstrap interval on the change",
     )
     def get(self, request: Request, id: int) -> Response:
+        query = self.query(s.HeldOutCompareQuerySerializer)  # a bad query is named before any lookup
         run = selectors.run_for(user=request.user, run_id=id)
-        query = self.query(s.HeldOutCompareQuerySerializer)
         other = selectors.run_for(user=request.user, run_id=query.get("against", run.pk))
         step = query.get("step", outcomes.last_evaluated_step(run.pk))
         default_against = 0 if other.pk == run.pk else outcomes.last_evaluated_step(other.pk)
