@@ -260,7 +260,8 @@ def main() -> None:
         clients = {"flywheel": flywheel, "unbatched": flywheel}
         warm = [make_trace(i, "warm") for i in range(BATCH)]
         post_flywheel(flywheel, flywheel_bodies(project, warm, BATCH))  # warm both paths
-        post_flywheel(flywheel, flywheel_bodies(project, warm[:20], 1))
+        warm_single = [make_trace(i, "warm-single") for i in range(20)]  # new ids: created, not unchanged
+        post_flywheel(flywheel, flywheel_bodies(project, warm_single, 1))
         if "mlflow" in sides:
             mlflow, mlflow_port, mlflow_db = mlflow_start(workdir, workers)
             clients["mlflow"] = httpx.Client(base_url=f"http://127.0.0.1:{mlflow_port}", timeout=60)
