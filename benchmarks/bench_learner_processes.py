@@ -5,9 +5,10 @@ Both sides run Flywheel's own GRPO step (`learn_on_batch` on each rank's share, 
 does under workers/learner_group.py) on the same synthetic batch: one process accumulates 2
 micro-batches, two processes take one each and DDP averages their gradients. The model is a small
 random Llama (no download), on the CPU (gloo) on both sides. Threads are equal in total: the two
-processes take one torch thread each, the one process two (torch's intra-op threads), so the
-baseline may use the same cores as the pair, and the ratio is what splitting into processes
-gives over threading one process, not over a process held to one core.
+processes take one torch thread each, the one process two (torch's intra-op threads, waiting
+passively: OMP_WAIT_POLICY=PASSIVE on both sides), so the baseline may use the same cores as the
+pair, and the ratio is what splitting into processes gives over threading one process, not over
+a process held to one core.
 
 A learner's speed counts only where it learned: both sides start from the same weights (one
 seed) and take the same steps on the same batch, so they must end at the same weights. Each side
@@ -148,6 +149,10 @@ def side(args, processes: int, weights: str) -> dict:
         argv += ["--main_process_port", "29531", script, *common, "--accumulation", "1"]
     env = os.environ | {"ACCELERATE_USE_CPU": "true", "CUDA_VISIBLE_DEVICES": ""}
     env["OMP_NUM_THREADS"] = str(threads)
+    # Threads that wait by sleeping, not spinning, on both sides: with other jobs on the cores, a
+    # spinning OpenMP thread burns the slice its partner needs (the 2-thread process measured 6x
+    # slower at load 3 with OpenMP's default). One-thread ranks have no one to wait for.
+    env["OMP_WAIT_POLICY"] = "PASSIVE"
     output = subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
     result = json.loads([line for line in output.splitlines() if line.startswith("{")][-1])
     if result["threads"] != threads:  # torch would not take the threads asked: not like for like
@@ -197,7 +202,7 @@ def main() -> None:
     print(f"load average {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores")
     result = {
         "bench": "learner_processes",
-        "baseline": f"1 process x {PROCESSES} torch threads (accumulating {PROCESSES})",
+        "baseline": f"1 process x {PROCESSES} torch threads (accumulating {PROCESSES}, passive OpenMP waits)",
         "peer": f"{PROCESSES} processes x 1 torch thread (DDP, gloo)",
         "samples_per_s_1": round(statistics.median(ones), 2),
         "samples_per_s_2": round(statistics.median(twos), 2),
