@@ -119,8 +119,10 @@ BENCH_TIERS_ARGS ?= --heldout 64 --max-new-tokens 32 --repeats 3 --no-generate \
 bench-tiers: venv sandbox-deps
 	$(PY) benchmarks/bench_tiers.py $(BENCH_TIERS_ARGS)
 
+# The peer is MLflow's trace ingestion (OTLP batches), from the venv bench-live uses.
 bench-traces: venv
-	$(PY) benchmarks/bench_traces.py
+	test -x $(MLFLOW_VENV)/bin/python || { python3 -m venv $(MLFLOW_VENV) && $(MLFLOW_VENV)/bin/pip install --quiet mlflow==3.17.2; }
+	MLFLOW_PYTHON=$(MLFLOW_VENV)/bin/python $(PY) benchmarks/bench_traces.py
 
 bench-lora: venv sandbox-image
 	$(PY) benchmarks/bench_lora.py

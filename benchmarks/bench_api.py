@@ -1,24 +1,27 @@
 """Benchmark: the API under 50 concurrent clients (make bench-api).
 
 The same Django views, on the embedded default (SQLite in WAL mode and a private Redis, under a
-temporary FLYWHEEL_HOME), served two ways in the same run:
+temporary FLYWHEEL_HOME), served two ways with the same number of server processes:
 
-- baseline: one server process, Daphne, as `make up` served HTTP before (and as Channels'
-  own runserver does);
-- flywheel: the web server `make up` starts now (`webapp.stack.web_argv`: uvicorn with
-  FLYWHEEL_WEB_WORKERS processes).
+- daphne: Channels' own server, as `make up` served HTTP before. Daphne has no workers option;
+  several Daphne processes share one listening socket the parent opened (`--fd`), as Channels'
+  deployment docs run them under a process manager. Access log off, as on the other side.
+- uvicorn: the web server `make up` starts now (`webapp.stack.web_argv`), with as many workers.
 
-For each of a list endpoint (`GET /api/v1/runs`, bearer token, 50 runs in the project) and the
-metrics endpoint (`GET /metrics`), 50 clients on keep-alive connections send requests back to
-back for DURATION seconds after a warm-up; requests/s, p50 and p99 are measured on the client.
-The two servers alternate over REPEATS rounds (baseline first in odd rounds, second in even
-ones); medians are reported, and the ratio of the medians. Ends with one line of JSON.
+Both at 1 process and at FLYWHEEL_WEB_WORKERS processes (the stack's default: two per core), each
+with Prometheus' multiprocess folder as the stack sets it. For each of a list endpoint
+(`GET /api/v1/runs`, bearer token, 50 runs in the project) and the metrics endpoint
+(`GET /metrics`), 50 clients on keep-alive connections (one asyncio client process, the same for
+every server) send requests back to back for DURATION seconds after a warm-up; requests/s, p50 and
+p99 are measured on the client. Every (processes, server) pair runs once per round over REPEATS
+rounds, in the opposite order in odd rounds; medians are reported, the ratio of the medians at the
+same process count (the headline is at FLYWHEEL_WEB_WORKERS on both sides), and requests/s per
+server process. Ends with one line of JSON.
 
 The CPU the server processes and the client used over the timed span is measured too (psutil),
-with the server's CPU milliseconds per request: the views are CPU-bound, so the one-process
-baseline keeps about one core busy, and more processes alone (at the baseline's CPU per request)
-can multiply its requests/s by at most the spare cores over that (`*_rps_ratio_from_processes`);
-beyond it, a server gains only by spending less CPU per request.
+with the server's CPU milliseconds per request: the views are CPU-bound, so on a machine with
+fewer cores than processes the processes share the cores, and a server gains only by spending
+less CPU per request.
 """
 
 import asyncio
@@ -48,6 +51,8 @@ WARMUP = 3.0
 REPEATS = int(os.environ.get("BENCH_API_REPEATS", "3"))
 RUNS = 50
 FIGURES = ("rps", "p50_ms", "p99_ms", "server_cores", "client_cores", "server_cpu_ms_per_request")
+SERVERS = ("daphne", "uvicorn")
+IDLE_CORES = 0.1  # a server tree using less than this has finished loading Django in every process
 ENDPOINTS = {"list": "/api/v1/runs?limit=20", "metrics": "/metrics"}
 
 
@@ -95,17 +100,13 @@ print(services.api_token_create(user=user, name="bench")[1])
 # --- the servers ---------------------------------------------------------------------------
 
 
-def baseline_argv(port: int) -> list[str]:
-    return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"]
-
-
-def flywheel_argv(port: int, env: dict[str, str]) -> list[str]:
+def uvicorn_argv(port: int, processes: int, env: dict[str, str]) -> list[str]:
     code = "import django; django.setup(); from webapp.stack import web_argv; print(json.dumps(web_argv()))"
-    # web_argv reads PORT from the settings
+    # web_argv reads PORT and FLYWHEEL_WEB_WORKERS from the settings
     done = subprocess.run(
         [sys.executable, "-c", f"import json; {code}"],
         cwd=ROOT,
-        env=env | {"PORT": str(port)},
+        env=env | {"PORT": str(port), "FLYWHEEL_WEB_WORKERS": str(processes)},
         capture_output=True,
         text=True,
         check=True,
@@ -113,31 +114,76 @@ def flywheel_argv(port: int, env: dict[str, str]) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def serve(argv: list[str], env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
+def listening_socket() -> socket.socket:
+    """The socket Daphne's processes share: the kernel hands each new connection to one of them."""
+    shared = socket.socket()
+    shared.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    shared.bind(("127.0.0.1", 0))
+    shared.listen(1024)
+    shared.set_inheritable(True)
+    return shared
+
+
+def start(name: str, processes: int, env: dict[str, str], log: Path) -> tuple[list[subprocess.Popen], int]:
+    """The server's processes (Daphne's, or uvicorn's supervisor) and the port they answer on."""
     with log.open("ab") as output:
-        server = subprocess.Popen(
-            argv, cwd=ROOT, env=env | {"PORT": str(port)}, stdout=output, stderr=subprocess.STDOUT
-        )
+        if name == "uvicorn":
+            port = free_port()
+            argv = uvicorn_argv(port, processes, env)
+            return [subprocess.Popen(argv, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)], port
+        shared = listening_socket()
+        argv = [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-v",
+            "0",
+            "--fd",
+            str(shared.fileno()),
+            "webapp.asgi:application",
+        ]
+        servers = [
+            subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, pass_fds=[shared.fileno()]
+            )
+            for _ in range(processes)
+        ]
+        port = shared.getsockname()[1]
+        shared.close()  # the children hold it
+        return servers, port
+
+
+def wait_ready(servers: list[subprocess.Popen], port: int, log: Path) -> None:
+    """An HTTP answer, then every process idle: all have loaded Django, not only the first."""
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:  # an HTTP answer, not only a listening socket: the workers have loaded Django
+    while True:
+        if time.monotonic() > deadline or any(server.poll() is not None for server in servers):
+            raise RuntimeError(f"the server did not answer on {port}; see {log}")
+        try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5):
-                return server
+                break
         except urllib.error.HTTPError:  # 503: no Celery workers here, but it answers
-            return server
+            break
         except OSError:
             time.sleep(0.2)
-    server.kill()
-    raise RuntimeError(f"the server did not answer on {port}; see {log}")
+    tree = [process for server in servers for process in server_tree(server.pid)]
+    while time.monotonic() < deadline:
+        before = cpu_seconds(tree)
+        time.sleep(0.5)
+        if (cpu_seconds(tree) - before) / 0.5 < IDLE_CORES:
+            return
+    raise RuntimeError(f"the server on {port} stayed busy before any load; see {log}")
 
 
-def stop(server: subprocess.Popen) -> None:
-    server.terminate()
-    try:
-        server.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
+def stop(servers: list[subprocess.Popen]) -> None:
+    for server in servers:
+        server.terminate()
+    for server in servers:
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 # --- the clients ---------------------------------------------------------------------------
@@ -205,7 +251,7 @@ def server_tree(pid: int) -> list[psutil.Process]:
     return [server, *server.children(recursive=True)]
 
 
-async def load(port: int, path: str, token: str, server_pid: int) -> dict:
+async def load(port: int, path: str, token: str, server_pids: list[int]) -> dict:
     """Requests/s and latencies over the timed span, with the CPU the server and this client
     used in it: a server that already keeps a core busy can gain at most the spare cores."""
     request = (
@@ -215,7 +261,8 @@ async def load(port: int, path: str, token: str, server_pid: int) -> dict:
     latencies: list[float] = []
     now = time.monotonic()
     record_from, until = now + WARMUP, now + WARMUP + DURATION
-    servers, me = server_tree(server_pid), psutil.Process()
+    servers = [process for pid in server_pids for process in server_tree(pid)]
+    me = psutil.Process()
     cpu: dict[str, float] = {}
 
     async def account() -> None:
@@ -242,23 +289,47 @@ async def load(port: int, path: str, token: str, server_pid: int) -> dict:
     }
 
 
-def measure(name: str, env: dict[str, str], token: str, folder: Path) -> dict:
-    port = free_port()
-    argv = baseline_argv(port) if name == "baseline" else flywheel_argv(port, env)
-    server = serve(argv, env, port, folder / f"{name}.log")
+def measure(name: str, processes: int, env: dict[str, str], token: str, folder: Path) -> dict:
+    metrics_dir = folder / f"prometheus-{name}-{processes}-{secrets.token_hex(4)}"
+    metrics_dir.mkdir()  # fresh for each start, as the stack empties it
+    env = env | {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
+    log = folder / f"{name}-{processes}.log"
+    servers, port = start(name, processes, env, log)
     try:
+        wait_ready(servers, port, log)
         # /metrics is for operators: it takes the operations token, the list a user's token.
         tokens = {"list": token, "metrics": env["FLYWHEEL_OPS_TOKEN"]}
+        pids = [server.pid for server in servers]
         return {
-            endpoint: asyncio.run(load(port, path, tokens[endpoint], server.pid))
+            endpoint: asyncio.run(load(port, path, tokens[endpoint], pids))
             for endpoint, path in ENDPOINTS.items()
         }
     finally:
-        stop(server)
+        stop(servers)
 
 
 def median_of(rounds: list[dict], endpoint: str, figure: str) -> float:
     return round(statistics.median(r[endpoint][figure] for r in rounds), 2)
+
+
+def summarise(rounds: dict[tuple[int, str], list[dict]], counts: list[int]) -> dict:
+    """Medians of each (processes, server), requests/s per process, and uvicorn's over Daphne's
+    at the same process count; the headline ratio is at the most processes."""
+    summary: dict = {}
+    for endpoint in ENDPOINTS:
+        for processes in counts:
+            for name in SERVERS:
+                key = f"{endpoint}_{processes}p_{name}"
+                for figure in FIGURES:
+                    summary[f"{key}_{figure}"] = median_of(rounds[(processes, name)], endpoint, figure)
+                summary[f"{key}_rps_per_process"] = round(summary[f"{key}_rps"] / processes, 2)
+            ratio = (
+                summary[f"{endpoint}_{processes}p_uvicorn_rps"]
+                / summary[f"{endpoint}_{processes}p_daphne_rps"]
+            )
+            summary[f"{endpoint}_{processes}p_rps_ratio"] = round(ratio, 2)
+        summary[f"{endpoint}_rps_ratio"] = summary[f"{endpoint}_{max(counts)}p_rps_ratio"]
+    return summary
 
 
 def main() -> None:
@@ -271,43 +342,37 @@ def main() -> None:
         "FLYWHEEL_OPS_TOKEN": secrets.token_urlsafe(32),
         # Capacity, not the per-user budget: one token sends every request. The throttle still
         # runs its Redis round trip on each request, on both sides.
-        "FLYWHEEL_API_RATE": "100000000/min",
+        # (A rate whose interval rounds to 0 µs would make Redis refuse the throttle's expiry.)
+        "FLYWHEEL_API_RATE": "1000000/min",
     }
-    for name in ("DATABASE_URL", "REDIS_URL"):
+    for name in ("DATABASE_URL", "REDIS_URL", "PROMETHEUS_MULTIPROC_DIR"):
         env.pop(name, None)
+    processes = int(env.get("FLYWHEEL_WEB_WORKERS") or default_web_workers())
+    counts = sorted({1, processes})
+    pairs = [(count, name) for count in counts for name in SERVERS]
+    loads = [os.getloadavg()[0]]
     redis = subprocess.Popen(
         [redis_binary(), "--bind", "127.0.0.1", "--port", str(redis_port), "--save", ""],
         stdout=subprocess.DEVNULL,
     )
     try:
         token = seed(env)
-        rounds: dict[str, list[dict]] = {"baseline": [], "flywheel": []}
+        rounds: dict[tuple[int, str], list[dict]] = {pair: [] for pair in pairs}
         for repeat in range(REPEATS):
-            order = ["baseline", "flywheel"] if repeat % 2 == 0 else ["flywheel", "baseline"]
-            for name in order:
-                result = measure(name, env, token, folder)
-                rounds[name].append(result)
-                print(name, json.dumps(result), file=sys.stderr, flush=True)
+            for count, name in pairs if repeat % 2 == 0 else reversed(pairs):
+                result = measure(name, count, env, token, folder)
+                rounds[(count, name)].append(result)
+                loads.append(os.getloadavg()[0])
+                print(count, name, json.dumps(result), file=sys.stderr, flush=True)
     finally:
         redis.terminate()
         redis.wait()
     summary: dict = {"bench": "api", "clients": CLIENTS, "seconds": DURATION, "repeats": REPEATS}
-    for endpoint in ENDPOINTS:
-        for name in rounds:
-            for figure in FIGURES:
-                summary[f"{endpoint}_{name}_{figure}"] = median_of(rounds[name], endpoint, figure)
-        summary[f"{endpoint}_rps_ratio"] = round(
-            summary[f"{endpoint}_flywheel_rps"] / summary[f"{endpoint}_baseline_rps"], 2
-        )
-        # What more processes alone can give at most: the cores this machine has beside the
-        # client's, over the cores the one-process baseline already keeps busy.
-        spare = (os.cpu_count() or 1) - summary[f"{endpoint}_flywheel_client_cores"]
-        busy = summary[f"{endpoint}_baseline_server_cores"]
-        summary[f"{endpoint}_rps_ratio_from_processes"] = round(spare / busy, 2)
+    summary["processes"] = counts
+    summary |= summarise(rounds, counts)
     summary["cores"] = os.cpu_count()
+    summary["load_average"] = [round(min(loads), 1), round(max(loads), 1)]
     summary["failures"] = sum(r[e]["failures"] for rs in rounds.values() for r in rs for e in ENDPOINTS)
-    summary["web_workers"] = int(env.get("FLYWHEEL_WEB_WORKERS") or default_web_workers())
-    summary["web_server"] = "uvicorn"
     print(json.dumps(summary))
 
 
