@@ -305,7 +305,7 @@ def _hacking_rate(series: Mapping[str, Series], t: Mapping[str, float]) -> Alert
     return Alert(
         "hacking_rate",
         f"{rate:.0%} of step {step}'s episodes were flagged by the reward-hacking detectors "
-        f"(threshold {t['flagged_rate_max']:.0%}): the policy is exploiting the reward; review them",
+        f"(threshold {t['flagged_rate_max']:.0%}): the policy is exploiting the reward; review them.",
         rate,
         t["flagged_rate_max"],
         {FLAGGED: _points(points[-int(t["window"]) :])},
@@ -371,7 +371,7 @@ def _hacking(window: FlaggedWindow | None, t: Mapping[str, float]) -> Alert | No
     return Alert(
         "reward_hacking",
         f"{count} trajectories in {window.span} were flagged by the reward-hacking detectors, "
-        f"{share:.0%} of the {window.episodes} episodes of those steps ({kinds}{noted}): review them",
+        f"{share:.0%} of the {window.episodes} episodes of those steps ({kinds}{noted}): review them.",
         share,
         t["hacking_share_min"],
     )

@@ -83,7 +83,7 @@ def test_a_reward_hacking_alert_groups_the_windows_flagged_trajectories_and_link
     assert alert.message == (
         "3 trajectories in steps 3–5 were flagged by the reward-hacking detectors, 20% of the 15 "
         "episodes of those steps (answers_listed 2, early_exit 1; 2 more flagged only as notes, with no "
-        "reward to gain): review them The run pauses itself."
+        "reward to gain): review them. The run pauses itself."
     )
     assert (alert.data["value"], alert.data["threshold"]) == (0.2, 0.05)
     evidence = alert.data["evidence"]
