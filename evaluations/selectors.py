@@ -6,7 +6,7 @@ from django.http import Http404
 
 from evaluations.models import Suite, SuiteEvaluation, SuiteResult, SuiteVersion
 from runs import selectors
-from runs.outcomes import item_change, paired_compare
+from runs.outcomes import item_change, paired_compare, rows_chosen
 from runs.roles import Permission
 
 
@@ -88,18 +88,18 @@ def evaluation_comparison(
     rows = []
     for key in shared:
         first, second = sides[0][key], sides[1][key]
-        row = {
-            "entry": key[0],
-            "item": key[1],
-            "external_id": first.item.external_id,
-            "kind": first.item.kind,
-            "before": rate(first),
-            "after": rate(second),
-            "change": item_change(rate(first), rate(second)),
-            "before_completions": first.completions,
-            "after_completions": second.completions,
-        }
-        if (not change or row["change"] == change) and (not kind or row["kind"] == kind):
-            rows.append(row)
-    rows.sort(key=lambda row: (row["after"] - row["before"], -row["item"]), reverse=True)
-    return {"before": before.pk, "after": after.pk, "summary": summary.as_dict(), "items": rows}
+        rows.append(
+            {
+                "entry": key[0],
+                "item": key[1],
+                "external_id": first.item.external_id,
+                "kind": first.item.kind,
+                "before": rate(first),
+                "after": rate(second),
+                "change": item_change(rate(first), rate(second)),
+                "before_completions": first.completions,
+                "after_completions": second.completions,
+            }
+        )
+    chosen = rows_chosen(rows, change=change, kind=kind)
+    return {"before": before.pk, "after": after.pk, "summary": summary.as_dict(), "items": chosen}

@@ -192,17 +192,32 @@ def heldout_item_comparison(
     rows = []
     for item_id in shared:
         first, second = sides[0][item_id], sides[1][item_id]
-        row = {
-            "item": item_id,
-            "external_id": first.item.external_id,
-            "kind": first.item.kind,
-            "before": score(first),
-            "after": score(second),
-            "change": item_change(score(first), score(second)),
-            "before_completion": first.completion_text,
-            "after_completion": second.completion_text,
-        }
-        if (not change or row["change"] == change) and (not kind or row["kind"] == kind):
-            rows.append(row)
-    rows.sort(key=lambda row: (row["after"] - row["before"], -row["item"]), reverse=descending)
-    return {"metric": metric, "summary": summary.as_dict(), "items": rows}
+        rows.append(
+            {
+                "item": item_id,
+                "external_id": first.item.external_id,
+                "kind": first.item.kind,
+                "before": score(first),
+                "after": score(second),
+                "change": item_change(score(first), score(second)),
+                "before_completion": first.completion_text,
+                "after_completion": second.completion_text,
+            }
+        )
+    chosen = rows_chosen(rows, change=change, kind=kind, descending=descending)
+    return {"metric": metric, "summary": summary.as_dict(), "items": chosen}
+
+
+def rows_chosen(rows: list[dict], *, change: str = "", kind: str = "", descending: bool = True) -> list[dict]:
+    """Per-item comparison rows of that change and item kind (either may be empty: any), sorted by
+    the change, the largest gain first unless not `descending`.
+
+    >>> rows = [{"item": 1, "kind": "code", "before": 1.0, "after": 0.0, "change": "regressed"},
+    ...         {"item": 2, "kind": "code", "before": 0.0, "after": 1.0, "change": "improved"}]
+    >>> [row["item"] for row in rows_chosen(rows)], rows_chosen(rows, change="regressed")[0]["item"]
+    ([2, 1], 1)
+    """
+    kept = [
+        row for row in rows if (not change or row["change"] == change) and (not kind or row["kind"] == kind)
+    ]
+    return sorted(kept, key=lambda row: (row["after"] - row["before"], -row["item"]), reverse=descending)
