@@ -10,7 +10,7 @@ checkpoint is evaluated, before the run is marked succeeded.
 """
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from statistics import fmean
 
@@ -163,6 +163,21 @@ def item_change(before: float, after: float) -> str:
     return "improved" if after > before else "regressed" if after < before else "unchanged"
 
 
+GRADER_PREFIX = "heldout/reward/"
+
+
+def result_score(metric: str) -> Callable[[HeldOutResult], float | None]:
+    """What a held-out result scores under `metric`: `heldout/pass_rate` (1 or 0), `heldout/reward`
+    (the rule's total), or `heldout/reward/<grader>` (that grader's part of a `multi` rule: None
+    where it did not run)."""
+    if metric.startswith(GRADER_PREFIX):
+        name = metric.removeprefix(GRADER_PREFIX)
+        return lambda row: row.components.get(name)
+    if metric == "heldout/reward":
+        return lambda row: row.reward or 0.0
+    return lambda row: float(row.passed)
+
+
 def heldout_item_comparison(
     *,
     before: tuple[int, int],
@@ -184,8 +199,13 @@ def heldout_item_comparison(
         }
         for run, step in (before, after)
     ]
-    score = (lambda row: row.reward or 0.0) if metric == "heldout/reward" else (lambda row: float(row.passed))
-    shared = sorted(set(sides[0]) & set(sides[1]))
+    score = result_score(metric)
+    # An item counts where both sides have the figure (a grader's only where that grader ran).
+    shared = sorted(
+        item
+        for item in set(sides[0]) & set(sides[1])
+        if score(sides[0][item]) is not None and score(sides[1][item]) is not None
+    )
     summary = paired_compare(
         {item: score(sides[0][item]) for item in shared}, {item: score(sides[1][item]) for item in shared}
     )

@@ -278,3 +278,28 @@ def test_a_fork_is_evaluated_at_every_step_and_its_outcome_is_against_its_checkp
         3,
         4,
     )
+
+
+@pytest.mark.django_db
+def test_a_grader_of_a_multi_rule_compares_on_its_own_over_the_items_it_graded(lab):
+    control, treated = make_run(lab, name="control"), make_run(lab, name="treated")
+    first, second = list(lab["version"].items.order_by("position"))[:2]
+    for run, style in ((control, 0.2), (treated, 0.9)):
+        HeldOutResult.objects.create(
+            run=run, step=2, item=first, reward=1.0, passed=True, components={"style": style}
+        )
+        HeldOutResult.objects.create(run=run, step=2, item=second, reward=1.0, passed=True, components={})
+    client = api_client_for(lab["viewer"])
+    url = f"/api/v1/runs/{treated.pk}/heldout-compare?against={control.pk}"
+    body = client.get(url + "&metric=heldout/reward/style").json()
+    assert body["metric"] == "heldout/reward/style" and body["summary"]["items"] == 1
+    [row] = body["items"]
+    assert (row["external_id"], row["before"], row["after"], row["change"]) == (
+        first.external_id,
+        0.2,
+        0.9,
+        "improved",
+    )
+    assert client.get(url).json()["summary"]["items"] == 2  # pass rate: both items, unchanged
+    refused = client.get(url + "&metric=heldout/style")
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "metric"

@@ -66,8 +66,12 @@ class HeldOutCompareQuerySerializer(serializers.Serializer):
         max_value=INT64_MAX,
         help_text="The other side's version; default: its newest evaluated one, or 0 against this run itself",
     )
-    metric = serializers.ChoiceField(
-        choices=("heldout/pass_rate", "heldout/reward"), default="heldout/pass_rate", required=False
+    metric = serializers.RegexField(
+        r"^heldout/(pass_rate|reward(/[A-Za-z0-9_.-]{1,60})?)$",
+        default="heldout/pass_rate",
+        required=False,
+        help_text="heldout/pass_rate, heldout/reward, or heldout/reward/<grader> (one grader of a multi "
+        "rule: only the items it graded on both sides)",
     )
     change = serializers.ChoiceField(choices=CHANGES, required=False)
     kind = serializers.CharField(required=False, max_length=20, help_text="Only items of this kind")
