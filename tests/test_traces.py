@@ -321,3 +321,16 @@ def test_from_the_page_a_launcher_promotes_selected_traces_and_a_reviewer_works_
     second = Trace.objects.get(external_id="t-3")
     assert saved["Location"] == f"/traces/{second.pk}/?queue={queue_id}"
     assert list(Review.objects.values_list("trace__external_id", "label")) == [("t-1", "bad")]
+
+
+def test_a_timestamp_before_1970_is_refused_by_name(team):
+    """A year before 1000 has no four-digit ISO 8601 form: stored, it could never be read back as a
+    date-time (the fuzzer found one); no production trace predates 1970."""
+    client = api_client_for(team["launcher"])
+    response = ingest(
+        client, team["project"], [{"id": "old", "prompt": "p", "timestamp": "0562-07-02T05:14:21Z"}]
+    )
+    assert response.status_code == 400
+    [detail] = response.json()["error"]["details"]
+    assert (detail["param"], detail["message"]) == ("traces[0].timestamp", "must be in 1970 or later")
+    assert not Trace.objects.exists()

@@ -1,5 +1,7 @@
 """Traces over REST: what a client reports (a batch of traces), asks for (filters, promotion) and sees."""
 
+from datetime import datetime
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -9,6 +11,7 @@ from traces.models import Trace
 from traces.selectors import meta_filter
 
 BATCH_MAX = 1000
+EARLIEST_YEAR = 1970  # a trace's timestamp from this year on
 THUMBS_FILTER = ("up", "down", "none")
 TEXT_MAX = 1_000_000
 
@@ -64,7 +67,16 @@ class TraceInputSerializer(serializers.Serializer):
     feedback = FeedbackInputSerializer(required=False)
     latency_ms = serializers.FloatField(required=False, allow_null=True, min_value=0)
     metadata = serializers.DictField(required=False)
-    timestamp = serializers.DateTimeField(required=False, help_text="When it happened (default: received)")
+    timestamp = serializers.DateTimeField(
+        required=False, help_text="When it happened (default: received); from the year 1970 on"
+    )
+
+    def validate_timestamp(self, value: datetime) -> datetime:
+        # A year before 1000 has no four-digit ISO 8601 form: it could be stored but never read
+        # back as a date-time. No production trace predates 1970.
+        if value.year < EARLIEST_YEAR:
+            raise serializers.ValidationError(f"must be in {EARLIEST_YEAR} or later")
+        return value
 
 
 class TraceBatchInputSerializer(serializers.Serializer):
