@@ -4,6 +4,7 @@ Every test runs on each backend. A backend that is not installed fails the test 
 with the command that fixes it; nothing is skipped.
 """
 
+import dataclasses
 import os
 import shutil
 
@@ -50,6 +51,18 @@ def backend_ready(backend: str) -> None:
 def backend(request) -> str:
     backend_ready(request.param)
     return request.param
+
+
+@pytest.fixture(scope="module")
+def bubblewrap_pool():
+    """A pool on one backend, for tests whose outcome does not depend on it (task formats,
+    scoring): the hostile and sandbox suites hold both backends to the same behaviour."""
+    backend_ready("bubblewrap")
+    pool = SandboxPool(
+        settings=dataclasses.replace(sandbox_settings(), backend="bubblewrap"), max_sandboxes=2, warm=0
+    )
+    yield pool
+    pool.close()
 
 
 @pytest.fixture(scope="module")

@@ -1,17 +1,14 @@
 # The fixtures imported from sandbox_fixtures are test parameters here, not redefinitions:
 # ruff: noqa: F811
 """Tests the host decides from the values a call returned (sandboxes/values.py), and credit only
-for tests a stub of the solution fails (rewards/graders/sandboxed.py), on both backends."""
-
-import dataclasses
+for tests a stub of the solution fails (rewards/graders/sandboxed.py), on bubblewrap (the hostile
+suite holds both backends to the same)."""
 
 import pytest
-from sandbox_fixtures import backend  # noqa: F401
+from sandbox_fixtures import bubblewrap_pool  # noqa: F401  (a fixture)
 
 from rewards.engine import Sample, score
-from sandboxes.config import sandbox_settings
 from sandboxes.formats import plan_tests
-from sandboxes.pool import SandboxPool
 from sandboxes.values import ValueCheck, decode, value_plan
 
 PARTIAL = {"type": "unit_tests", "name": "tests", "score": "pass_rate"}
@@ -72,15 +69,6 @@ def test_reported_values_decode_to_the_hosts_own_plain_data_and_nothing_else():
     assert ValueCheck(0, "==", 0.1 + 0.2, "").holds(0.30000000000000004) is True
 
 
-@pytest.fixture(scope="module")
-def backend_pool(backend):
-    pool = SandboxPool(
-        settings=dataclasses.replace(sandbox_settings(), backend=backend), max_sandboxes=2, warm=0
-    )
-    yield pool
-    pool.close()
-
-
 STUBBABLE = {
     "flywheel": "from solution import double\n\nassert True\nassert not double(0)\n"
     "assert double(2) == 4\nassert double(3) == 6\n",
@@ -103,25 +91,28 @@ def stubbable_item(test_format: str) -> dict:
 
 
 @pytest.mark.parametrize("test_format", list(STUBBABLE))
-def test_tests_a_stub_passes_pay_nothing_and_are_shown_without_credit(backend, backend_pool, test_format):
+def test_tests_a_stub_passes_pay_nothing_and_are_shown_without_credit(bubblewrap_pool, test_format):
     item = stubbable_item(test_format)
-    nothing = score(PARTIAL, item, Sample(files={"solution.py": DO_NOTHING}), pool=backend_pool)
+    nothing = score(PARTIAL, item, Sample(files={"solution.py": DO_NOTHING}), pool=bubblewrap_pool)
     assert nothing.total == 0.0 and not nothing.errored
     free = [test["name"] for test in nothing.tests if test.get("credit") is False]
     assert len(free) == 2 and all(test["passed"] for test in nothing.tests if test["name"] in free)
-    half = score(PARTIAL, item, Sample(files={"solution.py": HALF_RIGHT}), pool=backend_pool)
+    half = score(PARTIAL, item, Sample(files={"solution.py": HALF_RIGHT}), pool=bubblewrap_pool)
     assert half.total == 0.5  # one of the two tests a stub fails
     right = score(
-        PARTIAL, item, Sample(files={"solution.py": "def double(x):\n    return 2 * x\n"}), pool=backend_pool
+        PARTIAL,
+        item,
+        Sample(files={"solution.py": "def double(x):\n    return 2 * x\n"}),
+        pool=bubblewrap_pool,
     )
     assert right.total == 1.0
     assert {test["decided_by"] for test in right.tests} == {"host"}
 
 
-def test_a_value_that_is_not_plain_data_fails_naming_its_type(backend, backend_pool):
+def test_a_value_that_is_not_plain_data_fails_naming_its_type(bubblewrap_pool):
     item = stubbable_item("flywheel")
     solution = "import decimal\n\ndef double(x):\n    return decimal.Decimal(2 * x)\n"
-    result = score(PARTIAL, item, Sample(files={"solution.py": solution}), pool=backend_pool)
+    result = score(PARTIAL, item, Sample(files={"solution.py": solution}), pool=bubblewrap_pool)
     assert result.total == 0.0
     failed = [test for test in result.tests if not test["passed"]]
     assert [test["name"] for test in failed] == ["line 4", "line 5", "line 6"]
@@ -155,8 +146,8 @@ def test_float_tolerances_the_tests_write_are_the_hosts_comparison():
         ("class Z:\n    def __sub__(self, other):\n        return 0\n\ndef third(x):\n    return Z()\n", 0.0),
     ],
 )
-def test_a_float_tolerance_is_applied_by_the_host_to_numbers_only(backend, backend_pool, solution, total):
+def test_a_float_tolerance_is_applied_by_the_host_to_numbers_only(bubblewrap_pool, solution, total):
     tests = "def check(candidate):\n    assert abs(candidate(2) - 0.6666667) < 1e-6\n"
     item = {"id": "third", "kind": "code", "prompt": "third", "tests": tests, "entry_point": "third"}
-    result = score(PARTIAL, item, Sample(files={"solution.py": solution}), pool=backend_pool)
+    result = score(PARTIAL, item, Sample(files={"solution.py": solution}), pool=bubblewrap_pool)
     assert result.total == total and [test["decided_by"] for test in result.tests] == ["host"]

@@ -3,12 +3,11 @@
 """The field's task files as they ship: HumanEval, MBPP (original and sanitized), APPS-style and
 LiveCodeBench-style lines import unchanged (five small problems of our own in each layout, under
 tests/data/published/), recognised by their fields or forced by a format preset, with provenance;
-in the real sandbox (both backends) each canonical solution scores 1.0 and a `pass` body 0.0 on
-every item. A bad
-line is refused naming its line and published field, and a failed import leaves nothing behind."""
+in the real sandbox (bubblewrap: the hostile suite holds Docker to the same) each canonical
+solution scores 1.0 and a `pass` body 0.0 on every item. A bad line is refused naming its line
+and published field, and a failed import leaves nothing behind."""
 
 import ast
-import dataclasses
 import json
 from io import StringIO
 from pathlib import Path
@@ -17,15 +16,13 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from sandbox_fixtures import backend  # noqa: F401
+from sandbox_fixtures import bubblewrap_pool  # noqa: F401  (a fixture)
 
 from rewards.engine import Sample, score
 from runs import selectors, services
 from runs.models import TaskItem, TaskSet, TaskSetVersion
 from runs.published_formats import recognise_line
 from runs.task_format import read_jsonl, validate_item
-from sandboxes.config import sandbox_settings
-from sandboxes.pool import SandboxPool
 from tests.conftest import api_client_for
 
 DATA = Path(__file__).resolve().parent / "data" / "published"
@@ -76,15 +73,6 @@ def pass_body(solution: str) -> str:
     for function in functions:
         function.body = [ast.Pass()]
     return ast.unparse(tree) + "\n"
-
-
-@pytest.fixture(scope="module")
-def backend_pool(backend):
-    pool = SandboxPool(
-        settings=dataclasses.replace(sandbox_settings(), backend=backend), max_sandboxes=2, warm=0
-    )
-    yield pool
-    pool.close()
 
 
 @pytest.fixture
@@ -170,18 +158,18 @@ def test_apps_codecontests_and_livecodebench_cases_map_onto_io_tests_and_call_as
 
 
 @pytest.mark.parametrize("name", list(FILES))
-def test_canonical_solutions_score_one_and_pass_bodies_zero_in_the_sandbox(team, backend_pool, name):
+def test_canonical_solutions_score_one_and_pass_bodies_zero_in_the_sandbox(team, bubblewrap_pool, name):
     report = import_file(team, name)
     items = selectors.grading_items_of(version=report.version)
     canonical_totals, stub_totals, stub_rates = [], [], []
     for raw, item in zip(raw_lines(name), items, strict=True):
         solution = canonical(name, raw, item)
-        honest = score(ALL_PASS, item, Sample(files={"solution.py": solution}), pool=backend_pool)
+        honest = score(ALL_PASS, item, Sample(files={"solution.py": solution}), pool=bubblewrap_pool)
         assert honest.errors == [] and honest.flags == [], (item["id"], honest.tests)
         canonical_totals.append(honest.total)
         stub = Sample(files={"solution.py": pass_body(solution)})
-        stub_totals.append(score(ALL_PASS, item, stub, pool=backend_pool).total)
-        stub_rates.append(score(PASS_RATE, item, stub, pool=backend_pool).total)
+        stub_totals.append(score(ALL_PASS, item, stub, pool=bubblewrap_pool).total)
+        stub_rates.append(score(PASS_RATE, item, stub, pool=bubblewrap_pool).total)
     assert canonical_totals == [1.0] * 5
     assert stub_totals == [0.0] * 5
     assert stub_rates == [0.0] * 5  # no test of ours is one a stub passes, so even partial credit pays 0
