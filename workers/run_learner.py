@@ -259,10 +259,11 @@ def final_evaluation_wait(run: Run, step: int, *, ask: bool) -> None:
     """Block until the held-out evaluations of version 0 and `step` are written: asked for now
     when `ask` (the loop did not: it stopped early, or this learner resumed at the end), and again
     for one that seems lost (a broker that restarted without persistence). A failed one raises."""
-    asked_at, told = time.monotonic() - (FINAL_EVAL_RESEND_SECONDS + 1 if ask else 0), False
     # Failures since the run last changed status (a retry starts afresh) count.
     status = RunEvent.objects.filter(run=run, kind="status").order_by("-pk")
     since = status.values_list("pk", flat=True).first() or 0
+    started = asked_at = time.monotonic()
+    told = False
     while missing := [version for version in sorted({0, step}) if not heldout_written(run, version)]:
         status_check(run)
         failed = RunEvent.objects.filter(
@@ -270,16 +271,15 @@ def final_evaluation_wait(run: Run, step: int, *, ask: bool) -> None:
         ).first()
         if failed is not None:
             raise FinalEvaluationError(failed.message)
-        waited = time.monotonic() - asked_at
-        if not told and waited > FINAL_EVAL_NOTICE_SECONDS:
+        if ask or time.monotonic() - asked_at > FINAL_EVAL_RESEND_SECONDS:
+            for version in missing:
+                evaluate_later(run.pk, version)
+            asked_at, ask = time.monotonic(), False
+        if not told and time.monotonic() - started > FINAL_EVAL_NOTICE_SECONDS:
             run_event(
                 run, "evaluation", f"waiting for the held-out evaluation of step {missing[-1]} to finish"
             )
             told = True
-        if waited > FINAL_EVAL_RESEND_SECONDS:
-            for version in missing:
-                evaluate_later(run.pk, version)
-            asked_at = time.monotonic()
         time.sleep(POLL_SECONDS)
 
 
