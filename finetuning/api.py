@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from finetuning import selectors, serializers, services
+from finetuning import graders, selectors, serializers, services
 from finetuning.services import ApiError
 from inference import openai_protocol as protocol
 from inference.openai_protocol import OpenAIError
@@ -214,3 +214,31 @@ def job_checkpoints(request: HttpRequest, job_id: str) -> HttpResponse:
     page, more = _page(checkpoints, request, ident=lambda c: f"ftckpt-{c.pk}", default=10, most=10000)
     metrics = selectors.step_metrics(job.run)
     return _list([serializers.checkpoint_object(job, c, metrics.get(c.step, {})) for c in page], more)
+
+
+# --- graders -----------------------------------------------------------------------------------
+
+
+@openai_api("POST")
+def grader_validate(request: HttpRequest) -> HttpResponse:
+    caller(request)
+    body = _json_body(request)
+    grader = body.get("grader") if isinstance(body, dict) else None
+    graders.grader_checked(grader)
+    return JsonResponse({"grader": grader})
+
+
+@openai_api("POST")
+def grader_run(request: HttpRequest) -> HttpResponse:
+    user = caller(request)
+    body = _json_body(request)
+    if not isinstance(body, dict):
+        raise ApiError(400, "the body must be a JSON object", None, "invalid_value")
+    answer = graders.grader_run(
+        project=_project(request, user),
+        by=user,
+        grader=body.get("grader"),
+        model_sample=body.get("model_sample"),
+        item=body.get("item"),
+    )
+    return JsonResponse(answer)

@@ -7,6 +7,8 @@ from finetuning import api
 ID = r"(?P<{}>[A-Za-z0-9_-]{{1,40}})"
 
 urlpatterns = [
+    path("fine_tuning/alpha/graders/validate", api.grader_validate, name="openai-graders-validate"),
+    path("fine_tuning/alpha/graders/run", api.grader_run, name="openai-graders-run"),
     path("files", api.files, name="openai-files"),
     re_path(rf"^files/{ID.format('file_id')}$", api.file_detail, name="openai-file"),
     re_path(rf"^files/{ID.format('file_id')}/content$", api.file_content, name="openai-file-content"),

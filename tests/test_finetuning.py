@@ -106,6 +106,7 @@ ARGUMENTS = {
     "model": "tier-999999",
     "training_file": "file-missing",
     "grader": {"type": "string_check", "name": "x", "input": "a", "reference": "a", "operation": "eq"},
+    "model_sample": "a",
 }
 
 
@@ -119,12 +120,13 @@ def client_methods(resource) -> list[tuple[str, object]]:
 
 
 @pytest.mark.filterwarnings("ignore:The `.content\\(\\)` method should be used instead")
-def test_every_route_of_the_clients_files_and_fine_tuning_jobs_resources_is_served(lab):
+def test_every_route_of_the_clients_files_fine_tuning_jobs_and_graders_resources_is_served(lab):
     client = lab["client"]
     resources = {
         "files": client.files,
         "fine_tuning.jobs": client.fine_tuning.jobs,
         "fine_tuning.jobs.checkpoints": client.fine_tuning.jobs.checkpoints,
+        "fine_tuning.alpha.graders": client.fine_tuning.alpha.graders,
     }
     called = []
     for resource_name, resource in resources.items():
@@ -146,7 +148,8 @@ def test_every_route_of_the_clients_files_and_fine_tuning_jobs_resources_is_serv
         "fine_tuning.jobs.pause",
         "fine_tuning.jobs.checkpoints.list",
     } <= set(called)
-    assert len(called) >= 14
+    assert {"fine_tuning.alpha.graders.run", "fine_tuning.alpha.graders.validate"} <= set(called)
+    assert len(called) >= 16
 
 
 # --- files -------------------------------------------------------------------------------------
@@ -340,3 +343,50 @@ def test_the_openai_project_header_chooses_among_the_callers_projects(lab):
         uploaded.id
     ]
     assert openai_client(lab["owner"], project_header="alpha").files.list().data == []
+
+
+# --- graders -----------------------------------------------------------------------------------
+
+PYTHON_GRADER = {
+    "type": "python",
+    "name": "exact",
+    "source": (
+        "def grade(sample, item) -> float:\n"
+        "    return 1.0 if sample['output_text'] == item['answer'] else 0.0\n"
+    ),
+}
+
+
+def test_graders_validate_and_run_as_openais_endpoints_do(lab):
+    graders = lab["client"].fine_tuning.alpha.graders
+    check = {
+        "type": "string_check",
+        "name": "eq",
+        "input": "{{ sample.output_text }}",
+        "reference": "{{ item.answer }}",
+    }
+    with pytest.raises(openai.BadRequestError) as bad:
+        graders.validate(grader=check)  # no operation
+    assert bad.value.body["param"].startswith("grader") and bad.value.body["code"] == "invalid_grader"
+    with pytest.raises(openai.BadRequestError) as flywheel_only:
+        graders.validate(grader={"type": "unit_tests", "name": "t"})
+    assert "Flywheel's own" in flywheel_only.value.body["message"]
+    assert graders.validate(grader=check | {"operation": "eq"}).grader.name == "eq"
+    multi = {
+        "type": "multi",
+        "graders": {"eq": check | {"operation": "eq"}, "like": check | {"operation": "ilike"}},
+        "calculate_output": "0.5 * eq + 0.5 * like",
+    }
+    ran = graders.run(grader=multi, model_sample="Seven", item={"answer": "seven"})
+    assert ran.reward == 0.5 and ran.sub_rewards == {"eq": 0.0, "like": 1.0}
+    assert ran.metadata.type == "multi" and not any(v for k, v in ran.metadata.errors if k.endswith("_error"))
+
+
+def test_a_python_grader_runs_in_a_sandbox_and_its_failure_is_reported(lab):
+    graders = lab["client"].fine_tuning.alpha.graders
+    assert graders.run(grader=PYTHON_GRADER, model_sample="7", item={"answer": "7"}).reward == 1.0
+    failed = graders.run(grader=PYTHON_GRADER, model_sample="7", item={})
+    assert failed.reward == 0.0 and failed.metadata.errors.python_grader_runtime_error is True
+    assert "answer" in failed.metadata.errors.python_grader_runtime_error_details
+    with pytest.raises(openai.PermissionDeniedError):  # running code in sandboxes is a launcher's
+        openai_client(lab[Role.VIEWER]).fine_tuning.alpha.graders.run(grader=PYTHON_GRADER, model_sample="7")

@@ -468,6 +468,9 @@ RUN_CASES = [
     Case("openai-fine-tuning-pause", "post", "edit", lambda w: {"job_id": fine_tuning_job_of(w).id}),
     Case("openai-fine-tuning-resume", "post", "edit", lambda w: {"job_id": fine_tuning_job_of(w).id}),
     Case("openai-fine-tuning-cancel", "post", "edit", lambda w: {"job_id": fine_tuning_job_of(w).id}),
+    # Graders act in the caller's own project; a viewer's refusal to run one is in test_finetuning.
+    Case("openai-graders-validate", "post", SELF),
+    Case("openai-graders-run", "post", SELF),
     Case("run-create", "get", "edit", pid),
     Case("run-create", "post", "edit", pid, body=launch_form),
     Case("run-detail", "get", "view", lambda w: {"run_id": run_of(w).pk}),
