@@ -6,6 +6,7 @@ project), calls a service or a selector, and answers in OpenAI's shapes, lists a
 """
 
 import logging
+import re
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -73,7 +74,7 @@ def _limit(request: HttpRequest, default: int, most: int) -> int:
     raw = request.GET.get("limit")
     if raw is None:
         return default
-    if not raw.isdigit() or len(raw) > 19 or not 1 <= int(raw) <= min(most, INT64):
+    if not re.fullmatch(r"[0-9]{1,19}", raw) or not 1 <= int(raw) <= min(most, INT64):
         raise ApiError(400, f"limit must be an integer from 1 to {most}", "limit", "invalid_value")
     return int(raw)
 

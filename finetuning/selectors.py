@@ -27,7 +27,7 @@ def project_of(*, user: AbstractBaseUser, header: str | None) -> Project:
     project; a project the caller is not in is reported as absent."""
     mine = Project.objects.filter(pk__in=selectors.visible_project_ids(user=user))
     if header:
-        found = mine.filter(pk=int(header)).first() if header.isdigit() and len(header) < 19 else None
+        found = mine.filter(pk=int(header)).first() if re.fullmatch(r"[0-9]{1,18}", header) else None
         found = found or mine.filter(name=header).first()
         if found is None:
             raise NoProjectError(f"OpenAI-Project: no project {header!r} that you are a member of")

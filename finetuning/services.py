@@ -476,13 +476,7 @@ def _task_set_version(project: Project, by: AbstractBaseUser, request: JobReques
     )
     task_set = TaskSet.objects.filter(project=project, name=name).first()
     if task_set is None:
-        task_set = run_services.task_set_create(
-            project=project,
-            name=name,
-            by=by,
-            description=f"OpenAI fine-tuning files: {request.training_file.filename}"
-            + (f" (held-out: {request.validation_file.filename})" if request.validation_file else ""),
-        )
+        task_set = _task_set_create(project, by, request, name)
     # Lines map onto items by method (a supervised line and a reinforcement line differ), so the
     # version's content is the items made: the same files and method reuse their version.
     digest = hashlib.sha256()
@@ -521,6 +515,17 @@ def _task_set_version(project: Project, by: AbstractBaseUser, request: JobReques
         for position, item in enumerate(items)
     )
     return version
+
+
+def _task_set_create(project: Project, by: AbstractBaseUser, request: JobRequest, name: str) -> TaskSet:
+    description = f"OpenAI fine-tuning files: {request.training_file.filename}"
+    if request.validation_file:
+        description += f" (held-out: {request.validation_file.filename})"
+    try:
+        with transaction.atomic():
+            return run_services.task_set_create(project=project, name=name, by=by, description=description)
+    except ValidationError:  # another job on the same files made it first
+        return TaskSet.objects.get(project=project, name=name)
 
 
 def _reward_rule(project: Project, by: AbstractBaseUser, request: JobRequest, ident: str):

@@ -390,3 +390,32 @@ def test_a_python_grader_runs_in_a_sandbox_and_its_failure_is_reported(lab):
     assert "answer" in failed.metadata.errors.python_grader_runtime_error_details
     with pytest.raises(openai.PermissionDeniedError):  # running code in sandboxes is a launcher's
         openai_client(lab[Role.VIEWER]).fine_tuning.alpha.graders.run(grader=PYTHON_GRADER, model_sample="7")
+
+
+def test_a_succeeded_jobs_fine_tuned_model_is_trained_further_from_its_last_checkpoint(lab):
+    from runs.models import Checkpoint
+
+    client = lab["client"]
+    training = upload(client, jsonl(WEIGHTED))
+    first = client.fine_tuning.jobs.create(model="small", training_file=training.id, suffix="one")
+    stored = FineTuningJob.objects.get(pk=first.id)
+    with pytest.raises(openai.BadRequestError) as unfinished:
+        client.fine_tuning.jobs.create(model=stored.fine_tuned_model, training_file=training.id)
+    assert (unfinished.value.body["param"], unfinished.value.body["code"]) == ("model", "model_not_available")
+    Run.objects.filter(pk=stored.run_id).update(status=Run.Status.SUCCEEDED)  # as the learner leaves it
+    checkpoint = Checkpoint.objects.create(run=stored.run, step=1, policy_version=1, path="x")
+    assert client.fine_tuning.jobs.retrieve(first.id).fine_tuned_model == stored.fine_tuned_model
+    second = client.fine_tuning.jobs.create(model=stored.fine_tuned_model, training_file=training.id)
+    run = FineTuningJob.objects.get(pk=second.id).run
+    assert (run.parent_id, run.parent_checkpoint_id, run.tier_id) == (
+        stored.run_id,
+        checkpoint.pk,
+        lab["tier"].pk,
+    )
+
+
+def test_list_parameters_are_checked_before_any_lookup(lab):
+    for query in ("limit=0", "limit=%C2%B2", "limit=99999999999999999999", "after=file-nope"):
+        with pytest.raises(openai.BadRequestError) as refused:
+            lab["client"].get(f"/files?{query}", cast_to=object)
+        assert refused.value.body["param"] == query.split("=")[0]
