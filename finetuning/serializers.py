@@ -48,11 +48,14 @@ def job_object(job: FineTuningJob) -> dict[str, Any]:
     hyperparameters = (job.method.get(method) or {}).get("hyperparameters") or {}
     error = None
     if run.status == S.FAILED:
-        where = (run.error or {}).get("where")
+        # Flywheel says where a run failed (learner, rollout, ...): part of the message, since
+        # OpenAI's param names a request parameter and none was at fault.
+        failure = run.error or {}
+        where = f" (in the {failure['where']})" if failure.get("where") else ""
         error = {
             "code": "training_failed",
-            "message": (run.error or {}).get("message", "failed"),
-            "param": where,
+            "message": f"{failure.get('message', 'failed')}{where}",
+            "param": None,
         }
     return {
         "id": job.id,

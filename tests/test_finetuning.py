@@ -13,7 +13,7 @@ from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 
 from finetuning.models import FineTuningFile, FineTuningJob
-from runs import services
+from runs import lifecycle, services
 from runs.models import Run, TaskSet
 from runs.roles import Role
 
@@ -419,3 +419,17 @@ def test_list_parameters_are_checked_before_any_lookup(lab):
         with pytest.raises(openai.BadRequestError) as refused:
             lab["client"].get(f"/files?{query}", cast_to=object)
         assert refused.value.body["param"] == query.split("=")[0]
+
+
+def test_a_failed_jobs_error_says_what_failed_where(lab):
+    training = upload(lab["client"], jsonl(WEIGHTED))
+    job = lab["client"].fine_tuning.jobs.create(model="small", training_file=training.id)
+    run = FineTuningJob.objects.get(pk=job.id).run
+    lifecycle.run_fail(run=run, message="out of memory at step 3", where="learner")
+    failed = lab["client"].fine_tuning.jobs.retrieve(job.id)
+    assert failed.status == "failed" and failed.fine_tuned_model is None
+    assert (failed.error.code, failed.error.message, failed.error.param) == (
+        "training_failed",
+        "out of memory at step 3 (in the learner)",
+        None,
+    )
