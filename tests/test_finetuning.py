@@ -318,6 +318,18 @@ def test_a_reinforcement_grader_reads_a_lines_own_fields_and_a_bad_grader_is_ref
     item = run.task_set_version.items.filter(split="train").order_by("position").first()
     assert (item.data["reference_answer"], item.data["difficulty"], item.data["reference"]) == ("7", 2, "7")
     assert job.method.reinforcement.grader.reference == "{{ item.reference_answer }}"  # read back as sent
+    multi = {
+        "type": "multi",
+        "graders": {"exact": grader, "close": grader | {"operation": "ilike"}},
+        "calculate_output": "0.7 * exact + 0.3 * close",
+    }
+    combined = client.fine_tuning.jobs.create(
+        model=f"tier-{lab['tier'].pk}",
+        training_file=items.id,
+        method={"type": "reinforcement", "reinforcement": {"grader": multi}},
+    )
+    spec = FineTuningJob.objects.get(pk=combined.id).run.reward_rule_version.spec
+    assert spec["graders"]["close"]["reference"] == "{{ item.metadata.reference_answer }}"
     with pytest.raises(openai.BadRequestError) as bad:
         client.fine_tuning.jobs.create(
             model=f"tier-{lab['tier'].pk}",
@@ -328,7 +340,7 @@ def test_a_reinforcement_grader_reads_a_lines_own_fields_and_a_bad_grader_is_ref
             },
         )
     assert bad.value.body["param"].startswith("method.reinforcement.grader")
-    assert FineTuningJob.objects.count() == 1
+    assert FineTuningJob.objects.count() == 2
 
 
 def test_the_openai_project_header_chooses_among_the_callers_projects(lab):
