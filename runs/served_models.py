@@ -8,6 +8,7 @@ Model ids: `tier-<id>`, `run-<run id>-step-<step>`, and each loaded adapter's na
 """
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,13 @@ CHECKPOINT_ID = re.compile(r"^run-(\d{1,18})-step-(\d{1,18})$")
 MAX_CHECKPOINTS_LISTED = 200
 ADAPTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
 POLICY_ARTIFACT = re.compile(r"^runs/(\d{1,18})-([0-9a-f-]{36})/policies/v(\d{1,18})$")
+
+
+# Names that apps above runs serve (finetuning: a job's fine_tuned_model), each resolver
+# (user=, model_id=, fetch=) -> ServedModel | None and each lister (user=) -> [ServedModel]. They
+# register in their AppConfig.ready, so runs imports none of them.
+MODEL_RESOLVERS: list[Callable[..., "ServedModel | None"]] = []
+MODEL_LISTERS: list[Callable[..., list["ServedModel"]]] = []
 
 
 class UnknownModelError(LookupError):
@@ -129,6 +137,7 @@ def served_models_for(*, user: AbstractBaseUser) -> list[ServedModel]:
         [tier_model(tier) for tier in tiers]
         + [adapter_model(adapter) for adapter in adapters]
         + [checkpoint_model(c) for c in checkpoints]
+        + [model for lister in MODEL_LISTERS for model in lister(user=user)]
     )
 
 
@@ -215,6 +224,14 @@ def served_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool = Fal
     """The model by id, if the caller's role lets them use it; UnknownModelError otherwise (a model of a
     project the caller is not in is reported as absent, as everywhere). `fetch`: a checkpoint's
     weights brought into this host's cache, to generate with."""
+    for resolver in MODEL_RESOLVERS:
+        try:
+            if (found := resolver(user=user, model_id=model_id, fetch=fetch)) is not None:
+                return found
+        except ArtifactMissingError:
+            raise UnknownModelError(
+                f"The weights of `{model_id}` are no longer in the artifact storage."
+            ) from None
     if match := TIER_ID.match(model_id):
         tier = Tier.objects.select_related("project").filter(pk=int(match[1])).first()
         if tier is not None and selectors.role_allows(

@@ -27,11 +27,12 @@ APPLICATIONS = (
     "webhooks",
     "reward_models",
     "evaluations",
+    "finetuning",
     "sandboxes",
     "inference",
 )
 BOTTOM = ("inference", "sandboxes")
-DOMAIN = ("runs", "rewards", "reviews", "traces", "webhooks", "reward_models", "evaluations")
+DOMAIN = ("runs", "rewards", "reviews", "traces", "webhooks", "reward_models", "evaluations", "finetuning")
 FRAMEWORKS = ("django", "rest_framework", "drf_spectacular", "channels", "celery")
 
 

@@ -2,8 +2,9 @@
 × an anonymous caller. A role allows the same actions in pages and REST (runs/roles.py);
 websockets are covered by tests/test_websockets.py.
 
-Every URL of runs, rewards, reviews, traces, webhooks and evaluations (pages and api_urls) must
-have a row here: a new route without one fails `test_every_route_is_in_the_matrix`.
+Every URL of runs, rewards, reviews, traces, webhooks, evaluations (pages and api_urls) and
+finetuning (OpenAI's fine-tuning API) must have a row here: a new route without one fails
+`test_every_route_is_in_the_matrix`.
 """
 
 import json
@@ -18,6 +19,7 @@ from rest_framework.test import APIClient
 
 from evaluations import api_urls as evaluation_api_urls
 from evaluations import urls as evaluation_urls
+from finetuning import urls as fine_tuning_urls
 from reviews import api_urls as review_api_urls
 from reviews import urls as review_urls
 from rewards import api_urls as reward_api_urls
@@ -348,6 +350,22 @@ REWARD_CASES = [
 ]
 
 
+def fine_tuning_job_of(w):
+    """A supervised fine-tuning job of the project, made through its services the first time."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from finetuning import services as fine_tuning
+
+    if "fine_tuning_job" not in w:
+        line = {"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]}
+        upload = SimpleUploadedFile("t.jsonl", (json.dumps(line) + "\n").encode())
+        owner = w[Role.OWNER]
+        file = fine_tuning.file_upload(project=w["project"], by=owner, upload=upload, purpose="fine-tune")
+        body = {"model": f"tier-{w['tier'].pk}", "training_file": file.pk}
+        w["fine_tuning_job"] = fine_tuning.job_create(project=w["project"], by=owner, body=body)
+    return w["fine_tuning_job"]
+
+
 def run_of(w):
     """The project's run with one of each record, made through the ORM the first time a case
     needs it (the run loop that writes them is the workers' part)."""
@@ -438,6 +456,21 @@ RUN_CASES = [
     # The OpenAI-compatible endpoint (runs/openai_urls.py), signed in by session as the playground is.
     Case("openai-models", "get", SELF),
     Case("openai-model", "get", "view", lambda w: {"model_id": f"tier-{w['tier'].pk}"}),
+    # OpenAI's fine-tuning API (finetuning/urls.py): a listing acts in the caller's own project.
+    Case("openai-files", "get", SELF),
+    Case("openai-file", "get", "view", lambda w: {"file_id": fine_tuning_job_of(w).training_file}),
+    Case("openai-file", "delete", "edit", lambda w: {"file_id": fine_tuning_job_of(w).training_file}),
+    Case("openai-file-content", "get", "view", lambda w: {"file_id": fine_tuning_job_of(w).training_file}),
+    Case("openai-fine-tuning-jobs", "get", SELF),
+    Case("openai-fine-tuning-job", "get", "view", lambda w: {"job_id": fine_tuning_job_of(w).id}),
+    Case("openai-fine-tuning-events", "get", "view", lambda w: {"job_id": fine_tuning_job_of(w).id}),
+    Case("openai-fine-tuning-checkpoints", "get", "view", lambda w: {"job_id": fine_tuning_job_of(w).id}),
+    Case("openai-fine-tuning-pause", "post", "edit", lambda w: {"job_id": fine_tuning_job_of(w).id}),
+    Case("openai-fine-tuning-resume", "post", "edit", lambda w: {"job_id": fine_tuning_job_of(w).id}),
+    Case("openai-fine-tuning-cancel", "post", "edit", lambda w: {"job_id": fine_tuning_job_of(w).id}),
+    # Graders act in the caller's own project; a viewer's refusal to run one is in test_finetuning.
+    Case("openai-graders-validate", "post", SELF),
+    Case("openai-graders-run", "post", SELF),
     Case("run-create", "get", "edit", pid),
     Case("run-create", "post", "edit", pid, body=launch_form),
     Case("run-detail", "get", "view", lambda w: {"run_id": run_of(w).pk}),
@@ -817,6 +850,7 @@ def test_every_route_is_in_the_matrix():
     assert sorted(route_names(trace_urls) - covered) == []
     assert sorted(route_names(evaluation_api_urls) - covered) == []
     assert sorted(route_names(evaluation_urls) - covered) == []
+    assert sorted(route_names(fine_tuning_urls) - covered) == []
 
 
 @pytest.fixture

@@ -98,6 +98,7 @@ INSTALLED_APPS = [
     "webhooks",
     "reward_models",
     "evaluations",
+    "finetuning",
     "workers",
 ]
 

@@ -29,6 +29,7 @@ urlpatterns = [
     path("api/v1/", include("traces.api_urls")),
     path("api/v1/", include("reward_models.api_urls")),
     path("api/v1/", include("evaluations.api_urls")),
+    path("v1/", include("finetuning.urls")),  # OpenAI's fine-tuning API, before the catch-all below
     path("v1/", include("runs.openai_urls")),  # OpenAI-compatible: its own contract, not in the schema
     path("", include("rewards.urls")),
     path("", include("reviews.urls")),

@@ -1,0 +1,350 @@
+"""OpenAI's fine-tuning JSONL lines, checked and mapped onto Flywheel task items. Pure: no database.
+
+Three line formats, one per method (OpenAI's published formats):
+
+- supervised: `{"messages": [...], "tools"?: [...], "parallel_tool_calls"?: bool, "functions"?: [...]}`;
+  messages may carry `tool_calls`, `function_call`, `tool_call_id`, `name` and, on assistant
+  messages, `weight` (0 or 1). Flywheel trains the last assistant message whose weight is not 0,
+  on the conversation before it; earlier assistant messages are context.
+- dpo: `{"input": {"messages": [...], "tools"?: ...}, "preferred_output": [assistant message],
+  "non_preferred_output": [assistant message]}`.
+- reinforcement: `{"messages": [...], ...}` where every other field is the item's own, reached by a
+  grader as `{{ item.<field> }}` (or `item["<field>"]` in a `python` grader).
+
+An item is an `answer` task item: its `messages` are the prompt as Flywheel's chat rendering takes
+them (system first, user last): `developer` becomes `system`, a tool's or function's result a user
+message marked `[tool result <id>]`, an assistant's tool calls their JSON. Its `reference` is the
+trained reply (supervised), the preferred reply (dpo, with `metadata.chosen` / `metadata.rejected`),
+or the line's `reference_answer` / `reference` / `answer` field (reinforcement). The line as sent is
+kept in `metadata.openai_line`, so the item says where it came from.
+"""
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from inference.chat import messages_problems
+
+SUPERVISED, DPO, REINFORCEMENT = "supervised", "dpo", "reinforcement"
+METHODS = (SUPERVISED, DPO, REINFORCEMENT)
+CHAT, PREFERENCE = "chat", "preference"
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+MESSAGE_FIELDS = {"role", "content", "name", "weight", "tool_calls", "function_call", "tool_call_id"}
+LINE_FIELDS = {
+    SUPERVISED: {"messages", "tools", "parallel_tool_calls", "functions"},
+    DPO: {"input", "preferred_output", "non_preferred_output"},
+}
+REFERENCE_FIELDS = ("reference_answer", "reference", "answer", "correct_answer")
+# What an answer item holds of its own: a grader template that names another field reaches it in
+# the item's metadata, where the reinforcement item keeps a line's own fields.
+ITEM_FIELDS = {"kind", "id", "split", "metadata", "prompt", "messages", "reference"}
+
+
+@dataclass(frozen=True)
+class LineError:
+    line: int
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}" + (f", field '{self.field}'" if self.field else "") + f": {self.message}"
+
+
+def format_of(method: str) -> str:
+    return PREFERENCE if method == DPO else CHAT
+
+
+def line_format(raw: Any) -> str:
+    """chat (supervised and reinforcement lines) or preference (dpo lines), from a line's fields."""
+    return PREFERENCE if isinstance(raw, dict) and "input" in raw else CHAT
+
+
+def line_problems(line: int, raw: Any, method: str) -> list[LineError]:
+    """Every problem of one decoded line for `method` (or, for CHAT, of a chat line whatever it
+    will train: an upload's check, before a job names the method); empty when it trains."""
+    if not isinstance(raw, dict):
+        return [LineError(line, None, "each line must be a JSON object")]
+    if method == DPO:
+        return _dpo_problems(line, raw)
+    problems = []
+    if method == CHAT:
+        return _tools_problems(line, raw, "") + _messages_problems(line, raw.get("messages"), "messages")
+    if method == SUPERVISED:
+        problems += [
+            LineError(
+                line, name, "unknown field of a supervised line (known: messages, tools, parallel_tool_calls)"
+            )
+            for name in sorted(set(raw) - LINE_FIELDS[SUPERVISED])
+        ]
+    problems += _tools_problems(line, raw, "")
+    problems += _messages_problems(line, raw.get("messages"), "messages")
+    if problems:
+        return problems
+    if method == SUPERVISED:
+        if _trained_index(raw["messages"]) is None:
+            return [LineError(line, "messages", "holds no assistant message with a weight of 1 to train on")]
+        index = _trained_index(raw["messages"])
+        if not _reply_text(raw["messages"][index]).strip():
+            return [LineError(line, f"messages[{index}].content", "the trained assistant reply is empty")]
+        prompt = _prompt_of(raw["messages"][:index])
+    else:
+        prompt = _prompt_of(raw["messages"])
+    return [
+        LineError(line, "messages", _rendered(place, message)) for place, message in messages_problems(prompt)
+    ]
+
+
+def _rendered(place: str, message: str) -> str:
+    return f"{message} (as Flywheel renders the conversation: {place})"
+
+
+def _dpo_problems(line: int, raw: dict) -> list[LineError]:
+    problems = [
+        LineError(
+            line, name, "unknown field of a dpo line (known: input, preferred_output, non_preferred_output)"
+        )
+        for name in sorted(set(raw) - LINE_FIELDS[DPO])
+    ]
+    source = raw.get("input")
+    if not isinstance(source, dict):
+        return problems + [LineError(line, "input", "is required: an object with messages")]
+    problems += [
+        LineError(line, f"input.{name}", "unknown field (known: messages, tools, parallel_tool_calls)")
+        for name in sorted(set(source) - {"messages", "tools", "parallel_tool_calls"})
+    ]
+    problems += _tools_problems(line, source, "input.")
+    problems += _messages_problems(line, source.get("messages"), "input.messages")
+    for name in ("preferred_output", "non_preferred_output"):
+        output = raw.get(name)
+        if not isinstance(output, list) or len(output) != 1:
+            problems.append(LineError(line, name, "is required: a list of one assistant message"))
+            continue
+        problems += _messages_problems(line, output, name)
+        if not problems and output[0].get("role") != "assistant":
+            problems.append(LineError(line, f"{name}[0].role", "must be assistant"))
+    if problems:
+        return problems
+    if _reply_text(raw["preferred_output"][0]) == _reply_text(raw["non_preferred_output"][0]):
+        return [
+            LineError(
+                line, "non_preferred_output", "is the same reply as preferred_output: it teaches nothing"
+            )
+        ]
+    prompt = _prompt_of(source["messages"])
+    return [LineError(line, "input.messages", _rendered(p, m)) for p, m in messages_problems(prompt)]
+
+
+def _tools_problems(line: int, raw: dict, prefix: str) -> list[LineError]:
+    problems = []
+    for key in ("tools", "functions"):
+        tools = raw.get(key)
+        if tools is None:
+            continue
+        if not isinstance(tools, list):
+            problems.append(LineError(line, f"{prefix}{key}", "must be a list"))
+            continue
+        for index, tool in enumerate(tools):
+            function = tool.get("function") if isinstance(tool, dict) and key == "tools" else tool
+            if key == "tools" and (not isinstance(tool, dict) or tool.get("type") != "function"):
+                problems.append(LineError(line, f"{prefix}{key}[{index}].type", "must be function"))
+            elif not isinstance(function, dict) or not _is_text(function.get("name")):
+                where = f"{prefix}{key}[{index}]" + (".function" if key == "tools" else "")
+                problems.append(LineError(line, f"{where}.name", "is required: the function's name"))
+    if "parallel_tool_calls" in raw and not isinstance(raw["parallel_tool_calls"], bool):
+        problems.append(LineError(line, f"{prefix}parallel_tool_calls", "must be true or false"))
+    return problems
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _messages_problems(line: int, messages: Any, name: str) -> list[LineError]:
+    if not isinstance(messages, list) or not messages:
+        return [LineError(line, name, "is required: a non-empty list of messages")]
+    problems = []
+    for index, message in enumerate(messages):
+        problems += _message_problems(line, f"{name}[{index}]", message)
+    return problems
+
+
+def _message_problems(line: int, where: str, message: Any) -> list[LineError]:
+    if not isinstance(message, dict):
+        return [LineError(line, where, "must be an object with a role")]
+    problems = [
+        LineError(
+            line, f"{where}.{key}", f"unknown field of a message (known: {', '.join(sorted(MESSAGE_FIELDS))})"
+        )
+        for key in sorted(set(message) - MESSAGE_FIELDS, key=str)
+    ]
+    role = message.get("role")
+    if role not in ROLES:
+        return problems + [
+            LineError(line, f"{where}.role", f"must be one of {', '.join(ROLES)}; got {role!r}")
+        ]
+    if "weight" in message and (
+        role != "assistant" or message["weight"] not in (0, 1) or isinstance(message["weight"], bool)
+    ):
+        problems.append(LineError(line, f"{where}.weight", "must be 0 or 1, on an assistant message"))
+    for key in ("tool_calls", "function_call"):
+        if key in message and role != "assistant":
+            problems.append(LineError(line, f"{where}.{key}", "only an assistant message makes calls"))
+    problems += _calls_problems(line, where, message)
+    if role == "tool" and not _is_text(message.get("tool_call_id")):
+        problems.append(LineError(line, f"{where}.tool_call_id", "is required on a tool message"))
+    if "name" in message and not isinstance(message["name"], str):
+        problems.append(LineError(line, f"{where}.name", "must be a string"))
+    content = message.get("content")
+    if content is None and not (
+        role == "assistant" and (message.get("tool_calls") or message.get("function_call"))
+    ):
+        problems.append(LineError(line, f"{where}.content", "is required (null only beside tool_calls)"))
+    elif content is not None and _text_of(content) is None:
+        problems.append(LineError(line, f"{where}.content", "must be a string or a list of text parts"))
+    return problems
+
+
+def _calls_problems(line: int, where: str, message: dict) -> list[LineError]:
+    problems = []
+    calls = message.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list) or not calls:
+            return [LineError(line, f"{where}.tool_calls", "must be a non-empty list")]
+        for index, call in enumerate(calls):
+            place = f"{where}.tool_calls[{index}]"
+            function = call.get("function") if isinstance(call, dict) else None
+            if (
+                not isinstance(call, dict)
+                or call.get("type", "function") != "function"
+                or not isinstance(function, dict)
+            ):
+                problems.append(
+                    LineError(line, place, "must be {id, type: function, function: {name, arguments}}")
+                )
+            elif not _is_text(function.get("name")) or not isinstance(function.get("arguments"), str):
+                problems.append(
+                    LineError(line, f"{place}.function", "needs a name and arguments (a JSON string)")
+                )
+    call = message.get("function_call")
+    if call is not None and (
+        not isinstance(call, dict)
+        or not _is_text(call.get("name"))
+        or not isinstance(call.get("arguments"), str)
+    ):
+        problems.append(
+            LineError(line, f"{where}.function_call", "needs a name and arguments (a JSON string)")
+        )
+    return problems
+
+
+def _text_of(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        for part in content
+    ):
+        return "".join(part["text"] for part in content)
+    return None
+
+
+def _trained_index(messages: list[dict]) -> int | None:
+    """The last assistant message with a weight other than 0: the reply Flywheel trains."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index]["role"] == "assistant" and messages[index].get("weight", 1) != 0:
+            return index
+    return None
+
+
+def _reply_text(message: dict) -> str:
+    """An assistant message as the text the model writes: its content, then its calls as JSON."""
+    text = _text_of(message.get("content")) or ""
+    calls = message.get("tool_calls") or ([message["function_call"]] if message.get("function_call") else [])
+    if calls:
+        rendered = json.dumps({"tool_calls": calls}, ensure_ascii=False)
+        text = f"{text}\n{rendered}" if text else rendered
+    return text
+
+
+def _prompt_of(messages: list[dict]) -> list[dict]:
+    """The conversation as Flywheel's chat rendering takes it (system first, then user and assistant)."""
+    rendered = []
+    for index, message in enumerate(messages):
+        role = message["role"]
+        if role in ("tool", "function"):
+            marker = message.get("tool_call_id") or message.get("name") or role
+            rendered.append(
+                {"role": "user", "content": f"[tool result {marker}] {_text_of(message.get('content'))}"}
+            )
+        elif role in ("system", "developer"):
+            text = _text_of(message["content"]) or ""
+            rendered.append(
+                {"role": "system", "content": text}
+                if index == 0
+                else {"role": "user", "content": f"[system] {text}"}
+            )
+        elif role == "assistant":
+            rendered.append({"role": "assistant", "content": _reply_text(message)})
+        else:
+            rendered.append({"role": "user", "content": _text_of(message["content"]) or ""})
+    return rendered
+
+
+def item_data(raw: dict, method: str) -> dict[str, Any]:
+    """The answer item's data for a line `line_problems` passed."""
+    if method == DPO:
+        chosen = _reply_text(raw["preferred_output"][0])
+        rejected = _reply_text(raw["non_preferred_output"][0])
+        metadata = {"chosen": chosen, "rejected": rejected, "openai_line": raw}
+        return {"messages": _prompt_of(raw["input"]["messages"]), "reference": chosen, "metadata": metadata}
+    if method == SUPERVISED:
+        index = _trained_index(raw["messages"])
+        return {
+            "messages": _prompt_of(raw["messages"][:index]),
+            "reference": _reply_text(raw["messages"][index]),
+            "metadata": {"openai_line": raw},
+        }
+    extras = {key: value for key, value in raw.items() if key not in ("messages", "tools")}
+    reference = next((raw[key] for key in REFERENCE_FIELDS if key in raw), "")
+    data = {key: value for key, value in extras.items() if key not in ITEM_FIELDS}
+    return data | {
+        "messages": _prompt_of(raw["messages"]),
+        "reference": reference if isinstance(reference, str) else json.dumps(reference),
+        "metadata": extras | {"openai_line": raw},
+    }
+
+
+ITEM_REFERENCE = re.compile(r"\bitem\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*['\"]([A-Za-z_]\w*)['\"]\s*\])")
+NOT_TEMPLATES = {
+    "type",
+    "name",
+    "source",
+    "operation",
+    "evaluation_metric",
+    "model",
+    "labels",
+    "passing_labels",
+}
+
+
+def grader_for_items(grader: Any) -> Any:
+    """The grader with each template reference to a line's own field (`{{ item.answer_key }}`) read
+    from the item's metadata, where a reinforcement item keeps them; a `python` grader's source is
+    left as it is (its `item` holds the fields themselves)."""
+    if isinstance(grader, list):
+        return [grader_for_items(value) for value in grader]
+    if not isinstance(grader, dict):
+        return grader
+    out = {}
+    for key, value in grader.items():
+        if isinstance(value, str) and key not in NOT_TEMPLATES:
+            out[key] = ITEM_REFERENCE.sub(_metadata_reference, value)
+        else:
+            out[key] = grader_for_items(value)
+    return out
+
+
+def _metadata_reference(match: re.Match) -> str:
+    name = match[1] or match[2]
+    return match[0] if name in ITEM_FIELDS else f"item.metadata.{name}"

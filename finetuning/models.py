@@ -1,0 +1,73 @@
+"""OpenAI's fine-tuning objects over Flywheel's: a file is kept byte for byte as uploaded; a job is
+a run (its status, events, metrics and checkpoints are the run's), with the OpenAI request kept as
+it was sent so that the job reads back the way the client wrote it."""
+
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from runs.models import Project, Run, TaskSetVersion
+
+
+def file_id() -> str:
+    return "file-" + secrets.token_hex(12)
+
+
+def job_id() -> str:
+    return "ftjob-" + secrets.token_hex(12)
+
+
+class FineTuningFile(models.Model):
+    class Purpose(models.TextChoices):
+        FINE_TUNE = "fine-tune"
+        RESULTS = "fine-tune-results"
+
+    id = models.CharField(primary_key=True, max_length=40, default=file_id, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="fine_tuning_files")
+    filename = models.CharField(max_length=255)
+    purpose = models.CharField(max_length=24, choices=Purpose.choices)
+    bytes = models.PositiveBigIntegerField()
+    content = models.FileField(upload_to="finetuning/files/")
+    line_format = models.CharField(max_length=16, blank=True, help_text="chat or preference, as uploaded")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.filename})"
+
+
+class FineTuningJob(models.Model):
+    id = models.CharField(primary_key=True, max_length=40, default=job_id, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="fine_tuning_jobs")
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="fine_tuning_job")
+    model = models.CharField(max_length=300, help_text="As the request named it")
+    # File ids, not keys: a file may be deleted after a job used it (its lines live on in the
+    # task set version, whose source_name names the file).
+    training_file = models.CharField(max_length=40)
+    validation_file = models.CharField(max_length=40, blank=True)
+    task_set_version = models.ForeignKey(TaskSetVersion, on_delete=models.PROTECT, related_name="+")
+    suffix = models.CharField(max_length=64, blank=True)
+    seed = models.BigIntegerField()
+    metadata = models.JSONField(default=dict, blank=True)
+    method = models.JSONField(help_text="OpenAI's method object, as sent")
+    fine_tuned_model = models.CharField(max_length=500, unique=True)
+    result_file = models.OneToOneField(
+        FineTuningFile, null=True, blank=True, on_delete=models.SET_NULL, related_name="results_of"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.id

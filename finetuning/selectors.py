@@ -1,0 +1,198 @@
+"""Reads for OpenAI's fine-tuning API: the project a call acts in, files, jobs, their events and
+checkpoints (the run's), and the served models that jobs' fine_tuned_model names stand for."""
+
+import dataclasses
+import re
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Max, QuerySet
+
+from finetuning.models import FineTuningFile, FineTuningJob
+from runs import selectors
+from runs.models import Checkpoint, MetricPoint, Project, Run, RunEvent
+from runs.roles import Permission
+from runs.served_models import ServedModel, checkpoint_model
+
+CHECKPOINT_SUFFIX = re.compile(r"^(?P<model>ft:.+):ckpt-step-(?P<step>\d{1,18})$")
+
+
+class NoProjectError(LookupError):
+    """The call names no project it may act in."""
+
+
+def project_of(*, user: AbstractBaseUser, header: str | None) -> Project:
+    """The project named by the `OpenAI-Project` header (its id or name), else the caller's only
+    project; a project the caller is not in is reported as absent."""
+    mine = Project.objects.filter(pk__in=selectors.visible_project_ids(user=user))
+    if header:
+        found = mine.filter(pk=int(header)).first() if re.fullmatch(r"[0-9]{1,18}", header) else None
+        found = found or mine.filter(name=header).first()
+        if found is None:
+            raise NoProjectError(f"OpenAI-Project: no project {header!r} that you are a member of")
+        return found
+    projects = list(mine.order_by("pk")[:2])
+    if len(projects) != 1:
+        raise NoProjectError(
+            "name the project with the OpenAI-Project header (its id or name): you are a member of "
+            f"{'no project' if not projects else 'several'}"
+        )
+    return projects[0]
+
+
+def files_of(*, project: Project, purpose: str | None = None) -> QuerySet[FineTuningFile]:
+    files = FineTuningFile.objects.filter(project=project)
+    return files.filter(purpose=purpose) if purpose else files
+
+
+def file_for(*, user: AbstractBaseUser, file_id: str) -> FineTuningFile | None:
+    found = FineTuningFile.objects.filter(pk=file_id).first()
+    if found is None or not _can(user, found.project_id, Permission.VIEW):
+        return None
+    return found
+
+
+def jobs_of(*, project: Project, metadata: dict[str, str] | None = None) -> QuerySet[FineTuningJob]:
+    jobs = FineTuningJob.objects.filter(project=project).select_related("run")
+    for key, value in (metadata or {}).items():
+        jobs = jobs.filter(**{f"metadata__{key}": value})
+    return jobs
+
+
+def job_for(*, user: AbstractBaseUser, job_id: str) -> FineTuningJob | None:
+    job = FineTuningJob.objects.filter(pk=job_id).select_related("run", "project").first()
+    if job is None or not _can(user, job.project_id, Permission.VIEW):
+        return None
+    return job
+
+
+def _can(user: AbstractBaseUser, project_id: int, permission: str) -> bool:
+    return selectors.role_allows(selectors.role_of(user=user, project_id=project_id), permission)
+
+
+# --- events and checkpoints --------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class JobEvent:
+    id: str
+    created_at: datetime
+    level: str
+    message: str
+    type: str
+    data: dict[str, Any]
+
+
+def job_events(*, job: FineTuningJob) -> list[JobEvent]:
+    """The run's events and one `metrics` event per step that recorded metrics, newest first."""
+    run = job.run
+    events = [
+        JobEvent(
+            f"ftevent-{e.pk}",
+            e.created_at,
+            {"warning": "warn"}.get(e.level, e.level),
+            e.message,
+            "message",
+            e.data,
+        )
+        for e in RunEvent.objects.filter(run=run).order_by("pk")
+    ]
+    steps = step_metrics(run)
+    times = dict(
+        MetricPoint.objects.filter(run=run)
+        .values("step")
+        .annotate(at=Max("created_at"))
+        .values_list("step", "at")
+    )
+    events += [
+        JobEvent(
+            f"ftevent-m{run.pk}-{step}",
+            times[step],
+            "info",
+            f"Step {step}: metrics",
+            "metrics",
+            openai_metrics(step, values),
+        )
+        for step, values in steps.items()
+    ]
+    return sorted(events, key=lambda e: (e.created_at, e.id), reverse=True)
+
+
+def step_metrics(run: Run) -> dict[int, dict[str, float]]:
+    steps: dict[int, dict[str, float]] = {}
+    for step, name, value in (
+        MetricPoint.objects.filter(run=run).order_by("step").values_list("step", "name", "value")
+    ):
+        steps.setdefault(step, {})[name] = value
+    return steps
+
+
+OPENAI_METRIC_NAMES = {
+    "learner/loss": "train_loss",
+    "reward/mean": "train_reward_mean",
+    "heldout/reward": "full_valid_reward_mean",
+    "heldout/pass_rate": "full_valid_pass_rate",
+}
+
+
+def openai_metrics(step: int, values: dict[str, float]) -> dict[str, Any]:
+    """A step's metrics in OpenAI's names where it has them, and every Flywheel metric as recorded."""
+    named = {
+        OPENAI_METRIC_NAMES[name]: value for name, value in values.items() if name in OPENAI_METRIC_NAMES
+    }
+    return {"step": step, **named, "flywheel": values}
+
+
+def job_checkpoints(*, job: FineTuningJob) -> list[Checkpoint]:
+    return list(Checkpoint.objects.filter(run=job.run).order_by("-step"))
+
+
+def job_trained_tokens(job: FineTuningJob) -> int | None:
+    """Tokens the learner trained on: for a reinforcement job its learned trajectories' tokens; a
+    supervised or dpo job records none (null, as OpenAI's is until it knows)."""
+    if not job.run.is_terminal or job.run.method != Run.Method.GRPO:
+        return None
+    learned = job.run.trajectories.exclude(learned_in_step=None)
+    return sum(p + c for p, c in learned.values_list("prompt_tokens", "completion_tokens"))
+
+
+# --- fine-tuned models, served ---------------------------------------------------------------
+
+
+def fine_tuned_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool = False) -> ServedModel | None:
+    """A job's fine_tuned_model (its final checkpoint) or one checkpoint's name
+    (`<fine_tuned_model>:ckpt-step-<n>`), if the caller may view the job; None otherwise."""
+    if not model_id.startswith("ft:"):
+        return None
+    step = None
+    if match := CHECKPOINT_SUFFIX.match(model_id):
+        step = int(match["step"])
+    name = match["model"] if match else model_id
+    job = FineTuningJob.objects.filter(fine_tuned_model=name).select_related("run__project").first()
+    if job is None or not _can(user, job.project_id, Permission.VIEW):
+        return None
+    checkpoints = Checkpoint.objects.filter(run=job.run).select_related("run__project")
+    if step is None:
+        if job.run.status != Run.Status.SUCCEEDED:
+            return None
+        checkpoint = checkpoints.order_by("-step").first()
+    else:
+        checkpoint = checkpoints.filter(step=step).first()
+    if checkpoint is None:
+        return None
+    return dataclasses.replace(checkpoint_model(checkpoint, fetch=fetch), id=model_id)
+
+
+def fine_tuned_models_for(*, user: AbstractBaseUser) -> list[ServedModel]:
+    jobs = FineTuningJob.objects.filter(
+        project_id__in=selectors.visible_project_ids(user=user), run__status=Run.Status.SUCCEEDED
+    ).select_related("run__project")
+    models = []
+    for job in jobs.order_by("-created_at"):
+        checkpoint = (
+            Checkpoint.objects.filter(run=job.run).select_related("run__project").order_by("-step").first()
+        )
+        if checkpoint is not None:
+            models.append(dataclasses.replace(checkpoint_model(checkpoint), id=job.fine_tuned_model))
+    return models

@@ -1,0 +1,99 @@
+"""End to end: a script written for OpenAI's fine-tuning, with only `base_url` and `api_key`
+changed, drives a reinforcement job with a `python` grader through a live web server, real Celery
+workers, a real learner process and sandboxes on the tiny model, then chats with the result."""
+
+import json
+
+import openai
+import pytest
+
+from finetuning.models import FineTuningJob
+from runs import services
+from runs.models import Run
+from tests.run_harness import Host, demo_project, hosts_killed, tiny_model, wait_until, worker_env
+from tests.web_server import WebServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+__all__ = ["tiny_model"]
+
+GRADER = {
+    "type": "python",
+    "name": "mentions_answer",
+    "source": (
+        "def grade(sample, item) -> float:\n"
+        "    return 1.0 if item['reference_answer'] in sample['output_text'] else 0.0\n"
+    ),
+}
+LINES = [
+    {"messages": [{"role": "user", "content": f"add {n} to x"}], "reference_answer": "x", "n": n}
+    for n in range(4)
+]
+
+
+@pytest.fixture
+def live(tiny_model, tmp_path):
+    setup = demo_project(tiny_model)
+    _, token = services.api_token_create(user=setup["owner"], name="openai")
+    learner_host, rollout_host = Host(worker_env()), Host(worker_env())
+    with hosts_killed(learner_host, rollout_host):
+        learner_host.worker("learner")
+        rollout_host.worker("rollout,eval")
+        with WebServer(worker_env(), tmp_path / "web.log") as server:
+            yield setup | {"client": openai.OpenAI(base_url=f"{server.url}/v1", api_key=token, max_retries=0)}
+
+
+def test_a_reinforcement_job_trains_through_real_workers_and_its_model_answers_at_once(live):
+    client = live["client"]
+    content = "".join(json.dumps(line) + "\n" for line in LINES).encode()
+    training = client.files.create(file=("rft.jsonl", content), purpose="fine-tune")
+    assert client.files.content(training.id).content == content
+    job = client.fine_tuning.jobs.create(
+        model=f"tier-{live['tier'].pk}",
+        training_file=training.id,
+        suffix="adder",
+        seed=3,
+        method={
+            "type": "reinforcement",
+            "reinforcement": {
+                "grader": GRADER,
+                "hyperparameters": {"n_epochs": 2, "batch_size": 4, "compute_multiplier": 0.5},
+            },
+        },
+    )
+    assert job.status == "queued"
+    wait_until(
+        lambda: client.fine_tuning.jobs.retrieve(job.id).status in ("succeeded", "failed", "cancelled"),
+        job.id,
+    )
+    done = client.fine_tuning.jobs.retrieve(job.id)
+    run = FineTuningJob.objects.get(pk=job.id).run
+    assert done.status == "succeeded", (done.error, run.error)
+    assert (run.method, run.max_steps, run.learner_step, run.resolved["group_size"]) == ("grpo", 2, 2, 4)
+    assert done.fine_tuned_model == f"ft:tier-{live['tier'].pk}:{live['project'].name}:adder:{job.id[6:14]}"
+    assert done.trained_tokens > 0 and done.finished_at >= done.created_at
+
+    events = list(client.fine_tuning.jobs.list_events(job.id, limit=100))
+    metrics = [e for e in events if e.type == "metrics"]
+    # One per step, step 0 holding the base model's held-out figures (evaluated beside step 1).
+    assert sorted(e.data["step"] for e in metrics) == [0, 1, 2]
+    last = next(e.data for e in metrics if e.data["step"] == 2)
+    assert "train_reward_mean" in last and "full_valid_pass_rate" in last
+    statuses = [e.data["status"] for e in events if e.type == "message" and e.data.get("status")]
+    assert statuses[0] == "succeeded" and statuses[-1] == "queued"
+
+    checkpoints = client.fine_tuning.jobs.checkpoints.list(job.id)
+    assert [c.step_number for c in checkpoints.data] == [2]
+    assert checkpoints.data[0].id.startswith("ftckpt-")
+    assert checkpoints.data[0].fine_tuned_model_checkpoint == f"{done.fine_tuned_model}:ckpt-step-2"
+
+    results = client.files.content(done.result_files[0]).text.splitlines()
+    assert results[0].startswith("step,") and "reward/mean" in results[0]
+    assert [row.split(",")[0] for row in results[1:]] == ["0", "1", "2"]
+
+    assert done.fine_tuned_model in [m.id for m in client.models.list()]
+    for model in (done.fine_tuned_model, checkpoints.data[0].fine_tuned_model_checkpoint):
+        chat = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "add 1 to x"}], max_tokens=4, temperature=0
+        )
+        assert chat.model == model and chat.choices[0].message.role == "assistant"
+    assert Run.objects.get(pk=run.pk).status == Run.Status.SUCCEEDED
