@@ -27,11 +27,12 @@ APPLICATIONS = (
     "webhooks",
     "reward_models",
     "evaluations",
+    "ops",
     "sandboxes",
     "inference",
 )
 BOTTOM = ("inference", "sandboxes")
-DOMAIN = ("runs", "rewards", "reviews", "traces", "webhooks", "reward_models", "evaluations")
+DOMAIN = ("runs", "rewards", "reviews", "traces", "webhooks", "reward_models", "evaluations", "ops")
 FRAMEWORKS = ("django", "rest_framework", "drf_spectacular", "channels", "celery")
 
 
