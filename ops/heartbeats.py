@@ -77,18 +77,28 @@ def device_describe() -> str:
 
 
 def memory_bytes(pid: int) -> int:
-    """Resident memory of the worker: its own process and every descendant (pool processes,
-    learners it supervises, sandboxes), which is what the host pays for it."""
+    """Memory of the worker: its own process and every descendant (pool processes, learners it
+    supervises, sandboxes), which is what the host pays for it. Proportional set sizes where the
+    system gives them: forked pool processes share most of their pages with their parent, which
+    resident sizes would count once per process."""
     try:
         process = psutil.Process(pid)
-        total = process.memory_info().rss
-        for child in process.children(recursive=True):
-            try:
-                total += child.memory_info().rss
-            except psutil.Error:  # exited meanwhile
-                pass
-        return total
+        processes = [process, *process.children(recursive=True)]
     except psutil.Error:
+        return 0
+    return sum(_process_memory(each) for each in processes)
+
+
+def _process_memory(process: psutil.Process) -> int:
+    try:
+        full = process.memory_full_info()
+        return int(getattr(full, "pss", full.rss))
+    except psutil.AccessDenied:
+        try:
+            return process.memory_info().rss
+        except psutil.Error:
+            return 0
+    except psutil.Error:  # exited meanwhile
         return 0
 
 

@@ -2,6 +2,7 @@
 other projects, a real Celery worker seen, killed with SIGKILL and shown gone within 10 s, then its
 replacement seen; the queues' waits; the Prometheus gauges."""
 
+import json
 import os
 import signal
 import subprocess
@@ -212,6 +213,40 @@ def test_a_killed_worker_shows_as_gone_within_10_s_and_its_replacement_appears(t
     restarts = [f for f in overview(client)["failures"] if f["kind"] == "worker_restarted"]
     assert [f["worker"] for f in restarts] == [name]
     assert clean_ops_keys.llen(EVENTS_KEY) == 1
+
+
+def test_a_workers_running_tasks_come_from_celerys_own_bookkeeping():
+    """What the main process beats: the requests Celery marked accepted (a pool process took
+    them), with their ids and since when, and nothing once they are done."""
+    from celery.worker import state
+    from celery.worker.request import Request
+    from kombu.message import Message
+
+    from webapp.celery import ops_running_tasks
+
+    celery_app.loader.import_default_modules()
+    sent = celery_app.amqp.as_task_v2("task-1", "workers.learner.supervise", args=(42,))
+    message = Message(
+        body=json.dumps(sent.body),
+        headers=sent.headers,
+        content_type="application/json",
+        content_encoding="utf-8",
+    )
+    request = Request(message, app=celery_app, task=celery_app.tasks["workers.learner.supervise"])
+    request.on_accepted(1234, time.monotonic() - 30)
+    state.task_accepted(request)
+    try:
+        (task,) = ops_running_tasks()
+        assert (task["task"], task["id"], task["args"], task["pid"]) == (
+            "workers.learner.supervise",
+            "task-1",
+            [42],
+            1234,
+        )
+        assert 29 < time.time() - task["since"] < 40
+    finally:
+        state.task_ready(request)
+    assert ops_running_tasks() == []
 
 
 # --- Prometheus --------------------------------------------------------------------------------
