@@ -141,6 +141,15 @@ def test_the_overview_matches_its_declared_shape(team, clean_ops_keys, schema): 
     assert_matches_schema(schema, api_client_for(team[Role.VIEWER]).get(OVERVIEW), "get", OVERVIEW)
 
 
+def test_with_redis_unreachable_the_overview_still_answers_and_says_so(team, settings):
+    client = api_client_for(team[Role.OWNER])
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    body = overview(client)
+    assert (body["status"], body["redis"]["ok"], body["database"]["ok"]) == ("degraded", False, True)
+    assert "ConnectionError" in body["redis"]["detail"]
+    assert (body["workers"], body["queues"]) == ([], [])
+
+
 # --- a real worker -----------------------------------------------------------------------------
 
 
