@@ -18,7 +18,6 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -205,6 +204,7 @@ class SandboxBeat:
         self.name = name
         self.counts = counts
         self.pid = os.getpid()
+        self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, name="ops-sandbox-beat", daemon=True)
 
     def start(self) -> None:
@@ -212,19 +212,23 @@ class SandboxBeat:
 
     def run(self) -> None:
         client = redis_client()
-        while True:
+        while not self.stop.is_set():
             try:
-                counts = self.counts()
-                if counts is not None:
-                    pipe = client.pipeline()
-                    pipe.sadd(SANDBOX_PIDS_KEY.format(name=self.name), self.pid)
-                    pipe.expire(SANDBOX_PIDS_KEY.format(name=self.name), RECORD_KEEP_SECONDS)
-                    key = SANDBOXES_KEY.format(name=self.name, pid=self.pid)
-                    pipe.set(key, json.dumps(counts), ex=ALIVE_SECONDS)
-                    pipe.execute()
-            except Exception as exc:  # noqa: BLE001
+                self.beat(client)
+            except Exception as exc:  # noqa: BLE001 - Redis away: beat again next time, never die
                 logger.debug("sandbox beat failed: %s", exc)
-            time.sleep(BEAT_SECONDS)
+            self.stop.wait(BEAT_SECONDS)
+
+    def beat(self, client: Redis) -> None:
+        counts = self.counts()
+        if counts is None:
+            return
+        pids = SANDBOX_PIDS_KEY.format(name=self.name)
+        pipe = client.pipeline()
+        pipe.sadd(pids, self.pid)
+        pipe.expire(pids, RECORD_KEEP_SECONDS)
+        pipe.set(SANDBOXES_KEY.format(name=self.name, pid=self.pid), json.dumps(counts), ex=ALIVE_SECONDS)
+        pipe.execute()
 
 
 def task_failure_record(*, worker: str, task: str, task_id: str, args: object, exc: BaseException) -> None:

@@ -16,7 +16,14 @@ from django.conf import settings
 from django.test import Client
 from rest_framework.test import APIClient
 
-from ops.heartbeats import ALIVE_SECONDS, EVENTS_KEY, WorkerBeat, redis_client, task_failure_record
+from ops.heartbeats import (
+    ALIVE_SECONDS,
+    EVENTS_KEY,
+    SandboxBeat,
+    WorkerBeat,
+    redis_client,
+    task_failure_record,
+)
 from runs.models import Run
 from runs.roles import Role
 from tests.conftest import api_client_for, make_project, make_user
@@ -148,6 +155,25 @@ def test_with_redis_unreachable_the_overview_still_answers_and_says_so(team, set
     assert (body["status"], body["redis"]["ok"], body["database"]["ok"]) == ("degraded", False, True)
     assert "ConnectionError" in body["redis"]["detail"]
     assert (body["workers"], body["queues"]) == ([], [])
+
+
+def test_sandboxes_in_use_are_counted_per_worker_and_in_total(team, clean_ops_keys):
+    from sandboxes.services import sandbox_acquire, sandbox_pool, sandbox_pool_counts
+    from tests.sandbox_fixtures import backend_ready, make_spec
+
+    backend_ready("bubblewrap")
+    name = "rollout@sandbox-host"
+    WorkerBeat(name=name, queues=["rollout"], concurrency=1, pool="solo", tasks=list).beat(clean_ops_keys)
+    beat = SandboxBeat(name, sandbox_pool_counts)
+    client = api_client_for(team[Role.OWNER])
+    with sandbox_acquire(make_spec("bubblewrap")):  # a real sandbox of this process's pool, in use
+        beat.beat(clean_ops_keys)
+        body = overview(client)
+    assert worker_in(body, name)["sandboxes"] == {"live": 1, "busy": 1, "idle": 0, "replaced": 0}
+    assert body["sandboxes"] == {"live": 1, "busy": 1, "idle": 0, "replaced": 0}
+    beat.beat(clean_ops_keys)  # given back: idle, kept warm
+    assert overview(client)["sandboxes"] == {"live": 1, "busy": 0, "idle": 1, "replaced": 0}
+    sandbox_pool().close()  # the next user of this process's pool starts a fresh one
 
 
 # --- a real worker -----------------------------------------------------------------------------
