@@ -424,6 +424,7 @@ SPECTACULAR_SETTINGS = {
         "ReviewQueueSourceEnum": "reviews.models.ReviewQueue.Source",
         "TraceThumbsEnum": "traces.models.Trace.Thumbs",
         "TraceThumbsFilterEnum": "traces.serializers.THUMBS_FILTER",
+        "KindEnum": "runs.models.TaskItem.Kind",  # named, now that another field is called "kind"
         "OpsStatusEnum": "ops.serializers.OVERALL",
         "OpsScopeEnum": "ops.serializers.SCOPES",
         "OpsWorkerStateEnum": "ops.serializers.WORKER_STATES",
