@@ -155,6 +155,10 @@ def test_with_redis_unreachable_the_overview_still_answers_and_says_so(team, set
     assert (body["status"], body["redis"]["ok"], body["database"]["ok"]) == ("degraded", False, True)
     assert "ConnectionError" in body["redis"]["detail"]
     assert (body["workers"], body["queues"]) == ([], [])
+    page = Client()
+    page.force_login(team[Role.OWNER])
+    html = page.get("/ops/").content.decode()
+    assert "Redis is unreachable: workers cannot be read." in html
 
 
 def test_sandboxes_in_use_are_counted_per_worker_and_in_total(team, clean_ops_keys):
