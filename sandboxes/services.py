@@ -25,6 +25,13 @@ def sandbox_pool() -> SandboxPool:
         return _pool
 
 
+def sandbox_pool_counts() -> dict[str, int] | None:
+    """This process's pool's counts (live, busy, idle, replaced), or None while it has none: an
+    observer must not start a pool just to count it."""
+    pool = _pool
+    return pool.stats() if pool is not None and not pool.closed else None
+
+
 @contextmanager
 def sandbox_acquire(spec: SandboxSpec, *, timeout: float | None = None) -> Iterator[Sandbox]:
     """`with sandbox_acquire(spec) as sandbox:` a pristine sandbox, reset and returned afterwards."""

@@ -10,6 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import URLPattern
 
 from evaluations import api_urls as evaluation_api_urls
+from ops import api_urls as ops_api_urls
 from reviews import api_urls as review_api_urls
 from reward_models import api_urls as reward_model_api_urls
 from rewards import api_urls as reward_api_urls
@@ -38,6 +39,7 @@ API_PATTERNS = (
     + trace_api_urls.urlpatterns
     + reward_model_api_urls.urlpatterns
     + evaluation_api_urls.urlpatterns
+    + ops_api_urls.urlpatterns
 )
 
 

@@ -28,11 +28,22 @@ APPLICATIONS = (
     "reward_models",
     "evaluations",
     "finetuning",
+    "ops",
     "sandboxes",
     "inference",
 )
 BOTTOM = ("inference", "sandboxes")
-DOMAIN = ("runs", "rewards", "reviews", "traces", "webhooks", "reward_models", "evaluations", "finetuning")
+DOMAIN = (
+    "runs",
+    "rewards",
+    "reviews",
+    "traces",
+    "webhooks",
+    "reward_models",
+    "evaluations",
+    "finetuning",
+    "ops",
+)
 FRAMEWORKS = ("django", "rest_framework", "drf_spectacular", "channels", "celery")
 
 

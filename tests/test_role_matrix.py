@@ -20,6 +20,8 @@ from rest_framework.test import APIClient
 from evaluations import api_urls as evaluation_api_urls
 from evaluations import urls as evaluation_urls
 from finetuning import urls as fine_tuning_urls
+from ops import api_urls as ops_api_urls
+from ops import urls as ops_urls
 from reviews import api_urls as review_api_urls
 from reviews import urls as review_urls
 from rewards import api_urls as reward_api_urls
@@ -44,6 +46,8 @@ ALLOWED = {
     "manage": {Role.OWNER},
     "manage_webhooks": {Role.OWNER},
 }
+# The operations page and API (ops/): owners of any project (the outsider owns one) and staff.
+OPERATE = "operate"
 ITEM = {"id": "q1", "prompt": "What is 1 + 1?", "reference": "2"}
 
 
@@ -820,8 +824,14 @@ EVALUATION_CASES = [
     ),
 ]
 
+OPS_CASES = [
+    Case("api-ops-overview", "get", OPERATE),
+    Case("ops", "get", OPERATE),
+]
+
 CASES = (
-    API_CASES
+    OPS_CASES
+    + API_CASES
     + PAGE_CASES
     + REWARD_CASES
     + RUN_CASES
@@ -851,6 +861,8 @@ def test_every_route_is_in_the_matrix():
     assert sorted(route_names(evaluation_api_urls) - covered) == []
     assert sorted(route_names(evaluation_urls) - covered) == []
     assert sorted(route_names(fine_tuning_urls) - covered) == []
+    assert sorted(route_names(ops_api_urls) - covered) == []
+    assert sorted(route_names(ops_urls) - covered) == []
 
 
 @pytest.fixture
@@ -880,6 +892,8 @@ def expected(case: Case, role: str) -> str:
         return "unauthenticated"
     if case.permission == SELF:
         return "allowed"
+    if case.permission == OPERATE:
+        return "allowed" if role in (Role.OWNER, "outsider") else "forbidden"
     if role == "outsider":
         return "not_found"
     return "allowed" if role in ALLOWED[case.permission] else "forbidden"

@@ -1,9 +1,17 @@
 """The Celery app. Workers listen on the rollout, learner and eval queues."""
 
 import os
+import time
 
 from celery import Celery
-from celery.signals import worker_init, worker_process_init, worker_ready
+from celery.signals import (
+    before_task_publish,
+    task_failure,
+    worker_init,
+    worker_process_init,
+    worker_ready,
+    worker_shutdown,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
@@ -73,3 +81,95 @@ def sandbox_check_start(sender, **kwargs) -> None:
     # Its stderr is the worker's: a failing check says why in the worker's log too.
     check = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     threading.Thread(target=check.wait, name="sandbox-check-reaper", daemon=True).start()
+
+
+# --- what the operations page shows (ops/heartbeats.py) ---------------------------------------
+
+_ops_node = ""  # this worker's name, known from worker_init on (pool processes inherit it)
+_ops_beat = None
+
+
+@before_task_publish.connect
+def sent_at_stamp(headers: dict | None = None, **kwargs) -> None:
+    """When each message was sent, so the operations page can tell how long the oldest waits."""
+    from ops.heartbeats import SENT_AT_HEADER
+
+    if headers is not None:
+        headers[SENT_AT_HEADER] = time.time()
+
+
+@worker_init.connect
+def ops_node_remember(sender, **kwargs) -> None:
+    global _ops_node
+    _ops_node = sender.hostname
+
+
+def ops_running_tasks() -> list[dict]:
+    """The tasks this worker runs now, read from Celery's own bookkeeping (in the main process:
+    the pool processes report each task they take)."""
+    from celery.worker.state import active_requests
+
+    from ops.heartbeats import task_integer_args
+
+    for _ in range(3):  # the set may change under us while a task is taken or finishes
+        try:
+            requests = list(active_requests)
+            break
+        except RuntimeError:
+            continue
+    else:
+        requests = []
+    return [
+        {
+            "task": request.name,
+            "id": request.id,
+            "args": task_integer_args(request.args),
+            "since": request.time_start,
+            "pid": request.worker_pid,
+        }
+        for request in requests
+    ]
+
+
+@worker_ready.connect
+def ops_heartbeat_start(sender, **kwargs) -> None:
+    """Beat from the worker's main process once its pool is up (no process forks from it after
+    that but pool replacements, which never touch the beat's thread or its Redis connection)."""
+    global _ops_beat
+    from ops.heartbeats import WorkerBeat
+
+    pool = type(sender.pool).__module__.rsplit(".", 1)[-1]
+    _ops_beat = WorkerBeat(
+        name=sender.hostname,
+        queues=sorted(app.amqp.queues.consume_from or {}),
+        concurrency=int(getattr(sender.controller, "concurrency", 0) or 0),
+        pool=pool,
+        tasks=ops_running_tasks,
+    )
+    _ops_beat.start()
+
+
+@worker_shutdown.connect
+def ops_heartbeat_stop(**kwargs) -> None:
+    if _ops_beat is not None:
+        _ops_beat.shutdown()
+
+
+@worker_process_init.connect
+def ops_sandbox_beat_start(sender=None, **kwargs) -> None:
+    """A process that runs rollouts or evaluations reports its sandbox pool's counts."""
+    if not consumes(*SAMPLING_QUEUES):
+        return
+    from ops.heartbeats import SandboxBeat
+    from sandboxes.services import sandbox_pool_counts
+
+    SandboxBeat(str(sender or _ops_node), sandbox_pool_counts).start()
+
+
+@task_failure.connect
+def ops_task_failure(sender=None, task_id: str = "", exception=None, args=None, **kwargs) -> None:
+    from ops.heartbeats import task_failure_record
+
+    worker = getattr(getattr(sender, "request", None), "hostname", None) or _ops_node
+    name = getattr(sender, "name", str(sender))
+    task_failure_record(worker=worker, task=name, task_id=task_id or "", args=args, exc=exception)

@@ -61,8 +61,66 @@ class RecordCollector(Collector):
             yield GaugeMetricFamily(name, doc, value=model.objects.count())
 
 
+class OpsCollector(Collector):
+    """The operations overview as gauges, read at scrape time (ops/selectors.py): workers by queue
+    and state, queue depths and waits, Redis and the database, sandboxes. No run is named."""
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())  # read only at scrape time: Redis may be down when this registers
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from ops.selectors import cluster_read
+
+        cluster = cluster_read()
+        cluster.pop("client")
+        yield from ops_gauges(cluster)
+
+
+def ops_gauges(cluster: dict) -> Iterator[GaugeMetricFamily]:
+    redis, database = cluster["redis"], cluster["database"]
+    for name, health, doc in (("redis", redis, "Redis"), ("database", database, "The database")):
+        yield GaugeMetricFamily(f"flywheel_{name}_up", f"{doc} answered", value=float(health["ok"]))
+        latency = GaugeMetricFamily(f"flywheel_{name}_latency_seconds", f"{doc}'s answer time from the web")
+        if health["latency_ms"] is not None:
+            latency.add_metric([], health["latency_ms"] / 1000)
+        yield latency
+    workers = GaugeMetricFamily("flywheel_workers", "Workers by queue and state", labels=["queue", "state"])
+    busy = GaugeMetricFamily("flywheel_workers_busy", "Live workers running a task", labels=["queue"])
+    waiting = GaugeMetricFamily("flywheel_queue_waiting", "Messages waiting in a queue", labels=["queue"])
+    oldest = GaugeMetricFamily(
+        "flywheel_queue_oldest_wait_seconds",
+        "How long the oldest waiting message has waited",
+        labels=["queue"],
+    )
+    for queue in cluster["queues"]:
+        for state in ("alive", "gone", "stopped"):
+            count = sum(1 for w in cluster["workers"] if w["state"] == state and queue["name"] in w["queues"])
+            workers.add_metric([queue["name"], state], count)
+        busy.add_metric([queue["name"]], queue["workers_busy"])
+        waiting.add_metric([queue["name"]], queue["waiting"])
+        oldest.add_metric([queue["name"]], queue["oldest_wait_seconds"] or 0.0)
+    yield from (workers, busy, waiting, oldest)
+    memory = GaugeMetricFamily(
+        "flywheel_worker_memory_bytes", "A live worker's resident memory", labels=["worker"]
+    )
+    restarts = GaugeMetricFamily(
+        "flywheel_worker_restarts", "Times a worker of this name started again", labels=["worker"]
+    )
+    for worker in cluster["workers"]:
+        if worker["state"] == "alive":
+            memory.add_metric([worker["name"]], worker["memory_bytes"])
+        restarts.add_metric([worker["name"]], worker["restarts"])
+    yield from (memory, restarts)
+    sandboxes = GaugeMetricFamily("flywheel_sandboxes", "Sandboxes on live workers", labels=["state"])
+    for state in ("live", "busy", "idle", "replaced"):
+        sandboxes.add_metric([state], cluster["sandboxes"][state])
+    yield sandboxes
+
+
 _collector = RecordCollector()
+_ops_collector = OpsCollector()
 REGISTRY.register(_collector)
+REGISTRY.register(_ops_collector)
 
 
 def scrape_registry() -> CollectorRegistry:
@@ -73,6 +131,7 @@ def scrape_registry() -> CollectorRegistry:
     registry = CollectorRegistry()
     MultiProcessCollector(registry)
     registry.register(_collector)
+    registry.register(_ops_collector)
     return registry
 
 

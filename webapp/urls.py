@@ -30,6 +30,7 @@ urlpatterns = [
     path("api/v1/", include("reward_models.api_urls")),
     path("api/v1/", include("evaluations.api_urls")),
     path("v1/", include("finetuning.urls")),  # OpenAI's fine-tuning API, before the catch-all below
+    path("api/v1/", include("ops.api_urls")),
     path("v1/", include("runs.openai_urls")),  # OpenAI-compatible: its own contract, not in the schema
     path("", include("rewards.urls")),
     path("", include("reviews.urls")),
@@ -37,6 +38,7 @@ urlpatterns = [
     path("", include("traces.urls")),
     path("", include("reward_models.urls")),
     path("", include("evaluations.urls")),
+    path("", include("ops.urls")),
     path("", include("runs.urls")),
 ]
 

@@ -16,6 +16,7 @@ from flywheel.resources import (
     Checkpoints,
     EvalSuites,
     Me,
+    Ops,
     Projects,
     Reviews,
     RewardModels,
@@ -92,6 +93,7 @@ class Client:
         self.traces = Traces(t)
         self.reward_models = RewardModels(t)
         self.eval_suites = EvalSuites(t)
+        self.ops = Ops(t)
 
     @property
     def url(self) -> str:

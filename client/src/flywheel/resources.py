@@ -843,3 +843,12 @@ class EvalSuites(Resource):
         bootstrap interval on the change in pass rate."""
         path = f"/api/v1/suite-evaluations/{evaluation}/compare"
         return self._get(path, against=against, change=change, kind=kind)
+
+
+class Ops(Resource):
+    @endpoint("GET", "/ops/overview")
+    def overview(self) -> JSON:
+        """Workers by queue and host (alive, gone or stopped; what each runs), queue depths and the
+        oldest wait, Redis and database latency, sandboxes and recent failures. Project owners
+        and staff only; runs of projects the caller is not in are not named."""
+        return self._get("/api/v1/ops/overview")
