@@ -166,6 +166,7 @@ def test_sandboxes_in_use_are_counted_per_worker_and_in_total(team, clean_ops_ke
     from tests.sandbox_fixtures import backend_ready, make_spec
 
     backend_ready("bubblewrap")
+    sandbox_pool().close()  # earlier tests in this process may have left sandboxes warm in its pool
     name = "rollout@sandbox-host"
     WorkerBeat(name=name, queues=["rollout"], concurrency=1, pool="solo", tasks=list).beat(clean_ops_keys)
     beat = SandboxBeat(name, sandbox_pool_counts)
