@@ -33,6 +33,7 @@ from runs.models import (
     Tier,
 )
 from runs.roles import Role
+from runs.stub_checks import version_stub_check_queue
 from runs.task_format import (
     IMPORT_FORMATS,
     LINE_PRESETS,
@@ -223,8 +224,12 @@ def task_set_import(
     heldout_fraction: float | None = None,
     dry_run: bool = False,
     preset: str = "auto",
+    stub_check_enqueue: bool = True,
 ) -> ImportReport:
     """Stream a JSONL or CSV file into a new version; all of it or, on any error, none of it.
+
+    A new version with code items has its stub check queued (runs/stub_checks.py), enqueued after
+    it commits unless `stub_check_enqueue` is False (the caller runs it itself).
 
     `preset` says how JSONL lines are read (`task_format.validate_item`): auto, flywheel, or one
     published format (humaneval, mbpp, apps, codecontests, livecodebench) for every line.
@@ -253,7 +258,7 @@ def task_set_import(
             report.add_error(ItemError(0, None, "the file holds no items"))
         if dry_run or not report.ok:
             return report
-        _draft_publish(task_set, draft, report)
+        _draft_publish(task_set, draft, report, stub_check_enqueue)
     finally:
         if draft is not None and report.version != draft:
             _draft_discard(draft.pk)
@@ -332,7 +337,9 @@ def _draft_create(
 
 
 @transaction.atomic
-def _draft_publish(task_set: TaskSet, draft: TaskSetVersion, report: ImportReport) -> None:
+def _draft_publish(
+    task_set: TaskSet, draft: TaskSetVersion, report: ImportReport, stub_check_enqueue: bool = True
+) -> None:
     """Number and publish the draft, unless the latest version has the same content."""
     locked = TaskSet.objects.select_for_update().get(pk=task_set.pk)
     latest = locked.versions.first()
@@ -347,6 +354,7 @@ def _draft_publish(task_set: TaskSet, draft: TaskSetVersion, report: ImportRepor
     draft.split_counts = report.split_counts
     draft.save()
     report.version, report.created = draft, True
+    version_stub_check_queue(version=draft, enqueue=stub_check_enqueue)
 
 
 def _draft_discard(draft_id: int) -> None:
@@ -420,6 +428,7 @@ def _store_items(
                     text=item.text,
                     data=item.data,
                     created_at=now,
+                    line=item.line,
                 )
             )
             if len(batch) >= IMPORT_BATCH_SIZE:

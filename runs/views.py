@@ -23,8 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from inference.model_sources import local_models
 from rewards import selectors as reward_selectors
-from rewards.references import references_verify
-from runs import forms, runs_table, selectors, services
+from runs import forms, runs_table, selectors, services, stub_checks
 from runs.demo import DEMO_FUNCTIONS, demo_project_for, demo_run_launch
 from runs.models import Membership, Project, StagedImport, TaskItem, TaskSet, TaskSetVersion
 from runs.roles import Permission, Role, role_allows
@@ -381,6 +380,7 @@ def version_detail(request: HttpRequest, task_set_id: int, number: int) -> HttpR
     context = _access(request.user, version.task_set.project) | {
         "task_set": version.task_set,
         "version": version,
+        "stub_check": stub_checks.stub_check_summary(version=version),
         "page": page,
         "rows": [(item, _item_fields(item)) for item in page],
         "query": query,
@@ -401,7 +401,7 @@ def version_verify(request: HttpRequest, task_set_id: int, number: int) -> HttpR
     """Verify references: each code item's reference solution against its own tests, in the sandbox."""
     version = selectors.version_for(user=request.user, task_set_id=task_set_id, number=number)
     selectors.require(user=request.user, project_id=version.task_set.project_id, permission=Permission.EDIT)
-    report = references_verify(selectors.grading_items_of(version=version))
+    report = stub_checks.version_verify(version=version)
     if report.broken:
         named = "; ".join(f"{check.item}: {check.reason}" for check in report.broken[:20])
         more = f" (and {len(report.broken) - 20} more)" if len(report.broken) > 20 else ""
@@ -410,6 +410,13 @@ def version_verify(request: HttpRequest, task_set_id: int, number: int) -> HttpR
         )
     if report.errored:
         messages.warning(request, f"{report.errored} references could not be checked (the sandbox failed)")
+    if report.stub_passes_every_test:
+        named = ", ".join(report.stub_passes_every_test[:20])
+        messages.warning(
+            request,
+            f"A stub of the solution passes every test of {len(report.stub_passes_every_test)} items, "
+            f"which can only ever pay 0: {named}",
+        )
     if not report.broken and not report.errored:
         messages.success(
             request, f"All {report.passed} references pass their tests ({report.skipped} items have none)."

@@ -423,6 +423,7 @@ SPECTACULAR_SETTINGS = {
         "ReviewQueueSourceEnum": "reviews.models.ReviewQueue.Source",
         "TraceThumbsEnum": "traces.models.Trace.Thumbs",
         "TraceThumbsFilterEnum": "traces.serializers.THUMBS_FILTER",
+        "StubCheckStatusEnum": "runs.api.serializers.STUB_CHECK_STATUSES",
     },
     "APPEND_COMPONENTS": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}},
     "SECURITY": [{"bearerAuth": []}],

@@ -16,12 +16,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rewards.references import references_verify
 from runs import selectors, services
 from runs.api import serializers as s
 from runs.api.schema import FlywheelAutoSchema
 from runs.roles import Permission
 from runs.services import ImportReport
+from runs.stub_checks import version_verify
 from runs.task_format import resolve_format
 from webapp.api import NewestFirstCursorPagination, bounded_integers, error_body, idempotent
 from webapp.streaming import streamed
@@ -237,7 +237,8 @@ class TaskSetImportView(ApiView):
             return Response(s.DryRunSerializer(report).data)
         references = None
         if report.ok and data["verify_references"]:
-            references = references_verify(selectors.grading_items_of(version=report.version)).to_dict()
+            references = version_verify(version=report.version).to_dict()
+            report.version.refresh_from_db()  # its stub check ran too
         return import_response(report, references)
 
 
@@ -312,12 +313,13 @@ class VersionVerifyView(ApiView):
     @extend_schema(
         request=None,
         responses=s.ReferenceReportSerializer,
-        summary="Verify references: run each code item's reference solution against its tests in the sandbox",
+        summary="Verify references: run each code item's reference solution against its tests in the sandbox "
+        "(and a stub of the solution, for items not stub-checked yet)",
     )
     def post(self, request: Request, id: int, number: int) -> Response:
         selectors.task_set_for(user=request.user, task_set_id=id, permission=Permission.EDIT)
         version = selectors.version_for(user=request.user, task_set_id=id, number=number)
-        report = references_verify(selectors.grading_items_of(version=version))
+        report = version_verify(version=version)
         return Response(s.ReferenceReportSerializer(report.to_dict()).data)
 
 

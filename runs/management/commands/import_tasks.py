@@ -7,7 +7,7 @@ from tqdm import tqdm
 
 from rewards.references import references_verify
 from runs import selectors, services
-from runs.management.commands.verify_references import progress_stream, summary
+from runs.management.commands.verify_references import progress_stream, stub_check_with_bar, summary
 from runs.models import Project, TaskSet
 from runs.task_format import IMPORT_FORMATS, resolve_format
 
@@ -59,6 +59,7 @@ class Command(BaseCommand):
             "source_name": os.path.basename(path),
             "split_seed": opts["split_seed"],
             "heldout_fraction": opts["heldout_fraction"],
+            "stub_check_enqueue": False,  # run here, with a progress bar
         }
         try:
             if task_set is None:  # created only with its first version: a failed import leaves no set
@@ -87,6 +88,8 @@ class Command(BaseCommand):
             self.stdout.write(f"created version {report.version.number} with {report.item_count} items")
         else:
             self.stdout.write(f"identical to version {report.version.number}; no new version created")
+        if report.created and report.version.stub_check_status:
+            stub_check_with_bar(self, report.version)
         if opts["verify_references"] and not opts["dry_run"]:
             items = selectors.grading_items_of(version=report.version)
             with tqdm(total=len(items), unit="item", desc="references", file=progress_stream(self)) as bar:
