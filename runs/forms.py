@@ -78,6 +78,14 @@ class ImportForm(ImportOptionsForm):
     )
 
 
+class TaskSetImportCreateForm(ImportForm):
+    """A new task set with its first version: the set is created only when the whole file imports."""
+
+    name = forms.CharField(max_length=100)
+    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
+    field_order = ["name", "description", "file", "format", "split_seed", "heldout_fraction"]
+
+
 class ResplitForm(SplitForm):
     split_seed = forms.IntegerField(min_value=-(2**63), max_value=2**63 - 1)
     heldout_fraction = forms.FloatField(min_value=0, max_value=1, label="Held-out fraction")

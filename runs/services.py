@@ -286,28 +286,39 @@ def task_set_create_with_import(
     open_stream: Callable[[], Iterable[bytes]],
     file_format: str,
     preset: str = "auto",
+    description: str = "",
+    dry_run: bool = False,
     **options: Any,
 ) -> tuple[TaskSet | None, ImportReport]:
     """A new task set holding the file as its first version, or, on any error, no task set at all.
+    Every path that creates a set from a file (the page, REST, the client, `import_tasks`) comes here.
 
-    The file is read twice: validated before the set exists (a bad line creates nothing), then
-    imported; a set whose import fails even so (a store error, an interruption) is deleted again.
+    The file is read twice: validated before the set exists (a bad line, a taken name, bad split
+    settings create nothing), then imported; a set whose import fails even so (a store error, an
+    interruption) is deleted again. `dry_run`: the validation only; nothing is created.
     """
     _check_format(file_format, preset)
     name = name.strip()
+    if not name:
+        raise ValidationError({"name": "is required"})
     if TaskSet.objects.filter(project=project, name=name).exists():
         raise ValidationError({"name": f"this project already has a task set named {name!r}"})
+    seed = DEFAULT_SPLIT_SEED if options.get("split_seed") is None else options["split_seed"]
+    fraction = (
+        DEFAULT_HELDOUT_FRACTION if options.get("heldout_fraction") is None else options["heldout_fraction"]
+    )
+    _check_split_settings(seed, fraction)
     check = ImportReport()
     try:
         items = read_items(open_stream(), file_format, preset)
-        _store_items(check, None, items, seed=options.get("split_seed") or 0, fraction=0.0)
+        _store_items(check, None, items, seed=seed, fraction=fraction)
     except FileFormatError as exc:
         check.add_error(exc.error)
     if check.ok and check.item_count == 0:
         check.add_error(ItemError(0, None, "the file holds no items"))
-    if not check.ok:
+    if dry_run or not check.ok:
         return None, check
-    task_set = task_set_create(project=project, name=name, by=by)
+    task_set = task_set_create(project=project, name=name, by=by, description=description)
     report = None
     try:
         report = task_set_import(

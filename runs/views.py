@@ -229,17 +229,45 @@ def _message(exc: Exception) -> str:
 @login_required
 @require_http_methods(["GET", "POST"])
 def task_set_create(request: HttpRequest, project_id: int) -> HttpResponse:
+    """A new task set with a file as its first version: both, or, on any error, neither (the
+    file's errors are listed by line and field on the form again)."""
     project = selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
-    form = forms.TaskSetForm(request.POST if request.method == "POST" else None)
-    if form.is_bound and form.is_valid():
-        try:
-            task_set = services.task_set_create(project=project, by=request.user, **form.cleaned_data)
-        except ValidationError as exc:
-            forms.add_service_errors(form, exc)
-        else:
-            messages.success(request, f"Task set {task_set.name} created. Import its first items.")
-            return redirect("task-set-import", task_set_id=task_set.pk)
-    return render(request, "runs/task_set_form.html", _access(request.user, project) | {"form": form})
+    bound = request.method == "POST"
+    form = forms.TaskSetImportCreateForm(request.POST if bound else None, request.FILES if bound else None)
+    context = _access(request.user, project)
+    if not (form.is_bound and form.is_valid()):
+        return render(request, "runs/task_set_form.html", context | {"form": form})
+    data = form.cleaned_data
+    upload = data["file"]
+    file_format, preset = resolve_format(data["format"], upload.name)
+    try:
+        task_set, report = services.task_set_create_with_import(
+            project=project,
+            by=request.user,
+            name=data["name"],
+            description=data["description"],
+            open_stream=lambda: _rewound(upload),
+            file_format=file_format,
+            preset=preset,
+            source_name=upload.name,
+            split_seed=data["split_seed"],
+            heldout_fraction=data["heldout_fraction"],
+        )
+    except ValidationError as exc:
+        forms.add_service_errors(form, exc)
+        return render(request, "runs/task_set_form.html", context | {"form": form})
+    if not report.ok:
+        return render(request, "runs/task_set_form.html", context | {"form": form, "report": report})
+    version = report.version
+    messages.success(
+        request, f"Task set {task_set.name} created with {version.item_count} items as version 1."
+    )
+    return redirect("version-detail", task_set_id=task_set.pk, number=version.number)
+
+
+def _rewound(upload):
+    upload.seek(0)
+    return upload  # read line by line, twice: validated, then imported
 
 
 @login_required

@@ -61,6 +61,7 @@ def test_a_launcher_creates_a_task_set(team, launcher):
         "description": "sums",
         "created_by": team["launcher"].pk,
         "created_at": response.json()["created_at"],
+        "version": None,  # created without a file (tests/test_task_set_create.py: with one)
     }
 
 

@@ -91,10 +91,15 @@ def test_the_client_creates_lists_every_page_and_raises_the_apis_errors(server_u
     project = owner_token["project"]
     with Client(url=server_url, token=owner_token["token"]) as client:
         assert client.me.get()["username"] == "client-owner"
-        task_set = client.task_sets.create(project.pk, "arith")
         path = tmp_path / "tasks.jsonl"
+        path.write_bytes(b'{"id": "c", "prompt": "3+3?"}\n')
+        with pytest.raises(BadRequestError) as refused:  # created with its file, or not at all
+            client.task_sets.create(project.pk, "arith", file=path)
+        assert refused.value.details[0]["line"] == 1 and refused.value.details[0]["param"] == "reference"
+        assert not services.TaskSet.objects.filter(project=project).exists()
         path.write_bytes(TASKS)
-        version = client.task_sets.import_file(task_set["id"], path)
+        task_set = client.task_sets.create(project.pk, "arith", file=path)
+        version = task_set["version"]
         assert (version["number"], version["item_count"]) == (1, 2)
         model = tmp_path / "model"  # a local directory: the server checks that a base model exists
         model.mkdir()

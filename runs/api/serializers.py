@@ -208,6 +208,19 @@ class ImportResultSerializer(VersionSerializer):
         return self.context.get("references")
 
 
+class TaskSetCreatedSerializer(TaskSetSerializer):
+    version = serializers.SerializerMethodField(help_text="Its first version, when created with a file")
+
+    class Meta(TaskSetSerializer.Meta):
+        fields = [*TaskSetSerializer.Meta.fields, "version"]
+        read_only_fields = fields
+
+    @extend_schema_field(VersionSerializer(allow_null=True))
+    def get_version(self, task_set: TaskSet) -> dict | None:
+        version = self.context.get("version")
+        return None if version is None else VersionSerializer(version).data
+
+
 class SplitSettingsSerializer(serializers.Serializer):
     split_seed = serializers.IntegerField(min_value=INT64_MIN, max_value=INT64_MAX)
     heldout_fraction = serializers.FloatField(min_value=0, max_value=1)
@@ -234,6 +247,22 @@ class ImportInputSerializer(serializers.Serializer):
         default=False,
         help_text="After importing, run each code item's reference_solution against its tests and report",
     )
+
+
+class TaskSetCreateImportSerializer(TaskSetCreateSerializer):
+    """A new task set with a file as its first version: both, or, on any error, neither."""
+
+    file = serializers.FileField(help_text="JSONL (any kind of item) or CSV (answer items)")
+    format = serializers.ChoiceField(
+        choices=list(IMPORT_FORMATS), required=False, help_text="How the lines are read, as for an import"
+    )
+    split_seed = serializers.IntegerField(
+        min_value=INT64_MIN, max_value=INT64_MAX, required=False, help_text="Default: 0"
+    )
+    heldout_fraction = serializers.FloatField(
+        min_value=0, max_value=1, required=False, help_text="Default: 0.2"
+    )
+    dry_run = serializers.BooleanField(default=False, help_text="Validate and preview; create nothing")
 
 
 class LineErrorSerializer(serializers.Serializer):

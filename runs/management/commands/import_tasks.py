@@ -48,8 +48,6 @@ class Command(BaseCommand):
                 f"{user.username} may not import into {project.name} (needs launcher or owner)"
             )
         task_set = TaskSet.objects.filter(project=project, name=opts["task_set"]).first()
-        if task_set is None and opts["dry_run"]:
-            raise CommandError(f"no task set named {opts['task_set']!r}; a dry run creates nothing")
         path = opts["file"]
         file_format, preset = resolve_format(opts["format"], path)
         options = {
@@ -67,6 +65,7 @@ class Command(BaseCommand):
                     project=project,
                     name=opts["task_set"],
                     open_stream=lambda: self._read(path),
+                    dry_run=opts["dry_run"],  # a dry run validates as a new set's file; creates nothing
                     **options,
                 )
             else:
