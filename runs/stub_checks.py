@@ -122,12 +122,13 @@ def _check_one(item: TaskItem, pool) -> tuple[TaskItem, dict | None]:
 
 
 def _store(version_id: int, done: list[tuple[TaskItem, dict | None]], progress) -> None:
+    # An item that is not stubbed (pytest, no tests) is marked so with an empty check; one whose
+    # sandbox failed is left unchecked (NULL), for graders to check themselves and a later run.
+    checked = [item for item, result in done if result is None or "unchecked" not in result]
     for item, result in done:
-        # An item that is not stubbed (pytest, no tests) is marked so with an empty check; one
-        # whose sandbox failed stays unchecked (None), for graders to check themselves.
-        item.stub_check = None if result is not None and "unchecked" in result else (result or {})
+        item.stub_check = result or {}
     with transaction.atomic():
-        TaskItem.objects.bulk_update([item for item, _ in done], ["stub_check"])
+        TaskItem.objects.bulk_update(checked, ["stub_check"])
         done_before = F("stub_check_done")
         TaskSetVersion.all_objects.filter(pk=version_id).update(stub_check_done=done_before + len(done))
     if progress is not None and done:

@@ -208,3 +208,54 @@ def test_the_celery_task_runs_the_check_on_the_eval_queue(version, bubblewrap_po
         tasks.version_stub_check(version.pk)
     version.refresh_from_db()
     assert (version.stub_check_status, version.stub_check_done) == ("done", 2)
+
+
+def test_the_dry_run_page_shows_the_tests_without_credit_from_the_stored_check(
+    client, team, version, bubblewrap_pool
+):
+    from rewards import services as reward_services
+
+    stub_checks.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
+    rule = reward_services.reward_rule_create(
+        project=team["project"], name="tests", spec=PARTIAL, by=team["owner"]
+    )
+    client.force_login(team["owner"])
+    sample = {"output_text": "```python\ndef double(x):\n    pass\n```"}
+    with (
+        mock.patch("sandboxes.services.sandbox_pool", return_value=bubblewrap_pool),
+        mock.patch.object(sandboxed, "stub_run") as stub_run,
+    ):
+        response = client.post(
+            f"/reward-rules/{rule.pk}/dry-run/",
+            {
+                "version": "1",
+                "source": "task_set",
+                "task_set_version": str(version.pk),
+                "item_ids": "double",
+                "samples": json.dumps(sample),
+            },
+        )
+    stub_run.assert_not_called()
+    assert [(row["item_id"], row["total"]) for row in response.context["rows"]] == [("double", 0.0)]
+    body = response.content.decode()
+    assert body.count("no credit: a stub passes this test") == 2
+
+
+class BrokenPool:
+    """A pool whose sandboxes fail to start: infrastructure, not the item's doing."""
+
+    max_sandboxes = 2
+
+    def acquire(self, spec):
+        from sandboxes.interface import InfrastructureError
+
+        raise InfrastructureError("no sandbox today")
+
+
+def test_a_sandbox_that_fails_leaves_its_item_unchecked_for_the_graders_and_a_later_run(
+    version, bubblewrap_pool
+):
+    assert stub_checks.version_stub_check_run(version_id=version.pk, pool=BrokenPool()) == []
+    assert list(version.items.filter(kind="code").values_list("stub_check", flat=True)) == [None, None]
+    stub_checks.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
+    assert version.items.filter(kind="code", stub_check__isnull=True).count() == 0
