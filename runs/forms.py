@@ -30,11 +30,6 @@ class ProjectForm(forms.Form):
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
 
 
-class TaskSetForm(forms.Form):
-    name = forms.CharField(max_length=100)
-    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
-
-
 class MemberAddForm(forms.Form):
     username = forms.CharField(max_length=150)
     role = forms.ChoiceField(choices=Role.choices, initial=Role.VIEWER)

@@ -276,6 +276,16 @@ def test_the_command_line_imports_launches_lists_cancels_logs_and_exports(server
     why = "nothing imported: line 1, field 'canonical_solution': is required (HumanEval line)"
     assert why in refused.stderr
     assert task_set.versions.count() == versions  # nothing written
+    new_set = ["tasks", "create", "--project", str(ids["project"]), "more", str(path)]
+    created = flywheel(server_url, token, "--json", *new_set)
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["version"]["item_count"] == 3
+    path.write_bytes(b'{"id": "c", "prompt": "3+3?"}\n')
+    refused = flywheel(
+        server_url, token, "tasks", "create", "--project", str(ids["project"]), "less", str(path)
+    )
+    assert refused.returncode != 0 and "line 1, field 'reference'" in refused.stderr
+    assert not services.TaskSet.objects.filter(name="less").exists()  # a refused file creates no set
     launch = [
         "runs", "launch", "--project", str(ids["project"]), "--name", "cli", "--task-set-version",
         str(ids["task_set_version"]), "--reward-rule-version", str(ids["reward_rule_version"]),
