@@ -259,3 +259,32 @@ def test_a_sandbox_that_fails_leaves_its_item_unchecked_for_the_graders_and_a_la
     assert list(version.items.filter(kind="code").values_list("stub_check", flat=True)) == [None, None]
     stub_checks.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
     assert version.items.filter(kind="code", stub_check__isnull=True).count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_eval_worker_runs_the_check_after_a_rest_import_commits():
+    from tests.conftest import make_project, make_user
+    from tests.run_harness import Host, hosts_killed, wait_until, worker_env
+
+    owner = make_user("importer")
+    project = make_project(owner, name="stubbed")
+    client = api_client_for(owner)
+    host = Host(worker_env())
+    with hosts_killed(host):
+        host.worker("eval")
+        upload = SimpleUploadedFile("code.jsonl", FILE.encode())
+        response = client.post(
+            "/api/v1/task-sets", {"project": project.pk, "name": "code", "file": upload}, format="multipart"
+        )
+        assert response.status_code == 201, response.content
+        assert response.json()["version"]["stub_check"]["status"] == "queued"
+        version = TaskSetVersion.objects.get(task_set__project=project)
+        wait_until(
+            lambda: TaskSetVersion.objects.get(pk=version.pk).stub_check_status == "done",
+            "the stub check",
+            timeout=120,
+        )
+    url = f"/api/v1/task-sets/{version.task_set_id}/versions/1"
+    assert client.get(url).json()["stub_check"]["warnings"] == [
+        {"item": "noop", "line": 4, "message": NOOP_WARNING}
+    ]
