@@ -86,6 +86,7 @@ def version_stub_check_run(
         return []
     todo = list(stubbed_items(version).filter(stub_check__isnull=True).order_by("position"))
     total = stubbed_items(version).count()
+    todo = _reuse_earlier_checks(version, todo, progress)
     TaskSetVersion.all_objects.filter(pk=version_id).update(
         stub_check_status=StubCheckStatus.RUNNING, stub_check_total=total
     )
@@ -112,6 +113,33 @@ def version_stub_check_run(
         stub_check_warnings=[warning.as_dict() for warning in warnings[:MAX_WARNINGS_KEPT]],
     )
     return warnings
+
+
+def _reuse_earlier_checks(version: TaskSetVersion, todo: list[TaskItem], progress) -> list[TaskItem]:
+    """Copy the check of the same item (same id, same data) from an earlier version of the set (a
+    re-split, a file that adds a few items); returns the items still to check."""
+    known: dict[str, list[TaskItem]] = {}
+    ids = [item.external_id for item in todo]
+    for start in range(0, len(ids), 2000):  # bounded IN lists (SQLite caps a query's parameters)
+        earlier = (
+            TaskItem.objects.filter(
+                version__task_set_id=version.task_set_id,
+                external_id__in=ids[start : start + 2000],
+                stub_check__isnull=False,
+            )
+            .exclude(version_id=version.pk)
+            .order_by("-version_id")
+            .only("external_id", "data", "stub_check")
+        )
+        for item in earlier:
+            known.setdefault(item.external_id, []).append(item)
+    reused, left = [], []
+    for item in todo:
+        match = next((other for other in known.get(item.external_id, ()) if other.data == item.data), None)
+        (reused if match else left).append((item, match.stub_check) if match else item)
+    for start in range(0, len(reused), STUB_BATCH):
+        _store(version.pk, reused[start : start + STUB_BATCH], progress)
+    return left
 
 
 def _check_one(item: TaskItem, pool) -> tuple[TaskItem, dict | None]:

@@ -288,3 +288,22 @@ def test_a_real_eval_worker_runs_the_check_after_a_rest_import_commits():
     assert client.get(url).json()["stub_check"]["warnings"] == [
         {"item": "noop", "line": 4, "message": NOOP_WARNING}
     ]
+
+
+def test_a_resplit_reuses_the_checks_of_the_same_items_without_a_sandbox(team, version, bubblewrap_pool):
+    stub_checks.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
+    with mock.patch("runs.stub_checks.enqueue_check"):
+        again = services.task_set_resplit(
+            version=version, by=team["owner"], split_seed=9, heldout_fraction=0.5
+        )
+    assert again.created and again.version.stub_check_status == "queued"
+    with mock.patch.object(stub_checks, "stub_check") as sandboxed_check:
+        warnings = stub_checks.version_stub_check_run(version_id=again.version.pk, pool=bubblewrap_pool)
+    sandboxed_check.assert_not_called()
+    assert [warning.item for warning in warnings] == ["noop"]
+    assert TaskItem.objects.get(version=again.version, external_id="double").no_credit_tests == [
+        "line 3",
+        "line 4",
+    ]
+    again.version.refresh_from_db()
+    assert (again.version.stub_check_status, again.version.stub_check_done) == ("done", 2)
