@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 from rewards.engine import Sample, ScoreResult, score
+from rewards.graders.sandboxed import stored_stub_passes
 
 REFERENCE_RULE = {"type": "unit_tests", "name": "reference", "score": "all_pass"}
 
@@ -22,6 +23,7 @@ class ReferenceCheck:
     passed: bool
     reason: str  # why it is broken; "" when it passed
     tests: list[dict] = field(default_factory=list)
+    no_credit: list[str] = field(default_factory=list)  # tests a stub of the solution passes
 
 
 @dataclass
@@ -32,6 +34,8 @@ class ReferenceReport:
     errored: int = 0  # the sandbox failed: not the item's fault, checked again next time
     broken: list[ReferenceCheck] = field(default_factory=list)
     errors: list[ReferenceCheck] = field(default_factory=list)
+    # items whose every test a stub passes (as stored by the stub check): they can only pay 0
+    stub_passes_every_test: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -41,6 +45,7 @@ class ReferenceReport:
             "errored": self.errored,
             "broken": [vars(check) for check in self.broken],
             "errors": [vars(check) for check in self.errors],
+            "stub_passes_every_test": self.stub_passes_every_test,
         }
 
 
@@ -66,6 +71,8 @@ def broken_reason(result: ScoreResult) -> str:
                 expected, actual = (one_line(test.get(key)) for key in ("expected", "actual"))
                 text += f" (expected {expected}, actual {actual})"
             parts.append(text)
+    if not parts and result.tests and all(test.get("credit") is False for test in result.tests):
+        return "a stub of the solution passes every test too: the item can only ever pay 0"
     return "; ".join(parts)[:2000] or f"scored {result.total}"
 
 
@@ -85,6 +92,9 @@ def references_verify(
     report = ReferenceReport()
     todo = []
     for position, item in enumerate(items):
+        stored = item.get("stub_check") or {}
+        if stored.get("tests") and len(stored_stub_passes(item) or ()) == len(stored["tests"]):
+            report.stub_passes_every_test.append(str(item.get("id", position)))
         if item.get("kind") == "code" and isinstance(item.get("reference_solution"), str):
             todo.append((position, item))
         else:
@@ -121,8 +131,9 @@ def reference_check(position: int, item: dict, pool) -> tuple[ReferenceCheck, bo
     sample = Sample(files={"solution.py": item["reference_solution"]})
     result = score(REFERENCE_RULE, item, sample, pool=pool)
     name = str(item.get("id", position))
+    no_credit = sorted(stored_stub_passes(item) or ())
     if result.errored:
         reason = "; ".join(f"{error.kind}: {error.message}" for error in result.errors)
-        return ReferenceCheck(name, position, False, reason[:2000], result.tests), True
+        return ReferenceCheck(name, position, False, reason[:2000], result.tests, no_credit), True
     reason = broken_reason(result)
-    return ReferenceCheck(name, position, not reason, reason, result.tests), False
+    return ReferenceCheck(name, position, not reason, reason, result.tests, no_credit), False

@@ -233,8 +233,10 @@ def reward_rule_export_openai(*, version: RewardRuleVersion) -> dict:
 
 
 def item_dict(item: TaskItem) -> dict[str, Any]:
-    """A stored task item in the shape graders read (and the export writes)."""
-    return {"id": item.external_id, "kind": item.kind, "split": item.split, **item.data}
+    """A stored task item in the shape graders read (and the export writes), with what a stub of
+    the solution passes once checked (`stub_check`)."""
+    stored = {} if item.stub_check is None else {"stub_check": item.stub_check}
+    return {"id": item.external_id, "kind": item.kind, "split": item.split, **item.data} | stored
 
 
 def task_items_for_dry_run(*, version: TaskSetVersion, item_ids: list[str] | None = None) -> list[dict]:

@@ -30,11 +30,6 @@ class ProjectForm(forms.Form):
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
 
 
-class TaskSetForm(forms.Form):
-    name = forms.CharField(max_length=100)
-    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
-
-
 class MemberAddForm(forms.Form):
     username = forms.CharField(max_length=150)
     role = forms.ChoiceField(choices=Role.choices, initial=Role.VIEWER)
@@ -76,6 +71,14 @@ class ImportForm(ImportOptionsForm):
         label="JSONL or CSV file",
         widget=forms.ClearableFileInput(attrs={"accept": ".jsonl,.json,.ndjson,.csv,.txt"}),
     )
+
+
+class TaskSetImportCreateForm(ImportForm):
+    """A new task set with its first version: the set is created only when the whole file imports."""
+
+    name = forms.CharField(max_length=100)
+    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
+    field_order = ["name", "description", "file", "format", "split_seed", "heldout_fraction"]
 
 
 class ResplitForm(SplitForm):

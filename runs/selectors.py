@@ -109,11 +109,9 @@ def version_for(*, user: AbstractBaseUser, task_set_id: int, number: int) -> Tas
 
 
 def grading_items_of(*, version: TaskSetVersion) -> list[dict]:
-    """The version's items as graders see them (their data with id, kind and split), in file order."""
-    return [
-        item.data | {"id": item.external_id, "kind": item.kind, "split": item.split}
-        for item in version.items.order_by("position")
-    ]
+    """The version's items as graders see them (their data with id, kind and split, and what a
+    stub passes once checked), in file order."""
+    return [item.grading_dict() for item in version.items.order_by("position")]
 
 
 def version_by_id_for(*, user: AbstractBaseUser, version_id: int) -> TaskSetVersion:

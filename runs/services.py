@@ -33,6 +33,7 @@ from runs.models import (
     Tier,
 )
 from runs.roles import Role
+from runs.stub_checks import version_stub_check_queue
 from runs.task_format import (
     IMPORT_FORMATS,
     LINE_PRESETS,
@@ -223,8 +224,12 @@ def task_set_import(
     heldout_fraction: float | None = None,
     dry_run: bool = False,
     preset: str = "auto",
+    stub_check_enqueue: bool = True,
 ) -> ImportReport:
     """Stream a JSONL or CSV file into a new version; all of it or, on any error, none of it.
+
+    A new version with code items has its stub check queued (runs/stub_checks.py), enqueued after
+    it commits unless `stub_check_enqueue` is False (the caller runs it itself).
 
     `preset` says how JSONL lines are read (`task_format.validate_item`): auto, flywheel, or one
     published format (humaneval, mbpp, apps, codecontests, livecodebench) for every line.
@@ -253,7 +258,7 @@ def task_set_import(
             report.add_error(ItemError(0, None, "the file holds no items"))
         if dry_run or not report.ok:
             return report
-        _draft_publish(task_set, draft, report)
+        _draft_publish(task_set, draft, report, stub_check_enqueue)
     finally:
         if draft is not None and report.version != draft:
             _draft_discard(draft.pk)
@@ -281,28 +286,39 @@ def task_set_create_with_import(
     open_stream: Callable[[], Iterable[bytes]],
     file_format: str,
     preset: str = "auto",
+    description: str = "",
+    dry_run: bool = False,
     **options: Any,
 ) -> tuple[TaskSet | None, ImportReport]:
     """A new task set holding the file as its first version, or, on any error, no task set at all.
+    Every path that creates a set from a file (the page, REST, the client, `import_tasks`) comes here.
 
-    The file is read twice: validated before the set exists (a bad line creates nothing), then
-    imported; a set whose import fails even so (a store error, an interruption) is deleted again.
+    The file is read twice: validated before the set exists (a bad line, a taken name, bad split
+    settings create nothing), then imported; a set whose import fails even so (a store error, an
+    interruption) is deleted again. `dry_run`: the validation only; nothing is created.
     """
     _check_format(file_format, preset)
     name = name.strip()
+    if not name:
+        raise ValidationError({"name": "is required"})
     if TaskSet.objects.filter(project=project, name=name).exists():
         raise ValidationError({"name": f"this project already has a task set named {name!r}"})
+    seed = DEFAULT_SPLIT_SEED if options.get("split_seed") is None else options["split_seed"]
+    fraction = (
+        DEFAULT_HELDOUT_FRACTION if options.get("heldout_fraction") is None else options["heldout_fraction"]
+    )
+    _check_split_settings(seed, fraction)
     check = ImportReport()
     try:
         items = read_items(open_stream(), file_format, preset)
-        _store_items(check, None, items, seed=options.get("split_seed") or 0, fraction=0.0)
+        _store_items(check, None, items, seed=seed, fraction=fraction)
     except FileFormatError as exc:
         check.add_error(exc.error)
     if check.ok and check.item_count == 0:
         check.add_error(ItemError(0, None, "the file holds no items"))
-    if not check.ok:
+    if dry_run or not check.ok:
         return None, check
-    task_set = task_set_create(project=project, name=name, by=by)
+    task_set = task_set_create(project=project, name=name, by=by, description=description)
     report = None
     try:
         report = task_set_import(
@@ -332,7 +348,9 @@ def _draft_create(
 
 
 @transaction.atomic
-def _draft_publish(task_set: TaskSet, draft: TaskSetVersion, report: ImportReport) -> None:
+def _draft_publish(
+    task_set: TaskSet, draft: TaskSetVersion, report: ImportReport, stub_check_enqueue: bool = True
+) -> None:
     """Number and publish the draft, unless the latest version has the same content."""
     locked = TaskSet.objects.select_for_update().get(pk=task_set.pk)
     latest = locked.versions.first()
@@ -347,6 +365,7 @@ def _draft_publish(task_set: TaskSet, draft: TaskSetVersion, report: ImportRepor
     draft.split_counts = report.split_counts
     draft.save()
     report.version, report.created = draft, True
+    version_stub_check_queue(version=draft, enqueue=stub_check_enqueue)
 
 
 def _draft_discard(draft_id: int) -> None:
@@ -420,6 +439,7 @@ def _store_items(
                     text=item.text,
                     data=item.data,
                     created_at=now,
+                    line=item.line,
                 )
             )
             if len(batch) >= IMPORT_BATCH_SIZE:

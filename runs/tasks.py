@@ -27,3 +27,12 @@ def tier_evaluate(evaluation_id: int) -> None:
     from workers.tier_eval import tier_evaluation_run
 
     tier_evaluation_run(evaluation_id)
+
+
+@shared_task(name="workers.eval.stub_check", acks_late=True, ignore_result=True)
+def version_stub_check(version_id: int) -> None:
+    """Run a new version's stub check (runs/stub_checks.py) in the eval workers' sandboxes; a
+    redelivery checks only the items not checked yet."""
+    from runs.stub_checks import version_stub_check_run
+
+    version_stub_check_run(version_id=version_id)

@@ -23,8 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from inference.model_sources import local_models
 from rewards import selectors as reward_selectors
-from rewards.references import references_verify
-from runs import forms, runs_table, selectors, services
+from runs import forms, runs_table, selectors, services, stub_checks
 from runs.demo import DEMO_FUNCTIONS, demo_project_for, demo_run_launch
 from runs.models import Membership, Project, StagedImport, TaskItem, TaskSet, TaskSetVersion
 from runs.roles import Permission, Role, role_allows
@@ -230,17 +229,45 @@ def _message(exc: Exception) -> str:
 @login_required
 @require_http_methods(["GET", "POST"])
 def task_set_create(request: HttpRequest, project_id: int) -> HttpResponse:
+    """A new task set with a file as its first version: both, or, on any error, neither (the
+    file's errors are listed by line and field on the form again)."""
     project = selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
-    form = forms.TaskSetForm(request.POST if request.method == "POST" else None)
-    if form.is_bound and form.is_valid():
-        try:
-            task_set = services.task_set_create(project=project, by=request.user, **form.cleaned_data)
-        except ValidationError as exc:
-            forms.add_service_errors(form, exc)
-        else:
-            messages.success(request, f"Task set {task_set.name} created. Import its first items.")
-            return redirect("task-set-import", task_set_id=task_set.pk)
-    return render(request, "runs/task_set_form.html", _access(request.user, project) | {"form": form})
+    bound = request.method == "POST"
+    form = forms.TaskSetImportCreateForm(request.POST if bound else None, request.FILES if bound else None)
+    context = _access(request.user, project)
+    if not (form.is_bound and form.is_valid()):
+        return render(request, "runs/task_set_form.html", context | {"form": form})
+    data = form.cleaned_data
+    upload = data["file"]
+    file_format, preset = resolve_format(data["format"], upload.name)
+    try:
+        task_set, report = services.task_set_create_with_import(
+            project=project,
+            by=request.user,
+            name=data["name"],
+            description=data["description"],
+            open_stream=lambda: _rewound(upload),
+            file_format=file_format,
+            preset=preset,
+            source_name=upload.name,
+            split_seed=data["split_seed"],
+            heldout_fraction=data["heldout_fraction"],
+        )
+    except ValidationError as exc:
+        forms.add_service_errors(form, exc)
+        return render(request, "runs/task_set_form.html", context | {"form": form})
+    if not report.ok:
+        return render(request, "runs/task_set_form.html", context | {"form": form, "report": report})
+    version = report.version
+    messages.success(
+        request, f"Task set {task_set.name} created with {version.item_count} items as version 1."
+    )
+    return redirect("version-detail", task_set_id=task_set.pk, number=version.number)
+
+
+def _rewound(upload):
+    upload.seek(0)
+    return upload  # read line by line, twice: validated, then imported
 
 
 @login_required
@@ -381,6 +408,7 @@ def version_detail(request: HttpRequest, task_set_id: int, number: int) -> HttpR
     context = _access(request.user, version.task_set.project) | {
         "task_set": version.task_set,
         "version": version,
+        "stub_check": stub_checks.stub_check_summary(version=version),
         "page": page,
         "rows": [(item, _item_fields(item)) for item in page],
         "query": query,
@@ -401,7 +429,7 @@ def version_verify(request: HttpRequest, task_set_id: int, number: int) -> HttpR
     """Verify references: each code item's reference solution against its own tests, in the sandbox."""
     version = selectors.version_for(user=request.user, task_set_id=task_set_id, number=number)
     selectors.require(user=request.user, project_id=version.task_set.project_id, permission=Permission.EDIT)
-    report = references_verify(selectors.grading_items_of(version=version))
+    report = stub_checks.version_verify(version=version)
     if report.broken:
         named = "; ".join(f"{check.item}: {check.reason}" for check in report.broken[:20])
         more = f" (and {len(report.broken) - 20} more)" if len(report.broken) > 20 else ""
@@ -410,6 +438,13 @@ def version_verify(request: HttpRequest, task_set_id: int, number: int) -> HttpR
         )
     if report.errored:
         messages.warning(request, f"{report.errored} references could not be checked (the sandbox failed)")
+    if report.stub_passes_every_test:
+        named = ", ".join(report.stub_passes_every_test[:20])
+        messages.warning(
+            request,
+            f"A stub of the solution passes every test of {len(report.stub_passes_every_test)} items, "
+            f"which can only ever pay 0: {named}",
+        )
     if not report.broken and not report.errored:
         messages.success(
             request, f"All {report.passed} references pass their tests ({report.skipped} items have none)."

@@ -61,6 +61,7 @@ def test_a_launcher_creates_a_task_set(team, launcher):
         "description": "sums",
         "created_by": team["launcher"].pk,
         "created_at": response.json()["created_at"],
+        "version": None,  # created without a file (tests/test_task_set_create.py: with one)
     }
 
 
@@ -114,6 +115,14 @@ def test_an_import_creates_version_1_and_answers_201(team, task_set, launcher):
         "source_name": "tasks.jsonl",
         "created_by": team["launcher"].pk,
         "created_at": body["created_at"],
+        "stub_check": {  # the code item's stub check, queued for after the commit
+            "status": "queued",
+            "done": 0,
+            "total": 1,
+            "items_with_no_credit_tests": 0,
+            "warnings": [],
+            "note": "no credit: a stub passes this test",
+        },
         "created": True,
         "references": None,
     }
@@ -350,11 +359,13 @@ def test_an_item_is_fetched_by_id_with_its_data(version, launcher):
         "id": item.pk,
         "version": version.pk,
         "position": 8,
+        "line": 9,
         "external_id": "add",
         "kind": "code",
         "split": "train",
         "text": "Write add(a, b).",
         "data": {k: v for k, v in CODE.items() if k not in ("id", "kind")},
+        "stub_check": None,  # not checked yet
         "created_at": body["created_at"],
     }
 

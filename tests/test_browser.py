@@ -1,4 +1,5 @@
-"""A real browser through the pages: sign in, import (a broken file first), create a tier; live updates."""
+"""A real browser through the pages: sign in, create a task set with its file (a broken file first),
+import a second file through its preview, create a tier; live updates."""
 
 import json
 import os
@@ -18,7 +19,7 @@ from django.test import override_settings  # noqa: E402
 from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 
 from runs import services  # noqa: E402
-from runs.models import TaskItem, Tier  # noqa: E402
+from runs.models import TaskItem, TaskSet, Tier  # noqa: E402
 from tests.conftest import make_project, make_user  # noqa: E402
 
 # Playwright's sync API runs an event loop in this thread; Django's ORM calls from the test
@@ -76,10 +77,14 @@ def sign_in(page: Page, username: str) -> None:
     page.wait_for_url(lambda url: "/accounts/login/" not in url, wait_until="load")
 
 
-def upload(page: Page, name: str, content: bytes) -> None:
+def choose_file(page: Page, name: str, content: bytes) -> None:
     page.get_by_label("JSONL or CSV file").set_input_files(
         {"name": name, "mimeType": "application/x-ndjson", "buffer": content}
     )
+
+
+def upload(page: Page, name: str, content: bytes) -> None:
+    choose_file(page, name, content)
     page.get_by_role("button", name="Preview").click()
 
 
@@ -99,29 +104,36 @@ def test_a_launcher_imports_a_task_set_and_creates_a_tier(
 
     page.get_by_role("link", name="New task set").click()
     page.get_by_label("Name").fill("arith")
+    choose_file(page, "broken.jsonl", jsonl(BROKEN))
     page.get_by_role("button", name="Create task set").click()
-    expect(page.get_by_role("heading", name="Import items into arith")).to_be_visible()
-
-    upload(page, "broken.jsonl", jsonl(BROKEN))
     errors = page.locator("#errors tbody tr")
     expect(errors).to_have_count(1)
     expect(errors.first.locator("td")).to_have_text(["2", "reference", "is required for an answer item"])
-    expect(page.locator("#error-summary")).to_have_text("1 error in total; nothing was imported.")
+    expect(page.locator("#error-summary")).to_have_text("1 error in total; no task set was created.")
+    assert not TaskSet.objects.exists()  # created with its file, or not at all
 
-    page.get_by_role("link", name="Upload a corrected file").click()
+    expect(page.get_by_label("Name")).to_have_value("arith")
+    choose_file(page, "good.jsonl", jsonl(GOOD[:2]))
+    page.get_by_role("button", name="Create task set").click()
+    expect(page.locator(".message-success")).to_have_text("Task set arith created with 2 items as version 1.")
+    expect(page.get_by_role("heading", name="arith version 1")).to_be_visible()
+
+    # Later files are previewed before they import.
+    page.goto(f"{live_server.url}/task-sets/{TaskSet.objects.get().pk}/import/")
+    expect(page.get_by_role("heading", name="Import items into arith")).to_be_visible()
     upload(page, "good.jsonl", jsonl(GOOD))
     expect(page.locator("#item-count")).to_have_text("3")
     expect(page.locator("#preview tbody tr")).to_have_count(3)
     page.screenshot(path=str(SCREENSHOTS / "flywheel-import-preview.png"), full_page=True)
     page.get_by_role("button", name="Import 3 items").click()
 
-    expect(page.locator(".message-success")).to_have_text("Imported 3 items as version 1.")
-    expect(page.get_by_role("heading", name="arith version 1")).to_be_visible()
+    expect(page.locator(".message-success")).to_have_text("Imported 3 items as version 2.")
+    expect(page.get_by_role("heading", name="arith version 2")).to_be_visible()
     items = page.locator("#items details")
     expect(items).to_have_count(3)
     items.nth(1).locator("summary").click()
     expect(items.nth(1).locator("dd pre")).to_have_text(["What is 1 + 1?", "2"])
-    assert TaskItem.objects.filter(version__task_set__name="arith").count() == 3
+    assert TaskItem.objects.filter(version__task_set__name="arith", version__number=2).count() == 3
 
     page.locator(".crumbs").get_by_role("link", name="alpha").click()
     page.get_by_role("link", name="New tier").click()
@@ -139,7 +151,7 @@ def test_a_launcher_imports_a_task_set_and_creates_a_tier(
     expect(page.get_by_role("heading", name="Tier fast")).to_be_visible()
 
     page.locator(".crumbs").get_by_role("link", name="alpha").click()
-    expect(page.locator("#task-sets tbody tr td").nth(1)).to_have_text("v1")
+    expect(page.locator("#task-sets tbody tr td").nth(1)).to_have_text("v2")
     expect(page.locator("#tiers tbody tr td").first).to_have_text("fast")
     # The live server speaks no websockets: the page stays usable, re-rendered from the server.
     expect(page.locator("#live-status")).to_have_text("live updates off · refreshing every 15 s")
@@ -170,5 +182,5 @@ class ProjectPageLiveUpdatesTest(ChannelsLiveServerTestCase):
                     by=user,
                 ).result()
             assert report.created
-            expect(page.locator("#task-sets tbody tr td").nth(1)).to_have_text("v1")
+            expect(page.locator("#task-sets tbody tr td").nth(1)).to_have_text("v2")
             expect(page.locator("#task-sets tbody tr td").nth(2)).to_have_text("3")

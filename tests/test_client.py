@@ -91,10 +91,15 @@ def test_the_client_creates_lists_every_page_and_raises_the_apis_errors(server_u
     project = owner_token["project"]
     with Client(url=server_url, token=owner_token["token"]) as client:
         assert client.me.get()["username"] == "client-owner"
-        task_set = client.task_sets.create(project.pk, "arith")
         path = tmp_path / "tasks.jsonl"
+        path.write_bytes(b'{"id": "c", "prompt": "3+3?"}\n')
+        with pytest.raises(BadRequestError) as refused:  # created with its file, or not at all
+            client.task_sets.create(project.pk, "arith", file=path)
+        assert refused.value.details[0]["line"] == 1 and refused.value.details[0]["param"] == "reference"
+        assert not services.TaskSet.objects.filter(project=project).exists()
         path.write_bytes(TASKS)
-        version = client.task_sets.import_file(task_set["id"], path)
+        task_set = client.task_sets.create(project.pk, "arith", file=path)
+        version = task_set["version"]
         assert (version["number"], version["item_count"]) == (1, 2)
         model = tmp_path / "model"  # a local directory: the server checks that a base model exists
         model.mkdir()
@@ -271,6 +276,16 @@ def test_the_command_line_imports_launches_lists_cancels_logs_and_exports(server
     why = "nothing imported: line 1, field 'canonical_solution': is required (HumanEval line)"
     assert why in refused.stderr
     assert task_set.versions.count() == versions  # nothing written
+    new_set = ["tasks", "create", "--project", str(ids["project"]), "more", str(path)]
+    created = flywheel(server_url, token, "--json", *new_set)
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["version"]["item_count"] == 3
+    path.write_bytes(b'{"id": "c", "prompt": "3+3?"}\n')
+    refused = flywheel(
+        server_url, token, "tasks", "create", "--project", str(ids["project"]), "less", str(path)
+    )
+    assert refused.returncode != 0 and "line 1, field 'reference'" in refused.stderr
+    assert not services.TaskSet.objects.filter(name="less").exists()  # a refused file creates no set
     launch = [
         "runs", "launch", "--project", str(ids["project"]), "--name", "cli", "--task-set-version",
         str(ids["task_set_version"]), "--reward-rule-version", str(ids["reward_rule_version"]),

@@ -217,15 +217,17 @@ def test_only_owners_change_members(client, team):
 # --- task sets and imports -----------------------------------------------------------------
 
 
-def test_a_launcher_creates_a_task_set_and_lands_on_its_import_page(client, team):
+def test_a_launcher_creates_a_task_set_with_its_first_file_and_lands_on_the_version(client, team):
     client.force_login(team[Role.LAUNCHER])
+    body = text(client.get(reverse("task-set-create", args=[team["project"].pk])))
+    assert 'enctype="multipart/form-data"' in body and "JSONL or CSV file" in body
     response = client.post(
-        reverse("task-set-create", args=[team["project"].pk]), {"name": "code", "description": ""}
+        reverse("task-set-create", args=[team["project"].pk]),
+        {"name": "code", "description": "", "file": jsonl_file(ANSWERS)},
     )
     task_set = team["project"].task_sets.get(name="code")
-    assert response["Location"] == f"/task-sets/{task_set.pk}/import/"
-    body = text(client.get(response["Location"]))
-    assert "Import items into code" in body and 'enctype="multipart/form-data"' in body
+    assert response["Location"] == f"/task-sets/{task_set.pk}/versions/1/"
+    assert task_set.versions.get().item_count == 3
 
 
 def test_the_task_set_page_lists_its_versions(client, team, version):

@@ -144,6 +144,13 @@ API_CASES = [
     Case("api-member", "delete", "manage", lambda w: {"id": w["project"].pk, "user_id": w["viewer_id"]}),
     Case("api-task-sets", "get", SELF),
     Case("api-task-sets", "post", "edit", body=lambda w: {"project": w["project"].pk, "name": "fresh"}),
+    Case(
+        "api-task-sets",
+        "post",
+        "edit",
+        body=lambda w: upload(w) | {"project": w["project"].pk, "name": "with-file"},
+        multipart=True,
+    ),
     Case("api-task-set", "get", "view", task_set),
     Case("api-task-set", "patch", "edit", task_set, body=lambda w: {"description": "changed"}),
     Case("api-task-set-import", "post", "edit", task_set, body=upload, multipart=True),
@@ -216,6 +223,7 @@ PAGE_CASES = [
     ),
     Case("task-set-create", "get", "edit", pid),
     Case("task-set-create", "post", "edit", pid, body=lambda w: {"name": "fresh", "description": ""}),
+    Case("task-set-create", "post", "edit", pid, body=lambda w: upload(w) | {"name": "with-file"}),
     Case("tier-create", "get", "edit", pid),
     Case(
         "tier-create",

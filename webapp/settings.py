@@ -431,6 +431,7 @@ SPECTACULAR_SETTINGS = {
         "OpsWorkerStateEnum": "ops.serializers.WORKER_STATES",
         "OpsProcessEndEnum": "ops.serializers.PROCESS_ENDS",
         "OpsFailureKindEnum": "ops.serializers.FAILURE_KINDS",
+        "StubCheckStatusEnum": "runs.api.serializers.STUB_CHECK_STATUSES",
     },
     "APPEND_COMPONENTS": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}},
     "SECURITY": [{"bearerAuth": []}],

@@ -164,10 +164,7 @@ def sampling_params(run: Run) -> SamplingParams:
 def item_dicts(item_ids: list[int]) -> list[dict]:
     """Items as the graders see them: their data plus id, kind and split, in the given order."""
     rows = {item.pk: item for item in TaskItem.objects.filter(pk__in=item_ids)}
-    return [
-        rows[pk].data | {"id": rows[pk].external_id, "kind": rows[pk].kind, "split": rows[pk].split, "pk": pk}
-        for pk in item_ids
-    ]
+    return [rows[pk].grading_dict() | {"pk": pk} for pk in item_ids]
 
 
 def rollout_batch_run(batch_id: int) -> int:

@@ -231,7 +231,7 @@ def tier_evaluation_run(evaluation_id: int) -> bool:
     )
     if evaluation.limit:
         rows = rows[: evaluation.limit]
-    items = [row.data | {"id": row.external_id, "kind": row.kind, "split": row.split} for row in rows]
+    items = [row.grading_dict() for row in rows]
     results = []
     try:
         if not items:

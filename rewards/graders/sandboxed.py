@@ -182,6 +182,8 @@ DEFAULT_SCORE = {
 STUB_BODIES = ("return None", "raise NotImplementedError('a stub')")
 STUB_CACHE_SIZE = 4096
 STUB_PASSED: dict[str, frozenset[str]] = {}  # the tests each item's stubs pass, by the tests' hash
+STUB_CHECK_KEY = "stub_check"  # on a stored item (TaskItem.stub_check): {"tests": [...], "passed": [...]}
+STUB_NOTE = "no credit: a stub passes this test"
 
 
 def stub_passed(
@@ -194,10 +196,15 @@ def stub_passed(
     float_tolerance: float | None,
 ) -> frozenset[str]:
     """The names of the item's tests that a stub of the solution passes (a function that returns
-    None, one that raises): those tests pay nothing. Run once per item's tests in this process, in
-    the pristine workspace before the sample's files are written. (pytest items: not stubbed.)"""
+    None, one that raises): those tests pay nothing. The result stored with the item at import
+    (`stub_check`) when the rule runs the tests as the import did; else run once per item's tests
+    in this process, in the pristine workspace before the sample's files are written. (pytest
+    items: not stubbed.)"""
     if test_format == "pytest":
         return frozenset()
+    stored = stored_stub_passes(item)
+    if stored is not None and solution_file == SOLUTION_FILE and compare is None and float_tolerance is None:
+        return stored
     key = hashlib.sha256(
         json.dumps(
             [
@@ -217,18 +224,72 @@ def stub_passed(
     ).hexdigest()
     if key in STUB_PASSED:
         return STUB_PASSED[key]
+    _, passed = stub_run(
+        sandbox, item, test_format, solution_file, per_test_seconds, compare, float_tolerance
+    )
+    if len(STUB_PASSED) >= STUB_CACHE_SIZE:
+        STUB_PASSED.clear()
+    STUB_PASSED[key] = passed
+    return passed
+
+
+def stored_stub_passes(item: dict) -> frozenset[str] | None:
+    """The tests a stub passes, as stored with the item at import; None when not checked (yet).
+
+    >>> sorted(stored_stub_passes({"stub_check": {"tests": ["line 1", "line 2"], "passed": ["line 2"]}}))
+    ['line 2']
+    >>> stored_stub_passes({"stub_check": {"error": "the sandbox failed"}}) is None
+    True
+    """
+    stored = item.get(STUB_CHECK_KEY)
+    if not isinstance(stored, dict) or not isinstance(stored.get("passed"), list):
+        return None
+    return frozenset(name for name in stored["passed"] if isinstance(name, str))
+
+
+def stub_run(
+    sandbox: Any,
+    item: dict,
+    test_format: str,
+    solution_file: str,
+    per_test_seconds: float | None,
+    compare: str | None,
+    float_tolerance: float | None,
+) -> tuple[tuple[str, ...], frozenset[str]]:
+    """(every test's name, those either stub passes), then the workspace reset to the item's."""
+    names: dict[str, None] = {}
     passed: set[str] = set()
     for body in STUB_BODIES:
         stub = {solution_file: stub_source(item, test_format, body)}
         result = run_item_tests(
             sandbox, item, test_format, solution_file, stub, per_test_seconds, compare, float_tolerance
         )
+        names |= dict.fromkeys(test.name for test in result.tests)
         passed |= {test.name for test in result.tests if test.passed}
     sandbox.reset()
-    if len(STUB_PASSED) >= STUB_CACHE_SIZE:
-        STUB_PASSED.clear()
-    STUB_PASSED[key] = frozenset(passed)
-    return STUB_PASSED[key]
+    return tuple(names), frozenset(passed)
+
+
+def stub_check(item: dict, pool: Any, *, timeout: float | None = None) -> dict | None:
+    """What a stub of the solution passes among a code item's tests, run as the unit_tests grader
+    runs them by default: {"tests": every name, "passed": the names a stub passes}, stored with the
+    item at import (`stub_check`); {"error": why} when the tests do not run; None for items that
+    are not stubbed (not code, pytest, no tests). A sandbox that fails raises InfrastructureError."""
+    if item.get("kind") != "code":
+        return None
+    test_format = item_format(item)
+    if test_format in (None, "pytest"):
+        return None
+    files = dict(item.get("setup_files") or {})
+    if isinstance(item.get("tests"), str) and test_format != "io":
+        files[TEST_FILE] = item["tests"]
+    spec = task_spec(files, limits(timeout), item.get("sandbox"))
+    with pool.acquire(spec) as sandbox:
+        try:
+            names, passed = stub_run(sandbox, item, test_format, SOLUTION_FILE, None, None, None)
+        except (TestFormatError, ValueError) as exc:  # the item's tests do not parse
+            return {"error": str(exc)[:2000]}
+    return {"tests": list(names), "passed": [name for name in names if name in passed]}
 
 
 def stub_source(item: dict, test_format: str, body: str) -> str:

@@ -7,8 +7,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inference.settings import TIER_FIELDS
+from rewards.graders.sandboxed import STUB_NOTE
 from runs.models import ApiToken, Membership, Project, TaskItem, TaskSet, TaskSetVersion, Tier
 from runs.roles import ROLE_PERMISSIONS, Permission, Role
+from runs.stub_checks import stub_check_summary
 from runs.task_format import IMPORT_FORMATS
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -106,9 +108,36 @@ class TaskSetUpdateSerializer(serializers.Serializer):
     description = serializers.CharField(allow_blank=True)
 
 
+STUB_CHECK_STATUSES = ["none", "queued", "running", "done"]
+
+
+class StubWarningSerializer(serializers.Serializer):
+    item = serializers.CharField(help_text="The item's id")
+    line = serializers.IntegerField(allow_null=True, help_text="Its line in the imported file")
+    message = serializers.CharField()
+
+
+class StubCheckSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(
+        choices=STUB_CHECK_STATUSES,
+        help_text="none: no code items (or imported before the check existed); queued, running, done",
+    )
+    done = serializers.IntegerField(help_text="Code items checked so far")
+    total = serializers.IntegerField(help_text="Code items to check")
+    items_with_no_credit_tests = serializers.IntegerField(help_text="Items with a test a stub passes")
+    warnings = StubWarningSerializer(
+        many=True, help_text="Items whose every test a stub passes: they can only ever pay 0"
+    )
+    note = serializers.CharField(help_text="How results show a test a stub passes")
+
+
 class VersionSerializer(serializers.ModelSerializer):
     kind_counts = serializers.DictField(child=serializers.IntegerField(), read_only=True)
     split_counts = serializers.DictField(child=serializers.IntegerField(), read_only=True)
+    stub_check = serializers.SerializerMethodField(
+        help_text="Each code item's tests run against a stub of the solution after the import: "
+        "tests a stub passes carry no credit"
+    )
 
     class Meta:
         model = TaskSetVersion
@@ -125,8 +154,13 @@ class VersionSerializer(serializers.ModelSerializer):
             "source_name",
             "created_by",
             "created_at",
+            "stub_check",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(StubCheckSerializer)
+    def get_stub_check(self, version: TaskSetVersion) -> dict:
+        return stub_check_summary(version=version)
 
 
 class ReferenceCheckSerializer(serializers.Serializer):
@@ -135,6 +169,10 @@ class ReferenceCheckSerializer(serializers.Serializer):
     passed = serializers.BooleanField()
     reason = serializers.CharField(allow_blank=True, help_text="Why the reference fails its tests")
     tests = serializers.ListField(child=serializers.DictField(), help_text="Each test's outcome")
+    no_credit = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The tests a stub of the solution passes (no credit: a stub passes this test)",
+    )
 
 
 class ReferenceReportSerializer(serializers.Serializer):
@@ -144,6 +182,10 @@ class ReferenceReportSerializer(serializers.Serializer):
     errored = serializers.IntegerField(help_text="The sandbox failed: not the item's fault")
     broken = ReferenceCheckSerializer(many=True, help_text="Every item whose reference fails, by name")
     errors = ReferenceCheckSerializer(many=True)
+    stub_passes_every_test = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Items whose every test a stub of the solution passes: they can only ever pay 0",
+    )
 
 
 class ImportResultSerializer(VersionSerializer):
@@ -164,6 +206,19 @@ class ImportResultSerializer(VersionSerializer):
     @extend_schema_field(ReferenceReportSerializer(allow_null=True))
     def get_references(self, version: TaskSetVersion) -> dict | None:
         return self.context.get("references")
+
+
+class TaskSetCreatedSerializer(TaskSetSerializer):
+    version = serializers.SerializerMethodField(help_text="Its first version, when created with a file")
+
+    class Meta(TaskSetSerializer.Meta):
+        fields = [*TaskSetSerializer.Meta.fields, "version"]
+        read_only_fields = fields
+
+    @extend_schema_field(VersionSerializer(allow_null=True))
+    def get_version(self, task_set: TaskSet) -> dict | None:
+        version = self.context.get("version")
+        return None if version is None else VersionSerializer(version).data
 
 
 class SplitSettingsSerializer(serializers.Serializer):
@@ -194,6 +249,22 @@ class ImportInputSerializer(serializers.Serializer):
     )
 
 
+class TaskSetCreateImportSerializer(TaskSetCreateSerializer):
+    """A new task set with a file as its first version: both, or, on any error, neither."""
+
+    file = serializers.FileField(help_text="JSONL (any kind of item) or CSV (answer items)")
+    format = serializers.ChoiceField(
+        choices=list(IMPORT_FORMATS), required=False, help_text="How the lines are read, as for an import"
+    )
+    split_seed = serializers.IntegerField(
+        min_value=INT64_MIN, max_value=INT64_MAX, required=False, help_text="Default: 0"
+    )
+    heldout_fraction = serializers.FloatField(
+        min_value=0, max_value=1, required=False, help_text="Default: 0.2"
+    )
+    dry_run = serializers.BooleanField(default=False, help_text="Validate and preview; create nothing")
+
+
 class LineErrorSerializer(serializers.Serializer):
     line = serializers.IntegerField()
     param = serializers.CharField(source="field", allow_null=True)
@@ -218,13 +289,49 @@ class DryRunSerializer(serializers.Serializer):
     preview = PreviewItemSerializer(many=True)
 
 
+class ItemStubCheckSerializer(serializers.Serializer):
+    tests = serializers.ListField(child=serializers.CharField(), help_text="Every test's name")
+    no_credit = serializers.ListField(
+        child=serializers.CharField(), help_text="The tests a stub of the solution passes: they pay nothing"
+    )
+    stub_passes_every_test = serializers.BooleanField(help_text="true: the item can only ever pay 0")
+    note = serializers.CharField()
+
+
 class TaskItemSerializer(serializers.ModelSerializer):
     data = serializers.DictField(read_only=True)
+    stub_check = serializers.SerializerMethodField(
+        help_text="A code item's tests run against a stub of the solution; null until checked"
+    )
 
     class Meta:
         model = TaskItem
-        fields = ["id", "version", "position", "external_id", "kind", "split", "text", "data", "created_at"]
+        fields = [
+            "id",
+            "version",
+            "position",
+            "line",
+            "external_id",
+            "kind",
+            "split",
+            "text",
+            "data",
+            "stub_check",
+            "created_at",
+        ]
         read_only_fields = fields
+
+    @extend_schema_field(ItemStubCheckSerializer(allow_null=True))
+    def get_stub_check(self, item: TaskItem) -> dict | None:
+        check = item.stub_check
+        if not check or "tests" not in check:
+            return None
+        return {
+            "tests": check["tests"],
+            "no_credit": item.no_credit_tests,
+            "stub_passes_every_test": item.stub_passes_every_test,
+            "note": STUB_NOTE,
+        }
 
 
 # --- tiers ---------------------------------------------------------------------------------

@@ -16,12 +16,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rewards.references import references_verify
 from runs import selectors, services
 from runs.api import serializers as s
 from runs.api.schema import FlywheelAutoSchema
 from runs.roles import Permission
 from runs.services import ImportReport
+from runs.stub_checks import version_verify
 from runs.task_format import resolve_format
 from webapp.api import NewestFirstCursorPagination, bounded_integers, error_body, idempotent
 from webapp.streaming import streamed
@@ -172,15 +172,56 @@ class TaskSetListView(ApiView):
             task_sets = task_sets.filter(project_id=project)
         return self.paginated(task_sets, s.TaskSetSerializer)
 
-    @extend_schema(request=s.TaskSetCreateSerializer, responses={201: s.TaskSetSerializer})
+    @extend_schema(
+        request={
+            "application/json": s.TaskSetCreateSerializer,
+            "multipart/form-data": s.TaskSetCreateImportSerializer,
+        },
+        responses={
+            201: OpenApiResponse(
+                s.TaskSetCreatedSerializer, description="Created; with a file, `version` is its first version"
+            ),
+            200: OpenApiResponse(s.DryRunSerializer, description="With a file and `dry_run`: the report"),
+        },
+        summary="Create a task set; with a file (multipart), the set and its first version together or, "
+        "on any error, neither (400 names each line and field)",
+    )
     @idempotent
     def post(self, request: Request) -> Response:
-        data = self.validated(s.TaskSetCreateSerializer)
+        if "file" not in request.data:
+            data = self.validated(s.TaskSetCreateSerializer)
+            project = selectors.project_for(
+                user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
+            )
+            task_set = services.task_set_create(project=project, by=request.user, **data)
+            return Response(s.TaskSetCreatedSerializer(task_set).data, status=201)
+        data = self.validated(s.TaskSetCreateImportSerializer)
         project = selectors.project_for(
             user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
         )
-        task_set = services.task_set_create(project=project, by=request.user, **data)
-        return Response(s.TaskSetSerializer(task_set).data, status=201)
+        upload = data.pop("file")
+        file_format, preset = resolve_format(data.pop("format", None), upload.name)
+        task_set, report = services.task_set_create_with_import(
+            project=project,
+            by=request.user,
+            open_stream=lambda: _rewound(upload),  # validated, then imported: read twice
+            file_format=file_format,
+            preset=preset,
+            source_name=upload.name,
+            **data,
+        )
+        if data["dry_run"]:
+            return Response(s.DryRunSerializer(report).data)
+        if not report.ok:
+            return file_errors_response(report)
+        return Response(
+            s.TaskSetCreatedSerializer(task_set, context={"version": report.version}).data, status=201
+        )
+
+
+def _rewound(upload):
+    upload.seek(0)
+    return upload  # iterated line by line; never read whole
 
 
 class TaskSetDetailView(ApiView):
@@ -237,7 +278,8 @@ class TaskSetImportView(ApiView):
             return Response(s.DryRunSerializer(report).data)
         references = None
         if report.ok and data["verify_references"]:
-            references = references_verify(selectors.grading_items_of(version=report.version)).to_dict()
+            references = version_verify(version=report.version).to_dict()
+            report.version.refresh_from_db()  # its stub check ran too
         return import_response(report, references)
 
 
@@ -312,12 +354,13 @@ class VersionVerifyView(ApiView):
     @extend_schema(
         request=None,
         responses=s.ReferenceReportSerializer,
-        summary="Verify references: run each code item's reference solution against its tests in the sandbox",
+        summary="Verify references: run each code item's reference solution against its tests in the sandbox "
+        "(and a stub of the solution, for items not stub-checked yet)",
     )
     def post(self, request: Request, id: int, number: int) -> Response:
         selectors.task_set_for(user=request.user, task_set_id=id, permission=Permission.EDIT)
         version = selectors.version_for(user=request.user, task_set_id=id, number=number)
-        report = references_verify(selectors.grading_items_of(version=version))
+        report = version_verify(version=version)
         return Response(s.ReferenceReportSerializer(report.to_dict()).data)
 
 

@@ -81,6 +81,12 @@ class PublishedVersionManager(models.Manager):
         return super().get_queryset().filter(published=True)
 
 
+class StubCheckStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+
+
 class TaskSetVersion(models.Model):
     """An immutable snapshot of a task set's items and their train / held-out split.
 
@@ -104,6 +110,13 @@ class TaskSetVersion(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The stub check of its code items (runs/stub_checks.py), run after the version commits:
+    # "" for versions without code items and those imported before the check existed.
+    stub_check_status = models.CharField(max_length=8, choices=StubCheckStatus.choices, blank=True)
+    stub_check_done = models.PositiveIntegerField(default=0)
+    stub_check_total = models.PositiveIntegerField(default=0)
+    stub_check_no_credit = models.PositiveIntegerField(default=0, help_text="Items with a test a stub passes")
+    stub_check_warnings = models.JSONField(default=list, blank=True, help_text="Items a stub passes in full")
 
     all_objects = models.Manager()  # drafts too: for the import that writes them, and the sweep
     objects = PublishedVersionManager()  # the default (Meta), so relations see published ones only
@@ -137,6 +150,10 @@ class TaskItem(models.Model):
     text = models.TextField()
     data = models.JSONField()
     created_at = models.DateTimeField(default=timezone.now)
+    line = models.PositiveIntegerField(null=True, blank=True, help_text="Its line in the imported file")
+    # What a stub of the solution passes among its tests ({"tests": [...], "passed": [...]}, or
+    # {"error": ...}); None until checked, and for items that are not stubbed. Graders read it.
+    stub_check = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["position"]
@@ -148,6 +165,22 @@ class TaskItem(models.Model):
 
     def __str__(self) -> str:
         return self.external_id
+
+    def grading_dict(self) -> dict:
+        """The item as graders read it: its data with id, kind and split, and, once checked, the
+        tests a stub of the solution passes (`stub_check`, read by the unit_tests grader)."""
+        stored = {} if self.stub_check is None else {"stub_check": self.stub_check}
+        return self.data | {"id": self.external_id, "kind": self.kind, "split": self.split} | stored
+
+    @property
+    def no_credit_tests(self) -> list[str]:
+        """The tests a stub passes, which pay nothing ([] when not checked)."""
+        return list((self.stub_check or {}).get("passed") or [])
+
+    @property
+    def stub_passes_every_test(self) -> bool:
+        check = self.stub_check or {}
+        return bool(check.get("tests")) and len(check.get("passed") or []) == len(check["tests"])
 
 
 class Tier(models.Model):

@@ -178,6 +178,25 @@ def tasks_import(client: Client, args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def tasks_create(client: Client, args: argparse.Namespace, out: Output) -> int:
+    """A new task set with the file as its first version; a refused file creates nothing."""
+    path = Path(args.file)
+    bar = out.bar(total=path.stat().st_size, desc=f"upload {path.name}", unit="B", unit_scale=True)
+    upload = ProgressFile(path, bar)
+    try:
+        options = {"dry_run": args.dry_run, "format": args.format, "description": args.description}
+        created = client.task_sets.create(args.project, args.name, file=upload, **options)
+    finally:
+        upload.close()
+        bar.close()
+    if args.dry_run:
+        out.result(created, f"would create {args.name} with {created.get('item_count')} items")
+    else:
+        version = created.get("version") or {}
+        out.result(created, f"created task set {created.get('id')} with {version.get('item_count')} items")
+    return 0
+
+
 def trace_records(args: argparse.Namespace) -> Iterator[dict]:
     if args.prompt is not None:
         fields = {"id": args.id, "prompt": args.prompt, "completion": args.completion, "model": args.model}
@@ -330,6 +349,17 @@ def parser() -> argparse.ArgumentParser:
         "recognised), jsonl, csv, flywheel, or a published format to force",
     )
     importing.set_defaults(handler=tasks_import)
+    creating = task_commands.add_parser(
+        "create",
+        help="create a task set with a JSONL or CSV file as its first version (or, on any error, nothing)",
+    )
+    creating.add_argument("--project", type=int, required=True)
+    creating.add_argument("name")
+    creating.add_argument("file")
+    creating.add_argument("--description", default=None)
+    creating.add_argument("--dry-run", action="store_true", help="validate and preview only")
+    creating.add_argument("--format", default=None, help="as for `tasks import`")
+    creating.set_defaults(handler=tasks_create)
 
     traces = commands.add_parser("traces", help="report production traces")
     trace_commands = traces.add_subparsers(dest="traces_command", required=True)

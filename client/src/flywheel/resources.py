@@ -94,10 +94,45 @@ class TaskSets(Resource):
 
     @endpoint("POST", "/task-sets")
     def create(
-        self, project: int, name: str, *, description: str | None = None, idempotency_key: str | None = None
+        self,
+        project: int,
+        name: str,
+        *,
+        description: str | None = None,
+        file: str | os.PathLike | IO[bytes] | None = None,
+        format: str | None = None,  # the API's own name for it
+        split_seed: int | None = None,
+        heldout_fraction: float | None = None,
+        dry_run: bool = False,
+        idempotency_key: str | None = None,
     ) -> JSON:
-        body = _body(project=project, name=name, description=description)
-        return self._post("/api/v1/task-sets", body, idempotency_key=idempotency_key)
+        """Create a task set. With `file` (a path or an open binary file), the set is created with
+        the file as its first version (`version`), or, when the file has any error, not at all:
+        BadRequestError, whose `details` name each line and field. `dry_run`: validate only."""
+        if file is None:
+            body = _body(project=project, name=name, description=description)
+            return self._post("/api/v1/task-sets", body, idempotency_key=idempotency_key)
+        handle = open(file, "rb") if isinstance(file, (str, os.PathLike)) else file  # noqa: SIM115
+        data = _body(
+            project=project,
+            name=name,
+            description=description,
+            format=format,
+            split_seed=split_seed,
+            heldout_fraction=heldout_fraction,
+            dry_run="true" if dry_run else None,
+        )
+        try:
+            return self._t.json(
+                "POST",
+                "/api/v1/task-sets",
+                files={"file": (Path(getattr(handle, "name", "tasks.jsonl")).name, handle)},
+                data=data,
+                idempotency_key=idempotency_key,
+            )
+        finally:
+            if handle is not file:
+                handle.close()
 
     @endpoint("GET", "/task-sets/{id}")
     def get(self, task_set: int) -> JSON:

@@ -7,7 +7,7 @@ from tqdm import tqdm
 
 from rewards.references import references_verify
 from runs import selectors, services
-from runs.management.commands.verify_references import progress_stream, summary
+from runs.management.commands.verify_references import progress_stream, stub_check_with_bar, summary
 from runs.models import Project, TaskSet
 from runs.task_format import IMPORT_FORMATS, resolve_format
 
@@ -48,8 +48,6 @@ class Command(BaseCommand):
                 f"{user.username} may not import into {project.name} (needs launcher or owner)"
             )
         task_set = TaskSet.objects.filter(project=project, name=opts["task_set"]).first()
-        if task_set is None and opts["dry_run"]:
-            raise CommandError(f"no task set named {opts['task_set']!r}; a dry run creates nothing")
         path = opts["file"]
         file_format, preset = resolve_format(opts["format"], path)
         options = {
@@ -59,6 +57,7 @@ class Command(BaseCommand):
             "source_name": os.path.basename(path),
             "split_seed": opts["split_seed"],
             "heldout_fraction": opts["heldout_fraction"],
+            "stub_check_enqueue": False,  # run here, with a progress bar
         }
         try:
             if task_set is None:  # created only with its first version: a failed import leaves no set
@@ -66,6 +65,7 @@ class Command(BaseCommand):
                     project=project,
                     name=opts["task_set"],
                     open_stream=lambda: self._read(path),
+                    dry_run=opts["dry_run"],  # a dry run validates as a new set's file; creates nothing
                     **options,
                 )
             else:
@@ -87,6 +87,8 @@ class Command(BaseCommand):
             self.stdout.write(f"created version {report.version.number} with {report.item_count} items")
         else:
             self.stdout.write(f"identical to version {report.version.number}; no new version created")
+        if report.created and report.version.stub_check_status:
+            stub_check_with_bar(self, report.version)
         if opts["verify_references"] and not opts["dry_run"]:
             items = selectors.grading_items_of(version=report.version)
             with tqdm(total=len(items), unit="item", desc="references", file=progress_stream(self)) as bar:

@@ -5,7 +5,8 @@ from tqdm import tqdm
 
 from rewards.references import ReferenceReport, references_verify
 from runs import selectors
-from runs.models import TaskSet
+from runs.models import TaskSet, TaskSetVersion
+from runs.stub_checks import version_stub_check_run
 
 
 class Command(BaseCommand):
@@ -30,6 +31,7 @@ class Command(BaseCommand):
         )
         if version is None:
             raise CommandError(f"{task_set.name} has no version {opts['version'] or ''}".rstrip())
+        stub_check_with_bar(self, version)
         items = selectors.grading_items_of(version=version)
         with tqdm(total=len(items), unit="item", desc="references", file=progress_stream(self)) as bar:
             report = references_verify(items, progress=lambda: bar.update(1))
@@ -39,6 +41,16 @@ class Command(BaseCommand):
             self.stdout.write(summary(task_set.name, version.number, report))
         if report.broken:
             raise CommandError(f"{len(report.broken)} broken references")
+
+
+def stub_check_with_bar(command: BaseCommand, version: TaskSetVersion) -> None:
+    """The version's stub check (its items not checked yet), with a progress bar; each item whose
+    every test a stub passes is named, by line, on stderr."""
+    todo = version.items.filter(kind="code", stub_check__isnull=True).count()
+    with tqdm(total=todo, unit="item", desc="stub check", file=progress_stream(command)) as bar:
+        warnings = version_stub_check_run(version_id=version.pk, progress=bar.update)
+    for warning in warnings:
+        command.stderr.write(f"warning: {warning}")
 
 
 def progress_stream(command: BaseCommand):
@@ -52,5 +64,9 @@ def summary(name: str, number: int, report: ReferenceReport) -> str:
         f"{len(report.broken)} broken, {report.errored} errored, {report.skipped} items without one"
     ]
     lines += [f"  broken: {check.item}: {check.reason}" for check in report.broken]
+    lines += [
+        f"  no credit: a stub passes every test of {item}: it can only ever pay 0"
+        for item in report.stub_passes_every_test
+    ]
     lines += [f"  errored: {check.item}: {check.reason}" for check in report.errors]
     return "\n".join(lines)
