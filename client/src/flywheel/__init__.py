@@ -3,10 +3,15 @@
 from flywheel import Client
 client = Client()  # FLYWHEEL_URL, FLYWHEEL_TOKEN
 for run in client.runs.list(status="running"):
-    print(run["id"], run["name"])
+    print(run.id, run.name)  # or run["id"]: answers are Records, dicts with attribute access
+
+from flywheel import AsyncFlywheel
+async with AsyncFlywheel() as client:
+    run = await client.runs.get(7)
 """
 
-from flywheel.client import Client
+from flywheel._records import Record
+from flywheel.client import AsyncFlywheel, Client, Flywheel
 from flywheel.errors import (
     APIError,
     BadRequestError,
@@ -21,17 +26,20 @@ from flywheel.errors import (
     UnprocessableError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = [
     "APIError",
+    "AsyncFlywheel",
     "BadRequestError",
     "Client",
     "ConfigurationError",
     "ConflictError",
+    "Flywheel",
     "FlywheelError",
     "ForbiddenError",
     "NotFoundError",
     "RateLimitedError",
+    "Record",
     "ServerError",
     "UnauthenticatedError",
     "UnprocessableError",

@@ -1,6 +1,11 @@
 """One class per REST resource. Lists are iterators over every page (`limit` sets the page size);
 creating calls send an idempotency key (pass `idempotency_key=` to choose it, e.g. to retry a
-create across processes); everything returns the API's JSON objects."""
+create across processes); everything returns the API's JSON objects as `Record`s (dicts that
+read their keys as attributes too).
+
+Each method is written once and works on either transport: on `Transport` (Client) it answers
+the value, on `AsyncTransport` (AsyncFlywheel) a coroutine to await, and a list an async iterator.
+A method must therefore only build the request and return the transport's answer."""
 
 from __future__ import annotations
 
@@ -10,11 +15,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from flywheel._endpoints import endpoint
-from flywheel._http import JSON, Transport
+from flywheel._http import JSON, AsyncTransport, Transport
 
 
 class Resource:
-    def __init__(self, transport: Transport) -> None:
+    def __init__(self, transport: Transport | AsyncTransport) -> None:
         self._t = transport
 
     def _get(self, path: str, **params: Any) -> Any:
@@ -125,8 +130,10 @@ class TaskSets(Resource):
         `format`: auto (the default: published HumanEval, MBPP, APPS, CodeContests and LiveCodeBench
         lines are recognised by their fields), or one of them to force it.
         `verify_references`: then run each code item's reference against its tests (`references`)."""
-        handle = open(file, "rb") if isinstance(file, (str, os.PathLike)) else file  # noqa: SIM115
-        name = Path(getattr(handle, "name", "tasks.jsonl")).name
+        # A path is opened by the transport, only while the request is sent (by either transport).
+        name = Path(
+            file if isinstance(file, (str, os.PathLike)) else getattr(file, "name", "tasks.jsonl")
+        ).name
         data = _body(
             dry_run="true" if dry_run else None,
             format=format,
@@ -134,17 +141,13 @@ class TaskSets(Resource):
             heldout_fraction=heldout_fraction,
             verify_references="true" if verify_references else None,
         )
-        try:
-            return self._t.json(
-                "POST",
-                f"/api/v1/task-sets/{task_set}/import",
-                files={"file": (name, handle)},
-                data=data,
-                idempotency_key=idempotency_key,
-            )
-        finally:
-            if handle is not file:
-                handle.close()
+        return self._t.json(
+            "POST",
+            f"/api/v1/task-sets/{task_set}/import",
+            files={"file": (name, file)},
+            data=data,
+            idempotency_key=idempotency_key,
+        )
 
     @endpoint("GET", "/task-sets/{id}/versions")
     def versions(self, task_set: int, *, limit: int | None = None) -> Iterator[JSON]:
@@ -429,19 +432,12 @@ class Checkpoints(Resource):
         archived (`tar.gz` or `zip`), to the file `out`; `weights="adapter"` keeps a LoRA run's
         adapter apart from its base. Streamed to disk, never held in memory; `progress` is told
         the bytes of each chunk."""
-        path = Path(out)
-        try:
-            with open(path, "wb") as handle:
-                self._t.download(
-                    f"/api/v1/runs/{run}/checkpoints/{step}/export",
-                    handle,
-                    params={"archive": archive, "weights": weights},
-                    progress=progress,
-                )
-        except BaseException:
-            path.unlink(missing_ok=True)  # no half-written archive left behind
-            raise
-        return path
+        return self._t.download(
+            f"/api/v1/runs/{run}/checkpoints/{step}/export",
+            out,
+            params={"archive": archive, "weights": weights},
+            progress=progress,
+        )
 
 
 class RewardRules(Resource):
