@@ -109,7 +109,7 @@ def page_size(count: int) -> int:
     return max(1, min(count, 100))
 
 
-def hint(text: str, out: "Output") -> None:
+def hint(text: str, out: Output) -> None:
     """A pointer for people (on stderr, so that stdout stays the table)."""
     if not out.as_json:
         print(text, file=sys.stderr)
@@ -210,25 +210,32 @@ def stopped_early(run: dict) -> bool:
 
 
 def stop_reason(client: Client, run: dict, events: list[dict] | None = None) -> str | None:
-    """Why a run ended early, as the server recorded it: its error (and where), else its last
-    error or warning event, else its last event."""
+    """Why a run ended early, as the server recorded it: its error (where, and the log's last
+    line), else its last status event ("cancelled at step 3", "succeeded: stopped early, ..."),
+    else its last error event."""
     error = run.get("error")
     if error and error.get("message"):
-        where = f" (in the {error['where']})" if error.get("where") else ""
-        return f"{first_line(error['message'])}{where}"
+        where = f" ({error['where']})" if error.get("where") else ""
+        return f"{summary_of(error['message'])}{where}"
     if events is None:  # newest first: a page of them is enough
         events = list(reversed(first(client.runs.events(run["id"], limit=50), 50)))
-    for levels in (("error",), ("warning",), ("info", "warning", "error")):
-        chosen = [event for event in events if event.get("level") in levels]
+    for kinds in ({"status"}, {"error"}):
+        chosen = [e for e in events if e.get("kind") in kinds or e.get("level") in kinds]
         if chosen:
-            return first_line(chosen[-1]["message"])
+            return summary_of(chosen[-1]["message"])
     return None
 
 
-def first_line(text: str) -> str:
-    """The first line of a message that may carry a log after it."""
+def summary_of(text: str) -> str:
+    """A message that may carry a log after its first line: that line, and the log's last.
+
+    >>> summary_of("learner died; gave up after 3 restarts\n  step 4\nRuntimeError: out of memory\n")
+    'learner died; gave up after 3 restarts; the log ends: RuntimeError: out of memory'
+    """
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    return lines[0] if lines else ""
+    if not lines:
+        return ""
+    return lines[0] if len(lines) == 1 else f"{lines[0]}; the log ends: {lines[-1]}"
 
 
 def runs_follow(client: Client, args: argparse.Namespace, out: Output) -> int:
@@ -455,28 +462,28 @@ VERSION_HINT = "runs launch takes the ID column (--task-set-version ID), not the
 RULE_HINT = "runs launch takes a version's ID (--reward-rule-version ID), not its VERSION number"
 
 
-def listed(rows: list[dict], columns: list[Column], out: "Output", nothing: str) -> int:
+def listed(rows: list[dict], columns: list[Column], out: Output, nothing: str) -> int:
     out.result(rows, table(rows, columns) if rows else nothing)
     return 0
 
 
-def projects_list(client: Client, args: argparse.Namespace, out: "Output") -> int:
+def projects_list(client: Client, args: argparse.Namespace, out: Output) -> int:
     rows = first(client.projects.list(limit=page_size(args.limit)), args.limit)
     return listed(rows, PROJECT_COLUMNS, out, "no projects")
 
 
-def projects_show(client: Client, args: argparse.Namespace, out: "Output") -> int:
+def projects_show(client: Client, args: argparse.Namespace, out: Output) -> int:
     project = client.projects.get(args.project)
     out.result(project, details(project))
     return 0
 
 
-def task_sets_list(client: Client, args: argparse.Namespace, out: "Output") -> int:
+def task_sets_list(client: Client, args: argparse.Namespace, out: Output) -> int:
     rows = first(client.task_sets.list(project=args.project, limit=page_size(args.limit)), args.limit)
     return listed(rows, TASK_SET_COLUMNS, out, "no task sets")
 
 
-def task_sets_show(client: Client, args: argparse.Namespace, out: "Output") -> int:
+def task_sets_show(client: Client, args: argparse.Namespace, out: Output) -> int:
     task_set = client.task_sets.get(args.task_set)
     versions = first(client.task_sets.versions(args.task_set, limit=page_size(args.limit)), args.limit)
     human = f"{details(task_set)}\n\nversions:\n" + (
@@ -488,7 +495,7 @@ def task_sets_show(client: Client, args: argparse.Namespace, out: "Output") -> i
     return 0
 
 
-def task_sets_versions(client: Client, args: argparse.Namespace, out: "Output") -> int:
+def task_sets_versions(client: Client, args: argparse.Namespace, out: Output) -> int:
     rows = first(client.task_sets.versions(args.task_set, limit=page_size(args.limit)), args.limit)
     listed(rows, TASK_SET_VERSION_COLUMNS, out, f"task set {args.task_set} has no versions yet")
     if rows:
@@ -496,25 +503,25 @@ def task_sets_versions(client: Client, args: argparse.Namespace, out: "Output") 
     return 0
 
 
-def task_sets_version(client: Client, args: argparse.Namespace, out: "Output") -> int:
+def task_sets_version(client: Client, args: argparse.Namespace, out: Output) -> int:
     version = client.task_sets.version(args.task_set, args.number)
     out.result(version, details(version))
     hint(f"runs launch --task-set-version {version['id']}", out)
     return 0
 
 
-def tiers_list(client: Client, args: argparse.Namespace, out: "Output") -> int:
+def tiers_list(client: Client, args: argparse.Namespace, out: Output) -> int:
     rows = first(client.tiers.list(project=args.project, limit=page_size(args.limit)), args.limit)
     return listed(rows, TIER_COLUMNS, out, "no tiers")
 
 
-def tiers_show(client: Client, args: argparse.Namespace, out: "Output") -> int:
+def tiers_show(client: Client, args: argparse.Namespace, out: Output) -> int:
     tier = client.tiers.get(args.tier)
     out.result(tier, details(tier))
     return 0
 
 
-def reward_rules_list(client: Client, args: argparse.Namespace, out: "Output") -> int:
+def reward_rules_list(client: Client, args: argparse.Namespace, out: Output) -> int:
     rows = first(client.reward_rules.list(project=args.project, limit=page_size(args.limit)), args.limit)
     listed(rows, RULE_COLUMNS, out, "no reward rules")
     if rows:
@@ -522,7 +529,7 @@ def reward_rules_list(client: Client, args: argparse.Namespace, out: "Output") -
     return 0
 
 
-def reward_rules_show(client: Client, args: argparse.Namespace, out: "Output") -> int:
+def reward_rules_show(client: Client, args: argparse.Namespace, out: Output) -> int:
     rule = client.reward_rules.get(args.rule)
     versions = first(client.reward_rules.versions(args.rule, limit=page_size(args.limit)), args.limit)
     human = f"{details(rule, skip=('latest_version',))}\n\nversions:\n{table(versions, RULE_VERSION_COLUMNS)}"
@@ -531,14 +538,14 @@ def reward_rules_show(client: Client, args: argparse.Namespace, out: "Output") -
     return 0
 
 
-def reward_rules_versions(client: Client, args: argparse.Namespace, out: "Output") -> int:
+def reward_rules_versions(client: Client, args: argparse.Namespace, out: Output) -> int:
     rows = first(client.reward_rules.versions(args.rule, limit=page_size(args.limit)), args.limit)
     listed(rows, RULE_VERSION_COLUMNS, out, f"reward rule {args.rule} has no versions")
     hint(RULE_HINT, out)
     return 0
 
 
-def reward_rules_version(client: Client, args: argparse.Namespace, out: "Output") -> int:
+def reward_rules_version(client: Client, args: argparse.Namespace, out: Output) -> int:
     version = client.reward_rules.version(args.rule, args.number)
     spec = json.dumps(version["spec"], indent=2, ensure_ascii=False)
     out.result(version, f"{details(version, skip=('spec',))}\nspec:\n{spec}")
@@ -546,18 +553,18 @@ def reward_rules_version(client: Client, args: argparse.Namespace, out: "Output"
     return 0
 
 
-def checkpoints_list(client: Client, args: argparse.Namespace, out: "Output") -> int:
+def checkpoints_list(client: Client, args: argparse.Namespace, out: Output) -> int:
     rows = first(client.checkpoints.list(run=args.run, limit=page_size(args.limit)), args.limit)
     return listed(rows, CHECKPOINT_COLUMNS, out, "no checkpoints")
 
 
-def checkpoints_show(client: Client, args: argparse.Namespace, out: "Output") -> int:
+def checkpoints_show(client: Client, args: argparse.Namespace, out: Output) -> int:
     checkpoint = client.checkpoints.get(args.checkpoint)
     out.result(checkpoint, details(checkpoint))
     return 0
 
 
-def runs_show(client: Client, args: argparse.Namespace, out: "Output") -> int:
+def runs_show(client: Client, args: argparse.Namespace, out: Output) -> int:
     run = client.runs.get(args.run)
     human = details(run, skip=("error",))
     reason = stop_reason(client, run) if stopped_early(run) else None
