@@ -231,3 +231,11 @@ def test_building_the_client_leaves_nothing_untracked_in_the_source_tree(tmp_pat
     finally:
         if not had_build:
             shutil.rmtree(CLIENT / "build", ignore_errors=True)
+
+
+def test_the_clients_doctests_pass():
+    import doctest
+
+    from flywheel import _follow, _records, cli, client
+
+    assert [doctest.testmod(module).failed for module in (_records, cli, client, _follow)] == [0, 0, 0, 0]

@@ -90,9 +90,20 @@ def table(rows: list[dict], columns: list[Column]) -> str:
 
 
 def details(record: dict, skip: Iterable[str] = ()) -> str:
-    """One `field: value` line per field of a record."""
-    width = max((len(key) for key in record if key not in skip), default=0)
-    return "\n".join(f"{key.ljust(width)}  {cell(value)}" for key, value in record.items() if key not in skip)
+    """One `field: value` line per field of a record, a nested object's fields as `field.name`."""
+    flat = dict(flatten(record, skip=set(skip)))
+    width = max((len(key) for key in flat), default=0)
+    return "\n".join(f"{key.ljust(width)}  {cell(value)}" for key, value in flat.items())
+
+
+def flatten(record: dict, *, skip: set[str], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in record.items():
+        if key in skip:
+            continue
+        if isinstance(value, dict) and value:
+            yield from flatten(value, skip=set(), prefix=f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
 
 
 def first(rows: Iterator[dict], count: int) -> list[dict]:
@@ -128,7 +139,7 @@ def field(name: str, *path: str) -> Callable[[dict], Any]:
 def run_line(run: dict) -> str:
     progress = run.get("progress") or {}
     step = f"{progress.get('learner_step', 0)}/{progress.get('max_steps', '?')}"
-    return f"{run['id']:>6}  {run['status']:<10}  {run['method']:<4}  step {step:<9}  {run['name']}"
+    return f"{run['id']:>6}  {run['status']:<10}  {run['method']:<6}  step {step:<9}  {run['name']}"
 
 
 # --- runs ----------------------------------------------------------------------------------
@@ -160,7 +171,8 @@ def runs_launch(client: Client, args: argparse.Namespace, out: Output) -> int:
 def runs_list(client: Client, args: argparse.Namespace, out: Output) -> int:
     listing = client.runs.list(project=args.project, status=args.status, limit=page_size(args.limit))
     runs = first(listing, args.limit)
-    out.result(runs, "\n".join(run_line(run) for run in runs) or "no runs")
+    header = f"{'ID':>6}  {'STATUS':<10}  {'METHOD':<6}  {'PROGRESS':<14}  NAME"
+    out.result(runs, "\n".join([header, *(run_line(run) for run in runs)]) if runs else "no runs")
     return 0
 
 
@@ -227,7 +239,7 @@ def stop_reason(client: Client, run: dict, events: list[dict] | None = None) -> 
 
 
 def summary_of(text: str) -> str:
-    """A message that may carry a log after its first line: that line, and the log's last.
+    r"""A message that may carry a log after its first line: that line, and the log's last.
 
     >>> summary_of("learner died; gave up after 3 restarts\n  step 4\nRuntimeError: out of memory\n")
     'learner died; gave up after 3 restarts; the log ends: RuntimeError: out of memory'
@@ -284,7 +296,7 @@ def tasks_import(client: Client, args: argparse.Namespace, out: Output) -> int:
         upload.close()
         bar.close()
     out.result(version, import_summary(version, args.task_set, dry_run=args.dry_run))
-    return 0
+    return 1 if version.get("error_count") else 0  # a dry run that found errors: scripts can tell
 
 
 def import_summary(version: dict, task_set: int, *, dry_run: bool) -> str:
@@ -297,7 +309,7 @@ def import_summary(version: dict, task_set: int, *, dry_run: bool) -> str:
         counts = f"{version.get('item_count')} items (split {cell(version.get('split_counts'))})"
         summary = f"would import {counts} into task set {task_set}; nothing written"
         if version.get("error_count"):
-            summary += f"\n{version['error_count']} errors:\n" + "\n".join(problems)
+            summary += f"\nerrors ({version['error_count']}, the first shown):\n" + "\n".join(problems)
         return summary
     what = "imported" if version.get("created", True) else "unchanged: the same content as"
     items = f" {version.get('item_count')} items as" if version.get("created", True) else ""
@@ -566,7 +578,9 @@ def checkpoints_show(client: Client, args: argparse.Namespace, out: Output) -> i
 
 def runs_show(client: Client, args: argparse.Namespace, out: Output) -> int:
     run = client.runs.get(args.run)
-    human = details(run, skip=("error",))
+    # The tier's settings at launch and the submitted hyperparameters: `--json` has them; the
+    # resolved values say what the run uses.
+    human = details(run, skip=("error", "tier_config", "hyperparameters"))
     reason = stop_reason(client, run) if stopped_early(run) else None
     if reason:
         human += f"\nstopped: {reason}"
