@@ -7,11 +7,14 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
 import pytest
+import redis
 from django.conf import settings
+from django.db import connections
 
 from flywheel import AsyncFlywheel, Client, NotFoundError, Record
 from flywheel._endpoints import endpoints_of
@@ -19,6 +22,7 @@ from flywheel.cli import main, parser
 from rewards.models import RewardRuleVersion
 from runs import lifecycle
 from runs.models import Checkpoint, Run, TaskSetVersion
+from tests.run_harness import wait_until
 from tests.test_client import TASKS, flywheel, launchable, owner_token, server_url  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -239,3 +243,36 @@ def test_the_clients_doctests_pass():
     from flywheel import _follow, _records, cli, client
 
     assert [doctest.testmod(module).failed for module in (_records, cli, client, _follow)] == [0, 0, 0, 0]
+
+
+def test_the_async_client_follows_a_run_live_until_it_ends(server_url, owner_token):  # noqa: F811
+    ids = launchable(owner_token)
+    with Client(url=server_url, token=owner_token["token"]) as client:
+        run = client.runs.launch(name="followed", eval_split="train", **ids)
+    Run.objects.filter(pk=run.id).update(status=Run.Status.RUNNING)
+    # Cancelled once the follower's websocket has joined the run's group (its pub/sub channel).
+    group = f"{settings.CHANNEL_LAYERS['default']['CONFIG']['prefix']}__group__run-{run.id}"
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+
+    def stop_when_followed() -> None:
+        wait_until(
+            lambda: dict(broker.pubsub_numsub(group)).get(group.encode(), 0) > 0, "the websocket", timeout=60
+        )
+        lifecycle.run_cancel(run=Run.objects.get(pk=run.id))
+        lifecycle.run_transition(
+            Run.objects.get(pk=run.id), allowed=("cancelling",), to="cancelled", message="cancelled at step 0"
+        )
+        connections.close_all()
+
+    async def follow() -> list:
+        async with AsyncFlywheel(url=server_url, token=owner_token["token"]) as client:
+            return [message async for message in client.follow(run)]
+
+    stopper = threading.Thread(target=stop_when_followed)
+    stopper.start()
+    seen = asyncio.run(follow())
+    stopper.join()
+    messages = [m["payload"]["message"] for m in seen if m["event"] == "event"]
+    assert messages[0].startswith("queued") and messages[-2:] == ["cancelling", "cancelled at step 0"]
+    assert [m["payload"].status for m in seen if m["event"] == "status"] == ["cancelling", "cancelled"]
+    assert seen[-1]["event"] == "run" and seen[-1]["payload"].status == "cancelled"

@@ -25,7 +25,7 @@ from flywheel.errors import APIError, ConfigurationError
 
 logger = logging.getLogger("flywheel")
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-JSON = Record
+JSON = dict[str, Any]  # what callers send; what the API answers is a Record
 USER_AGENT = "flywheel-client/0.2"
 
 

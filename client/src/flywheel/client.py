@@ -6,7 +6,7 @@ iterator) and nothing is written twice."""
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -210,6 +210,11 @@ class AsyncFlywheel(_Resources):
     @property
     def url(self) -> str:
         return self._transport.url
+
+    def follow(self, run: int | JSON) -> AsyncIterator[JSON]:
+        """The run's live messages, as Client.follow gives them: `async for message in ...`."""
+        run_id = run["id"] if isinstance(run, dict) else int(run)
+        return _follow.follow_async(self._transport, run_id)
 
     async def close(self) -> None:
         await self._transport.close()

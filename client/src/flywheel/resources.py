@@ -16,6 +16,7 @@ from typing import IO, Any
 
 from flywheel._endpoints import endpoint
 from flywheel._http import JSON, AsyncTransport, Transport
+from flywheel._records import Record
 
 
 class Resource:
@@ -25,7 +26,7 @@ class Resource:
     def _get(self, path: str, **params: Any) -> Any:
         return self._t.json("GET", path, params=params)
 
-    def _list(self, path: str, **params: Any) -> Iterator[JSON]:
+    def _list(self, path: str, **params: Any) -> Iterator[Record]:
         return self._t.pages(path, params)
 
     def _post(self, path: str, body: Any = None, *, idempotency_key: str | None = None) -> Any:
@@ -38,37 +39,37 @@ class Resource:
         self._t.json("DELETE", path)
 
 
-def _body(**fields: Any) -> JSON:
+def _body(**fields: Any) -> Record:
     """Fields that were given (None means: leave it to the server's default)."""
     return {key: value for key, value in fields.items() if value is not None}
 
 
 class Me(Resource):
     @endpoint("GET", "/me")
-    def get(self) -> JSON:
+    def get(self) -> Record:
         """The caller and their role in each project."""
         return self._get("/api/v1/me")
 
 
 class Projects(Resource):
     @endpoint("GET", "/projects")
-    def list(self, *, limit: int | None = None) -> Iterator[JSON]:
+    def list(self, *, limit: int | None = None) -> Iterator[Record]:
         return self._list("/api/v1/projects", limit=limit)
 
     @endpoint("POST", "/projects")
     def create(
         self, name: str, *, description: str | None = None, idempotency_key: str | None = None
-    ) -> JSON:
+    ) -> Record:
         return self._post(
             "/api/v1/projects", _body(name=name, description=description), idempotency_key=idempotency_key
         )
 
     @endpoint("GET", "/projects/{id}")
-    def get(self, project: int) -> JSON:
+    def get(self, project: int) -> Record:
         return self._get(f"/api/v1/projects/{project}")
 
     @endpoint("PATCH", "/projects/{id}")
-    def update(self, project: int, *, name: str | None = None, description: str | None = None) -> JSON:
+    def update(self, project: int, *, name: str | None = None, description: str | None = None) -> Record:
         return self._patch(f"/api/v1/projects/{project}", _body(name=name, description=description))
 
     @endpoint("DELETE", "/projects/{id}")
@@ -76,15 +77,15 @@ class Projects(Resource):
         self._delete(f"/api/v1/projects/{project}")
 
     @endpoint("GET", "/projects/{id}/members")
-    def members(self, project: int, *, limit: int | None = None) -> Iterator[JSON]:
+    def members(self, project: int, *, limit: int | None = None) -> Iterator[Record]:
         return self._list(f"/api/v1/projects/{project}/members", limit=limit)
 
     @endpoint("POST", "/projects/{id}/members")
-    def add_member(self, project: int, username: str, role: str) -> JSON:
+    def add_member(self, project: int, username: str, role: str) -> Record:
         return self._post(f"/api/v1/projects/{project}/members", {"username": username, "role": role})
 
     @endpoint("PATCH", "/projects/{id}/members/{user_id}")
-    def set_role(self, project: int, user: int, role: str) -> JSON:
+    def set_role(self, project: int, user: int, role: str) -> Record:
         return self._patch(f"/api/v1/projects/{project}/members/{user}", {"role": role})
 
     @endpoint("DELETE", "/projects/{id}/members/{user_id}")
@@ -94,22 +95,22 @@ class Projects(Resource):
 
 class TaskSets(Resource):
     @endpoint("GET", "/task-sets")
-    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[Record]:
         return self._list("/api/v1/task-sets", project=project, limit=limit)
 
     @endpoint("POST", "/task-sets")
     def create(
         self, project: int, name: str, *, description: str | None = None, idempotency_key: str | None = None
-    ) -> JSON:
+    ) -> Record:
         body = _body(project=project, name=name, description=description)
         return self._post("/api/v1/task-sets", body, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/task-sets/{id}")
-    def get(self, task_set: int) -> JSON:
+    def get(self, task_set: int) -> Record:
         return self._get(f"/api/v1/task-sets/{task_set}")
 
     @endpoint("PATCH", "/task-sets/{id}")
-    def update(self, task_set: int, *, name: str | None = None, description: str | None = None) -> JSON:
+    def update(self, task_set: int, *, name: str | None = None, description: str | None = None) -> Record:
         return self._patch(f"/api/v1/task-sets/{task_set}", _body(name=name, description=description))
 
     @endpoint("POST", "/task-sets/{id}/import")
@@ -124,7 +125,7 @@ class TaskSets(Resource):
         heldout_fraction: float | None = None,
         verify_references: bool = False,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         """Import a JSONL or CSV file (a path or an open binary file) as a new version. A file with
         any error imports nothing and raises BadRequestError, whose `details` name each line and field.
         `format`: auto (the default: published HumanEval, MBPP, APPS, CodeContests and LiveCodeBench
@@ -150,20 +151,20 @@ class TaskSets(Resource):
         )
 
     @endpoint("GET", "/task-sets/{id}/versions")
-    def versions(self, task_set: int, *, limit: int | None = None) -> Iterator[JSON]:
+    def versions(self, task_set: int, *, limit: int | None = None) -> Iterator[Record]:
         return self._list(f"/api/v1/task-sets/{task_set}/versions", limit=limit)
 
     @endpoint("GET", "/task-sets/{id}/versions/{number}")
-    def version(self, task_set: int, number: int) -> JSON:
+    def version(self, task_set: int, number: int) -> Record:
         return self._get(f"/api/v1/task-sets/{task_set}/versions/{number}")
 
     @endpoint("GET", "/task-sets/{id}/versions/{number}/export")
-    def export(self, task_set: int, number: int) -> Iterator[JSON]:
+    def export(self, task_set: int, number: int) -> Iterator[Record]:
         """The version's items as the file it was made from, one object a line."""
         return self._t.lines(f"/api/v1/task-sets/{task_set}/versions/{number}/export")
 
     @endpoint("POST", "/task-sets/{id}/versions/{number}/verify")
-    def verify(self, task_set: int, number: int) -> JSON:
+    def verify(self, task_set: int, number: int) -> Record:
         """Run each code item's reference_solution against its own tests in the sandbox: `broken`
         names every item whose reference fails, with the reason."""
         return self._post(f"/api/v1/task-sets/{task_set}/versions/{number}/verify", {})
@@ -171,7 +172,7 @@ class TaskSets(Resource):
     @endpoint("POST", "/task-sets/{id}/versions/{number}/split")
     def resplit(
         self, task_set: int, number: int, *, split_seed: int, heldout_fraction: float | None = None
-    ) -> JSON:
+    ) -> Record:
         body = _body(split_seed=split_seed, heldout_fraction=heldout_fraction)
         return self._post(f"/api/v1/task-sets/{task_set}/versions/{number}/split", body)
 
@@ -186,33 +187,33 @@ class Tasks(Resource):
         split: str | None = None,
         q: str | None = None,
         limit: int | None = None,
-    ) -> Iterator[JSON]:
+    ) -> Iterator[Record]:
         return self._list("/api/v1/tasks", version=version, kind=kind, split=split, q=q, limit=limit)
 
     @endpoint("GET", "/tasks/{id}")
-    def get(self, task: int) -> JSON:
+    def get(self, task: int) -> Record:
         return self._get(f"/api/v1/tasks/{task}")
 
 
 class Tiers(Resource):
     @endpoint("GET", "/tiers")
-    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[Record]:
         return self._list("/api/v1/tiers", project=project, limit=limit)
 
     @endpoint("POST", "/tiers")
     def create(
         self, project: int, name: str, base_model: str, *, idempotency_key: str | None = None, **settings: Any
-    ) -> JSON:
+    ) -> Record:
         """A tier; `settings` are its other fields (precision, temperature, max_new_tokens, ...)."""
         body = {"project": project, "name": name, "base_model": base_model} | settings
         return self._post("/api/v1/tiers", body, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/tiers/{id}")
-    def get(self, tier: int) -> JSON:
+    def get(self, tier: int) -> Record:
         return self._get(f"/api/v1/tiers/{tier}")
 
     @endpoint("PATCH", "/tiers/{id}")
-    def update(self, tier: int, **settings: Any) -> JSON:
+    def update(self, tier: int, **settings: Any) -> Record:
         return self._patch(f"/api/v1/tiers/{tier}", settings)
 
     @endpoint("DELETE", "/tiers/{id}")
@@ -220,22 +221,22 @@ class Tiers(Resource):
         self._delete(f"/api/v1/tiers/{tier}")
 
     @endpoint("POST", "/tiers/{id}/evaluate")
-    def evaluate(self, tier: int, *, idempotency_key: str | None = None, **request: Any) -> JSON:
+    def evaluate(self, tier: int, *, idempotency_key: str | None = None, **request: Any) -> Record:
         """Measure a checkpoint under this tier (and others: `tiers=[...]`) on held-out items."""
         return self._post(f"/api/v1/tiers/{tier}/evaluate", request, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/tier-evaluations/{id}")
-    def evaluation(self, evaluation: int) -> JSON:
+    def evaluation(self, evaluation: int) -> Record:
         return self._get(f"/api/v1/tier-evaluations/{evaluation}")
 
 
 class Tokens(Resource):
     @endpoint("GET", "/tokens")
-    def list(self, *, limit: int | None = None) -> Iterator[JSON]:
+    def list(self, *, limit: int | None = None) -> Iterator[Record]:
         return self._list("/api/v1/tokens", limit=limit)
 
     @endpoint("POST", "/tokens")
-    def create(self, name: str) -> JSON:
+    def create(self, name: str) -> Record:
         """A new token; its secret is in the answer this once."""
         return self._post("/api/v1/tokens", {"name": name})
 
@@ -248,7 +249,7 @@ class Runs(Resource):
     @endpoint("GET", "/runs")
     def list(
         self, *, project: int | None = None, status: str | None = None, limit: int | None = None
-    ) -> Iterator[JSON]:
+    ) -> Iterator[Record]:
         return self._list("/api/v1/runs", project=project, status=status, limit=limit)
 
     @endpoint("POST", "/runs")
@@ -265,7 +266,7 @@ class Runs(Resource):
         max_steps: int | None = None,
         idempotency_key: str | None = None,
         **options: Any,
-    ) -> JSON:
+    ) -> Record:
         """Launch a run. A run that would fail at its first step raises BadRequestError naming every
         reason. `options`: max_wall_seconds, max_sandbox_cpu_seconds, priority, train_split, eval_split."""
         body = _body(
@@ -281,33 +282,33 @@ class Runs(Resource):
         return self._post("/api/v1/runs", body | options, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/runs/{id}")
-    def get(self, run: int) -> JSON:
+    def get(self, run: int) -> Record:
         return self._get(f"/api/v1/runs/{run}")
 
     @endpoint("POST", "/runs/{id}/pause")
-    def pause(self, run: int) -> JSON:
+    def pause(self, run: int) -> Record:
         return self._post(f"/api/v1/runs/{run}/pause")
 
     @endpoint("POST", "/runs/{id}/resume")
-    def resume(self, run: int) -> JSON:
+    def resume(self, run: int) -> Record:
         return self._post(f"/api/v1/runs/{run}/resume")
 
     @endpoint("POST", "/runs/{id}/cancel")
-    def cancel(self, run: int) -> JSON:
+    def cancel(self, run: int) -> Record:
         return self._post(f"/api/v1/runs/{run}/cancel")
 
     @endpoint("POST", "/runs/{id}/retry")
-    def retry(self, run: int) -> JSON:
+    def retry(self, run: int) -> Record:
         return self._post(f"/api/v1/runs/{run}/retry")
 
     @endpoint("POST", "/runs/{id}/clone")
-    def clone(self, run: int, *, idempotency_key: str | None = None, **changes: Any) -> JSON:
+    def clone(self, run: int, *, idempotency_key: str | None = None, **changes: Any) -> Record:
         return self._post(f"/api/v1/runs/{run}/clone", changes, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/runs/{id}/events")
     def events(
         self, run: int, *, since: int | None = None, level: str | None = None, limit: int | None = None
-    ) -> Iterator[JSON]:
+    ) -> Iterator[Record]:
         """Newest first; with `since` (an event id), the later ones oldest first."""
         return self._list(f"/api/v1/runs/{run}/events", since=since, level=level, limit=limit)
 
@@ -319,7 +320,7 @@ class Runs(Resource):
         names: list[str] | None = None,
         since_step: int | None = None,
         max_points: int | None = None,
-    ) -> JSON:
+    ) -> Record:
         params = {"name": names, "since_step": since_step, "max_points": max_points}
         return self._get(f"/api/v1/runs/{run}/metrics", **params)
 
@@ -334,24 +335,24 @@ class Runs(Resource):
         change: str | None = None,
         kind: str | None = None,
         metric: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         """Held-out results item by item against another run (a control) or this run's start,
         with a paired bootstrap interval on the change."""
         params = {"against": against, "step": step, "against_step": against_step, "change": change}
         return self._get(f"/api/v1/runs/{run}/heldout-compare", **params, kind=kind, metric=metric)
 
     @endpoint("GET", "/runs/{id}/monitors")
-    def monitors(self, run: int) -> JSON:
+    def monitors(self, run: int) -> Record:
         return self._get(f"/api/v1/runs/{run}/monitors")
 
     @endpoint("PATCH", "/runs/{id}/monitors")
     def set_monitors(
         self, run: int, *, thresholds: dict[str, float | None] | None = None, **changes: Any
-    ) -> JSON:
+    ) -> Record:
         return self._patch(f"/api/v1/runs/{run}/monitors", _body(thresholds=thresholds) | changes)
 
     @endpoint("GET", "/runs/{id}/train-on-reviews")
-    def review_training_preview(self, run: int) -> JSON:
+    def review_training_preview(self, run: int) -> Record:
         """What Train on reviews would make of the run's reviews, for SFT and for DPO."""
         return self._get(f"/api/v1/runs/{run}/train-on-reviews")
 
@@ -366,7 +367,7 @@ class Runs(Resource):
         hyperparameters: dict[str, Any] | None = None,
         task_set_name: str | None = None,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         body = _body(
             method=method,
             name=name,
@@ -377,7 +378,7 @@ class Runs(Resource):
         return self._post(f"/api/v1/runs/{run}/train-on-reviews", body, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/review-trainings/{id}")
-    def review_training(self, training: int) -> JSON:
+    def review_training(self, training: int) -> Record:
         """A Train on reviews' result: the reviews run's held-out lift over its control (paired,
         with the interval), beside each run's figure against the parent checkpoint; `training` is
         the id the train_on_reviews answer gives."""
@@ -386,35 +387,35 @@ class Runs(Resource):
 
 class Trajectories(Resource):
     @endpoint("GET", "/trajectories")
-    def list(self, *, run: int | None = None, limit: int | None = None, **filters: Any) -> Iterator[JSON]:
+    def list(self, *, run: int | None = None, limit: int | None = None, **filters: Any) -> Iterator[Record]:
         """Filters: outcome, policy_version, min_reward, max_reward, step, batch, item, task,
         flagged, flag, label, after."""
         return self._list("/api/v1/trajectories", run=run, limit=limit, **filters)
 
     @endpoint("GET", "/trajectories/{id}")
-    def get(self, trajectory: int) -> JSON:
+    def get(self, trajectory: int) -> Record:
         return self._get(f"/api/v1/trajectories/{trajectory}")
 
     @endpoint("GET", "/trajectories/{id}/steps")
-    def steps(self, trajectory: int, *, index: int | None = None) -> Iterator[JSON]:
+    def steps(self, trajectory: int, *, index: int | None = None) -> Iterator[Record]:
         return self._list(f"/api/v1/trajectories/{trajectory}/steps", index=index)
 
     @endpoint("GET", "/trajectories/{id}/group")
-    def group(self, trajectory: int) -> Iterator[JSON]:
+    def group(self, trajectory: int) -> Iterator[Record]:
         return self._list(f"/api/v1/trajectories/{trajectory}/group")
 
 
 class Checkpoints(Resource):
     @endpoint("GET", "/checkpoints")
-    def list(self, *, run: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+    def list(self, *, run: int | None = None, limit: int | None = None) -> Iterator[Record]:
         return self._list("/api/v1/checkpoints", run=run, limit=limit)
 
     @endpoint("GET", "/checkpoints/{id}")
-    def get(self, checkpoint: int) -> JSON:
+    def get(self, checkpoint: int) -> Record:
         return self._get(f"/api/v1/checkpoints/{checkpoint}")
 
     @endpoint("POST", "/checkpoints/{id}/fork")
-    def fork(self, checkpoint: int, *, idempotency_key: str | None = None, **changes: Any) -> JSON:
+    def fork(self, checkpoint: int, *, idempotency_key: str | None = None, **changes: Any) -> Record:
         return self._post(f"/api/v1/checkpoints/{checkpoint}/fork", changes, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/runs/{id}/checkpoints/{step}/export")
@@ -442,7 +443,7 @@ class Checkpoints(Resource):
 
 class RewardRules(Resource):
     @endpoint("GET", "/reward-rules")
-    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[Record]:
         return self._list("/api/v1/reward-rules", project=project, limit=limit)
 
     @endpoint("POST", "/reward-rules")
@@ -454,25 +455,25 @@ class RewardRules(Resource):
         *,
         description: str | None = None,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         body = _body(project=project, name=name, spec=spec, description=description)
         return self._post("/api/v1/reward-rules", body, idempotency_key=idempotency_key)
 
     @endpoint("POST", "/reward-rules/validate")
-    def validate(self, spec: JSON, *, item_kind: str | None = None) -> JSON:
+    def validate(self, spec: JSON, *, item_kind: str | None = None) -> Record:
         return self._post("/api/v1/reward-rules/validate", _body(spec=spec, item_kind=item_kind))
 
     @endpoint("POST", "/reward-rules/import-openai")
-    def import_openai(self, project: int, name: str, grader: JSON, **fields: Any) -> JSON:
+    def import_openai(self, project: int, name: str, grader: JSON, **fields: Any) -> Record:
         body = {"project": project, "name": name, "grader": grader} | fields
         return self._post("/api/v1/reward-rules/import-openai", body)
 
     @endpoint("GET", "/reward-rules/{id}")
-    def get(self, rule: int) -> JSON:
+    def get(self, rule: int) -> Record:
         return self._get(f"/api/v1/reward-rules/{rule}")
 
     @endpoint("PATCH", "/reward-rules/{id}")
-    def update(self, rule: int, **changes: Any) -> JSON:
+    def update(self, rule: int, **changes: Any) -> Record:
         """A changed `spec` makes a new version; a version a run used is never modified."""
         return self._patch(f"/api/v1/reward-rules/{rule}", changes)
 
@@ -481,35 +482,35 @@ class RewardRules(Resource):
         self._delete(f"/api/v1/reward-rules/{rule}")
 
     @endpoint("GET", "/reward-rules/{id}/versions")
-    def versions(self, rule: int, *, limit: int | None = None) -> Iterator[JSON]:
+    def versions(self, rule: int, *, limit: int | None = None) -> Iterator[Record]:
         return self._list(f"/api/v1/reward-rules/{rule}/versions", limit=limit)
 
     @endpoint("GET", "/reward-rules/{id}/versions/{number}")
-    def version(self, rule: int, number: int) -> JSON:
+    def version(self, rule: int, number: int) -> Record:
         return self._get(f"/api/v1/reward-rules/{rule}/versions/{number}")
 
     @endpoint("GET", "/reward-rules/{id}/versions/{number}/openai")
-    def openai(self, rule: int, number: int) -> JSON:
+    def openai(self, rule: int, number: int) -> Record:
         """The version as OpenAI grader JSON."""
         return self._get(f"/api/v1/reward-rules/{rule}/versions/{number}/openai")
 
     @endpoint("GET", "/reward-rules/{id}/diff")
-    def diff(self, rule: int, from_version: int, to_version: int) -> JSON:
+    def diff(self, rule: int, from_version: int, to_version: int) -> Record:
         return self._get(f"/api/v1/reward-rules/{rule}/diff", **{"from": from_version, "to": to_version})
 
     @endpoint("POST", "/reward-rules/{id}/dry-run")
-    def dry_run(self, rule: int, **request: Any) -> JSON:
+    def dry_run(self, rule: int, **request: Any) -> Record:
         """Score pasted items and completions: `items`, `samples`, optionally `version`, `spec`."""
         return self._post(f"/api/v1/reward-rules/{rule}/dry-run", request)
 
     @endpoint("POST", "/reward-rules/{id}/backtest")
-    def backtest(self, rule: int, **request: Any) -> JSON:
+    def backtest(self, rule: int, **request: Any) -> Record:
         return self._post(f"/api/v1/reward-rules/{rule}/backtest", request)
 
 
 class Reviews(Resource):
     @endpoint("GET", "/reviews")
-    def list(self, *, limit: int | None = None, **filters: Any) -> Iterator[JSON]:
+    def list(self, *, limit: int | None = None, **filters: Any) -> Iterator[Record]:
         """Filters: run, trajectory, trace, label, reviewer."""
         return self._list("/api/v1/reviews", limit=limit, **filters)
 
@@ -521,14 +522,14 @@ class Reviews(Resource):
         trajectory: int | None = None,
         trace: int | None = None,
         comment: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         """Label a trajectory or a trace (good, bad, reward_hack, infrastructure_error)."""
         return self._post(
             "/api/v1/reviews", _body(trajectory=trajectory, trace=trace, label=label, comment=comment)
         )
 
     @endpoint("GET", "/reviews/{id}")
-    def get(self, review: int) -> JSON:
+    def get(self, review: int) -> Record:
         return self._get(f"/api/v1/reviews/{review}")
 
     @endpoint("DELETE", "/reviews/{id}")
@@ -536,16 +537,16 @@ class Reviews(Resource):
         self._delete(f"/api/v1/reviews/{review}")
 
     @endpoint("GET", "/reviews/export")
-    def export(self, run: int, kind: str = "sft") -> Iterator[JSON]:
+    def export(self, run: int, kind: str = "sft") -> Iterator[Record]:
         """The run's reviewed data (sft, dpo or dpo-task-set), one object a line."""
         return self._t.lines("/api/v1/reviews/export", {"run": run, "kind": kind})
 
     @endpoint("GET", "/preferences")
-    def preferences(self, *, run: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+    def preferences(self, *, run: int | None = None, limit: int | None = None) -> Iterator[Record]:
         return self._list("/api/v1/preferences", run=run, limit=limit)
 
     @endpoint("POST", "/preferences")
-    def prefer(self, chosen: int, rejected: int, *, comment: str | None = None) -> JSON:
+    def prefer(self, chosen: int, rejected: int, *, comment: str | None = None) -> Record:
         return self._post("/api/v1/preferences", _body(chosen=chosen, rejected=rejected, comment=comment))
 
     @endpoint("GET", "/review-queues")
@@ -556,7 +557,7 @@ class Reviews(Resource):
         project: int | None = None,
         source: str | None = None,
         limit: int | None = None,
-    ) -> Iterator[JSON]:
+    ) -> Iterator[Record]:
         return self._list("/api/v1/review-queues", run=run, project=project, source=source, limit=limit)
 
     @endpoint("POST", "/review-queues")
@@ -569,7 +570,7 @@ class Reviews(Resource):
         filters: JSON | None = None,
         trace_filters: JSON | None = None,
         limit: int | None = None,
-    ) -> JSON:
+    ) -> Record:
         """A queue over a run's trajectories (run=, filters=) or a project's traces (project=,
         trace_filters=)."""
         source = "traces" if project is not None and run is None else "trajectories"
@@ -585,43 +586,43 @@ class Reviews(Resource):
         return self._post("/api/v1/review-queues", body)
 
     @endpoint("GET", "/review-queues/{id}")
-    def queue(self, queue: int) -> JSON:
+    def queue(self, queue: int) -> Record:
         return self._get(f"/api/v1/review-queues/{queue}")
 
     @endpoint("GET", "/review-queues/{id}/items")
-    def queue_items(self, queue: int, *, limit: int | None = None) -> Iterator[JSON]:
+    def queue_items(self, queue: int, *, limit: int | None = None) -> Iterator[Record]:
         return self._list(f"/api/v1/review-queues/{queue}/items", limit=limit)
 
     @endpoint("POST", "/review-queues/{id}/assign")
-    def assign(self, queue: int, reviewers: list[int], *, reassign: bool = False) -> JSON:
+    def assign(self, queue: int, reviewers: list[int], *, reassign: bool = False) -> Record:
         return self._post(
             f"/api/v1/review-queues/{queue}/assign", {"reviewers": reviewers, "reassign": reassign}
         )
 
     @endpoint("POST", "/review-queues/{id}/next")
-    def next(self, queue: int) -> JSON | None:
+    def next(self, queue: int) -> Record | None:
         """The caller's next item, or None when nothing is left for them."""
         return self._post(f"/api/v1/review-queues/{queue}/next")
 
 
 class Webhooks(Resource):
     @endpoint("GET", "/webhooks")
-    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[Record]:
         return self._list("/api/v1/webhooks", project=project, limit=limit)
 
     @endpoint("POST", "/webhooks")
-    def create(self, project: int, url: str, *, idempotency_key: str | None = None, **fields: Any) -> JSON:
+    def create(self, project: int, url: str, *, idempotency_key: str | None = None, **fields: Any) -> Record:
         """A webhook (`description`, `statuses`, `events`, `active`); its secret is in this answer only."""
         return self._post(
             "/api/v1/webhooks", {"project": project, "url": url} | fields, idempotency_key=idempotency_key
         )
 
     @endpoint("GET", "/webhooks/{id}")
-    def get(self, webhook: int) -> JSON:
+    def get(self, webhook: int) -> Record:
         return self._get(f"/api/v1/webhooks/{webhook}")
 
     @endpoint("PATCH", "/webhooks/{id}")
-    def update(self, webhook: int, **changes: Any) -> JSON:
+    def update(self, webhook: int, **changes: Any) -> Record:
         return self._patch(f"/api/v1/webhooks/{webhook}", changes)
 
     @endpoint("DELETE", "/webhooks/{id}")
@@ -631,38 +632,40 @@ class Webhooks(Resource):
     @endpoint("GET", "/webhooks/{id}/deliveries")
     def deliveries(
         self, webhook: int, *, status: str | None = None, limit: int | None = None
-    ) -> Iterator[JSON]:
+    ) -> Iterator[Record]:
         return self._list(f"/api/v1/webhooks/{webhook}/deliveries", status=status, limit=limit)
 
     @endpoint("POST", "/webhooks/{id}/deliveries/{delivery_id}/redeliver")
-    def redeliver(self, webhook: int, delivery: int) -> JSON:
+    def redeliver(self, webhook: int, delivery: int) -> Record:
         return self._post(f"/api/v1/webhooks/{webhook}/deliveries/{delivery}/redeliver")
 
     @endpoint("POST", "/webhooks/{id}/ping")
-    def ping(self, webhook: int) -> JSON:
+    def ping(self, webhook: int) -> Record:
         return self._post(f"/api/v1/webhooks/{webhook}/ping")
 
     @endpoint("POST", "/webhooks/{id}/rotate-secret")
-    def rotate_secret(self, webhook: int) -> JSON:
+    def rotate_secret(self, webhook: int) -> Record:
         return self._post(f"/api/v1/webhooks/{webhook}/rotate-secret")
 
 
 class Traces(Resource):
     @endpoint("GET", "/traces")
-    def list(self, *, project: int | None = None, limit: int | None = None, **filters: Any) -> Iterator[JSON]:
+    def list(
+        self, *, project: int | None = None, limit: int | None = None, **filters: Any
+    ) -> Iterator[Record]:
         """Filters: q, trace_id, model, tier, thumbs, success, has_correction, min_score,
         max_score, since, until, label, meta ("key:value")."""
         return self._list("/api/v1/traces", project=project, limit=limit, **filters)
 
     @endpoint("POST", "/traces")
-    def ingest(self, project: int, traces: list[JSON], *, idempotency_key: str | None = None) -> JSON:
+    def ingest(self, project: int, traces: list[JSON], *, idempotency_key: str | None = None) -> Record:
         """Report a batch of traces now (see Client.log_trace for background batching)."""
         return self._post(
             "/api/v1/traces", {"project": project, "traces": traces}, idempotency_key=idempotency_key
         )
 
     @endpoint("GET", "/traces/{id}")
-    def get(self, trace: int) -> JSON:
+    def get(self, trace: int) -> Record:
         return self._get(f"/api/v1/traces/{trace}")
 
     @endpoint("DELETE", "/traces/{id}")
@@ -679,7 +682,7 @@ class Traces(Resource):
         task_set: int | None = None,
         task_set_name: str | None = None,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         """Traces (by id, or every one matching `filters`) to a new task-set version."""
         body = _body(
             project=project, traces=traces, filters=filters, task_set=task_set, task_set_name=task_set_name
@@ -689,18 +692,18 @@ class Traces(Resource):
 
 class RewardModels(Resource):
     @endpoint("GET", "/reward-models")
-    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[Record]:
         return self._list("/api/v1/reward-models", project=project, limit=limit)
 
     @endpoint("POST", "/reward-models")
     def create(
         self, project: int, name: str, *, description: str | None = None, idempotency_key: str | None = None
-    ) -> JSON:
+    ) -> Record:
         body = _body(project=project, name=name, description=description)
         return self._post("/api/v1/reward-models", body, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/reward-models/{id}")
-    def get(self, reward_model: int) -> JSON:
+    def get(self, reward_model: int) -> Record:
         """The reward model with its newest version (status, held-out pair accuracy)."""
         return self._get(f"/api/v1/reward-models/{reward_model}")
 
@@ -709,7 +712,7 @@ class RewardModels(Resource):
         self._delete(f"/api/v1/reward-models/{reward_model}")
 
     @endpoint("GET", "/reward-models/{id}/versions")
-    def versions(self, reward_model: int, *, limit: int | None = None) -> Iterator[JSON]:
+    def versions(self, reward_model: int, *, limit: int | None = None) -> Iterator[Record]:
         return self._list(f"/api/v1/reward-models/{reward_model}/versions", limit=limit)
 
     @endpoint("POST", "/reward-models/{id}/train")
@@ -722,7 +725,7 @@ class RewardModels(Resource):
         base_model: str | None = None,
         hyperparameters: JSON | None = None,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         """A new version, queued for training on the task-set version's preference pairs."""
         body = _body(
             task_set_version=task_set_version,
@@ -742,30 +745,30 @@ class RewardModels(Resource):
         *,
         texts: list[JSON] | None = None,
         pairs: list[JSON] | None = None,
-    ) -> JSON:
+    ) -> Record:
         """Score with a trained version: `texts` ({prompt, completion}) answer `scores`; `pairs`
         ({prompt, chosen, rejected}) answer each pair's scores, margin and the share ranked right."""
         body = _body(texts=texts, pairs=pairs)
         return self._post(f"/api/v1/reward-models/{reward_model}/versions/{number}/score", body)
 
     @endpoint("GET", "/reward-model-versions/{id}")
-    def version(self, version: int) -> JSON:
+    def version(self, version: int) -> Record:
         """A version: status, step of steps, loss history, held-out pair accuracy before and after."""
         return self._get(f"/api/v1/reward-model-versions/{version}")
 
     @endpoint("POST", "/reward-model-versions/{id}/cancel")
-    def cancel(self, version: int) -> JSON:
+    def cancel(self, version: int) -> Record:
         return self._post(f"/api/v1/reward-model-versions/{version}/cancel")
 
     @endpoint("GET", "/runs/{id}/reward-models")
-    def of_run(self, run: int) -> Iterator[JSON]:
+    def of_run(self, run: int) -> Iterator[Record]:
         """The reward-model versions a run's rewards used (every page)."""
         return self._list(f"/api/v1/runs/{run}/reward-models")
 
 
 class EvalSuites(Resource):
     @endpoint("GET", "/eval-suites")
-    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[Record]:
         return self._list("/api/v1/eval-suites", project=project, limit=limit)
 
     @endpoint("POST", "/eval-suites")
@@ -778,14 +781,14 @@ class EvalSuites(Resource):
         entries: list[JSON] | None = None,
         sampling: JSON | None = None,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         """A suite; with `entries` ({task_set_version, split, reward_rule_version, limit}), its
         version 1 too, sampled as `sampling` says ({samples, k, temperature, pass_threshold})."""
         body = _body(project=project, name=name, description=description, entries=entries, sampling=sampling)
         return self._post("/api/v1/eval-suites", body, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/eval-suites/{id}")
-    def get(self, suite: int) -> JSON:
+    def get(self, suite: int) -> Record:
         """The suite with its versions, newest first."""
         return self._get(f"/api/v1/eval-suites/{suite}")
 
@@ -798,7 +801,7 @@ class EvalSuites(Resource):
         sampling: JSON | None = None,
         note: str | None = None,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         body = _body(entries=entries, sampling=sampling, note=note)
         return self._post(f"/api/v1/eval-suites/{suite}/versions", body, idempotency_key=idempotency_key)
 
@@ -813,28 +816,28 @@ class EvalSuites(Resource):
         checkpoint: int | None = None,
         tier: int | None = None,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         """Queue an evaluation of the suite (its newest version, or `suite_version`) on one target:
         a run's policy version (`run`, `version`), a `checkpoint`, or a `tier` as it is."""
         body = _body(suite_version=suite_version, run=run, version=version, checkpoint=checkpoint, tier=tier)
         return self._post(f"/api/v1/eval-suites/{suite}/evaluate", body, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/suite-evaluations/{id}")
-    def evaluation(self, evaluation: int) -> JSON:
+    def evaluation(self, evaluation: int) -> Record:
         """Its status and figures, overall and per entry."""
         return self._get(f"/api/v1/suite-evaluations/{evaluation}")
 
     @endpoint("GET", "/suite-evaluations/{id}/results")
     def results(
         self, evaluation: int, *, entry: int | None = None, limit: int | None = None
-    ) -> Iterator[JSON]:
+    ) -> Iterator[Record]:
         """Its results per item, with the first completions."""
         return self._list(f"/api/v1/suite-evaluations/{evaluation}/results", entry=entry, limit=limit)
 
     @endpoint("GET", "/suite-evaluations/{id}/compare")
     def compare(
         self, evaluation: int, *, against: int, change: str | None = None, kind: str | None = None
-    ) -> JSON:
+    ) -> Record:
         """This evaluation against another of the same suite version, item by item, with a paired
         bootstrap interval on the change in pass rate."""
         path = f"/api/v1/suite-evaluations/{evaluation}/compare"
