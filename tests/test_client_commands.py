@@ -16,6 +16,7 @@ import redis
 from django.conf import settings
 from django.db import connections
 
+import flywheel as client_package
 from flywheel import AsyncFlywheel, Client, NotFoundError, Record
 from flywheel._endpoints import endpoints_of
 from flywheel.cli import main, parser
@@ -176,7 +177,11 @@ def test_the_async_client_makes_the_same_calls_and_answers_records(server_url, o
 
     answers = asyncio.run(calls())
     assert answers["me"].username == answers["me"]["username"] == "client-owner"
-    assert isinstance(answers["version"], Record) and isinstance(answers["version"], dict)
+    assert isinstance(answers["version"], client_package.TaskSetVersion) and isinstance(
+        answers["version"], dict
+    )
+    assert isinstance(answers["set"], client_package.TaskSet) and isinstance(answers["me"], Record)
+    assert [type(v) for v in answers["versions"]] == [client_package.TaskSetVersion]
     assert (answers["version"].number, answers["version"].item_count) == (1, 2)
     assert answers["again"].name == "async" and [v.id for v in answers["versions"]] == [answers["version"].id]
     assert answers["lines"] == ["a", "b"]

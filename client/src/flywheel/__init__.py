@@ -10,7 +10,18 @@ async with AsyncFlywheel() as client:
     run = await client.runs.get(7)
 """
 
-from flywheel._records import Record
+from flywheel._records import (
+    Checkpoint,
+    Project,
+    Record,
+    RewardRule,
+    RewardRuleVersion,
+    Run,
+    RunEvent,
+    TaskSet,
+    TaskSetVersion,
+    Tier,
+)
 from flywheel.client import AsyncFlywheel, Client, Flywheel
 from flywheel.errors import (
     APIError,
@@ -31,6 +42,7 @@ __all__ = [
     "APIError",
     "AsyncFlywheel",
     "BadRequestError",
+    "Checkpoint",
     "Client",
     "ConfigurationError",
     "ConflictError",
@@ -38,9 +50,17 @@ __all__ = [
     "FlywheelError",
     "ForbiddenError",
     "NotFoundError",
+    "Project",
     "RateLimitedError",
     "Record",
+    "RewardRule",
+    "RewardRuleVersion",
+    "Run",
+    "RunEvent",
     "ServerError",
+    "TaskSet",
+    "TaskSetVersion",
+    "Tier",
     "UnauthenticatedError",
     "UnprocessableError",
 ]

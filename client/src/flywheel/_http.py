@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from flywheel._records import Record
+from flywheel._records import Record, shaped
 from flywheel.errors import APIError, ConfigurationError
 
 logger = logging.getLogger("flywheel")
@@ -71,10 +71,10 @@ def _prepare(method: str, params: dict[str, Any] | None, idempotency_key: str | 
     return headers, query
 
 
-def _decoded(response: httpx.Response) -> Any:
+def _decoded(response: httpx.Response, shape: type[Record]) -> Any:
     if response.status_code == 204 or not response.content:
         return None
-    return Record.wrap(response.json())
+    return shaped(Record.wrap(response.json()), shape)
 
 
 class Transport(_Base):
@@ -130,17 +130,20 @@ class Transport(_Base):
             raise _error(response)
         return response
 
-    def json(self, method: str, path: str, **kwargs: Any) -> Any:
-        return _decoded(self.send(method, path, **kwargs))
+    def json(self, method: str, path: str, *, shape: type[Record] = Record, **kwargs: Any) -> Any:
+        """The answer's JSON, its objects Records (the top one, or a list's, as `shape`)."""
+        return _decoded(self.send(method, path, **kwargs), shape)
 
-    def pages(self, path: str, params: dict[str, Any] | None = None) -> Iterator[Record]:
+    def pages(
+        self, path: str, params: dict[str, Any] | None = None, *, shape: type[Record] = Record
+    ) -> Iterator[Record]:
         """Every object of a cursor-paginated list, fetching the next page as it goes."""
         body = self.json("GET", path, params=params)
         while True:
             if isinstance(body, list):  # an endpoint that answers the whole list at once
-                yield from body
+                yield from shaped(body, shape)
                 return
-            yield from body["results"]
+            yield from shaped(body["results"], shape)
             if not body.get("next"):
                 return
             body = self.json("GET", body["next"])
@@ -241,17 +244,19 @@ class AsyncTransport(_Base):
             raise _error(response)
         return response
 
-    async def json(self, method: str, path: str, **kwargs: Any) -> Any:
-        return _decoded(await self.send(method, path, **kwargs))
+    async def json(self, method: str, path: str, *, shape: type[Record] = Record, **kwargs: Any) -> Any:
+        return _decoded(await self.send(method, path, **kwargs), shape)
 
-    async def pages(self, path: str, params: dict[str, Any] | None = None) -> AsyncIterator[Record]:
+    async def pages(
+        self, path: str, params: dict[str, Any] | None = None, *, shape: type[Record] = Record
+    ) -> AsyncIterator[Record]:
         body = await self.json("GET", path, params=params)
         while True:
             if isinstance(body, list):
-                for item in body:
+                for item in shaped(body, shape):
                     yield item
                 return
-            for item in body["results"]:
+            for item in shaped(body["results"], shape):
                 yield item
             if not body.get("next"):
                 return

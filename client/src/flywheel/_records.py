@@ -41,3 +41,149 @@ class Record(dict[str, Any]):
         if isinstance(value, list):
             return [cls.wrap(item) for item in value]
         return value
+
+
+# The API's main objects, typed for editors and type checkers: the annotations name the fields the
+# server's serializers send (a Record reads any other field too). At run time each is a Record.
+
+
+class Project(Record):
+    __slots__ = ()
+    id: int
+    name: str
+    description: str
+    created_by: int | None
+    created_at: str
+
+
+class TaskSet(Record):
+    __slots__ = ()
+    id: int
+    project: int
+    name: str
+    description: str
+    created_by: int | None
+    created_at: str
+
+
+class TaskSetVersion(Record):
+    """A task set's version: `id` is what a run takes (`task_set_version=`), `number` its place."""
+
+    __slots__ = ()
+    id: int
+    task_set: int
+    number: int
+    content_hash: str
+    item_count: int
+    kind_counts: Record
+    split_counts: Record
+    split_seed: int
+    heldout_fraction: float
+    source_name: str
+    created_by: int | None
+    created_at: str
+
+
+class Tier(Record):
+    __slots__ = ()
+    id: int
+    project: int
+    name: str
+    description: str
+    base_model: str
+    engine: str
+    precision: str
+    temperature: float
+    max_new_tokens: int
+    created_at: str
+    updated_at: str
+
+
+class RewardRuleVersion(Record):
+    """A reward rule's version: `id` is what a run takes (`reward_rule_version=`)."""
+
+    __slots__ = ()
+    id: int
+    rule: int
+    number: int
+    spec: Record
+    content_hash: str
+    note: str
+    is_used: bool
+    used_at: str | None
+    created_by: int | None
+    created_at: str
+
+
+class RewardRule(Record):
+    __slots__ = ()
+    id: int
+    project: int
+    name: str
+    description: str
+    version_count: int
+    latest_version: Record
+    created_by: int | None
+    created_at: str
+
+
+class Run(Record):
+    """A run; `progress` (learner_step, max_steps, ...), `error` (message, where) and `outcome`
+    are Records; the detail (`runs.get`) adds `resolved`, `hyperparameters`, `best_checkpoint`."""
+
+    __slots__ = ()
+    id: int
+    project: int
+    name: str
+    status: str
+    error: Record | None
+    method: str
+    task_set_version: int
+    reward_rule_version: int
+    tier: int
+    priority: int
+    queue_position: int | None
+    progress: Record
+    outcome: Record | None
+    parent: int | None
+    parent_checkpoint: int | None
+    created_by: int | None
+    created_at: str
+    updated_at: str
+
+
+class RunEvent(Record):
+    __slots__ = ()
+    id: int
+    run: int
+    level: str
+    kind: str
+    message: str
+    data: Record
+    created_at: str
+
+
+class Checkpoint(Record):
+    __slots__ = ()
+    id: int
+    run: int
+    step: int
+    policy_version: int
+    path: str
+    metrics: Record
+    heldout: Record
+    heldout_pass_rate: float | None
+    heldout_reward: float | None
+    best: bool
+    created_at: str
+
+
+def shaped(value: Any, shape: type[Record]) -> Any:
+    """A wrapped answer as `shape`: an object, or each object of a list."""
+    if shape is Record:
+        return value
+    if isinstance(value, dict):
+        return shape(value)
+    if isinstance(value, list):
+        return [shape(item) if isinstance(item, dict) else item for item in value]
+    return value

@@ -16,24 +16,38 @@ from typing import IO, Any
 
 from flywheel._endpoints import endpoint
 from flywheel._http import JSON, AsyncTransport, Transport
-from flywheel._records import Record
+from flywheel._records import (
+    Checkpoint,
+    Project,
+    Record,
+    RewardRule,
+    RewardRuleVersion,
+    Run,
+    RunEvent,
+    TaskSet,
+    TaskSetVersion,
+    Tier,
+)
 
 
 class Resource:
     def __init__(self, transport: Transport | AsyncTransport) -> None:
         self._t = transport
 
-    def _get(self, path: str, **params: Any) -> Any:
-        return self._t.json("GET", path, params=params)
+    # `shape`: the Record class of the answer's object (or of each object of a list).
+    def _get(self, path: str, shape: type[Record] = Record, **params: Any) -> Any:
+        return self._t.json("GET", path, params=params, shape=shape)
 
-    def _list(self, path: str, **params: Any) -> Iterator[Record]:
-        return self._t.pages(path, params)
+    def _list(self, path: str, shape: type[Record] = Record, **params: Any) -> Iterator[Record]:
+        return self._t.pages(path, params, shape=shape)
 
-    def _post(self, path: str, body: Any = None, *, idempotency_key: str | None = None) -> Any:
-        return self._t.json("POST", path, json_body=body, idempotency_key=idempotency_key)
+    def _post(
+        self, path: str, body: Any = None, *, idempotency_key: str | None = None, shape: type[Record] = Record
+    ) -> Any:
+        return self._t.json("POST", path, json_body=body, idempotency_key=idempotency_key, shape=shape)
 
-    def _patch(self, path: str, body: Any) -> Any:
-        return self._t.json("PATCH", path, json_body=body)
+    def _patch(self, path: str, body: Any, shape: type[Record] = Record) -> Any:
+        return self._t.json("PATCH", path, json_body=body, shape=shape)
 
     def _delete(self, path: str) -> None:
         self._t.json("DELETE", path)
@@ -53,24 +67,29 @@ class Me(Resource):
 
 class Projects(Resource):
     @endpoint("GET", "/projects")
-    def list(self, *, limit: int | None = None) -> Iterator[Record]:
-        return self._list("/api/v1/projects", limit=limit)
+    def list(self, *, limit: int | None = None) -> Iterator[Project]:
+        return self._list("/api/v1/projects", limit=limit, shape=Project)
 
     @endpoint("POST", "/projects")
     def create(
         self, name: str, *, description: str | None = None, idempotency_key: str | None = None
-    ) -> Record:
+    ) -> Project:
         return self._post(
-            "/api/v1/projects", _body(name=name, description=description), idempotency_key=idempotency_key
+            "/api/v1/projects",
+            _body(name=name, description=description),
+            idempotency_key=idempotency_key,
+            shape=Project,
         )
 
     @endpoint("GET", "/projects/{id}")
-    def get(self, project: int) -> Record:
-        return self._get(f"/api/v1/projects/{project}")
+    def get(self, project: int) -> Project:
+        return self._get(f"/api/v1/projects/{project}", shape=Project)
 
     @endpoint("PATCH", "/projects/{id}")
-    def update(self, project: int, *, name: str | None = None, description: str | None = None) -> Record:
-        return self._patch(f"/api/v1/projects/{project}", _body(name=name, description=description))
+    def update(self, project: int, *, name: str | None = None, description: str | None = None) -> Project:
+        return self._patch(
+            f"/api/v1/projects/{project}", _body(name=name, description=description), shape=Project
+        )
 
     @endpoint("DELETE", "/projects/{id}")
     def delete(self, project: int) -> None:
@@ -95,23 +114,25 @@ class Projects(Resource):
 
 class TaskSets(Resource):
     @endpoint("GET", "/task-sets")
-    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[Record]:
-        return self._list("/api/v1/task-sets", project=project, limit=limit)
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[TaskSet]:
+        return self._list("/api/v1/task-sets", project=project, limit=limit, shape=TaskSet)
 
     @endpoint("POST", "/task-sets")
     def create(
         self, project: int, name: str, *, description: str | None = None, idempotency_key: str | None = None
-    ) -> Record:
+    ) -> TaskSet:
         body = _body(project=project, name=name, description=description)
-        return self._post("/api/v1/task-sets", body, idempotency_key=idempotency_key)
+        return self._post("/api/v1/task-sets", body, idempotency_key=idempotency_key, shape=TaskSet)
 
     @endpoint("GET", "/task-sets/{id}")
-    def get(self, task_set: int) -> Record:
-        return self._get(f"/api/v1/task-sets/{task_set}")
+    def get(self, task_set: int) -> TaskSet:
+        return self._get(f"/api/v1/task-sets/{task_set}", shape=TaskSet)
 
     @endpoint("PATCH", "/task-sets/{id}")
-    def update(self, task_set: int, *, name: str | None = None, description: str | None = None) -> Record:
-        return self._patch(f"/api/v1/task-sets/{task_set}", _body(name=name, description=description))
+    def update(self, task_set: int, *, name: str | None = None, description: str | None = None) -> TaskSet:
+        return self._patch(
+            f"/api/v1/task-sets/{task_set}", _body(name=name, description=description), shape=TaskSet
+        )
 
     @endpoint("POST", "/task-sets/{id}/import")
     def import_file(
@@ -125,7 +146,7 @@ class TaskSets(Resource):
         heldout_fraction: float | None = None,
         verify_references: bool = False,
         idempotency_key: str | None = None,
-    ) -> Record:
+    ) -> TaskSetVersion:
         """Import a JSONL or CSV file (a path or an open binary file) as a new version. A file with
         any error imports nothing and raises BadRequestError, whose `details` name each line and field.
         `format`: auto (the default: published HumanEval, MBPP, APPS, CodeContests and LiveCodeBench
@@ -148,15 +169,16 @@ class TaskSets(Resource):
             files={"file": (name, file)},
             data=data,
             idempotency_key=idempotency_key,
+            shape=TaskSetVersion,
         )
 
     @endpoint("GET", "/task-sets/{id}/versions")
-    def versions(self, task_set: int, *, limit: int | None = None) -> Iterator[Record]:
-        return self._list(f"/api/v1/task-sets/{task_set}/versions", limit=limit)
+    def versions(self, task_set: int, *, limit: int | None = None) -> Iterator[TaskSetVersion]:
+        return self._list(f"/api/v1/task-sets/{task_set}/versions", limit=limit, shape=TaskSetVersion)
 
     @endpoint("GET", "/task-sets/{id}/versions/{number}")
-    def version(self, task_set: int, number: int) -> Record:
-        return self._get(f"/api/v1/task-sets/{task_set}/versions/{number}")
+    def version(self, task_set: int, number: int) -> TaskSetVersion:
+        return self._get(f"/api/v1/task-sets/{task_set}/versions/{number}", shape=TaskSetVersion)
 
     @endpoint("GET", "/task-sets/{id}/versions/{number}/export")
     def export(self, task_set: int, number: int) -> Iterator[Record]:
@@ -197,24 +219,24 @@ class Tasks(Resource):
 
 class Tiers(Resource):
     @endpoint("GET", "/tiers")
-    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[Record]:
-        return self._list("/api/v1/tiers", project=project, limit=limit)
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[Tier]:
+        return self._list("/api/v1/tiers", project=project, limit=limit, shape=Tier)
 
     @endpoint("POST", "/tiers")
     def create(
         self, project: int, name: str, base_model: str, *, idempotency_key: str | None = None, **settings: Any
-    ) -> Record:
+    ) -> Tier:
         """A tier; `settings` are its other fields (precision, temperature, max_new_tokens, ...)."""
         body = {"project": project, "name": name, "base_model": base_model} | settings
-        return self._post("/api/v1/tiers", body, idempotency_key=idempotency_key)
+        return self._post("/api/v1/tiers", body, idempotency_key=idempotency_key, shape=Tier)
 
     @endpoint("GET", "/tiers/{id}")
-    def get(self, tier: int) -> Record:
-        return self._get(f"/api/v1/tiers/{tier}")
+    def get(self, tier: int) -> Tier:
+        return self._get(f"/api/v1/tiers/{tier}", shape=Tier)
 
     @endpoint("PATCH", "/tiers/{id}")
-    def update(self, tier: int, **settings: Any) -> Record:
-        return self._patch(f"/api/v1/tiers/{tier}", settings)
+    def update(self, tier: int, **settings: Any) -> Tier:
+        return self._patch(f"/api/v1/tiers/{tier}", settings, shape=Tier)
 
     @endpoint("DELETE", "/tiers/{id}")
     def delete(self, tier: int) -> None:
@@ -249,8 +271,8 @@ class Runs(Resource):
     @endpoint("GET", "/runs")
     def list(
         self, *, project: int | None = None, status: str | None = None, limit: int | None = None
-    ) -> Iterator[Record]:
-        return self._list("/api/v1/runs", project=project, status=status, limit=limit)
+    ) -> Iterator[Run]:
+        return self._list("/api/v1/runs", project=project, status=status, limit=limit, shape=Run)
 
     @endpoint("POST", "/runs")
     def launch(
@@ -266,7 +288,7 @@ class Runs(Resource):
         max_steps: int | None = None,
         idempotency_key: str | None = None,
         **options: Any,
-    ) -> Record:
+    ) -> Run:
         """Launch a run. A run that would fail at its first step raises BadRequestError naming every
         reason. `options`: max_wall_seconds, max_sandbox_cpu_seconds, priority, train_split, eval_split."""
         body = _body(
@@ -279,38 +301,38 @@ class Runs(Resource):
             hyperparameters=hyperparameters,
             max_steps=max_steps,
         )
-        return self._post("/api/v1/runs", body | options, idempotency_key=idempotency_key)
+        return self._post("/api/v1/runs", body | options, idempotency_key=idempotency_key, shape=Run)
 
     @endpoint("GET", "/runs/{id}")
-    def get(self, run: int) -> Record:
-        return self._get(f"/api/v1/runs/{run}")
+    def get(self, run: int) -> Run:
+        return self._get(f"/api/v1/runs/{run}", shape=Run)
 
     @endpoint("POST", "/runs/{id}/pause")
-    def pause(self, run: int) -> Record:
-        return self._post(f"/api/v1/runs/{run}/pause")
+    def pause(self, run: int) -> Run:
+        return self._post(f"/api/v1/runs/{run}/pause", shape=Run)
 
     @endpoint("POST", "/runs/{id}/resume")
-    def resume(self, run: int) -> Record:
-        return self._post(f"/api/v1/runs/{run}/resume")
+    def resume(self, run: int) -> Run:
+        return self._post(f"/api/v1/runs/{run}/resume", shape=Run)
 
     @endpoint("POST", "/runs/{id}/cancel")
-    def cancel(self, run: int) -> Record:
-        return self._post(f"/api/v1/runs/{run}/cancel")
+    def cancel(self, run: int) -> Run:
+        return self._post(f"/api/v1/runs/{run}/cancel", shape=Run)
 
     @endpoint("POST", "/runs/{id}/retry")
-    def retry(self, run: int) -> Record:
-        return self._post(f"/api/v1/runs/{run}/retry")
+    def retry(self, run: int) -> Run:
+        return self._post(f"/api/v1/runs/{run}/retry", shape=Run)
 
     @endpoint("POST", "/runs/{id}/clone")
-    def clone(self, run: int, *, idempotency_key: str | None = None, **changes: Any) -> Record:
-        return self._post(f"/api/v1/runs/{run}/clone", changes, idempotency_key=idempotency_key)
+    def clone(self, run: int, *, idempotency_key: str | None = None, **changes: Any) -> Run:
+        return self._post(f"/api/v1/runs/{run}/clone", changes, idempotency_key=idempotency_key, shape=Run)
 
     @endpoint("GET", "/runs/{id}/events")
     def events(
         self, run: int, *, since: int | None = None, level: str | None = None, limit: int | None = None
-    ) -> Iterator[Record]:
+    ) -> Iterator[RunEvent]:
         """Newest first; with `since` (an event id), the later ones oldest first."""
-        return self._list(f"/api/v1/runs/{run}/events", since=since, level=level, limit=limit)
+        return self._list(f"/api/v1/runs/{run}/events", since=since, level=level, limit=limit, shape=RunEvent)
 
     @endpoint("GET", "/runs/{id}/metrics")
     def metrics(
@@ -407,12 +429,12 @@ class Trajectories(Resource):
 
 class Checkpoints(Resource):
     @endpoint("GET", "/checkpoints")
-    def list(self, *, run: int | None = None, limit: int | None = None) -> Iterator[Record]:
-        return self._list("/api/v1/checkpoints", run=run, limit=limit)
+    def list(self, *, run: int | None = None, limit: int | None = None) -> Iterator[Checkpoint]:
+        return self._list("/api/v1/checkpoints", run=run, limit=limit, shape=Checkpoint)
 
     @endpoint("GET", "/checkpoints/{id}")
-    def get(self, checkpoint: int) -> Record:
-        return self._get(f"/api/v1/checkpoints/{checkpoint}")
+    def get(self, checkpoint: int) -> Checkpoint:
+        return self._get(f"/api/v1/checkpoints/{checkpoint}", shape=Checkpoint)
 
     @endpoint("POST", "/checkpoints/{id}/fork")
     def fork(self, checkpoint: int, *, idempotency_key: str | None = None, **changes: Any) -> Record:
@@ -443,8 +465,8 @@ class Checkpoints(Resource):
 
 class RewardRules(Resource):
     @endpoint("GET", "/reward-rules")
-    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[Record]:
-        return self._list("/api/v1/reward-rules", project=project, limit=limit)
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[RewardRule]:
+        return self._list("/api/v1/reward-rules", project=project, limit=limit, shape=RewardRule)
 
     @endpoint("POST", "/reward-rules")
     def create(
@@ -455,9 +477,9 @@ class RewardRules(Resource):
         *,
         description: str | None = None,
         idempotency_key: str | None = None,
-    ) -> Record:
+    ) -> RewardRule:
         body = _body(project=project, name=name, spec=spec, description=description)
-        return self._post("/api/v1/reward-rules", body, idempotency_key=idempotency_key)
+        return self._post("/api/v1/reward-rules", body, idempotency_key=idempotency_key, shape=RewardRule)
 
     @endpoint("POST", "/reward-rules/validate")
     def validate(self, spec: JSON, *, item_kind: str | None = None) -> Record:
@@ -469,25 +491,25 @@ class RewardRules(Resource):
         return self._post("/api/v1/reward-rules/import-openai", body)
 
     @endpoint("GET", "/reward-rules/{id}")
-    def get(self, rule: int) -> Record:
-        return self._get(f"/api/v1/reward-rules/{rule}")
+    def get(self, rule: int) -> RewardRule:
+        return self._get(f"/api/v1/reward-rules/{rule}", shape=RewardRule)
 
     @endpoint("PATCH", "/reward-rules/{id}")
-    def update(self, rule: int, **changes: Any) -> Record:
+    def update(self, rule: int, **changes: Any) -> RewardRule:
         """A changed `spec` makes a new version; a version a run used is never modified."""
-        return self._patch(f"/api/v1/reward-rules/{rule}", changes)
+        return self._patch(f"/api/v1/reward-rules/{rule}", changes, shape=RewardRule)
 
     @endpoint("DELETE", "/reward-rules/{id}")
     def delete(self, rule: int) -> None:
         self._delete(f"/api/v1/reward-rules/{rule}")
 
     @endpoint("GET", "/reward-rules/{id}/versions")
-    def versions(self, rule: int, *, limit: int | None = None) -> Iterator[Record]:
-        return self._list(f"/api/v1/reward-rules/{rule}/versions", limit=limit)
+    def versions(self, rule: int, *, limit: int | None = None) -> Iterator[RewardRuleVersion]:
+        return self._list(f"/api/v1/reward-rules/{rule}/versions", limit=limit, shape=RewardRuleVersion)
 
     @endpoint("GET", "/reward-rules/{id}/versions/{number}")
-    def version(self, rule: int, number: int) -> Record:
-        return self._get(f"/api/v1/reward-rules/{rule}/versions/{number}")
+    def version(self, rule: int, number: int) -> RewardRuleVersion:
+        return self._get(f"/api/v1/reward-rules/{rule}/versions/{number}", shape=RewardRuleVersion)
 
     @endpoint("GET", "/reward-rules/{id}/versions/{number}/openai")
     def openai(self, rule: int, number: int) -> Record:
