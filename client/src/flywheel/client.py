@@ -103,8 +103,8 @@ class Client(_Resources):
     """A Flywheel server, as its REST API and websockets offer it.
 
     >>> client = Client(url="http://127.0.0.1:8000", token="fw_example")
-    >>> sorted(name for name in vars(client) if not name.startswith("_"))[:4]
-    ['checkpoints', 'eval_suites', 'me', 'project']
+    >>> {"runs", "task_sets", "checkpoints"} <= set(vars(client))
+    True
     >>> client.close()
     """
 
@@ -186,9 +186,9 @@ class AsyncFlywheel(_Resources):
     >>> import asyncio
     >>> async def names():
     ...     async with AsyncFlywheel(url="http://127.0.0.1:8000", token="fw_example") as client:
-    ...         return sorted(name for name in vars(client) if not name.startswith("_"))[:3]
+    ...         return {"runs", "task_sets", "checkpoints"} <= set(vars(client))
     >>> asyncio.run(names())
-    ['checkpoints', 'eval_suites', 'me']
+    True
     """
 
     def __init__(
