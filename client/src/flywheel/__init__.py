@@ -3,10 +3,26 @@
 from flywheel import Client
 client = Client()  # FLYWHEEL_URL, FLYWHEEL_TOKEN
 for run in client.runs.list(status="running"):
-    print(run["id"], run["name"])
+    print(run.id, run.name)  # or run["id"]: answers are Records, dicts with attribute access
+
+from flywheel import AsyncFlywheel
+async with AsyncFlywheel() as client:
+    run = await client.runs.get(7)
 """
 
-from flywheel.client import Client
+from flywheel._records import (
+    Checkpoint,
+    Project,
+    Record,
+    RewardRule,
+    RewardRuleVersion,
+    Run,
+    RunEvent,
+    TaskSet,
+    TaskSetVersion,
+    Tier,
+)
+from flywheel.client import AsyncFlywheel, Client, Flywheel
 from flywheel.errors import (
     APIError,
     BadRequestError,
@@ -21,18 +37,30 @@ from flywheel.errors import (
     UnprocessableError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = [
     "APIError",
+    "AsyncFlywheel",
     "BadRequestError",
+    "Checkpoint",
     "Client",
     "ConfigurationError",
     "ConflictError",
+    "Flywheel",
     "FlywheelError",
     "ForbiddenError",
     "NotFoundError",
+    "Project",
     "RateLimitedError",
+    "Record",
+    "RewardRule",
+    "RewardRuleVersion",
+    "Run",
+    "RunEvent",
     "ServerError",
+    "TaskSet",
+    "TaskSetVersion",
+    "Tier",
     "UnauthenticatedError",
     "UnprocessableError",
 ]

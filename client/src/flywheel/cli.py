@@ -1,5 +1,7 @@
-"""The `flywheel` command: runs (launch, list, follow, pause, resume, cancel), task imports, trace
-logging and exports, with progress bars on stderr and `--json` for machine-readable output.
+"""The `flywheel` command: list and show projects, task sets and their versions, tiers, reward rules
+and their versions, runs and checkpoints (the ids other commands take, in tables); launch, follow,
+pause, resume and cancel runs; import tasks; log traces; export data and checkpoints. Progress bars
+go to stderr; `--json` (before or after the subcommand) prints the API's JSON instead of tables.
 
 Configuration as the client's: --url / FLYWHEEL_URL, --token / FLYWHEEL_TOKEN."""
 
@@ -8,7 +10,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,6 +21,8 @@ from flywheel.errors import APIError, FlywheelError
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 TRACE_BATCH = 100
+DEFAULT_ROWS = 50
+Column = tuple[str, Callable[[dict], Any]]
 
 
 def parse_value(text: str) -> Any:
@@ -57,10 +61,85 @@ class Output:
         return tqdm(file=sys.stderr, disable=not shown, **kwargs)
 
 
+def cell(value: Any) -> str:
+    """A value as a table shows it: text as it is, None as -, numbers without trailing zeros."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return " ".join(str(value).split())  # one line, whatever the text held
+
+
+def table(rows: list[dict], columns: list[Column]) -> str:
+    """Rows under upper-case headers, each column as wide as its widest cell.
+
+    >>> rows = [{"id": 3, "name": "a"}, {"id": 12, "name": "bb"}]
+    >>> print(table(rows, [("ID", field("id")), ("NAME", field("name"))]))
+    ID  NAME
+    3   a
+    12  bb
+    """
+    cells = [[header for header, _ in columns]] + [[cell(get(row)) for _, get in columns] for row in rows]
+    widths = [max(len(line[index]) for line in cells) for index in range(len(columns))]
+    return "\n".join(
+        "  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()
+        for line in cells
+    )
+
+
+def details(record: dict, skip: Iterable[str] = ()) -> str:
+    """One `field: value` line per field of a record, a nested object's fields as `field.name`."""
+    flat = dict(flatten(record, skip=set(skip)))
+    width = max((len(key) for key in flat), default=0)
+    return "\n".join(f"{key.ljust(width)}  {cell(value)}" for key, value in flat.items())
+
+
+def flatten(record: dict, *, skip: set[str], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in record.items():
+        if key in skip:
+            continue
+        if isinstance(value, dict) and value:
+            yield from flatten(value, skip=set(), prefix=f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def first(rows: Iterator[dict], count: int) -> list[dict]:
+    """At most `count` rows of a list that may have many pages."""
+    taken = []
+    for row in rows:
+        if len(taken) >= count:
+            break
+        taken.append(row)
+    return taken
+
+
+def page_size(count: int) -> int:
+    return max(1, min(count, 100))
+
+
+def hint(text: str, out: Output) -> None:
+    """A pointer for people (on stderr, so that stdout stays the table)."""
+    if not out.as_json:
+        print(text, file=sys.stderr)
+
+
+def field(name: str, *path: str) -> Callable[[dict], Any]:
+    def get(row: dict) -> Any:
+        value = row.get(name)
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    return get
+
+
 def run_line(run: dict) -> str:
     progress = run.get("progress") or {}
     step = f"{progress.get('learner_step', 0)}/{progress.get('max_steps', '?')}"
-    return f"{run['id']:>6}  {run['status']:<10}  {run['method']:<4}  step {step:<9}  {run['name']}"
+    return f"{run['id']:>6}  {run['status']:<10}  {run['method']:<6}  step {step:<9}  {run['name']}"
 
 
 # --- runs ----------------------------------------------------------------------------------
@@ -90,12 +169,10 @@ def runs_launch(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def runs_list(client: Client, args: argparse.Namespace, out: Output) -> int:
-    runs = []
-    for run in client.runs.list(project=args.project, status=args.status):
-        runs.append(run)
-        if len(runs) >= args.limit:
-            break
-    out.result(runs, "\n".join(run_line(run) for run in runs) or "no runs")
+    listing = client.runs.list(project=args.project, status=args.status, limit=page_size(args.limit))
+    runs = first(listing, args.limit)
+    header = f"{'ID':>6}  {'STATUS':<10}  {'METHOD':<6}  {'PROGRESS':<14}  NAME"
+    out.result(runs, "\n".join([header, *(run_line(run) for run in runs)]) if runs else "no runs")
     return 0
 
 
@@ -123,8 +200,54 @@ def follow_run(client: Client, run_id: int, out: Output) -> int:
                 bar.update(step - bar.n)
     if bar is not None:
         bar.close()
-    out.result({"run": run, "events": events}, run_line(run))
+    reason = stop_reason(client, run, events) if stopped_early(run) else None
+    if reason and not out.as_json:
+        print(f"run {run_id} {run.get('status')} at step {step_of(run)}: {reason}", file=sys.stderr)
+    out.result({"run": run, "events": events, "stop_reason": reason}, run_line(run))
     return 0 if run.get("status") == "succeeded" else 1
+
+
+def step_of(run: dict) -> str:
+    progress = run.get("progress") or {}
+    return f"{progress.get('learner_step', 0)}/{progress.get('max_steps', '?')}"
+
+
+def stopped_early(run: dict) -> bool:
+    """Ended other than by finishing its steps: failed, cancelled, or succeeded short of max_steps."""
+    if run.get("status") not in TERMINAL:
+        return False
+    progress = run.get("progress") or {}
+    short = progress.get("learner_step", 0) < progress.get("max_steps", 0)
+    return run.get("status") != "succeeded" or short
+
+
+def stop_reason(client: Client, run: dict, events: list[dict] | None = None) -> str | None:
+    """Why a run ended early, as the server recorded it: its error (where, and the log's last
+    line), else its last status event ("cancelled at step 3", "succeeded: stopped early, ..."),
+    else its last error event."""
+    error = run.get("error")
+    if error and error.get("message"):
+        where = f" ({error['where']})" if error.get("where") else ""
+        return f"{summary_of(error['message'])}{where}"
+    if events is None:  # newest first: a page of them is enough
+        events = list(reversed(first(client.runs.events(run["id"], limit=50), 50)))
+    for kinds in ({"status"}, {"error"}):
+        chosen = [e for e in events if e.get("kind") in kinds or e.get("level") in kinds]
+        if chosen:
+            return summary_of(chosen[-1]["message"])
+    return None
+
+
+def summary_of(text: str) -> str:
+    r"""A message that may carry a log after its first line: that line, and the log's last.
+
+    >>> summary_of("learner died; gave up after 3 restarts\n  step 4\nRuntimeError: out of memory\n")
+    'learner died; gave up after 3 restarts; the log ends: RuntimeError: out of memory'
+    """
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[0] if len(lines) == 1 else f"{lines[0]}; the log ends: {lines[-1]}"
 
 
 def runs_follow(client: Client, args: argparse.Namespace, out: Output) -> int:
@@ -172,10 +295,28 @@ def tasks_import(client: Client, args: argparse.Namespace, out: Output) -> int:
     finally:
         upload.close()
         bar.close()
-    what = "would import" if args.dry_run else "imported"
-    number = f" as version {version.get('number')}" if version.get("number") else ""
-    out.result(version, f"{what} {version.get('item_count')} items{number}")
-    return 0
+    out.result(version, import_summary(version, args.task_set, dry_run=args.dry_run))
+    return 1 if version.get("error_count") else 0  # a dry run that found errors: scripts can tell
+
+
+def import_summary(version: dict, task_set: int, *, dry_run: bool) -> str:
+    """What an import did, with the version's id that `runs launch --task-set-version` takes."""
+    if dry_run:
+        problems = [
+            f"  line {e.get('line')}: {e.get('param') or ''} {e.get('message')}"
+            for e in version.get("errors", [])
+        ]
+        counts = f"{version.get('item_count')} items (split {cell(version.get('split_counts'))})"
+        summary = f"would import {counts} into task set {task_set}; nothing written"
+        if version.get("error_count"):
+            summary += f"\nerrors ({version['error_count']}, the first shown):\n" + "\n".join(problems)
+        return summary
+    what = "imported" if version.get("created", True) else "unchanged: the same content as"
+    items = f" {version.get('item_count')} items as" if version.get("created", True) else ""
+    return (
+        f"{what}{items} version {version.get('number')} of task set {task_set}; its id is {version.get('id')}"
+        f" (runs launch --task-set-version {version.get('id')})"
+    )
 
 
 def tasks_create(client: Client, args: argparse.Namespace, out: Output) -> int:
@@ -193,7 +334,8 @@ def tasks_create(client: Client, args: argparse.Namespace, out: Output) -> int:
         out.result(created, f"would create {args.name} with {created.get('item_count')} items")
     else:
         version = created.get("version") or {}
-        out.result(created, f"created task set {created.get('id')} with {version.get('item_count')} items")
+        summary = import_summary(version, created.get("id"), dry_run=False)
+        out.result(created, f"created task set {created.get('id')}; {summary}")
     return 0
 
 
@@ -296,51 +438,348 @@ def checkpoints_export(client: Client, args: argparse.Namespace, out: Output) ->
     return 0
 
 
+# --- listing and showing what other commands take ids of ----------------------------------
+
+
+PROJECT_COLUMNS: list[Column] = [
+    ("ID", field("id")),
+    ("NAME", field("name")),
+    ("CREATED", field("created_at")),
+]
+TASK_SET_COLUMNS: list[Column] = [
+    ("ID", field("id")),
+    ("PROJECT", field("project")),
+    ("NAME", field("name")),
+    ("CREATED", field("created_at")),
+]
+TASK_SET_VERSION_COLUMNS: list[Column] = [
+    ("ID", field("id")),
+    ("VERSION", field("number")),
+    ("ITEMS", field("item_count")),
+    ("SPLIT", field("split_counts")),
+    ("SOURCE", field("source_name")),
+    ("CREATED", field("created_at")),
+]
+TIER_COLUMNS: list[Column] = [
+    ("ID", field("id")),
+    ("PROJECT", field("project")),
+    ("NAME", field("name")),
+    ("ENGINE", field("engine")),
+    ("BASE MODEL", field("base_model")),
+]
+RULE_COLUMNS: list[Column] = [
+    ("ID", field("id")),
+    ("PROJECT", field("project")),
+    ("NAME", field("name")),
+    ("VERSIONS", field("version_count")),
+    ("LATEST ID", field("latest_version", "id")),
+]
+RULE_VERSION_COLUMNS: list[Column] = [
+    ("ID", field("id")),
+    ("VERSION", field("number")),
+    ("TYPE", field("spec", "type")),
+    ("USED", field("is_used")),
+    ("NOTE", field("note")),
+    ("CREATED", field("created_at")),
+]
+CHECKPOINT_COLUMNS: list[Column] = [
+    ("ID", field("id")),
+    ("RUN", field("run")),
+    ("STEP", field("step")),
+    ("HELD-OUT PASS", field("heldout_pass_rate")),
+    ("HELD-OUT REWARD", field("heldout_reward")),
+    ("BEST", lambda row: "best" if row.get("best") else ""),
+]
+VERSION_HINT = "runs launch takes the ID column (--task-set-version ID), not the VERSION number"
+RULE_HINT = "runs launch takes a version's ID (--reward-rule-version ID), not its VERSION number"
+
+
+def listed(rows: list[dict], columns: list[Column], out: Output, nothing: str) -> int:
+    out.result(rows, table(rows, columns) if rows else nothing)
+    return 0
+
+
+def projects_list(client: Client, args: argparse.Namespace, out: Output) -> int:
+    rows = first(client.projects.list(limit=page_size(args.limit)), args.limit)
+    return listed(rows, PROJECT_COLUMNS, out, "no projects")
+
+
+def projects_show(client: Client, args: argparse.Namespace, out: Output) -> int:
+    project = client.projects.get(args.project)
+    out.result(project, details(project))
+    return 0
+
+
+def task_sets_list(client: Client, args: argparse.Namespace, out: Output) -> int:
+    rows = first(client.task_sets.list(project=args.project, limit=page_size(args.limit)), args.limit)
+    return listed(rows, TASK_SET_COLUMNS, out, "no task sets")
+
+
+def task_sets_show(client: Client, args: argparse.Namespace, out: Output) -> int:
+    task_set = client.task_sets.get(args.task_set)
+    versions = first(client.task_sets.versions(args.task_set, limit=page_size(args.limit)), args.limit)
+    human = f"{details(task_set)}\n\nversions:\n" + (
+        table(versions, TASK_SET_VERSION_COLUMNS) if versions else "none yet"
+    )
+    out.result(task_set | {"versions": versions}, human)
+    if versions:
+        hint(VERSION_HINT, out)
+    return 0
+
+
+def task_sets_versions(client: Client, args: argparse.Namespace, out: Output) -> int:
+    rows = first(client.task_sets.versions(args.task_set, limit=page_size(args.limit)), args.limit)
+    listed(rows, TASK_SET_VERSION_COLUMNS, out, f"task set {args.task_set} has no versions yet")
+    if rows:
+        hint(VERSION_HINT, out)
+    return 0
+
+
+def task_sets_version(client: Client, args: argparse.Namespace, out: Output) -> int:
+    version = client.task_sets.version(args.task_set, args.number)
+    out.result(version, details(version))
+    hint(f"runs launch --task-set-version {version['id']}", out)
+    return 0
+
+
+def tiers_list(client: Client, args: argparse.Namespace, out: Output) -> int:
+    rows = first(client.tiers.list(project=args.project, limit=page_size(args.limit)), args.limit)
+    return listed(rows, TIER_COLUMNS, out, "no tiers")
+
+
+def tiers_show(client: Client, args: argparse.Namespace, out: Output) -> int:
+    tier = client.tiers.get(args.tier)
+    out.result(tier, details(tier))
+    return 0
+
+
+def reward_rules_list(client: Client, args: argparse.Namespace, out: Output) -> int:
+    rows = first(client.reward_rules.list(project=args.project, limit=page_size(args.limit)), args.limit)
+    listed(rows, RULE_COLUMNS, out, "no reward rules")
+    if rows:
+        hint("runs launch takes a version's ID (--reward-rule-version ID): LATEST ID is the newest's", out)
+    return 0
+
+
+def reward_rules_show(client: Client, args: argparse.Namespace, out: Output) -> int:
+    rule = client.reward_rules.get(args.rule)
+    versions = first(client.reward_rules.versions(args.rule, limit=page_size(args.limit)), args.limit)
+    human = f"{details(rule, skip=('latest_version',))}\n\nversions:\n{table(versions, RULE_VERSION_COLUMNS)}"
+    out.result(rule | {"versions": versions}, human)
+    hint(RULE_HINT, out)
+    return 0
+
+
+def reward_rules_versions(client: Client, args: argparse.Namespace, out: Output) -> int:
+    rows = first(client.reward_rules.versions(args.rule, limit=page_size(args.limit)), args.limit)
+    listed(rows, RULE_VERSION_COLUMNS, out, f"reward rule {args.rule} has no versions")
+    hint(RULE_HINT, out)
+    return 0
+
+
+def reward_rules_version(client: Client, args: argparse.Namespace, out: Output) -> int:
+    version = client.reward_rules.version(args.rule, args.number)
+    spec = json.dumps(version["spec"], indent=2, ensure_ascii=False)
+    out.result(version, f"{details(version, skip=('spec',))}\nspec:\n{spec}")
+    hint(f"runs launch --reward-rule-version {version['id']}", out)
+    return 0
+
+
+def checkpoints_list(client: Client, args: argparse.Namespace, out: Output) -> int:
+    rows = first(client.checkpoints.list(run=args.run, limit=page_size(args.limit)), args.limit)
+    return listed(rows, CHECKPOINT_COLUMNS, out, "no checkpoints")
+
+
+def checkpoints_show(client: Client, args: argparse.Namespace, out: Output) -> int:
+    checkpoint = client.checkpoints.get(args.checkpoint)
+    out.result(checkpoint, details(checkpoint))
+    return 0
+
+
+def runs_show(client: Client, args: argparse.Namespace, out: Output) -> int:
+    run = client.runs.get(args.run)
+    # The tier's settings at launch and the submitted hyperparameters: `--json` has them; the
+    # resolved values say what the run uses.
+    human = details(run, skip=("error", "tier_config", "hyperparameters"))
+    reason = stop_reason(client, run) if stopped_early(run) else None
+    if reason:
+        human += f"\nstopped: {reason}"
+    out.result(run | {"stop_reason": reason}, human)
+    return 0
+
+
 # --- the parser ----------------------------------------------------------------------------
 
 
+def common_options(*, root: bool) -> argparse.ArgumentParser:
+    """--url, --token and --json, taken before or after the subcommand (as gh and kubectl do);
+    after it they are only set when given, so they never undo the same flag given before it."""
+    options = argparse.ArgumentParser(add_help=False)
+    default: Any = None if root else argparse.SUPPRESS
+    options.add_argument(
+        "--url", default=default, help="the server (default: FLYWHEEL_URL, else http://127.0.0.1:8000)"
+    )
+    options.add_argument("--token", default=default, help="an API token (default: FLYWHEEL_TOKEN)")
+    options.add_argument(
+        "--json",
+        action="store_true",
+        default=False if root else argparse.SUPPRESS,
+        help="print the API's JSON instead of tables and lines",
+    )
+    return options
+
+
+class Commands:
+    """Adds subcommands that all take the common options and say what each argument is."""
+
+    def __init__(self, parent: argparse.ArgumentParser, dest: str) -> None:
+        self.group = parent.add_subparsers(dest=dest, required=True, metavar="COMMAND")
+        self.common = common_options(root=False)
+
+    def add(
+        self, name: str, help: str, handler: Callable | None = None, **defaults: Any
+    ) -> argparse.ArgumentParser:  # noqa: A002
+        command = self.group.add_parser(name, help=help, description=help, parents=[self.common])
+        if handler is not None:
+            command.set_defaults(handler=handler, **defaults)
+        return command
+
+
+def add_limit(command: argparse.ArgumentParser, what: str) -> None:
+    command.add_argument(
+        "--limit",
+        type=int,
+        default=DEFAULT_ROWS,
+        help=f"show at most this many {what}, newest first (default {DEFAULT_ROWS})",
+    )
+
+
+def add_listing(
+    commands: Commands, what: str, handler: Callable, *, filter_name: str | None = None, filter_help: str = ""
+) -> argparse.ArgumentParser:
+    command = commands.add("list", f"{what}, newest first, as a table (ids in the ID column)", handler)
+    if filter_name:
+        command.add_argument(f"--{filter_name}", type=int, help=filter_help)
+    add_limit(command, what)
+    return command
+
+
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="flywheel", description="Flywheel from the command line")
-    root.add_argument("--url", help="the server (default: FLYWHEEL_URL, else http://127.0.0.1:8000)")
-    root.add_argument("--token", help="an API token (default: FLYWHEEL_TOKEN)")
-    root.add_argument("--json", action="store_true", help="print JSON instead of lines")
-    commands = root.add_subparsers(dest="command", required=True)
+    root = argparse.ArgumentParser(
+        prog="flywheel", description="Flywheel from the command line", parents=[common_options(root=True)]
+    )
+    commands = Commands(root, "command")
+    project_help = "only this project's (its id: flywheel projects list)"
 
-    runs = commands.add_parser("runs", help="launch, list, follow, pause, resume and cancel runs")
-    run_commands = runs.add_subparsers(dest="runs_command", required=True)
-    launch = run_commands.add_parser("launch", help="launch a run")
-    launch.add_argument("--project", type=int, required=True)
-    launch.add_argument("--name", required=True)
-    launch.add_argument("--task-set-version", type=int, required=True)
-    launch.add_argument("--reward-rule-version", type=int, required=True)
-    launch.add_argument("--tier", type=int, required=True)
-    launch.add_argument("--method", default="grpo", choices=("grpo", "sft", "dpo"))
-    launch.add_argument("--max-steps", type=int)
-    launch.add_argument("--max-wall-seconds", type=int)
-    launch.add_argument("--priority", type=int)
-    launch.add_argument("--train-split", choices=("train", "heldout"))
-    launch.add_argument("--eval-split", choices=("train", "heldout"))
-    launch.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE", help="a hyperparameter")
-    launch.add_argument("--follow", action="store_true", help="follow it to the end")
-    launch.set_defaults(handler=runs_launch)
-    listing = run_commands.add_parser("list", help="runs, newest first")
-    listing.add_argument("--project", type=int)
-    listing.add_argument("--status")
-    listing.add_argument("--limit", type=int, default=20)
-    listing.set_defaults(handler=runs_list)
-    follow = run_commands.add_parser("follow", help="a run's progress and events until it ends")
-    follow.add_argument("run", type=int)
-    follow.set_defaults(handler=runs_follow)
+    projects = Commands(commands.add("projects", "list and show projects"), "projects_command")
+    add_listing(projects, "projects", projects_list)
+    projects.add("show", "a project's fields", projects_show).add_argument(
+        "project", type=int, help="the project's id"
+    )
+
+    task_sets = Commands(
+        commands.add("task-sets", "list and show task sets and their versions"), "task_sets_command"
+    )
+    add_listing(task_sets, "task sets", task_sets_list, filter_name="project", filter_help=project_help)
+    show = task_sets.add("show", "a task set and its versions", task_sets_show)
+    show.add_argument("task_set", type=int, help="the task set's id")
+    add_limit(show, "versions")
+    versions = task_sets.add(
+        "versions", "a task set's versions: ID is what runs launch takes", task_sets_versions
+    )
+    versions.add_argument("task_set", type=int, help="the task set's id")
+    add_limit(versions, "versions")
+    version = task_sets.add("version", "one version of a task set, by its number", task_sets_version)
+    version.add_argument("task_set", type=int, help="the task set's id")
+    version.add_argument("number", type=int, help="the version's number (1, 2, ...)")
+
+    tiers = Commands(
+        commands.add("tiers", "list and show tiers (a model and how it generates)"), "tiers_command"
+    )
+    add_listing(tiers, "tiers", tiers_list, filter_name="project", filter_help=project_help)
+    tiers.add("show", "a tier's settings", tiers_show).add_argument("tier", type=int, help="the tier's id")
+
+    rules = Commands(
+        commands.add("reward-rules", "list and show reward rules and their versions"), "rules_command"
+    )
+    add_listing(rules, "reward rules", reward_rules_list, filter_name="project", filter_help=project_help)
+    show = rules.add("show", "a reward rule and its versions", reward_rules_show)
+    show.add_argument("rule", type=int, help="the reward rule's id")
+    add_limit(show, "versions")
+    versions = rules.add(
+        "versions", "a reward rule's versions: ID is what runs launch takes", reward_rules_versions
+    )
+    versions.add_argument("rule", type=int, help="the reward rule's id")
+    add_limit(versions, "versions")
+    version = rules.add("version", "one version of a reward rule, with its spec", reward_rules_version)
+    version.add_argument("rule", type=int, help="the reward rule's id")
+    version.add_argument("number", type=int, help="the version's number (1, 2, ...)")
+
+    runs = Commands(
+        commands.add("runs", "launch, list, show, follow, pause, resume and cancel runs"), "runs_command"
+    )
+    launch = runs.add("launch", "launch a run", runs_launch)
+    launch.add_argument(
+        "--project", type=int, required=True, help="the project's id (flywheel projects list)"
+    )
+    launch.add_argument("--name", required=True, help="the run's name")
+    launch.add_argument(
+        "--task-set-version",
+        type=int,
+        required=True,
+        help="the task-set version's id (tasks import prints it; the ID column of flywheel task-sets "
+        "versions SET)",
+    )
+    launch.add_argument(
+        "--reward-rule-version",
+        type=int,
+        required=True,
+        help="the reward-rule version's id (the ID column of flywheel reward-rules versions RULE)",
+    )
+    launch.add_argument("--tier", type=int, required=True, help="the rollout tier's id (flywheel tiers list)")
+    launch.add_argument(
+        "--method", default="grpo", choices=("grpo", "sft", "dpo"), help="the training method (default grpo)"
+    )
+    launch.add_argument("--max-steps", type=int, help="learner steps to train (default: the method's)")
+    launch.add_argument("--max-wall-seconds", type=int, help="stop the run after this many seconds")
+    launch.add_argument(
+        "--priority", type=int, help="a higher priority starts before queued runs of its project"
+    )
+    launch.add_argument(
+        "--train-split", choices=("train", "heldout"), help="the items it trains on (default train)"
+    )
+    launch.add_argument(
+        "--eval-split", choices=("train", "heldout"), help="the items it evaluates on (default heldout)"
+    )
+    launch.add_argument(
+        "--hp", action="append", default=[], metavar="NAME=VALUE", help="a hyperparameter (repeat for more)"
+    )
+    launch.add_argument(
+        "--follow", action="store_true", help="follow it to the end, and say why if it stops early"
+    )
+    listing = add_listing(runs, "runs", runs_list, filter_name="project", filter_help=project_help)
+    listing.add_argument(
+        "--status", help="only runs in this status (queued, running, succeeded, failed, ...)"
+    )
+    runs.add("show", "a run's fields, and why it stopped early if it did", runs_show).add_argument(
+        "run", type=int, help="the run's id"
+    )
+    runs.add("follow", "a run's progress and events until it ends", runs_follow).add_argument(
+        "run", type=int, help="the run's id"
+    )
     for action in ("pause", "resume", "cancel"):
-        command = run_commands.add_parser(action, help=f"{action} a run")
-        command.add_argument("run", type=int)
-        command.set_defaults(handler=runs_action, action=action)
+        runs.add(action, f"{action} a run", runs_action, action=action).add_argument(
+            "run", type=int, help="the run's id"
+        )
 
-    tasks = commands.add_parser("tasks", help="import task files")
-    task_commands = tasks.add_subparsers(dest="tasks_command", required=True)
-    importing = task_commands.add_parser("import", help="import a JSONL or CSV file as a new version")
-    importing.add_argument("task_set", type=int)
-    importing.add_argument("file")
+    tasks = Commands(commands.add("tasks", "import task files"), "tasks_command")
+    importing = tasks.add(
+        "import",
+        "import a JSONL or CSV file as a new version; prints the version's id for runs launch",
+        tasks_import,
+    )
+    importing.add_argument("task_set", type=int, help="the task set's id (flywheel task-sets list)")
+    importing.add_argument("file", help="the JSONL or CSV file")
     importing.add_argument("--dry-run", action="store_true", help="validate and preview only")
     importing.add_argument(
         "--format",
@@ -348,53 +787,72 @@ def parser() -> argparse.ArgumentParser:
         help="auto (default; published HumanEval, MBPP, APPS, CodeContests, LiveCodeBench lines are "
         "recognised), jsonl, csv, flywheel, or a published format to force",
     )
-    importing.set_defaults(handler=tasks_import)
-    creating = task_commands.add_parser(
+    creating = tasks.add(
         "create",
-        help="create a task set with a JSONL or CSV file as its first version (or, on any error, nothing)",
+        "create a task set with a JSONL or CSV file as its first version (or, on any error, nothing)",
+        tasks_create,
     )
-    creating.add_argument("--project", type=int, required=True)
-    creating.add_argument("name")
-    creating.add_argument("file")
-    creating.add_argument("--description", default=None)
+    creating.add_argument("--project", type=int, required=True, help="the project's id")
+    creating.add_argument("name", help="the new task set's name")
+    creating.add_argument("file", help="the JSONL or CSV file")
+    creating.add_argument("--description", default=None, help="what the task set is for")
     creating.add_argument("--dry-run", action="store_true", help="validate and preview only")
     creating.add_argument("--format", default=None, help="as for `tasks import`")
-    creating.set_defaults(handler=tasks_create)
 
-    traces = commands.add_parser("traces", help="report production traces")
-    trace_commands = traces.add_subparsers(dest="traces_command", required=True)
-    log = trace_commands.add_parser(
-        "log", help="report traces from a JSONL file (- for stdin), or one from flags"
-    )
-    log.add_argument("file", nargs="?")
-    log.add_argument("--project", type=int, required=True)
-    log.add_argument("--id")
-    log.add_argument("--prompt")
-    log.add_argument("--completion")
-    log.add_argument("--model")
-    log.set_defaults(handler=traces_log)
+    traces = Commands(commands.add("traces", "report production traces"), "traces_command")
+    log = traces.add("log", "report traces from a JSONL file (- for stdin), or one from flags", traces_log)
+    log.add_argument("file", nargs="?", help="a JSONL file of traces, one a line (- or nothing: stdin)")
+    log.add_argument("--project", type=int, required=True, help="the project's id")
+    log.add_argument("--id", help="the trace's id (default: a new one)")
+    log.add_argument("--prompt", help="one trace's prompt (instead of a file)")
+    log.add_argument("--completion", help="that trace's completion")
+    log.add_argument("--model", help="the model that answered")
 
-    checkpoints = commands.add_parser("checkpoints", help="export checkpoints")
-    checkpoint_commands = checkpoints.add_subparsers(dest="checkpoints_command", required=True)
-    checkpoint_export = checkpoint_commands.add_parser(
-        "export", help="download a checkpoint as a save_pretrained folder with a model card (an archive)"
+    checkpoints = Commands(
+        commands.add("checkpoints", "list, show and export checkpoints"), "checkpoints_command"
     )
-    checkpoint_export.add_argument("run", type=int)
+    add_listing(
+        checkpoints, "checkpoints", checkpoints_list, filter_name="run", filter_help="only this run's"
+    )
+    checkpoints.add("show", "a checkpoint's fields and scores", checkpoints_show).add_argument(
+        "checkpoint", type=int, help="the checkpoint's id"
+    )
+    checkpoint_export = checkpoints.add(
+        "export",
+        "download a checkpoint as a save_pretrained folder with a model card (an archive)",
+        checkpoints_export,
+    )
+    checkpoint_export.add_argument("run", type=int, help="the run's id")
     checkpoint_export.add_argument(
-        "step", type=int, nargs="?", help="default: the run's best checkpoint (else its newest)"
+        "step",
+        type=int,
+        nargs="?",
+        help="the checkpoint's step (default: the run's best checkpoint, else its newest)",
     )
     checkpoint_export.add_argument("-o", "--output", help="the archive (default: run-RUN-step-STEP.tar.gz)")
-    checkpoint_export.add_argument("--archive", default="tar.gz", choices=("tar.gz", "zip"))
-    checkpoint_export.add_argument("--weights", default="full", choices=("full", "adapter"))
-    checkpoint_export.set_defaults(handler=checkpoints_export)
+    checkpoint_export.add_argument(
+        "--archive", default="tar.gz", choices=("tar.gz", "zip"), help="the archive's format"
+    )
+    checkpoint_export.add_argument(
+        "--weights",
+        default="full",
+        choices=("full", "adapter"),
+        help="full weights, or a LoRA run's adapter alone",
+    )
 
-    exporting = commands.add_parser("export", help="download reviewed data of a run, or a task-set version")
-    exporting.add_argument("--run", type=int)
-    exporting.add_argument("--kind", default="sft", choices=("sft", "dpo", "dpo-task-set"))
-    exporting.add_argument("--task-set", type=int)
-    exporting.add_argument("--version", type=int)
+    exporting = commands.add("export", "download reviewed data of a run, or a task-set version", export)
+    exporting.add_argument("--run", type=int, help="the run whose reviewed data to export")
+    exporting.add_argument(
+        "--kind",
+        default="sft",
+        choices=("sft", "dpo", "dpo-task-set"),
+        help="the reviewed data's shape (default sft)",
+    )
+    exporting.add_argument(
+        "--task-set", type=int, help="the task set to export a version of (with --version)"
+    )
+    exporting.add_argument("--version", type=int, help="the version's number")
     exporting.add_argument("-o", "--output", help="a file (default: stdout)")
-    exporting.set_defaults(handler=export)
     return root
 
 

@@ -1,16 +1,19 @@
-"""The Flywheel client: `Client()` reads FLYWHEEL_URL and FLYWHEEL_TOKEN (or takes url= and token=)
-and holds one resource object per REST resource."""
+"""The Flywheel clients: `Client()` (also `Flywheel`) and `AsyncFlywheel()` read FLYWHEEL_URL and
+FLYWHEEL_TOKEN (or take url= and token=) and hold one resource object per REST resource. Both are
+built from the same resource classes (`RESOURCES`, their methods declared with `@endpoint`): the
+async client puts them on an AsyncTransport, so each method answers a coroutine (lists: an async
+iterator) and nothing is written twice."""
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 
 from flywheel import _follow
 from flywheel._batcher import TraceBatcher
-from flywheel._http import JSON, Transport
+from flywheel._http import JSON, AsyncTransport, Transport
 from flywheel.errors import ConfigurationError
 from flywheel.resources import (
     Checkpoints,
@@ -32,6 +35,24 @@ from flywheel.resources import (
 )
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+RESOURCES = {
+    "me": Me,
+    "projects": Projects,
+    "task_sets": TaskSets,
+    "tasks": Tasks,
+    "tiers": Tiers,
+    "tokens": Tokens,
+    "runs": Runs,
+    "trajectories": Trajectories,
+    "checkpoints": Checkpoints,
+    "reward_rules": RewardRules,
+    "reviews": Reviews,
+    "webhooks": Webhooks,
+    "traces": Traces,
+    "reward_models": RewardModels,
+    "eval_suites": EvalSuites,
+    "ops": Ops,
+}
 TRACE_FIELDS = {
     "prompt",
     "messages",
@@ -47,12 +68,46 @@ TRACE_FIELDS = {
 }
 
 
-class Client:
+class _Resources:
+    """The resource attributes both clients hold (spelled out for editors and type checkers)."""
+
+    me: Me
+    projects: Projects
+    task_sets: TaskSets
+    tasks: Tasks
+    tiers: Tiers
+    tokens: Tokens
+    runs: Runs
+    trajectories: Trajectories
+    checkpoints: Checkpoints
+    reward_rules: RewardRules
+    reviews: Reviews
+    webhooks: Webhooks
+    traces: Traces
+    reward_models: RewardModels
+    eval_suites: EvalSuites
+    ops: Ops
+
+    def _attach_resources(self, transport: Transport | AsyncTransport) -> None:
+        for name, resource in RESOURCES.items():
+            setattr(self, name, resource(transport))
+
+
+def _configuration(url: str | None, token: str | None, project: int | None) -> tuple[str, str, int | None]:
+    url = url or os.environ.get("FLYWHEEL_URL") or DEFAULT_URL
+    token = token or os.environ.get("FLYWHEEL_TOKEN", "")
+    env_project = os.environ.get("FLYWHEEL_PROJECT", "")
+    if project is None and env_project.isdigit():
+        project = int(env_project)
+    return url, token, project
+
+
+class Client(_Resources):
     """A Flywheel server, as its REST API and websockets offer it.
 
     >>> client = Client(url="http://127.0.0.1:8000", token="fw_example")
-    >>> sorted(name for name in vars(client) if not name.startswith("_"))[:4]
-    ['checkpoints', 'me', 'projects', 'reviews']
+    >>> {"runs", "task_sets", "checkpoints"} <= set(vars(client))
+    True
     >>> client.close()
     """
 
@@ -68,32 +123,11 @@ class Client:
         trace_flush_interval: float = 1.0,
         http: httpx.Client | None = None,
     ) -> None:
-        url = url or os.environ.get("FLYWHEEL_URL") or DEFAULT_URL
-        token = token or os.environ.get("FLYWHEEL_TOKEN", "")
-        env_project = os.environ.get("FLYWHEEL_PROJECT", "")
-        self.project = (
-            project if project is not None else (int(env_project) if env_project.isdigit() else None)
-        )
+        url, token, self.project = _configuration(url, token, project)
         self._transport = Transport(url=url, token=token, timeout=timeout, max_retries=max_retries, http=http)
         self._trace_settings = {"batch_size": trace_batch_size, "interval": trace_flush_interval}
         self._batcher: TraceBatcher | None = None
-        t = self._transport
-        self.me = Me(t)
-        self.projects = Projects(t)
-        self.task_sets = TaskSets(t)
-        self.tasks = Tasks(t)
-        self.tiers = Tiers(t)
-        self.tokens = Tokens(t)
-        self.runs = Runs(t)
-        self.trajectories = Trajectories(t)
-        self.checkpoints = Checkpoints(t)
-        self.reward_rules = RewardRules(t)
-        self.reviews = Reviews(t)
-        self.webhooks = Webhooks(t)
-        self.traces = Traces(t)
-        self.reward_models = RewardModels(t)
-        self.eval_suites = EvalSuites(t)
-        self.ops = Ops(t)
+        self._attach_resources(self._transport)
 
     @property
     def url(self) -> str:
@@ -143,3 +177,53 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+Flywheel = Client
+
+
+class AsyncFlywheel(_Resources):
+    """The same resources and methods as Client, on httpx.AsyncClient: `await` each call, and
+    `async for` over lists and exports.
+
+    >>> import asyncio
+    >>> async def names():
+    ...     async with AsyncFlywheel(url="http://127.0.0.1:8000", token="fw_example") as client:
+    ...         return {"runs", "task_sets", "checkpoints"} <= set(vars(client))
+    >>> asyncio.run(names())
+    True
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        project: int | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        url, token, self.project = _configuration(url, token, project)
+        self._transport = AsyncTransport(
+            url=url, token=token, timeout=timeout, max_retries=max_retries, http=http
+        )
+        self._attach_resources(self._transport)
+
+    @property
+    def url(self) -> str:
+        return self._transport.url
+
+    def follow(self, run: int | JSON) -> AsyncIterator[JSON]:
+        """The run's live messages, as Client.follow gives them: `async for message in ...`."""
+        run_id = run["id"] if isinstance(run, dict) else int(run)
+        return _follow.follow_async(self._transport, run_id)
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+    async def __aenter__(self) -> "AsyncFlywheel":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,6 +1,11 @@
 """One class per REST resource. Lists are iterators over every page (`limit` sets the page size);
 creating calls send an idempotency key (pass `idempotency_key=` to choose it, e.g. to retry a
-create across processes); everything returns the API's JSON objects."""
+create across processes); everything returns the API's JSON objects as `Record`s (dicts that
+read their keys as attributes too).
+
+Each method is written once and works on either transport: on `Transport` (Client) it answers
+the value, on `AsyncTransport` (AsyncFlywheel) a coroutine to await, and a list an async iterator.
+A method must therefore only build the request and return the transport's answer."""
 
 from __future__ import annotations
 
@@ -10,76 +15,96 @@ from pathlib import Path
 from typing import IO, Any
 
 from flywheel._endpoints import endpoint
-from flywheel._http import JSON, Transport
+from flywheel._http import JSON, AsyncTransport, Transport
+from flywheel._records import (
+    Checkpoint,
+    Project,
+    Record,
+    RewardRule,
+    RewardRuleVersion,
+    Run,
+    RunEvent,
+    TaskSet,
+    TaskSetVersion,
+    Tier,
+)
 
 
 class Resource:
-    def __init__(self, transport: Transport) -> None:
+    def __init__(self, transport: Transport | AsyncTransport) -> None:
         self._t = transport
 
-    def _get(self, path: str, **params: Any) -> Any:
-        return self._t.json("GET", path, params=params)
+    # `shape`: the Record class of the answer's object (or of each object of a list).
+    def _get(self, path: str, shape: type[Record] = Record, **params: Any) -> Any:
+        return self._t.json("GET", path, params=params, shape=shape)
 
-    def _list(self, path: str, **params: Any) -> Iterator[JSON]:
-        return self._t.pages(path, params)
+    def _list(self, path: str, shape: type[Record] = Record, **params: Any) -> Iterator[Record]:
+        return self._t.pages(path, params, shape=shape)
 
-    def _post(self, path: str, body: Any = None, *, idempotency_key: str | None = None) -> Any:
-        return self._t.json("POST", path, json_body=body, idempotency_key=idempotency_key)
+    def _post(
+        self, path: str, body: Any = None, *, idempotency_key: str | None = None, shape: type[Record] = Record
+    ) -> Any:
+        return self._t.json("POST", path, json_body=body, idempotency_key=idempotency_key, shape=shape)
 
-    def _patch(self, path: str, body: Any) -> Any:
-        return self._t.json("PATCH", path, json_body=body)
+    def _patch(self, path: str, body: Any, shape: type[Record] = Record) -> Any:
+        return self._t.json("PATCH", path, json_body=body, shape=shape)
 
     def _delete(self, path: str) -> None:
         self._t.json("DELETE", path)
 
 
-def _body(**fields: Any) -> JSON:
+def _body(**fields: Any) -> Record:
     """Fields that were given (None means: leave it to the server's default)."""
     return {key: value for key, value in fields.items() if value is not None}
 
 
 class Me(Resource):
     @endpoint("GET", "/me")
-    def get(self) -> JSON:
+    def get(self) -> Record:
         """The caller and their role in each project."""
         return self._get("/api/v1/me")
 
 
 class Projects(Resource):
     @endpoint("GET", "/projects")
-    def list(self, *, limit: int | None = None) -> Iterator[JSON]:
-        return self._list("/api/v1/projects", limit=limit)
+    def list(self, *, limit: int | None = None) -> Iterator[Project]:
+        return self._list("/api/v1/projects", limit=limit, shape=Project)
 
     @endpoint("POST", "/projects")
     def create(
         self, name: str, *, description: str | None = None, idempotency_key: str | None = None
-    ) -> JSON:
+    ) -> Project:
         return self._post(
-            "/api/v1/projects", _body(name=name, description=description), idempotency_key=idempotency_key
+            "/api/v1/projects",
+            _body(name=name, description=description),
+            idempotency_key=idempotency_key,
+            shape=Project,
         )
 
     @endpoint("GET", "/projects/{id}")
-    def get(self, project: int) -> JSON:
-        return self._get(f"/api/v1/projects/{project}")
+    def get(self, project: int) -> Project:
+        return self._get(f"/api/v1/projects/{project}", shape=Project)
 
     @endpoint("PATCH", "/projects/{id}")
-    def update(self, project: int, *, name: str | None = None, description: str | None = None) -> JSON:
-        return self._patch(f"/api/v1/projects/{project}", _body(name=name, description=description))
+    def update(self, project: int, *, name: str | None = None, description: str | None = None) -> Project:
+        return self._patch(
+            f"/api/v1/projects/{project}", _body(name=name, description=description), shape=Project
+        )
 
     @endpoint("DELETE", "/projects/{id}")
     def delete(self, project: int) -> None:
         self._delete(f"/api/v1/projects/{project}")
 
     @endpoint("GET", "/projects/{id}/members")
-    def members(self, project: int, *, limit: int | None = None) -> Iterator[JSON]:
+    def members(self, project: int, *, limit: int | None = None) -> Iterator[Record]:
         return self._list(f"/api/v1/projects/{project}/members", limit=limit)
 
     @endpoint("POST", "/projects/{id}/members")
-    def add_member(self, project: int, username: str, role: str) -> JSON:
+    def add_member(self, project: int, username: str, role: str) -> Record:
         return self._post(f"/api/v1/projects/{project}/members", {"username": username, "role": role})
 
     @endpoint("PATCH", "/projects/{id}/members/{user_id}")
-    def set_role(self, project: int, user: int, role: str) -> JSON:
+    def set_role(self, project: int, user: int, role: str) -> Record:
         return self._patch(f"/api/v1/projects/{project}/members/{user}", {"role": role})
 
     @endpoint("DELETE", "/projects/{id}/members/{user_id}")
@@ -89,8 +114,8 @@ class Projects(Resource):
 
 class TaskSets(Resource):
     @endpoint("GET", "/task-sets")
-    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
-        return self._list("/api/v1/task-sets", project=project, limit=limit)
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[TaskSet]:
+        return self._list("/api/v1/task-sets", project=project, limit=limit, shape=TaskSet)
 
     @endpoint("POST", "/task-sets")
     def create(
@@ -105,14 +130,17 @@ class TaskSets(Resource):
         heldout_fraction: float | None = None,
         dry_run: bool = False,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> TaskSet:
         """Create a task set. With `file` (a path or an open binary file), the set is created with
         the file as its first version (`version`), or, when the file has any error, not at all:
         BadRequestError, whose `details` name each line and field. `dry_run`: validate only."""
         if file is None:
             body = _body(project=project, name=name, description=description)
-            return self._post("/api/v1/task-sets", body, idempotency_key=idempotency_key)
-        handle = open(file, "rb") if isinstance(file, (str, os.PathLike)) else file  # noqa: SIM115
+            return self._post("/api/v1/task-sets", body, idempotency_key=idempotency_key, shape=TaskSet)
+        # A path is opened by the transport, only while the request is sent (by either transport).
+        upload_name = Path(
+            file if isinstance(file, (str, os.PathLike)) else getattr(file, "name", "tasks.jsonl")
+        ).name
         data = _body(
             project=project,
             name=name,
@@ -122,25 +150,24 @@ class TaskSets(Resource):
             heldout_fraction=heldout_fraction,
             dry_run="true" if dry_run else None,
         )
-        try:
-            return self._t.json(
-                "POST",
-                "/api/v1/task-sets",
-                files={"file": (Path(getattr(handle, "name", "tasks.jsonl")).name, handle)},
-                data=data,
-                idempotency_key=idempotency_key,
-            )
-        finally:
-            if handle is not file:
-                handle.close()
+        return self._t.json(
+            "POST",
+            "/api/v1/task-sets",
+            files={"file": (upload_name, file)},
+            data=data,
+            idempotency_key=idempotency_key,
+            shape=TaskSet,
+        )
 
     @endpoint("GET", "/task-sets/{id}")
-    def get(self, task_set: int) -> JSON:
-        return self._get(f"/api/v1/task-sets/{task_set}")
+    def get(self, task_set: int) -> TaskSet:
+        return self._get(f"/api/v1/task-sets/{task_set}", shape=TaskSet)
 
     @endpoint("PATCH", "/task-sets/{id}")
-    def update(self, task_set: int, *, name: str | None = None, description: str | None = None) -> JSON:
-        return self._patch(f"/api/v1/task-sets/{task_set}", _body(name=name, description=description))
+    def update(self, task_set: int, *, name: str | None = None, description: str | None = None) -> TaskSet:
+        return self._patch(
+            f"/api/v1/task-sets/{task_set}", _body(name=name, description=description), shape=TaskSet
+        )
 
     @endpoint("POST", "/task-sets/{id}/import")
     def import_file(
@@ -154,14 +181,16 @@ class TaskSets(Resource):
         heldout_fraction: float | None = None,
         verify_references: bool = False,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> TaskSetVersion:
         """Import a JSONL or CSV file (a path or an open binary file) as a new version. A file with
         any error imports nothing and raises BadRequestError, whose `details` name each line and field.
         `format`: auto (the default: published HumanEval, MBPP, APPS, CodeContests and LiveCodeBench
         lines are recognised by their fields), or one of them to force it.
         `verify_references`: then run each code item's reference against its tests (`references`)."""
-        handle = open(file, "rb") if isinstance(file, (str, os.PathLike)) else file  # noqa: SIM115
-        name = Path(getattr(handle, "name", "tasks.jsonl")).name
+        # A path is opened by the transport, only while the request is sent (by either transport).
+        name = Path(
+            file if isinstance(file, (str, os.PathLike)) else getattr(file, "name", "tasks.jsonl")
+        ).name
         data = _body(
             dry_run="true" if dry_run else None,
             format=format,
@@ -169,33 +198,30 @@ class TaskSets(Resource):
             heldout_fraction=heldout_fraction,
             verify_references="true" if verify_references else None,
         )
-        try:
-            return self._t.json(
-                "POST",
-                f"/api/v1/task-sets/{task_set}/import",
-                files={"file": (name, handle)},
-                data=data,
-                idempotency_key=idempotency_key,
-            )
-        finally:
-            if handle is not file:
-                handle.close()
+        return self._t.json(
+            "POST",
+            f"/api/v1/task-sets/{task_set}/import",
+            files={"file": (name, file)},
+            data=data,
+            idempotency_key=idempotency_key,
+            shape=TaskSetVersion,
+        )
 
     @endpoint("GET", "/task-sets/{id}/versions")
-    def versions(self, task_set: int, *, limit: int | None = None) -> Iterator[JSON]:
-        return self._list(f"/api/v1/task-sets/{task_set}/versions", limit=limit)
+    def versions(self, task_set: int, *, limit: int | None = None) -> Iterator[TaskSetVersion]:
+        return self._list(f"/api/v1/task-sets/{task_set}/versions", limit=limit, shape=TaskSetVersion)
 
     @endpoint("GET", "/task-sets/{id}/versions/{number}")
-    def version(self, task_set: int, number: int) -> JSON:
-        return self._get(f"/api/v1/task-sets/{task_set}/versions/{number}")
+    def version(self, task_set: int, number: int) -> TaskSetVersion:
+        return self._get(f"/api/v1/task-sets/{task_set}/versions/{number}", shape=TaskSetVersion)
 
     @endpoint("GET", "/task-sets/{id}/versions/{number}/export")
-    def export(self, task_set: int, number: int) -> Iterator[JSON]:
+    def export(self, task_set: int, number: int) -> Iterator[Record]:
         """The version's items as the file it was made from, one object a line."""
         return self._t.lines(f"/api/v1/task-sets/{task_set}/versions/{number}/export")
 
     @endpoint("POST", "/task-sets/{id}/versions/{number}/verify")
-    def verify(self, task_set: int, number: int) -> JSON:
+    def verify(self, task_set: int, number: int) -> Record:
         """Run each code item's reference_solution against its own tests in the sandbox: `broken`
         names every item whose reference fails, with the reason."""
         return self._post(f"/api/v1/task-sets/{task_set}/versions/{number}/verify", {})
@@ -203,7 +229,7 @@ class TaskSets(Resource):
     @endpoint("POST", "/task-sets/{id}/versions/{number}/split")
     def resplit(
         self, task_set: int, number: int, *, split_seed: int, heldout_fraction: float | None = None
-    ) -> JSON:
+    ) -> Record:
         body = _body(split_seed=split_seed, heldout_fraction=heldout_fraction)
         return self._post(f"/api/v1/task-sets/{task_set}/versions/{number}/split", body)
 
@@ -218,56 +244,56 @@ class Tasks(Resource):
         split: str | None = None,
         q: str | None = None,
         limit: int | None = None,
-    ) -> Iterator[JSON]:
+    ) -> Iterator[Record]:
         return self._list("/api/v1/tasks", version=version, kind=kind, split=split, q=q, limit=limit)
 
     @endpoint("GET", "/tasks/{id}")
-    def get(self, task: int) -> JSON:
+    def get(self, task: int) -> Record:
         return self._get(f"/api/v1/tasks/{task}")
 
 
 class Tiers(Resource):
     @endpoint("GET", "/tiers")
-    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
-        return self._list("/api/v1/tiers", project=project, limit=limit)
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[Tier]:
+        return self._list("/api/v1/tiers", project=project, limit=limit, shape=Tier)
 
     @endpoint("POST", "/tiers")
     def create(
         self, project: int, name: str, base_model: str, *, idempotency_key: str | None = None, **settings: Any
-    ) -> JSON:
+    ) -> Tier:
         """A tier; `settings` are its other fields (precision, temperature, max_new_tokens, ...)."""
         body = {"project": project, "name": name, "base_model": base_model} | settings
-        return self._post("/api/v1/tiers", body, idempotency_key=idempotency_key)
+        return self._post("/api/v1/tiers", body, idempotency_key=idempotency_key, shape=Tier)
 
     @endpoint("GET", "/tiers/{id}")
-    def get(self, tier: int) -> JSON:
-        return self._get(f"/api/v1/tiers/{tier}")
+    def get(self, tier: int) -> Tier:
+        return self._get(f"/api/v1/tiers/{tier}", shape=Tier)
 
     @endpoint("PATCH", "/tiers/{id}")
-    def update(self, tier: int, **settings: Any) -> JSON:
-        return self._patch(f"/api/v1/tiers/{tier}", settings)
+    def update(self, tier: int, **settings: Any) -> Tier:
+        return self._patch(f"/api/v1/tiers/{tier}", settings, shape=Tier)
 
     @endpoint("DELETE", "/tiers/{id}")
     def delete(self, tier: int) -> None:
         self._delete(f"/api/v1/tiers/{tier}")
 
     @endpoint("POST", "/tiers/{id}/evaluate")
-    def evaluate(self, tier: int, *, idempotency_key: str | None = None, **request: Any) -> JSON:
+    def evaluate(self, tier: int, *, idempotency_key: str | None = None, **request: Any) -> Record:
         """Measure a checkpoint under this tier (and others: `tiers=[...]`) on held-out items."""
         return self._post(f"/api/v1/tiers/{tier}/evaluate", request, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/tier-evaluations/{id}")
-    def evaluation(self, evaluation: int) -> JSON:
+    def evaluation(self, evaluation: int) -> Record:
         return self._get(f"/api/v1/tier-evaluations/{evaluation}")
 
 
 class Tokens(Resource):
     @endpoint("GET", "/tokens")
-    def list(self, *, limit: int | None = None) -> Iterator[JSON]:
+    def list(self, *, limit: int | None = None) -> Iterator[Record]:
         return self._list("/api/v1/tokens", limit=limit)
 
     @endpoint("POST", "/tokens")
-    def create(self, name: str) -> JSON:
+    def create(self, name: str) -> Record:
         """A new token; its secret is in the answer this once."""
         return self._post("/api/v1/tokens", {"name": name})
 
@@ -280,8 +306,8 @@ class Runs(Resource):
     @endpoint("GET", "/runs")
     def list(
         self, *, project: int | None = None, status: str | None = None, limit: int | None = None
-    ) -> Iterator[JSON]:
-        return self._list("/api/v1/runs", project=project, status=status, limit=limit)
+    ) -> Iterator[Run]:
+        return self._list("/api/v1/runs", project=project, status=status, limit=limit, shape=Run)
 
     @endpoint("POST", "/runs")
     def launch(
@@ -297,7 +323,7 @@ class Runs(Resource):
         max_steps: int | None = None,
         idempotency_key: str | None = None,
         **options: Any,
-    ) -> JSON:
+    ) -> Run:
         """Launch a run. A run that would fail at its first step raises BadRequestError naming every
         reason. `options`: max_wall_seconds, max_sandbox_cpu_seconds, priority, train_split, eval_split."""
         body = _body(
@@ -310,38 +336,38 @@ class Runs(Resource):
             hyperparameters=hyperparameters,
             max_steps=max_steps,
         )
-        return self._post("/api/v1/runs", body | options, idempotency_key=idempotency_key)
+        return self._post("/api/v1/runs", body | options, idempotency_key=idempotency_key, shape=Run)
 
     @endpoint("GET", "/runs/{id}")
-    def get(self, run: int) -> JSON:
-        return self._get(f"/api/v1/runs/{run}")
+    def get(self, run: int) -> Run:
+        return self._get(f"/api/v1/runs/{run}", shape=Run)
 
     @endpoint("POST", "/runs/{id}/pause")
-    def pause(self, run: int) -> JSON:
-        return self._post(f"/api/v1/runs/{run}/pause")
+    def pause(self, run: int) -> Run:
+        return self._post(f"/api/v1/runs/{run}/pause", shape=Run)
 
     @endpoint("POST", "/runs/{id}/resume")
-    def resume(self, run: int) -> JSON:
-        return self._post(f"/api/v1/runs/{run}/resume")
+    def resume(self, run: int) -> Run:
+        return self._post(f"/api/v1/runs/{run}/resume", shape=Run)
 
     @endpoint("POST", "/runs/{id}/cancel")
-    def cancel(self, run: int) -> JSON:
-        return self._post(f"/api/v1/runs/{run}/cancel")
+    def cancel(self, run: int) -> Run:
+        return self._post(f"/api/v1/runs/{run}/cancel", shape=Run)
 
     @endpoint("POST", "/runs/{id}/retry")
-    def retry(self, run: int) -> JSON:
-        return self._post(f"/api/v1/runs/{run}/retry")
+    def retry(self, run: int) -> Run:
+        return self._post(f"/api/v1/runs/{run}/retry", shape=Run)
 
     @endpoint("POST", "/runs/{id}/clone")
-    def clone(self, run: int, *, idempotency_key: str | None = None, **changes: Any) -> JSON:
-        return self._post(f"/api/v1/runs/{run}/clone", changes, idempotency_key=idempotency_key)
+    def clone(self, run: int, *, idempotency_key: str | None = None, **changes: Any) -> Run:
+        return self._post(f"/api/v1/runs/{run}/clone", changes, idempotency_key=idempotency_key, shape=Run)
 
     @endpoint("GET", "/runs/{id}/events")
     def events(
         self, run: int, *, since: int | None = None, level: str | None = None, limit: int | None = None
-    ) -> Iterator[JSON]:
+    ) -> Iterator[RunEvent]:
         """Newest first; with `since` (an event id), the later ones oldest first."""
-        return self._list(f"/api/v1/runs/{run}/events", since=since, level=level, limit=limit)
+        return self._list(f"/api/v1/runs/{run}/events", since=since, level=level, limit=limit, shape=RunEvent)
 
     @endpoint("GET", "/runs/{id}/metrics")
     def metrics(
@@ -351,7 +377,7 @@ class Runs(Resource):
         names: list[str] | None = None,
         since_step: int | None = None,
         max_points: int | None = None,
-    ) -> JSON:
+    ) -> Record:
         params = {"name": names, "since_step": since_step, "max_points": max_points}
         return self._get(f"/api/v1/runs/{run}/metrics", **params)
 
@@ -366,24 +392,24 @@ class Runs(Resource):
         change: str | None = None,
         kind: str | None = None,
         metric: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         """Held-out results item by item against another run (a control) or this run's start,
         with a paired bootstrap interval on the change."""
         params = {"against": against, "step": step, "against_step": against_step, "change": change}
         return self._get(f"/api/v1/runs/{run}/heldout-compare", **params, kind=kind, metric=metric)
 
     @endpoint("GET", "/runs/{id}/monitors")
-    def monitors(self, run: int) -> JSON:
+    def monitors(self, run: int) -> Record:
         return self._get(f"/api/v1/runs/{run}/monitors")
 
     @endpoint("PATCH", "/runs/{id}/monitors")
     def set_monitors(
         self, run: int, *, thresholds: dict[str, float | None] | None = None, **changes: Any
-    ) -> JSON:
+    ) -> Record:
         return self._patch(f"/api/v1/runs/{run}/monitors", _body(thresholds=thresholds) | changes)
 
     @endpoint("GET", "/runs/{id}/train-on-reviews")
-    def review_training_preview(self, run: int) -> JSON:
+    def review_training_preview(self, run: int) -> Record:
         """What Train on reviews would make of the run's reviews, for SFT and for DPO."""
         return self._get(f"/api/v1/runs/{run}/train-on-reviews")
 
@@ -398,7 +424,7 @@ class Runs(Resource):
         hyperparameters: dict[str, Any] | None = None,
         task_set_name: str | None = None,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         body = _body(
             method=method,
             name=name,
@@ -409,7 +435,7 @@ class Runs(Resource):
         return self._post(f"/api/v1/runs/{run}/train-on-reviews", body, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/review-trainings/{id}")
-    def review_training(self, training: int) -> JSON:
+    def review_training(self, training: int) -> Record:
         """A Train on reviews' result: the reviews run's held-out lift over its control (paired,
         with the interval), beside each run's figure against the parent checkpoint; `training` is
         the id the train_on_reviews answer gives."""
@@ -418,35 +444,35 @@ class Runs(Resource):
 
 class Trajectories(Resource):
     @endpoint("GET", "/trajectories")
-    def list(self, *, run: int | None = None, limit: int | None = None, **filters: Any) -> Iterator[JSON]:
+    def list(self, *, run: int | None = None, limit: int | None = None, **filters: Any) -> Iterator[Record]:
         """Filters: outcome, policy_version, min_reward, max_reward, step, batch, item, task,
         flagged, flag, label, after."""
         return self._list("/api/v1/trajectories", run=run, limit=limit, **filters)
 
     @endpoint("GET", "/trajectories/{id}")
-    def get(self, trajectory: int) -> JSON:
+    def get(self, trajectory: int) -> Record:
         return self._get(f"/api/v1/trajectories/{trajectory}")
 
     @endpoint("GET", "/trajectories/{id}/steps")
-    def steps(self, trajectory: int, *, index: int | None = None) -> Iterator[JSON]:
+    def steps(self, trajectory: int, *, index: int | None = None) -> Iterator[Record]:
         return self._list(f"/api/v1/trajectories/{trajectory}/steps", index=index)
 
     @endpoint("GET", "/trajectories/{id}/group")
-    def group(self, trajectory: int) -> Iterator[JSON]:
+    def group(self, trajectory: int) -> Iterator[Record]:
         return self._list(f"/api/v1/trajectories/{trajectory}/group")
 
 
 class Checkpoints(Resource):
     @endpoint("GET", "/checkpoints")
-    def list(self, *, run: int | None = None, limit: int | None = None) -> Iterator[JSON]:
-        return self._list("/api/v1/checkpoints", run=run, limit=limit)
+    def list(self, *, run: int | None = None, limit: int | None = None) -> Iterator[Checkpoint]:
+        return self._list("/api/v1/checkpoints", run=run, limit=limit, shape=Checkpoint)
 
     @endpoint("GET", "/checkpoints/{id}")
-    def get(self, checkpoint: int) -> JSON:
-        return self._get(f"/api/v1/checkpoints/{checkpoint}")
+    def get(self, checkpoint: int) -> Checkpoint:
+        return self._get(f"/api/v1/checkpoints/{checkpoint}", shape=Checkpoint)
 
     @endpoint("POST", "/checkpoints/{id}/fork")
-    def fork(self, checkpoint: int, *, idempotency_key: str | None = None, **changes: Any) -> JSON:
+    def fork(self, checkpoint: int, *, idempotency_key: str | None = None, **changes: Any) -> Record:
         return self._post(f"/api/v1/checkpoints/{checkpoint}/fork", changes, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/runs/{id}/checkpoints/{step}/export")
@@ -464,25 +490,18 @@ class Checkpoints(Resource):
         archived (`tar.gz` or `zip`), to the file `out`; `weights="adapter"` keeps a LoRA run's
         adapter apart from its base. Streamed to disk, never held in memory; `progress` is told
         the bytes of each chunk."""
-        path = Path(out)
-        try:
-            with open(path, "wb") as handle:
-                self._t.download(
-                    f"/api/v1/runs/{run}/checkpoints/{step}/export",
-                    handle,
-                    params={"archive": archive, "weights": weights},
-                    progress=progress,
-                )
-        except BaseException:
-            path.unlink(missing_ok=True)  # no half-written archive left behind
-            raise
-        return path
+        return self._t.download(
+            f"/api/v1/runs/{run}/checkpoints/{step}/export",
+            out,
+            params={"archive": archive, "weights": weights},
+            progress=progress,
+        )
 
 
 class RewardRules(Resource):
     @endpoint("GET", "/reward-rules")
-    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
-        return self._list("/api/v1/reward-rules", project=project, limit=limit)
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[RewardRule]:
+        return self._list("/api/v1/reward-rules", project=project, limit=limit, shape=RewardRule)
 
     @endpoint("POST", "/reward-rules")
     def create(
@@ -493,62 +512,62 @@ class RewardRules(Resource):
         *,
         description: str | None = None,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> RewardRule:
         body = _body(project=project, name=name, spec=spec, description=description)
-        return self._post("/api/v1/reward-rules", body, idempotency_key=idempotency_key)
+        return self._post("/api/v1/reward-rules", body, idempotency_key=idempotency_key, shape=RewardRule)
 
     @endpoint("POST", "/reward-rules/validate")
-    def validate(self, spec: JSON, *, item_kind: str | None = None) -> JSON:
+    def validate(self, spec: JSON, *, item_kind: str | None = None) -> Record:
         return self._post("/api/v1/reward-rules/validate", _body(spec=spec, item_kind=item_kind))
 
     @endpoint("POST", "/reward-rules/import-openai")
-    def import_openai(self, project: int, name: str, grader: JSON, **fields: Any) -> JSON:
+    def import_openai(self, project: int, name: str, grader: JSON, **fields: Any) -> Record:
         body = {"project": project, "name": name, "grader": grader} | fields
         return self._post("/api/v1/reward-rules/import-openai", body)
 
     @endpoint("GET", "/reward-rules/{id}")
-    def get(self, rule: int) -> JSON:
-        return self._get(f"/api/v1/reward-rules/{rule}")
+    def get(self, rule: int) -> RewardRule:
+        return self._get(f"/api/v1/reward-rules/{rule}", shape=RewardRule)
 
     @endpoint("PATCH", "/reward-rules/{id}")
-    def update(self, rule: int, **changes: Any) -> JSON:
+    def update(self, rule: int, **changes: Any) -> RewardRule:
         """A changed `spec` makes a new version; a version a run used is never modified."""
-        return self._patch(f"/api/v1/reward-rules/{rule}", changes)
+        return self._patch(f"/api/v1/reward-rules/{rule}", changes, shape=RewardRule)
 
     @endpoint("DELETE", "/reward-rules/{id}")
     def delete(self, rule: int) -> None:
         self._delete(f"/api/v1/reward-rules/{rule}")
 
     @endpoint("GET", "/reward-rules/{id}/versions")
-    def versions(self, rule: int, *, limit: int | None = None) -> Iterator[JSON]:
-        return self._list(f"/api/v1/reward-rules/{rule}/versions", limit=limit)
+    def versions(self, rule: int, *, limit: int | None = None) -> Iterator[RewardRuleVersion]:
+        return self._list(f"/api/v1/reward-rules/{rule}/versions", limit=limit, shape=RewardRuleVersion)
 
     @endpoint("GET", "/reward-rules/{id}/versions/{number}")
-    def version(self, rule: int, number: int) -> JSON:
-        return self._get(f"/api/v1/reward-rules/{rule}/versions/{number}")
+    def version(self, rule: int, number: int) -> RewardRuleVersion:
+        return self._get(f"/api/v1/reward-rules/{rule}/versions/{number}", shape=RewardRuleVersion)
 
     @endpoint("GET", "/reward-rules/{id}/versions/{number}/openai")
-    def openai(self, rule: int, number: int) -> JSON:
+    def openai(self, rule: int, number: int) -> Record:
         """The version as OpenAI grader JSON."""
         return self._get(f"/api/v1/reward-rules/{rule}/versions/{number}/openai")
 
     @endpoint("GET", "/reward-rules/{id}/diff")
-    def diff(self, rule: int, from_version: int, to_version: int) -> JSON:
+    def diff(self, rule: int, from_version: int, to_version: int) -> Record:
         return self._get(f"/api/v1/reward-rules/{rule}/diff", **{"from": from_version, "to": to_version})
 
     @endpoint("POST", "/reward-rules/{id}/dry-run")
-    def dry_run(self, rule: int, **request: Any) -> JSON:
+    def dry_run(self, rule: int, **request: Any) -> Record:
         """Score pasted items and completions: `items`, `samples`, optionally `version`, `spec`."""
         return self._post(f"/api/v1/reward-rules/{rule}/dry-run", request)
 
     @endpoint("POST", "/reward-rules/{id}/backtest")
-    def backtest(self, rule: int, **request: Any) -> JSON:
+    def backtest(self, rule: int, **request: Any) -> Record:
         return self._post(f"/api/v1/reward-rules/{rule}/backtest", request)
 
 
 class Reviews(Resource):
     @endpoint("GET", "/reviews")
-    def list(self, *, limit: int | None = None, **filters: Any) -> Iterator[JSON]:
+    def list(self, *, limit: int | None = None, **filters: Any) -> Iterator[Record]:
         """Filters: run, trajectory, trace, label, reviewer."""
         return self._list("/api/v1/reviews", limit=limit, **filters)
 
@@ -560,14 +579,14 @@ class Reviews(Resource):
         trajectory: int | None = None,
         trace: int | None = None,
         comment: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         """Label a trajectory or a trace (good, bad, reward_hack, infrastructure_error)."""
         return self._post(
             "/api/v1/reviews", _body(trajectory=trajectory, trace=trace, label=label, comment=comment)
         )
 
     @endpoint("GET", "/reviews/{id}")
-    def get(self, review: int) -> JSON:
+    def get(self, review: int) -> Record:
         return self._get(f"/api/v1/reviews/{review}")
 
     @endpoint("DELETE", "/reviews/{id}")
@@ -575,16 +594,16 @@ class Reviews(Resource):
         self._delete(f"/api/v1/reviews/{review}")
 
     @endpoint("GET", "/reviews/export")
-    def export(self, run: int, kind: str = "sft") -> Iterator[JSON]:
+    def export(self, run: int, kind: str = "sft") -> Iterator[Record]:
         """The run's reviewed data (sft, dpo or dpo-task-set), one object a line."""
         return self._t.lines("/api/v1/reviews/export", {"run": run, "kind": kind})
 
     @endpoint("GET", "/preferences")
-    def preferences(self, *, run: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+    def preferences(self, *, run: int | None = None, limit: int | None = None) -> Iterator[Record]:
         return self._list("/api/v1/preferences", run=run, limit=limit)
 
     @endpoint("POST", "/preferences")
-    def prefer(self, chosen: int, rejected: int, *, comment: str | None = None) -> JSON:
+    def prefer(self, chosen: int, rejected: int, *, comment: str | None = None) -> Record:
         return self._post("/api/v1/preferences", _body(chosen=chosen, rejected=rejected, comment=comment))
 
     @endpoint("GET", "/review-queues")
@@ -595,7 +614,7 @@ class Reviews(Resource):
         project: int | None = None,
         source: str | None = None,
         limit: int | None = None,
-    ) -> Iterator[JSON]:
+    ) -> Iterator[Record]:
         return self._list("/api/v1/review-queues", run=run, project=project, source=source, limit=limit)
 
     @endpoint("POST", "/review-queues")
@@ -608,7 +627,7 @@ class Reviews(Resource):
         filters: JSON | None = None,
         trace_filters: JSON | None = None,
         limit: int | None = None,
-    ) -> JSON:
+    ) -> Record:
         """A queue over a run's trajectories (run=, filters=) or a project's traces (project=,
         trace_filters=)."""
         source = "traces" if project is not None and run is None else "trajectories"
@@ -624,43 +643,43 @@ class Reviews(Resource):
         return self._post("/api/v1/review-queues", body)
 
     @endpoint("GET", "/review-queues/{id}")
-    def queue(self, queue: int) -> JSON:
+    def queue(self, queue: int) -> Record:
         return self._get(f"/api/v1/review-queues/{queue}")
 
     @endpoint("GET", "/review-queues/{id}/items")
-    def queue_items(self, queue: int, *, limit: int | None = None) -> Iterator[JSON]:
+    def queue_items(self, queue: int, *, limit: int | None = None) -> Iterator[Record]:
         return self._list(f"/api/v1/review-queues/{queue}/items", limit=limit)
 
     @endpoint("POST", "/review-queues/{id}/assign")
-    def assign(self, queue: int, reviewers: list[int], *, reassign: bool = False) -> JSON:
+    def assign(self, queue: int, reviewers: list[int], *, reassign: bool = False) -> Record:
         return self._post(
             f"/api/v1/review-queues/{queue}/assign", {"reviewers": reviewers, "reassign": reassign}
         )
 
     @endpoint("POST", "/review-queues/{id}/next")
-    def next(self, queue: int) -> JSON | None:
+    def next(self, queue: int) -> Record | None:
         """The caller's next item, or None when nothing is left for them."""
         return self._post(f"/api/v1/review-queues/{queue}/next")
 
 
 class Webhooks(Resource):
     @endpoint("GET", "/webhooks")
-    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[Record]:
         return self._list("/api/v1/webhooks", project=project, limit=limit)
 
     @endpoint("POST", "/webhooks")
-    def create(self, project: int, url: str, *, idempotency_key: str | None = None, **fields: Any) -> JSON:
+    def create(self, project: int, url: str, *, idempotency_key: str | None = None, **fields: Any) -> Record:
         """A webhook (`description`, `statuses`, `events`, `active`); its secret is in this answer only."""
         return self._post(
             "/api/v1/webhooks", {"project": project, "url": url} | fields, idempotency_key=idempotency_key
         )
 
     @endpoint("GET", "/webhooks/{id}")
-    def get(self, webhook: int) -> JSON:
+    def get(self, webhook: int) -> Record:
         return self._get(f"/api/v1/webhooks/{webhook}")
 
     @endpoint("PATCH", "/webhooks/{id}")
-    def update(self, webhook: int, **changes: Any) -> JSON:
+    def update(self, webhook: int, **changes: Any) -> Record:
         return self._patch(f"/api/v1/webhooks/{webhook}", changes)
 
     @endpoint("DELETE", "/webhooks/{id}")
@@ -670,38 +689,40 @@ class Webhooks(Resource):
     @endpoint("GET", "/webhooks/{id}/deliveries")
     def deliveries(
         self, webhook: int, *, status: str | None = None, limit: int | None = None
-    ) -> Iterator[JSON]:
+    ) -> Iterator[Record]:
         return self._list(f"/api/v1/webhooks/{webhook}/deliveries", status=status, limit=limit)
 
     @endpoint("POST", "/webhooks/{id}/deliveries/{delivery_id}/redeliver")
-    def redeliver(self, webhook: int, delivery: int) -> JSON:
+    def redeliver(self, webhook: int, delivery: int) -> Record:
         return self._post(f"/api/v1/webhooks/{webhook}/deliveries/{delivery}/redeliver")
 
     @endpoint("POST", "/webhooks/{id}/ping")
-    def ping(self, webhook: int) -> JSON:
+    def ping(self, webhook: int) -> Record:
         return self._post(f"/api/v1/webhooks/{webhook}/ping")
 
     @endpoint("POST", "/webhooks/{id}/rotate-secret")
-    def rotate_secret(self, webhook: int) -> JSON:
+    def rotate_secret(self, webhook: int) -> Record:
         return self._post(f"/api/v1/webhooks/{webhook}/rotate-secret")
 
 
 class Traces(Resource):
     @endpoint("GET", "/traces")
-    def list(self, *, project: int | None = None, limit: int | None = None, **filters: Any) -> Iterator[JSON]:
+    def list(
+        self, *, project: int | None = None, limit: int | None = None, **filters: Any
+    ) -> Iterator[Record]:
         """Filters: q, trace_id, model, tier, thumbs, success, has_correction, min_score,
         max_score, since, until, label, meta ("key:value")."""
         return self._list("/api/v1/traces", project=project, limit=limit, **filters)
 
     @endpoint("POST", "/traces")
-    def ingest(self, project: int, traces: list[JSON], *, idempotency_key: str | None = None) -> JSON:
+    def ingest(self, project: int, traces: list[JSON], *, idempotency_key: str | None = None) -> Record:
         """Report a batch of traces now (see Client.log_trace for background batching)."""
         return self._post(
             "/api/v1/traces", {"project": project, "traces": traces}, idempotency_key=idempotency_key
         )
 
     @endpoint("GET", "/traces/{id}")
-    def get(self, trace: int) -> JSON:
+    def get(self, trace: int) -> Record:
         return self._get(f"/api/v1/traces/{trace}")
 
     @endpoint("DELETE", "/traces/{id}")
@@ -718,7 +739,7 @@ class Traces(Resource):
         task_set: int | None = None,
         task_set_name: str | None = None,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         """Traces (by id, or every one matching `filters`) to a new task-set version."""
         body = _body(
             project=project, traces=traces, filters=filters, task_set=task_set, task_set_name=task_set_name
@@ -728,18 +749,18 @@ class Traces(Resource):
 
 class RewardModels(Resource):
     @endpoint("GET", "/reward-models")
-    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[Record]:
         return self._list("/api/v1/reward-models", project=project, limit=limit)
 
     @endpoint("POST", "/reward-models")
     def create(
         self, project: int, name: str, *, description: str | None = None, idempotency_key: str | None = None
-    ) -> JSON:
+    ) -> Record:
         body = _body(project=project, name=name, description=description)
         return self._post("/api/v1/reward-models", body, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/reward-models/{id}")
-    def get(self, reward_model: int) -> JSON:
+    def get(self, reward_model: int) -> Record:
         """The reward model with its newest version (status, held-out pair accuracy)."""
         return self._get(f"/api/v1/reward-models/{reward_model}")
 
@@ -748,7 +769,7 @@ class RewardModels(Resource):
         self._delete(f"/api/v1/reward-models/{reward_model}")
 
     @endpoint("GET", "/reward-models/{id}/versions")
-    def versions(self, reward_model: int, *, limit: int | None = None) -> Iterator[JSON]:
+    def versions(self, reward_model: int, *, limit: int | None = None) -> Iterator[Record]:
         return self._list(f"/api/v1/reward-models/{reward_model}/versions", limit=limit)
 
     @endpoint("POST", "/reward-models/{id}/train")
@@ -761,7 +782,7 @@ class RewardModels(Resource):
         base_model: str | None = None,
         hyperparameters: JSON | None = None,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         """A new version, queued for training on the task-set version's preference pairs."""
         body = _body(
             task_set_version=task_set_version,
@@ -781,30 +802,30 @@ class RewardModels(Resource):
         *,
         texts: list[JSON] | None = None,
         pairs: list[JSON] | None = None,
-    ) -> JSON:
+    ) -> Record:
         """Score with a trained version: `texts` ({prompt, completion}) answer `scores`; `pairs`
         ({prompt, chosen, rejected}) answer each pair's scores, margin and the share ranked right."""
         body = _body(texts=texts, pairs=pairs)
         return self._post(f"/api/v1/reward-models/{reward_model}/versions/{number}/score", body)
 
     @endpoint("GET", "/reward-model-versions/{id}")
-    def version(self, version: int) -> JSON:
+    def version(self, version: int) -> Record:
         """A version: status, step of steps, loss history, held-out pair accuracy before and after."""
         return self._get(f"/api/v1/reward-model-versions/{version}")
 
     @endpoint("POST", "/reward-model-versions/{id}/cancel")
-    def cancel(self, version: int) -> JSON:
+    def cancel(self, version: int) -> Record:
         return self._post(f"/api/v1/reward-model-versions/{version}/cancel")
 
     @endpoint("GET", "/runs/{id}/reward-models")
-    def of_run(self, run: int) -> Iterator[JSON]:
+    def of_run(self, run: int) -> Iterator[Record]:
         """The reward-model versions a run's rewards used (every page)."""
         return self._list(f"/api/v1/runs/{run}/reward-models")
 
 
 class EvalSuites(Resource):
     @endpoint("GET", "/eval-suites")
-    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[JSON]:
+    def list(self, *, project: int | None = None, limit: int | None = None) -> Iterator[Record]:
         return self._list("/api/v1/eval-suites", project=project, limit=limit)
 
     @endpoint("POST", "/eval-suites")
@@ -817,14 +838,14 @@ class EvalSuites(Resource):
         entries: list[JSON] | None = None,
         sampling: JSON | None = None,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         """A suite; with `entries` ({task_set_version, split, reward_rule_version, limit}), its
         version 1 too, sampled as `sampling` says ({samples, k, temperature, pass_threshold})."""
         body = _body(project=project, name=name, description=description, entries=entries, sampling=sampling)
         return self._post("/api/v1/eval-suites", body, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/eval-suites/{id}")
-    def get(self, suite: int) -> JSON:
+    def get(self, suite: int) -> Record:
         """The suite with its versions, newest first."""
         return self._get(f"/api/v1/eval-suites/{suite}")
 
@@ -837,7 +858,7 @@ class EvalSuites(Resource):
         sampling: JSON | None = None,
         note: str | None = None,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         body = _body(entries=entries, sampling=sampling, note=note)
         return self._post(f"/api/v1/eval-suites/{suite}/versions", body, idempotency_key=idempotency_key)
 
@@ -852,28 +873,28 @@ class EvalSuites(Resource):
         checkpoint: int | None = None,
         tier: int | None = None,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> Record:
         """Queue an evaluation of the suite (its newest version, or `suite_version`) on one target:
         a run's policy version (`run`, `version`), a `checkpoint`, or a `tier` as it is."""
         body = _body(suite_version=suite_version, run=run, version=version, checkpoint=checkpoint, tier=tier)
         return self._post(f"/api/v1/eval-suites/{suite}/evaluate", body, idempotency_key=idempotency_key)
 
     @endpoint("GET", "/suite-evaluations/{id}")
-    def evaluation(self, evaluation: int) -> JSON:
+    def evaluation(self, evaluation: int) -> Record:
         """Its status and figures, overall and per entry."""
         return self._get(f"/api/v1/suite-evaluations/{evaluation}")
 
     @endpoint("GET", "/suite-evaluations/{id}/results")
     def results(
         self, evaluation: int, *, entry: int | None = None, limit: int | None = None
-    ) -> Iterator[JSON]:
+    ) -> Iterator[Record]:
         """Its results per item, with the first completions."""
         return self._list(f"/api/v1/suite-evaluations/{evaluation}/results", entry=entry, limit=limit)
 
     @endpoint("GET", "/suite-evaluations/{id}/compare")
     def compare(
         self, evaluation: int, *, against: int, change: str | None = None, kind: str | None = None
-    ) -> JSON:
+    ) -> Record:
         """This evaluation against another of the same suite version, item by item, with a paired
         bootstrap interval on the change in pass rate."""
         path = f"/api/v1/suite-evaluations/{evaluation}/compare"
@@ -882,7 +903,7 @@ class EvalSuites(Resource):
 
 class Ops(Resource):
     @endpoint("GET", "/ops/overview")
-    def overview(self) -> JSON:
+    def overview(self) -> Record:
         """Workers by queue and host (alive, gone or stopped; what each runs), queue depths and the
         oldest wait, Redis and database latency, sandboxes and recent failures. Project owners
         and staff only; runs of projects the caller is not in are not named."""
