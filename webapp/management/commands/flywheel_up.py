@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from webapp import stack
 from webapp.embedded_redis import redis_ping
+from webapp.static_storage import static_collect_if_changed
 
 HEALTH_WAIT_SECONDS = 90.0
 
@@ -21,6 +22,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         call_command("migrate", interactive=False, verbosity=0)
+        if static_collect_if_changed():
+            self.stdout.write(f"static files: collected and compressed in {settings.STATIC_ROOT}")
         model = settings.FLYWHEEL_HOME / "models" / "tiny-base"
         if not (model / "config.json").exists():
             self.stdout.write("building the tiny base model (about a minute, once)...")
