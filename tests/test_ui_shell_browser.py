@@ -15,7 +15,7 @@ from django.test.testcases import LiveServerThread
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from reviews import services as review_services
-from runs.models import MetricPoint, Run
+from runs.models import MetricPoint, Run, TierEvaluation
 from tests.test_browser import CHROMIUM
 from tests.test_live_browser import agent_trajectory, build_run
 
@@ -151,7 +151,25 @@ def test_on_a_phone_the_menu_button_opens_the_navigation(browser, live_server, o
     expect(page.locator(".topnav").get_by_role("link", name="Runs")).to_be_visible()
 
 
-CHART_PAGES = {"run": "#chart-reward .main-svg", "compare": ".js-plotly-plot .main-svg"}
+CHART_PAGES = {
+    "run": "#chart-reward .main-svg",
+    "compare": ".js-plotly-plot .main-svg",
+    "tier evaluation": "#tier-chart .main-svg",
+}
+
+
+def tier_evaluation(run: Run) -> str:
+    result = {"name": "cap", "pass_rate": 0.8333, "passed": 5, "scored": 6, "tokens_per_second": 10.0}
+    evaluation = TierEvaluation.objects.create(
+        project=run.project,
+        tier=run.tier,
+        tier_configs=[{"id": run.tier_id, "name": "cap"}],
+        checkpoint="base",
+        task_set_version=run.task_set_version,
+        status="succeeded",
+        results=[result],
+    )
+    return f"/tier-evaluations/{evaluation.pk}/"
 
 
 @pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
@@ -168,7 +186,7 @@ def test_the_chart_pages_log_no_console_error(browser, live_server, owner, run, 
         ),
     )
     page.on("pageerror", lambda error: errors.append(str(error)))
-    paths = main_pages(run, owner)
+    paths = main_pages(run, owner) | {"tier evaluation": tier_evaluation(run)}
     for name, drawn in CHART_PAGES.items():
         page.goto(f"{live_server.url}{paths[name]}", wait_until="load")
         expect(page.locator(drawn).first).to_be_visible()
