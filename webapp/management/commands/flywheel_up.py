@@ -9,7 +9,6 @@ from django.core.management.base import BaseCommand, CommandError
 
 from webapp import stack
 from webapp.embedded_redis import redis_ping
-from webapp.static_storage import static_collect_if_changed
 
 HEALTH_WAIT_SECONDS = 90.0
 
@@ -22,8 +21,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         call_command("migrate", interactive=False, verbosity=0)
-        if static_collect_if_changed():
-            self.stdout.write(f"static files: collected and compressed in {settings.STATIC_ROOT}")
+        call_command("collect_static_if_changed", stdout=self.stdout)
         model = settings.FLYWHEEL_HOME / "models" / "tiny-base"
         if not (model / "config.json").exists():
             self.stdout.write("building the tiny base model (about a minute, once)...")
