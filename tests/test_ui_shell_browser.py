@@ -88,6 +88,18 @@ def main_pages(run: Run, owner) -> dict[str, str]:
         "review queue": f"/review-queues/{queue.pk}/",
         "trajectory": f"/trajectories/{trajectory.pk}/",
         "compare": f"/runs/compare/?runs={run.pk}",
+        "trajectories": f"/runs/{run.pk}/trajectories/",
+        "task set version": f"/task-sets/{run.task_set_version.task_set_id}/versions/1/",
+        "reward rule": f"/reward-rules/{run.reward_rule_version.rule_id}/",
+        "reward rule editor": f"/reward-rules/{run.reward_rule_version.rule_id}/edit/",
+        "tier": f"/tiers/{run.tier_id}/",
+        "new run": f"/projects/{project.pk}/runs/new/",
+        "members": f"/projects/{project.pk}/members/",
+        "traces": f"/projects/{project.pk}/traces/",
+        "reward models": f"/projects/{project.pk}/reward-models/",
+        "webhooks": f"/projects/{project.pk}/webhooks/",
+        "playground": "/playground/",
+        "API tokens": "/tokens/",
     }
 
 
@@ -112,7 +124,7 @@ def test_on_a_phone_every_main_page_fits_the_screen_and_the_charts_fit_their_car
     page = signed_in_page(browser, owner, live_server.url, PHONE)
     too_wide = {}
     for name, path in main_pages(run, owner).items():
-        page.goto(f"{live_server.url}{path}", wait_until="load")
+        assert page.goto(f"{live_server.url}{path}", wait_until="load").ok, name
         if name == "run":
             expect(page.locator("#chart-reward .main-svg").first).to_be_visible()
             chart = page.locator("#chart-reward .main-svg").first.bounding_box()
