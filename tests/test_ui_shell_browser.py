@@ -229,19 +229,22 @@ def served_static(settings) -> Iterator[str]:
 
 
 def transferred(page: Page, url: str) -> dict[str, int]:
-    """Bytes over the wire (headers and compressed bodies) for each response of one visit."""
+    """Bytes over the wire (headers and compressed bodies) of one visit, by URL (a URL asked for
+    twice counts twice)."""
     session = page.context.new_cdp_session(page)
     session.send("Network.enable")
     urls: dict[str, str] = {}
     sizes: dict[str, int] = {}
+
+    def finished(event: dict) -> None:
+        name = urls.get(event["requestId"], "?")
+        sizes[name] = sizes.get(name, 0) + int(event["encodedDataLength"])
+
     session.on(
-        "Network.responseReceived",
-        lambda event: urls.__setitem__(event["requestId"], event["response"]["url"]),
+        "Network.requestWillBeSent",
+        lambda event: urls.__setitem__(event["requestId"], event["request"]["url"]),
     )
-    session.on(
-        "Network.loadingFinished",
-        lambda event: sizes.__setitem__(urls.get(event["requestId"], "?"), int(event["encodedDataLength"])),
-    )
+    session.on("Network.loadingFinished", finished)
     page.goto(url, wait_until="networkidle")
     expect(page.locator("#chart-reward .main-svg").first).to_be_visible()
     session.detach()
