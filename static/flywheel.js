@@ -164,7 +164,28 @@
     });
   }
 
+  // Phones (below 860 px): the navigation folds behind the Menu button (static/flywheel.css).
+  function setupMenu() {
+    var button = document.querySelector(".menu-toggle");
+    var bar = button && button.closest(".topbar");
+    if (!bar) return;
+    function show(open) {
+      button.setAttribute("aria-expanded", open ? "true" : "false");
+      bar.classList.toggle("menu-open", open);
+    }
+    button.addEventListener("click", function () {
+      show(button.getAttribute("aria-expanded") !== "true");
+    });
+    document.addEventListener("keydown", function (event) {
+      if (event.key === "Escape" && bar.classList.contains("menu-open")) {
+        show(false);
+        button.focus();
+      }
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    setupMenu();
     setupRunsTable();
     setupCopyButtons();
     setupLiveSection();

@@ -44,6 +44,18 @@ def redis_server():
         stack.process_stop("redis")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def static_files_uncollected(tmp_path_factory):
+    """Pages link the static files under their plain names, served from static/ as they are in the
+    checkout: a `collectstatic` that `make up` ran in the same FLYWHEEL_HOME may be older than them
+    (tests/test_ui_shell_browser.py collects its own)."""
+    from django.contrib.staticfiles.storage import staticfiles_storage
+    from django.utils.functional import empty
+
+    settings.STATIC_ROOT = str(tmp_path_factory.mktemp("static"))
+    staticfiles_storage._wrapped = empty
+
+
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings):
     """Tests create many users; the production hasher is slow on purpose."""

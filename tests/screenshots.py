@@ -1,5 +1,6 @@
-"""`make screenshots`: the run page, the compare page, a trajectory and a review queue at 1,280 and
-1,920 px, light and dark, written to docs/screenshots/ (linked from the README).
+"""`make screenshots`: the run page, the compare page, a trajectory and a review queue on a desktop
+(1,400×900) and a phone (390×844), light and dark, and the phone's open menu, written to
+docs/screenshots/ (linked from the README).
 
 Not part of `make test` (the file name does not match test_*.py): run it explicitly. It builds a
 small made-up record (two runs with 40 steps of metrics, trajectories with steps and tokens, a
@@ -22,7 +23,7 @@ from tests.test_live_browser import build_run
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # see tests/test_browser.py
 OUT = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
-SIZES = {1280: 800, 1920: 1080}
+SIZES = {1400: 900, 390: 844}
 SCHEMES = ("light", "dark")
 STEPS = range(1, 41)
 
@@ -123,6 +124,8 @@ def test_screenshots(live_server, django_user_model):
         "review-queue": (f"/review-queues/{queue.pk}/", "#queue-items"),
     }
     OUT.mkdir(parents=True, exist_ok=True)
+    for stale in OUT.glob("*.png"):  # sizes no longer taken must not linger beside the new ones
+        stale.unlink()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM,
@@ -148,6 +151,10 @@ def test_screenshots(live_server, django_user_model):
                     if name == "trajectory":  # the replay, its tokens coloured, under the review form
                         page.locator("#review").evaluate("node => window.scrollTo(0, node.offsetTop - 8)")
                     page.screenshot(path=str(OUT / f"{name}-{width}-{scheme}.png"))
+                if width < 860:  # the navigation behind the phone's Menu button, opened
+                    page.get_by_role("button", name="Menu").click()
+                    expect(page.locator(".topnav")).to_be_visible()
+                    page.screenshot(path=str(OUT / f"menu-{width}-{scheme}.png"))
                 context.close()
         browser.close()
-    assert len(list(OUT.glob("*.png"))) >= 16
+    assert len(list(OUT.glob("*.png"))) == 18

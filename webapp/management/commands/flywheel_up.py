@@ -21,6 +21,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         call_command("migrate", interactive=False, verbosity=0)
+        call_command("collect_static_if_changed", stdout=self.stdout)
         model = settings.FLYWHEEL_HOME / "models" / "tiny-base"
         if not (model / "config.json").exists():
             self.stdout.write("building the tiny base model (about a minute, once)...")
