@@ -100,6 +100,7 @@ def main_pages(run: Run, owner) -> dict[str, str]:
         "webhooks": f"/projects/{project.pk}/webhooks/",
         "playground": "/playground/",
         "API tokens": "/tokens/",
+        "operations": "/ops/",
     }
 
 
