@@ -8,11 +8,18 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .channel import Channel
-from .formats import DEFAULT_FLOAT_TOLERANCE, outputs_match, plan_tests, pytest_plan
+from .formats import (
+    DEFAULT_FLOAT_TOLERANCE,
+    TESTS_PLACEHOLDER,
+    outputs_match,
+    plan_tests,
+    pytest_files,
+    pytest_plan,
+)
 from .interface import (
     ExecResult,
     FileEntry,
@@ -28,7 +35,7 @@ from .interface import (
     as_bytes,
 )
 from .seccomp import SeccompUnavailableError, seccomp_program
-from .values import decided, value_plan
+from .values import decided, pytest_value_plan, value_plan
 
 __all__ = ["Sandbox", "plan_tests", "sandbox_cpu_seconds"]
 IO_RUNNER = "solution.py"
@@ -311,23 +318,47 @@ class Sandbox:
         )
 
     def run_pytest(
-        self, *, timeout: float | None = None, output_cap: int | None = None, files: FileMap | None = None
+        self,
+        *,
+        timeout: float | None = None,
+        output_cap: int | None = None,
+        files: FileMap | None = None,
+        tests: Mapping[str, str] | None = None,
+        host_decides: bool = False,
     ) -> TestRunResult:
-        """Run pytest over the sandbox's initial test files (its image must have pytest); one result
-        per test function read from the files (a parametrised test passes when every case does)."""
-        test_files = {path: content.decode(errors="replace") for path, content in self.files}
+        """Run pytest over the test files (its image must have pytest); one result per test function
+        read from the files (a parametrised test passes when every case does).
+
+        The test files are `tests` (path -> source), else the sandbox's initial test files. pytest
+        compiles them from the harness's memory, where they arrive before any of the workspace's
+        code runs: in the workspace each is a placeholder (written here if the spec has none), so
+        the solution cannot read the expected values there, and a placeholder rewritten or deleted
+        is flagged (`test_files_modified`). `host_decides`: as run_tests, for each plain test
+        function or method whose asserts compare a value with a literal (sandboxes/values.py).
+        """
+        initial = {path: content.decode(errors="replace") for path, content in self.files}
+        test_files = pytest_files(initial if tests is None else tests)
         names = pytest_plan(test_files)
+        plan = pytest_value_plan(tuple(sorted(test_files.items())), names) if host_decides else None
+        sources = dict(plan.sources) if plan is not None else test_files
+        placeholders = {path: TESTS_PLACEHOLDER for path in test_files if path not in initial}
         nonce = secrets.token_hex(16)
-        runner = PYTEST_RUNNER.replace("NONCE", nonce)
-        argv = ["python3", "-c", runner, *sorted({name.split("::", 1)[0] for name in names})]
-        reply = self._execute({"kind": "argv", "argv": argv}, timeout, output_cap, b"", files)
+        argv = ["python3", "-c", PYTEST_RUNNER, *sorted({name.split("::", 1)[0] for name in names})]
+        stdin = json.dumps({"nonce": nonce, "sources": sources}).encode()
+        head = {"kind": "argv", "argv": argv}
+        reply = self._execute(head, timeout, output_cap, stdin, {**placeholders, **(files or {})})
         execution = exec_result(reply, nonce)
         if "No module named pytest" in execution.stderr:
             raise InfrastructureError(
                 f"the sandbox's image has no pytest ({self.spec.image or 'the default'})"
             )
+        results = pytest_results(names, reply["report"], nonce, execution)
+        if plan is None:
+            return TestRunResult(tests=results, execution=execution)
         return TestRunResult(
-            tests=pytest_results(names, reply["report"], nonce, execution), execution=execution
+            tests=decided(results, plan, reply["report"], nonce),
+            execution=execution,
+            unrewritable=plan.unrewritable,
         )
 
     def pristine_source(self, path: str) -> str:
@@ -425,15 +456,91 @@ def io_case_result(
     )
 
 
-PYTEST_RUNNER = """
-import json, os, sys
+PYTEST_RUNNER = r"""
+import ast, json, linecache, os, posixpath, sys, types
+
+# The run's nonce and the test files come on stdin, read before any of the workspace's code runs:
+# the files on disk are placeholders, so the tests' expected values are nowhere the code can read.
+PAYLOAD = json.loads(sys.stdin.buffer.read() or b"{}")
+NONCE, SOURCES = PAYLOAD.get("nonce", ""), PAYLOAD.get("sources", {})
+del PAYLOAD
+
 import pytest
+from _pytest.assertion.rewrite import rewrite_asserts
+
+
+def emit(line):
+    try:
+        os.write(3, (line + "\n").encode())
+    except OSError:
+        pass
+
 
 def out_of_memory(report):
     if report.failed and "MemoryError" in str(report.longrepr):
-        os.write(3, b'{"event": "oom"}\\n')
+        emit('{"event": "oom"}')
+
+
+class NotPlainError(Exception):
+    pass
+
+
+def plain(value, depth=0):
+    # the server's plain() (runtime/server.py): exact built-in types only
+    kind = type(value)
+    if value is None or kind is bool or kind is int or kind is float or kind is str:
+        return value
+    if depth > 100:
+        raise NotPlainError("a value nested deeper than 100 levels")
+    if kind is list or kind is tuple or kind is set or kind is frozenset:
+        return {kind.__name__: [plain(element, depth + 1) for element in value]}
+    if kind is dict:
+        return {"dict": [[plain(key, depth + 1), plain(item, depth + 1)] for key, item in value.items()]}
+    if kind is bytes:
+        return {"bytes": value.hex()}
+    raise NotPlainError(f"a {kind.__module__}.{kind.__qualname__} is not plain data")
+
+
+def flywheel_value(index, value):
+    event = {"nonce": NONCE, "event": "value", "index": index}
+    try:
+        event["value"] = plain(value)
+        line = json.dumps(event)
+    except NotPlainError as exc:
+        line = json.dumps({**event, "error": str(exc)})
+    except (ValueError, RecursionError) as exc:
+        line = json.dumps({**event, "error": "the value does not serialise: " + type(exc).__name__})
+    emit(line)
+    return True
+
+
+class MemoryModule(pytest.Module):
+    # A test file compiled from the harness's memory (pytest's assertion rewriting kept).
+    def _getobj(self):
+        path = str(self.path)
+        source = SOURCES[posixpath.normpath(os.path.relpath(path))]
+        tree = ast.parse(source, path)
+        rewrite_asserts(tree, source.encode(), path, self.config)
+        name = os.path.splitext(os.path.basename(path))[0]
+        module = types.ModuleType(name)
+        module.__file__ = path
+        module.__dict__["__flywheel_value__"] = flywheel_value
+        linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+        directory = os.path.dirname(path)
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+        sys.modules[name] = module
+        exec(compile(tree, path, "exec"), module.__dict__)
+        return module
+
 
 class FlywheelReport:
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pycollect_makemodule(self, module_path, parent):
+        if posixpath.normpath(os.path.relpath(str(module_path))) in SOURCES:
+            return MemoryModule.from_parent(parent, path=module_path)
+        return None
+
     def pytest_collectreport(self, report):
         out_of_memory(report)
 
@@ -444,9 +551,10 @@ class FlywheelReport:
             if report.outcome != "passed":
                 crash = getattr(report.longrepr, "reprcrash", None)
                 message = crash.message if crash is not None else str(report.longrepr)[-2000:]
-            event = {"nonce": "NONCE", "event": "end", "name": report.nodeid, "outcome": report.outcome,
+            event = {"nonce": NONCE, "event": "end", "name": report.nodeid, "outcome": report.outcome,
                      "when": report.when, "message": message[:2000], "duration": report.duration}
-            os.write(3, (json.dumps(event) + "\\n").encode())
+            emit(json.dumps(event))
+
 
 arguments = ["-q", "-p", "no:cacheprovider", "-o", "addopts=", *sys.argv[1:]]
 sys.exit(pytest.main(arguments, plugins=[FlywheelReport()]))

@@ -85,6 +85,7 @@ class ValuePlan:
     checks: tuple[ValueCheck, ...]
     units: Mapping[str, tuple[int, ...]]  # test name -> indices of its checks (host-decided tests)
     unrewritable: tuple[str, ...]  # tests whose verdict stays the in-sandbox harness's
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)  # pytest: path -> tests sent
 
 
 def is_literal(node: ast.AST) -> bool:
@@ -255,6 +256,107 @@ def value_plan(source: str, path: str, style: str, names: tuple[str, ...]) -> Va
     except (SyntaxError, ValueError):
         return unchanged
     return ValuePlan(rewritten, tuple(checks), decided, tuple(name for name in names if name not in decided))
+
+
+def pytest_units(tree: ast.Module, path: str) -> dict[str, list[ast.stmt]]:
+    """The statements of each plain pytest test (named as pytest_plan names it) the host can decide:
+    an undecorated `test*` function without parameters, or such a method (`self` only) of an
+    undecorated `Test*` class. Fixtures, parametrised tests and names defined twice stay the
+    sandbox's (a test pytest runs more than once, or with values it injects, has no one value).
+
+    >>> tree = ast.parse("def test_a():\\n    pass\\nclass TestB:\\n    def test_c(self):\\n        pass\\n"
+    ...                  "def test_d(tmp_path):\\n    pass\\n")
+    >>> sorted(pytest_units(tree, "t.py"))
+    ['t.py::TestB::test_c', 't.py::test_a']
+    """
+    units: dict[str, list[ast.stmt]] = {}
+    seen: set[str] = set()
+    twice: set[str] = set()
+
+    def take(name: str, function: ast.FunctionDef, parameters: int) -> None:
+        (twice if name in seen else seen).add(name)
+        arguments = function.args
+        if (
+            function.decorator_list
+            or len(arguments.args) != parameters
+            or arguments.posonlyargs
+            or arguments.kwonlyargs
+            or arguments.vararg
+            or arguments.kwarg
+        ):
+            return
+        units[name] = function.body
+
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+            take(f"{path}::{node.name}", node, 0)
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            for method in node.body:
+                if isinstance(method, ast.FunctionDef) and method.name.startswith("test"):
+                    name = f"{path}::{node.name}::{method.name}"
+                    if not node.decorator_list:
+                        take(name, method, 1)
+                    else:
+                        seen.add(name)
+        elif isinstance(node, (ast.AsyncFunctionDef, ast.ClassDef)):
+            seen.add(f"{path}::{node.name}")
+    return {name: body for name, body in units.items() if name not in twice}
+
+
+@functools.lru_cache(maxsize=256)  # an item's test files are planned once, not on every run
+def pytest_value_plan(files: tuple[tuple[str, str], ...], names: tuple[str, ...]) -> ValuePlan:
+    """pytest test files (path, source) with each host-decidable test's asserts replaced by value
+    reports, as value_plan does for one source; `sources` holds the files as the sandbox gets them.
+
+    >>> source = "from solution import f\\ndef test_x():\\n    assert f(1) == 2\\n"
+    >>> source += "def test_y():\\n    assert f(2) < 3\\n"
+    >>> plan = pytest_value_plan((("test_a.py", source),), ("test_a.py::test_x", "test_a.py::test_y"))
+    >>> plan.sources["test_a.py"].splitlines()[2], dict(plan.units), plan.unrewritable
+    ('    assert __flywheel_value__(0, (f(1)))', {'test_a.py::test_x': (0,)}, ('test_a.py::test_y',))
+    """
+    checks: list[ValueCheck] = []
+    decided_units: dict[str, tuple[int, ...]] = {}
+    sources: dict[str, str] = {}
+    for path, source in files:
+        sources[path] = source
+        try:
+            tree = ast.parse(source, path)
+        except (SyntaxError, ValueError):
+            continue  # pytest reports the file's error; the sandbox decides its tests (they fail)
+        units = pytest_units(tree, path)
+        file_checks: list[ValueCheck] = []
+        file_units: dict[str, tuple[int, ...]] = {}
+        edits: list[tuple[ast.Assert, ast.expr, int]] = []
+        for name, body in units.items():
+            asserts = unit_asserts(body) if name in names else None
+            if asserts is None:
+                continue
+            indices = []
+            for node in asserts:
+                actual, op, expected = rewritable(node)  # type: ignore[misc]
+                index = len(checks) + len(file_checks)
+                written = ast.get_source_segment(source, node) or ast.unparse(node)
+                file_checks.append(ValueCheck(index, op, expected, written, node.lineno))
+                edits.append((node, actual, index))
+                indices.append(index)
+            file_units[name] = tuple(indices)
+        if not edits:
+            continue
+        rewritten = replaced(source, edits)
+        try:
+            ast.parse(rewritten, path)
+        except (SyntaxError, ValueError):
+            continue
+        sources[path] = rewritten
+        checks += file_checks
+        decided_units |= file_units
+    return ValuePlan(
+        "",
+        tuple(checks),
+        decided_units,
+        tuple(name for name in names if name not in decided_units),
+        sources,
+    )
 
 
 def replaced(source: str, edits: list[tuple[ast.Assert, ast.expr, int]]) -> str:

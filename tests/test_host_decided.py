@@ -9,7 +9,7 @@ from sandbox_fixtures import bubblewrap_pool  # noqa: F401  (a fixture)
 
 from rewards.engine import Sample, score
 from sandboxes.formats import plan_tests
-from sandboxes.values import ValueCheck, decode, value_plan
+from sandboxes.values import ValueCheck, decode, pytest_value_plan, value_plan
 
 PARTIAL = {"type": "unit_tests", "name": "tests", "score": "pass_rate"}
 
@@ -75,19 +75,19 @@ STUBBABLE = {
     "namespace": "assert True\nassert double(2) == 4\nassert double(3) == 6\nassert double(9) is not False\n",
     "candidate": "def check(candidate):\n    assert True\n    assert candidate(2) == 4\n"
     "    assert candidate(3) == 6\n    assert candidate(5) != 'x'\n",
+    "pytest": "from solution import double\n\n\ndef test_true():\n    assert True\n\n\n"
+    "def test_zero():\n    assert not double(0)\n\n\nclass TestDouble:\n    def test_two(self):\n"
+    "        assert double(2) == 4\n\n    def test_three(self):\n        assert double(3) == 6\n",
 }
 DO_NOTHING = "def double(x):\n    pass\n"
 HALF_RIGHT = "def double(x):\n    return 4 if x == 2 else 0\n"
 
 
 def stubbable_item(test_format: str) -> dict:
-    return {
-        "id": f"stubbable-{test_format}",
-        "kind": "code",
-        "prompt": "Write double(x).",
-        "tests": STUBBABLE[test_format],
-        "entry_point": "double",
-    }
+    tests = {"tests": STUBBABLE[test_format], "entry_point": "double"}
+    if test_format == "pytest":
+        tests = {"setup_files": {"test_double.py": STUBBABLE[test_format]}}
+    return {"id": f"stubbable-{test_format}", "kind": "code", "prompt": "Write double(x).", **tests}
 
 
 @pytest.mark.parametrize("test_format", list(STUBBABLE))
@@ -151,3 +151,44 @@ def test_a_float_tolerance_is_applied_by_the_host_to_numbers_only(bubblewrap_poo
     item = {"id": "third", "kind": "code", "prompt": "third", "tests": tests, "entry_point": "third"}
     result = score(PARTIAL, item, Sample(files={"solution.py": solution}), pool=bubblewrap_pool)
     assert result.total == total and [test["decided_by"] for test in result.tests] == ["host"]
+
+
+PYTEST_MIXED = (
+    "import pytest\nfrom solution import double\n\n\n"
+    "def test_plain():\n    assert double(2) == 'secret-4'\n\n\n"
+    "def test_less():\n    assert double(1) < 3\n\n\n@pytest.mark.parametrize('x', [1])\n"
+    "def test_each(x):\n    assert double(x) == 'secret-2'\n\n\nclass TestDouble:\n"
+    "    def test_method(self):\n        assert double(3) == 'secret-6'\n\n"
+    "    def test_fixture(self, tmp_path):\n        assert double(0) == 0\n"
+)
+
+
+def test_a_pytest_files_plain_tests_are_the_hosts_and_the_others_stay_the_sandboxs(bubblewrap_pool):
+    names = (
+        "test_d.py::test_plain",
+        "test_d.py::test_less",
+        "test_d.py::test_each",
+        "test_d.py::TestDouble::test_method",
+        "test_d.py::TestDouble::test_fixture",
+    )
+    plan = pytest_value_plan((("test_d.py", PYTEST_MIXED),), names)
+    assert dict(plan.units) == {"test_d.py::test_plain": (0,), "test_d.py::TestDouble::test_method": (1,)}
+    assert "secret-4" not in plan.sources["test_d.py"] and "secret-6" not in plan.sources["test_d.py"]
+    item = {"id": "mixed", "kind": "code", "prompt": "p", "setup_files": {"test_d.py": PYTEST_MIXED}}
+    # an int subclass equal to anything: the sandbox's own comparisons pass it, the host's never do
+    sneaky = (
+        "class Sneaky(int):\n    def __eq__(self, other):\n        return True\n\n"
+        "    __hash__ = int.__hash__\n\n\ndef double(x):\n    return Sneaky(2 * x)\n"
+    )
+    result = score(PARTIAL, item, Sample(files={"solution.py": sneaky}), pool=bubblewrap_pool)
+    by_name = {test["name"].split("::", 1)[1]: test for test in result.tests}
+    assert {name: test["decided_by"] for name, test in by_name.items()} == {
+        "test_plain": "host",
+        "test_less": "sandbox",
+        "test_each": "sandbox",
+        "TestDouble::test_method": "host",
+        "TestDouble::test_fixture": "sandbox",
+    }
+    assert not by_name["test_plain"]["passed"] and not by_name["TestDouble::test_method"]["passed"]
+    assert "a solution.Sneaky is not plain data" in by_name["test_plain"]["message"]
+    assert by_name["test_less"]["passed"]  # `<` stays the sandbox's: 2 < 3 holds

@@ -7,7 +7,7 @@ flagged with evidence, and each run's stop reason is exact."""
 import dataclasses
 
 import pytest
-from sandbox_fixtures import backend  # noqa: F401
+from sandbox_fixtures import backend, bubblewrap_pool  # noqa: F401
 
 from rewards.engine import Sample, score
 from sandboxes.config import sandbox_settings
@@ -168,8 +168,8 @@ def test_code_that_breaks_down_scores_zero_with_its_exact_stop_reason(
 
 
 # Issue 25's families: none of them gains anything once the host compares plain values it decoded
-# itself (sandboxes/values.py). (pytest's own assertions still run in the sandbox: not here.)
-HOST_DECIDED_FORMATS = ("flywheel", "candidate", "namespace", "io")
+# itself (sandboxes/values.py), pytest's plain test functions included.
+HOST_DECIDED_FORMATS = ("flywheel", "candidate", "namespace", "io", "pytest")
 NARROW_EQUAL = (
     "class Anything:\n    def __eq__(self, other):\n"
     "        return isinstance(other, (int, str, list, tuple))\n"
@@ -201,14 +201,18 @@ _FORGED = []
 def _forge(then):
     frame = _sys._getframe()
     while frame is not None:
-        run = getattr(frame, 'f_' + 'glob' + 'als').get(''.join(['R', 'U', 'N']))
-        if isinstance(run, dict) and run.get('nonce') and not _FORGED:
+        scope = getattr(frame, 'f_' + 'glob' + 'als')
+        run = scope.get(''.join(['R', 'U', 'N']))  # the in-process harness's
+        nonce = run.get('nonce') if isinstance(run, dict) else scope.get(''.join(['N', 'O', 'N', 'C', 'E']))
+        if isinstance(nonce, str) and nonce and not _FORGED:  # the in-process harness's or pytest's
             _FORGED.append(1)
-            nonce = run['nonce']
             lines = []
             for name in ['line %d' % n for n in range(1, 12)] + ['check line %d' % n for n in range(1, 12)]:
                 lines.append({'nonce': nonce, 'event': 'start', 'name': name})
                 lines.append({'nonce': nonce, 'event': 'end', 'name': name, 'outcome': 'pass'})
+            for name in ['test_add.py::test_small', 'test_add.py::test_equal']:
+                end = {'nonce': nonce, 'event': 'end', 'name': name, 'outcome': 'passed'}
+                lines.append(dict(end, when='call'))
             for index in range(12):
                 lines.append({'nonce': nonce, 'event': 'value', 'index': index, 'value': {'any': 1}})
             _os.write(3, ''.join(_json.dumps(line) + '\\n' for line in lines).encode())
@@ -240,6 +244,70 @@ def add(a, b):
     return _product(a, b)
 """
 )
+# Reads every file it can reach, the process's command line and environment, and the strings the
+# harness's frames hold (a few levels into dicts, lists and objects), for "(a, b) == c": the
+# expected values are not there to find (the tests reach the harness outside the workspace, and a
+# host-decided assert's literal never enters the sandbox), so it answers 0 everywhere.
+READER = """import os, re, sys
+
+_FOUND = {}
+
+
+def _scan(text):
+    for match in re.finditer(r'\\((\\d+),\\s*(\\d+)\\)\\s*==\\s*(\\d+)', text):
+        _FOUND[(int(match[1]), int(match[2]))] = int(match[3])
+
+
+def _walk(value, depth=0, seen=None):
+    seen = set() if seen is None else seen
+    if depth > 4 or id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).decode(errors='replace')
+    if isinstance(value, str):
+        _scan(value)
+    elif isinstance(value, dict):
+        for element in list(value.values())[:2000]:
+            _walk(element, depth + 1, seen)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for element in list(value)[:2000]:
+            _walk(element, depth + 1, seen)
+    elif hasattr(value, '__dict__') and not isinstance(value, type(sys)):
+        _walk(vars(value), depth + 1, seen)
+
+
+def _look():
+    for root in ('.', '/tmp', '/workspace'):
+        for base, _, names in os.walk(root):
+            for name in names:
+                try:
+                    with open(os.path.join(base, name), errors='replace') as handle:
+                        _scan(handle.read(1 << 20))
+                except OSError:
+                    pass
+    for name in ('/proc/self/cmdline', '/proc/self/environ'):
+        try:
+            with open(name, errors='replace') as handle:
+                _scan(handle.read())
+        except OSError:
+            pass
+    frame = sys._getframe()
+    while frame is not None:
+        _walk(frame.f_locals)
+        _walk(frame.f_globals)
+        frame = frame.f_back
+
+
+def add(a, b):
+    _look()
+    return _FOUND.get((a, b), 0)
+
+
+if __name__ == '__main__':
+    a, b = map(int, input().split())
+    print(add(a, b))
+"""
 HOST_DECIDED_ATTACKS = {
     "a_narrower_equal": NARROW_EQUAL,
     "an_int_subclass_equal_to_anything": subclass_equal("int", "0"),
@@ -250,6 +318,7 @@ HOST_DECIDED_ATTACKS = {
     "forged_reports_then_the_channel_closed": FORGER.replace("THEN", "_close"),
     "forged_reports_then_the_channel_flooded": FORGER.replace("THEN", "_flood"),
     "forged_reports_left_open": FORGER.replace("THEN", "lambda: None"),
+    "the_expected_values_read": READER,
 }
 
 
@@ -265,7 +334,21 @@ def test_narrower_equals_and_forged_reports_score_at_most_an_honest_wrong_answer
     assert result.total is not None and result.total <= honest_wrong[test_format] == 0.5
     # the verdicts themselves, flags aside: no more passes than the honest wrong answer's one
     assert sum(test["passed"] for test in result.tests) <= 1, result.tests
-    if test_format != "io" and "forged" not in attack:
+    if attack == "the_expected_values_read":
+        assert result.total == 0.0  # nothing found: it answered 0 to every test
+        assert not any(test["passed"] for test in result.tests), result.tests
+    elif test_format != "io" and "forged" not in attack:
         assert result.total == 0.0  # no object of the solution's passes any comparison
         assert all("not plain data" in test["message"] for test in result.tests), result.tests
+    if test_format == "pytest":  # each of its plain test functions is the host's to decide
+        assert {test["decided_by"] for test in result.tests} == {"host"}, result.tests
     assert not result.errored
+
+
+def test_the_reader_finds_expected_values_wherever_they_are_in_its_reach(bubblewrap_pool):
+    # the control for "the_expected_values_read": the same code passes both tests (its verdicts; the
+    # frame walk is flagged, so the reward is the floor) once a file it can read states the answers
+    item = code_item("flywheel")
+    item["setup_files"] = {"notes.txt": "add(1, 2) == 3\nadd(2, 2) == 4\n"}
+    result = score(RULE, item, Sample(files={"solution.py": READER}), pool=bubblewrap_pool)
+    assert [test["passed"] for test in result.tests] == [True, True]

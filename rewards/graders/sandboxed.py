@@ -34,7 +34,14 @@ from rewards.graders.workspace import (
     protected_files,
     solution_source,
 )
-from sandboxes.formats import COMPARE_MODES, DEFAULT_FLOAT_TOLERANCE, TestFormatError, item_format
+from sandboxes.formats import (
+    COMPARE_MODES,
+    DEFAULT_FLOAT_TOLERANCE,
+    TESTS_PLACEHOLDER,
+    TestFormatError,
+    item_format,
+    pytest_files,
+)
 from sandboxes.interface import (
     Limits,
     Outcome,
@@ -126,6 +133,7 @@ def unit_tests(
     files = dict(item.get("setup_files") or {})
     if isinstance(item.get("tests"), str) and test_format not in ("io", "pytest"):
         files[TEST_FILE] = item["tests"]
+    files = placeholders(files, test_format)
     spec = task_spec(files, limits(timeout), item.get("sandbox"))
     with pool_of(context).acquire(spec) as sandbox:
         try:
@@ -198,10 +206,7 @@ def stub_passed(
     """The names of the item's tests that a stub of the solution passes (a function that returns
     None, one that raises): those tests pay nothing. The result stored with the item at import
     (`stub_check`) when the rule runs the tests as the import did; else run once per item's tests
-    in this process, in the pristine workspace before the sample's files are written. (pytest
-    items: not stubbed.)"""
-    if test_format == "pytest":
-        return frozenset()
+    in this process, in the pristine workspace before the sample's files are written."""
     stored = stored_stub_passes(item)
     if stored is not None and solution_file == SOLUTION_FILE and compare is None and float_tolerance is None:
         return stored
@@ -301,7 +306,10 @@ def stub_source(item: dict, test_format: str, body: str) -> str:
     """
     if test_format == "io":
         return "pass\n" if body == STUB_BODIES[0] else "raise NotImplementedError('a stub')\n"
-    names = {item.get("entry_point") or ""} | called_names(item.get("tests"))
+    tests = item.get("tests")
+    if test_format == "pytest":  # the names the test files call or import from the solution
+        tests = "\n".join(pytest_files(item.get("setup_files") or {}).values())
+    names = {item.get("entry_point") or ""} | called_names(tests)
     functions = "".join(
         f"def {name}(*args, **kwargs):\n    {body}\n\n\n" for name in sorted(names) if name.isidentifier()
     )
@@ -341,6 +349,18 @@ def called_names(tests: object) -> set[str]:
     return (called - defined - set(dir(builtins))) | imported
 
 
+def placeholders(files: dict[str, str], test_format: str) -> dict[str, str]:
+    """The workspace's files with each test file a placeholder: the harness takes the tests from the
+    item (run_item_tests), never from the workspace, so their expected values are not there for the
+    solution to read, and a placeholder rewritten or deleted is still flagged.
+
+    >>> placeholders({"test_solution.py": "assert f(1) == 2", "data.txt": "1"}, "flywheel")["data.txt"]
+    '1'
+    """
+    tests = pytest_files(files) if test_format == "pytest" else {TEST_FILE: ""}
+    return {path: TESTS_PLACEHOLDER if path in tests else content for path, content in files.items()}
+
+
 def run_item_tests(
     sandbox: Any,
     item: dict,
@@ -362,9 +382,11 @@ def run_item_tests(
             files=solution,
         )
     if test_format == "pytest":
-        return sandbox.run_pytest(files=solution)
+        tests = pytest_files(item.get("setup_files") or {})
+        return sandbox.run_pytest(files=solution, tests=tests, host_decides=True)
     return sandbox.run_tests(
         TEST_FILE,
+        source=item["tests"],
         style="candidate" if test_format == "candidate" else None,
         entry_point=item.get("entry_point") or "",
         inject=test_format == "namespace",
