@@ -150,7 +150,7 @@ def _check_one(item: TaskItem, pool) -> tuple[TaskItem, dict | None]:
 
 
 def _store(version_id: int, done: list[tuple[TaskItem, dict | None]], progress) -> None:
-    # An item that is not stubbed (pytest, no tests) is marked so with an empty check; one whose
+    # An item that is not stubbed (no tests) is marked so with an empty check; one whose
     # sandbox failed is left unchecked (NULL), for graders to check themselves and a later run.
     checked = [item for item, result in done if result is None or "unchecked" not in result]
     for item, result in done:

@@ -307,3 +307,35 @@ def test_a_resplit_reuses_the_checks_of_the_same_items_without_a_sandbox(team, v
     ]
     again.version.refresh_from_db()
     assert (again.version.stub_check_status, again.version.stub_check_done) == ("done", 2)
+
+
+def test_pytest_items_are_stub_checked_at_import_too_and_graders_agree(bubblewrap_pool):
+    tests = (
+        "from solution import triple\n\n\n"
+        "def test_always():\n    assert True\n\n\n"
+        "def test_nothing_for_zero():\n    assert not triple(0)\n\n\n"
+        "def test_two():\n    assert triple(2) == 6\n"
+    )
+    item = {
+        "id": "triple",
+        "kind": "code",
+        "prompt": "Write triple(x).",
+        "setup_files": {"tests/test_triple.py": tests},
+        "entry_point": "triple",
+    }
+    checked = sandboxed.stub_check(item, bubblewrap_pool)
+    assert sorted(checked["tests"]) == [
+        "tests/test_triple.py::test_always",
+        "tests/test_triple.py::test_nothing_for_zero",
+        "tests/test_triple.py::test_two",
+    ]
+    assert sorted(checked["passed"]) == [
+        "tests/test_triple.py::test_always",
+        "tests/test_triple.py::test_nothing_for_zero",
+    ]
+    # The grader, given the stored check, credits only the test a stub fails.
+    stored = {**item, "stub_check": checked}
+    half = Sample(files={"solution.py": "def triple(x):\n    return 0\n"})
+    right = Sample(files={"solution.py": "def triple(x):\n    return 3 * x\n"})
+    assert score(PARTIAL, stored, half, pool=bubblewrap_pool).total == 0.0
+    assert score(PARTIAL, stored, right, pool=bubblewrap_pool).total == 1.0

@@ -279,16 +279,17 @@ def stub_check(item: dict, pool: Any, *, timeout: float | None = None) -> dict |
     """What a stub of the solution passes among a code item's tests, run as the unit_tests grader
     runs them by default: {"tests": every name, "passed": the names a stub passes}, stored with the
     item at import (`stub_check`); {"error": why} when the tests do not run; None for items that
-    are not stubbed (not code, pytest, no tests). A sandbox that fails raises InfrastructureError."""
+    are not stubbed (not code, no tests). A sandbox that fails raises InfrastructureError."""
     if item.get("kind") != "code":
         return None
     test_format = item_format(item)
-    if test_format in (None, "pytest"):
+    if test_format is None:
         return None
     files = dict(item.get("setup_files") or {})
     if isinstance(item.get("tests"), str) and test_format != "io":
         files[TEST_FILE] = item["tests"]
-    spec = task_spec(files, limits(timeout), item.get("sandbox"))
+    # The workspace the grader gives a sample: test files are placeholders, the harness has the tests.
+    spec = task_spec(placeholders(files, test_format), limits(timeout), item.get("sandbox"))
     with pool.acquire(spec) as sandbox:
         try:
             names, passed = stub_run(sandbox, item, test_format, SOLUTION_FILE, None, None, None)
