@@ -205,6 +205,8 @@ def _live_config(run: Run) -> dict[str, Any]:
         "last_event": last_event,
         "last_trajectory": last_trajectory,
         "max_points": LIVE_MAX_POINTS,
+        # Which buttons each status allows, so they follow a status change at once.
+        "actions": {name: [str(status) for status in allowed] for name, allowed in ACTIONS.items()},
         # What the page was rendered with: a change from it re-renders the run's header.
         "shown": _shown_state(run.status, run.learner_step, run.policy_version, run.sandbox_cpu_seconds),
     }
@@ -639,6 +641,8 @@ def run_compare(request: HttpRequest) -> HttpResponse:
         "compare": {
             "names": names,
             "max_points": LIVE_MAX_POINTS,
+            # Which buttons each status allows, so they follow a status change at once.
+            "actions": {name: [str(status) for status in allowed] for name, allowed in ACTIONS.items()},
             "runs": [
                 {"id": run.pk, "name": run.name, "metrics": reverse("api-run-metrics", args=[run.pk])}
                 for run in runs

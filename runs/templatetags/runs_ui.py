@@ -35,3 +35,25 @@ def duration(value: timedelta | None) -> str:
 def outcome_text(detail: dict | None) -> str:
     """A run's outcome in words (runs/outcomes.py), for its header and the runs table's tooltip."""
     return outcome_sentence(detail)
+
+
+@register.filter
+def figure(value: float | int | None, places: int = 4) -> str:
+    """A measured number the way people read it: whole values as integers, others to `places`
+    decimals without trailing zeros; a dash when missing.
+
+    >>> figure(16.0), figure(0.25), figure(0.123456), figure(None), figure(1e6)
+    ('16', '0.25', '0.1235', '—', '1000000')
+    """
+    if value is None:
+        return "—"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if number != number or number in (float("inf"), float("-inf")):
+        return str(number)
+    if number.is_integer():
+        return str(int(number))
+    text = f"{number:.{int(places)}f}".rstrip("0").rstrip(".")
+    return text if text not in ("-0", "") else "0"

@@ -1,0 +1,105 @@
+"""The live run page keeps every part that shows run state current (issue 26): the metrics table,
+the Train-on-reviews card, the action buttons as the status changes, and event times that tick;
+and it asks for the metrics once on load."""
+
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.test_browser import CHROMIUM
+
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+
+from channels.testing import ChannelsLiveServerTestCase  # noqa: E402
+from django.test import override_settings  # noqa: E402
+from playwright.sync_api import expect  # noqa: E402
+
+from runs import lifecycle  # noqa: E402
+from runs.models import Checkpoint, Run  # noqa: E402
+from tests.conftest import make_user  # noqa: E402
+from tests.test_browser import FAST_HASHERS, chromium_page, sign_in  # noqa: E402
+from tests.test_live_browser import build_run, emit  # noqa: E402
+
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # see tests/test_browser.py
+
+pytestmark = pytest.mark.browser
+S = Run.Status
+
+# Records, at each change of the status badge, whether a Resume button was on show then.
+WATCH_STATUS = """() => {
+  window.__seen = [];
+  const badge = document.getElementById("run-status");
+  new MutationObserver(() => {
+    const resume = document.querySelector('#run-actions [data-action="resume"]');
+    const shown = Boolean(resume && resume.offsetParent !== null);
+    window.__seen.push([badge.textContent, shown]);
+  }).observe(badge, { childList: true, characterData: true, subtree: true });
+}"""
+
+
+def metric_cells(page, name: str):
+    return page.locator("#metrics tr", has_text=name).locator("td")
+
+
+def checkpoint_saved(run: Run, step: int) -> None:
+    Checkpoint.objects.create(run=run, step=step, policy_version=step, path=f"ckpt-{step}")
+    lifecycle.run_event(run, "checkpoint", f"checkpoint at step {step}", data={"step": step})
+
+
+@override_settings(PASSWORD_HASHERS=FAST_HASHERS)
+class LiveRunPageTest(ChannelsLiveServerTestCase):
+    def test_every_part_of_the_run_page_follows_the_run(self):
+        owner = make_user("ada")
+        run = build_run(owner)
+        lifecycle.run_transition(run, allowed=(S.QUEUED,), to=S.PAUSED)
+        metric_requests = []
+        with chromium_page() as page:
+            page.clock.install()
+            page.on(
+                "request",
+                lambda request: metric_requests.append(request.url) if "/metrics" in request.url else None,
+            )
+            page.goto(f"{self.live_server_url}/runs/{run.pk}/")
+            sign_in(page, "ada")
+            expect(page.locator("#live-status")).to_have_text("live")
+            assert len(metric_requests) == 1, metric_requests
+            expect(page.locator("#train-on-reviews")).to_contain_text("No checkpoint yet")
+            page.evaluate(WATCH_STATUS)
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                pool.submit(emit, run, 3).result()
+                page.clock.fast_forward(2500)  # the table is re-rendered at most every 2 s
+                expect(metric_cells(page, "reward/mean").nth(2)).to_have_text("3")
+                for step in (4, 8):
+                    pool.submit(emit, run, step).result()
+                page.clock.fast_forward(2500)
+                row = metric_cells(page, "reward/mean")
+                expect(row.nth(2)).to_have_text("8")
+                expect(row.nth(5)).to_have_text("3")  # a count, as an integer
+                expect(metric_cells(page, "reward/max").nth(1)).to_have_text("1")
+
+                pool.submit(checkpoint_saved, run, 8).result()
+                expect(page.locator("#checkpoints tr[data-step='8']")).to_be_visible()
+                expect(page.locator("#train-on-reviews")).not_to_contain_text("No checkpoint yet")
+                expect(page.locator("#train-on-reviews")).to_contain_text("checkpoint 8")
+
+                # Resumed elsewhere: the status reads queued and no Resume button shows with it.
+                expect(page.locator('#run-actions [data-action="resume"]')).to_be_visible()
+                pool.submit(lifecycle.run_transition, run, allowed=(S.PAUSED,), to=S.QUEUED).result()
+                expect(page.locator("#run-status")).to_have_text("queued")
+                expect(page.locator('#run-actions [data-action="pause"]')).to_be_visible()
+                expect(page.locator('#run-actions [data-action="resume"]')).to_have_count(0)
+                seen = page.evaluate("window.__seen")
+                assert ["queued", True] not in seen, seen
+
+            # Event times read relative and keep ticking.
+            first = page.locator("#events-body tr").first.locator("time")
+            expect(first).to_have_text(re.compile(r"^(just now|[0-9] s ago)$"))  # the clock ran 5 s ahead
+            page.clock.fast_forward(60_000)
+            expect(first).to_have_text("1 min ago")
+            page.clock.fast_forward(120_000)
+            expect(first).to_have_text("3 min ago")
+        assert len(metric_requests) == 1, metric_requests
