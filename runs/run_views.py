@@ -5,6 +5,7 @@ permission 403), every change through `runs.lifecycle`. Model output is shown as
 """
 
 import json
+import os
 from typing import Any
 
 from django.contrib import messages
@@ -309,6 +310,31 @@ def checkpoint_fork(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
 # --- a trajectory --------------------------------------------------------------------------
 
 
+def compact_json(value: Any, indent: str = "") -> str:
+    """JSON indented for reading, with lists of plain values (token ids, logprobs) on one line
+    rather than one value a line.
+
+    >>> print(compact_json({"ids": [1, 2, 3], "a": {"b": "c"}}))
+    {
+      "ids": [1, 2, 3],
+      "a": {
+        "b": "c"
+      }
+    }
+    """
+    inner = indent + "  "
+    if isinstance(value, dict) and value:
+        rows = [
+            f"{inner}{json.dumps(str(k), ensure_ascii=False)}: {compact_json(v, inner)}"
+            for k, v in value.items()
+        ]
+        return "{\n" + ",\n".join(rows) + f"\n{indent}}}"
+    if isinstance(value, list) and value and any(isinstance(v, dict | list) for v in value):
+        rows = [f"{inner}{compact_json(v, inner)}" for v in value]
+        return "[\n" + ",\n".join(rows) + f"\n{indent}]"
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
 @login_required
 @require_GET
 def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
@@ -317,7 +343,7 @@ def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
         request.GET.get("page")
     )
     # Only this page's steps are decompressed. The template escapes every string in them.
-    steps = [(step, json.dumps(step.data(), indent=2, ensure_ascii=False)) for step in page]
+    steps = [(step, compact_json(step.data())) for step in page]
     access = _access(request.user, trajectory.run.project)
     queue = request.GET.get("queue", "")
     reviews = list(trajectory.reviews.select_related("reviewer").order_by("-updated_at"))
@@ -430,6 +456,40 @@ def _searched(trajectories, *, task: str | None, text: str) -> Any:
     return trajectories
 
 
+def shared_prefix(texts: list[str]) -> int:
+    """How many leading characters all `texts` share, cut back to a word boundary (0 when fewer
+    than two differ): what a preview skips so that rows show where the prompts differ.
+
+    >>> shared_prefix(["Solve this. What is 1 + 1?", "Solve this. What is 2 + 2?"])
+    20
+    >>> shared_prefix(["same", "same"]), shared_prefix(["a"])
+    (0, 0)
+    """
+    distinct = list(dict.fromkeys(texts))
+    if len(distinct) < 2:
+        return 0
+    shared = len(os.path.commonprefix(distinct))
+    if shared == min(len(text) for text in distinct):
+        return 0  # one prompt is the start of another: nothing to skip
+    while shared and not distinct[0][shared - 1].isspace():
+        shared -= 1
+    return shared
+
+
+PREVIEW_SAMPLE = 20  # task items read to find the prefix every prompt shares
+
+
+def _set_prompt_previews(run: Run, trajectories: list[Trajectory]) -> None:
+    """Each row's prompt preview starts where the prompts differ (a shared instruction skipped)."""
+    sample = list(
+        run.task_set_version.items.order_by("position").values_list("text", flat=True)[:PREVIEW_SAMPLE]
+    )
+    skip = shared_prefix(sample + [t.item.text for t in trajectories])
+    for trajectory in trajectories:
+        text = trajectory.item.text
+        trajectory.prompt_preview = f"…{text[skip:]}" if skip >= 12 else text
+
+
 @login_required
 @require_GET
 def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
@@ -445,6 +505,7 @@ def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
         text=text,
     )
     page = Paginator(trajectories, TRAJECTORIES_PER_PAGE).get_page(request.GET.get("page"))
+    _set_prompt_previews(run, list(page))
     query = request.GET.copy()
     query.pop("page", None)
     context = _access(request.user, run.project) | {

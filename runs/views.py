@@ -26,7 +26,7 @@ from rewards import selectors as reward_selectors
 from rewards.references import references_verify
 from runs import forms, runs_table, selectors, services
 from runs.demo import DEMO_FUNCTIONS, demo_project_for, demo_run_launch
-from runs.models import Membership, Project, StagedImport, TaskItem, TaskSet, TaskSetVersion
+from runs.models import Membership, Project, Run, StagedImport, TaskItem, TaskSet, TaskSetVersion
 from runs.roles import Permission, Role, role_allows
 from runs.task_format import resolve_format
 from webapp.streaming import streamed
@@ -63,6 +63,8 @@ def project_list(request: HttpRequest) -> HttpResponse:
         "projects": projects,
         "form": forms.ProjectForm(),
         "demo_model": str(demo_model) if demo_model.is_dir() else "",
+        # The methods the learner has, from the model itself: the page names no method it lacks.
+        "methods": ", ".join(label for _, label in sorted(Run.Method.choices, key=lambda c: c[0] != "grpo")),
     }
     return render(request, "runs/project_list.html", context)
 

@@ -1,0 +1,113 @@
+"""Pages show text a person reads, not raw data (issue 26): flags as labels, raw steps folded with
+token ids compact, a failed run's reason and log with its lines kept and progress bars gone, counts
+as integers, the runs table's model column telling rows apart, previews where the prompts differ,
+and a home page that names only the methods Flywheel has."""
+
+import re
+
+import pytest
+from django.test import Client
+
+from runs.models import MetricPoint, Run, TaskItem, TrajectoryStep
+from tests import run_fixtures
+from tests.run_fixtures import make_run, make_trajectory, set_status
+
+pytestmark = pytest.mark.django_db
+lab = run_fixtures.lab  # the fixture
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def text_of(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).strip()
+
+
+def test_a_trajectorys_flags_read_as_labels_and_its_raw_steps_are_folded_and_compact(lab):
+    run = make_run(lab)
+    trajectory = make_trajectory(
+        run,
+        flags=[
+            {"detector": "early_exit", "evidence": "sys.exit(0)", "note": ""},
+            {"detector": "test_edit", "evidence": "", "note": "reward 0, no alert"},
+        ],
+    )
+    payload, size = TrajectoryStep.pack({"prompt_token_ids": [101, 102, 103], "action": "pytest"})
+    TrajectoryStep.objects.create(
+        trajectory=trajectory, index=0, kind="command", payload=payload, raw_size=size
+    )
+    html = signed_in(lab["owner"]).get(f"/trajectories/{trajectory.pk}/").content.decode()
+    assert "{&#x27;detector&#x27;" not in html and "{'detector'" not in html
+    flags = text_of(html[html.index('id="flags"') : html.index("</ul>", html.index('id="flags"'))])
+    assert "Early exit evidence sys.exit(0)" in flags
+    assert "Test edit reward 0, no alert" in flags
+    steps = html[html.index('id="steps"') :]
+    assert '<details class="item">' in steps and '<details class="item" open' not in steps
+    assert "[101, 102, 103]" in steps
+
+
+def test_a_failed_runs_log_keeps_its_lines_without_progress_bars(lab):
+    run = make_run(lab)
+    message = (
+        "the learner exited with code 1\n"
+        "Loading weights\r 10%|#         | 1/10 [00:01<00:09]\r100%|##########| 10/10 [00:02<00:00]\n"
+        "Traceback (most recent call last):\n"
+        '  File "learner.py", line 3\n'
+        "RuntimeError: CUDA out of memory"
+    )
+    set_status(run, Run.Status.FAILED, error={"message": message, "where": "learner, step 2"})
+    html = signed_in(lab["owner"]).get(f"/runs/{run.pk}/").content.decode()
+    assert '<p id="run-error-reason">the learner exited with code 1</p>' in html
+    log = re.search(r'<pre class="run-log" id="run-error-log">(.*?)</pre>', html, re.S).group(1)
+    assert log.splitlines() == [
+        "Loading weights",
+        "Traceback (most recent call last):",
+        "  File &quot;learner.py&quot;, line 3",
+        "RuntimeError: CUDA out of memory",
+    ]
+
+
+def test_counts_read_as_integers_in_the_metrics_table(lab):
+    run = make_run(lab)
+    for step, value in ((1, 16.0), (2, 12.0)):
+        MetricPoint.objects.create(run=run, step=step, name="episodes/count", value=value)
+    MetricPoint.objects.create(run=run, step=2, name="reward/mean", value=0.125)
+    html = signed_in(lab["owner"]).get(f"/runs/{run.pk}/").content.decode()
+    table = text_of(html[html.index('id="metrics"') : html.index("</table>", html.index('id="metrics"'))])
+    assert "episodes/count 12 2 12 16 2" in table
+    assert "reward/mean 0.125 2 0.125 0.125 1" in table
+    assert "16.0000" not in table
+
+
+def test_the_runs_table_shows_the_tail_that_tells_models_apart(lab, tmp_path):
+    first = make_run(lab, name="one")
+    second = make_run(lab, name="two")
+    Run.objects.filter(pk=first.pk).update(tier_config={"base_model": "/srv/shared/models/qwen-a/final"})
+    Run.objects.filter(pk=second.pk).update(tier_config={"base_model": "/srv/shared/models/qwen-b/final"})
+    html = signed_in(lab["owner"]).get("/runs/").content.decode()
+    cells = re.findall(r'<td class="model-cell"><code title="([^"]+)">([^<]+)</code>', html)
+    assert sorted(cells) == [
+        ("/srv/shared/models/qwen-a/final", "…/qwen-a/final"),
+        ("/srv/shared/models/qwen-b/final", "…/qwen-b/final"),
+    ]
+
+
+def test_trajectory_previews_start_where_the_prompts_differ(lab):
+    run = make_run(lab)
+    shared = "You are a careful assistant. Answer with the number only. Question: "
+    for item in TaskItem.objects.filter(version=run.task_set_version):
+        TaskItem.objects.filter(pk=item.pk).update(text=shared + item.text)
+    for index in range(3):
+        make_trajectory(run, index=index)
+    html = signed_in(lab["owner"]).get(f"/runs/{run.pk}/trajectories/").content.decode()
+    previews = re.findall(r'class="preview prompt-preview"[^>]*>([^<]*)</td>', html)
+    assert sorted(previews) == ["…0+0?", "…1+1?", "…2+2?"]
+
+
+def test_the_home_page_names_only_the_methods_flywheel_has(lab):
+    html = signed_in(lab["owner"]).get("/").content.decode()
+    assert "PPO" not in html
+    assert "(GRPO, SFT, DPO)" in html or "(GRPO, DPO, SFT)" in html
