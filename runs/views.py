@@ -312,8 +312,43 @@ def task_set_import(request: HttpRequest, task_set_id: int) -> HttpResponse:
         return render(request, "runs/import_form.html", context | {"form": form})
     if not report.ok:
         _staged_discard(staged)  # nothing to confirm
-    context |= {"report": report, "staged": staged if report.ok else None, "options": options}
+    context |= {
+        "report": report,
+        "staged": staged if report.ok else None,
+        "options": options,
+        "split_warnings": split_warnings(report.split_counts, report.item_count, options),
+    }
     return render(request, "runs/import_preview.html", context)
+
+
+def split_warnings(counts: dict[str, int], total: int, options: dict) -> list[str]:
+    """What a run on this split would refuse at launch, said at the preview: a split with no items.
+
+    >>> "0 of 5 items out (held-out fraction 0.4, seed 1)" in split_warnings({"train": 5}, 5, {
+    ...     "heldout_fraction": 0.4, "split_seed": 1})[0]
+    True
+    >>> split_warnings({"train": 3, "heldout": 2}, 5, {})
+    []
+    """
+    if not total:
+        return []
+    fraction = options.get("heldout_fraction")
+    how = f"held-out fraction {fraction:g}" if fraction is not None else "the file's own split fields"
+    if options.get("split_seed") is not None:
+        how += f", seed {options['split_seed']}"
+    warnings = []
+    if not counts.get("heldout"):
+        warnings.append(
+            f"No held-out items: this split holds 0 of {total} items out ({how}). A run evaluates on "
+            "held-out items and would refuse to launch: go back and raise the held-out fraction or "
+            'change the seed, or mark items "split": "heldout" in the file.'
+        )
+    if not counts.get("train"):
+        warnings.append(
+            f"No training items: every one of the {total} items is held out ({how}). A run trains on "
+            "train items and would refuse to launch: lower the held-out fraction."
+        )
+    return warnings
 
 
 @login_required

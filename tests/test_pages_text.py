@@ -111,3 +111,45 @@ def test_the_home_page_names_only_the_methods_flywheel_has(lab):
     html = signed_in(lab["owner"]).get("/").content.decode()
     assert "PPO" not in html
     assert "(GRPO, SFT, DPO)" in html or "(GRPO, DPO, SFT)" in html
+
+
+def test_a_tier_with_a_model_folder_that_does_not_exist_is_refused_naming_the_field(lab, settings, tmp_path):
+    settings.FLYWHEEL_HUB_CHECK = True  # paths only here: nothing asks the network
+    missing = str(tmp_path / "no-such-model")
+    form = {
+        "name": "fast",
+        "base_model": missing,
+        "device": "cpu",
+        "precision": "fp32",
+        "speculation": "none",
+        "speculative_tokens": "0",
+        "temperature": "0.7",
+        "top_p": "0.95",
+        "top_k": "0",
+        "max_new_tokens": "64",
+        "batch_size": "16",
+    }
+    response = signed_in(lab["owner"]).post(f"/projects/{lab['project'].pk}/tiers/new/", form)
+    assert response.status_code == 200
+    assert (
+        f'<p class="field-error" data-field="base_model">no folder {missing} on this machine: '
+        "give a saved model&#x27;s folder (save_pretrained) or a hub id</p>"
+    ) in response.content.decode()
+    assert not lab["project"].tiers.filter(name="fast").exists()
+
+
+def test_the_import_preview_says_when_a_split_leaves_no_held_out_items(lab):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    lines = "".join(f'{{"id": "q{i}", "prompt": "{i}+{i}?", "reference": "{2 * i}"}}\n' for i in range(5))
+    upload = SimpleUploadedFile("items.jsonl", lines.encode())
+    task_set = lab["version"].task_set
+    response = signed_in(lab["owner"]).post(
+        f"/task-sets/{task_set.pk}/import/",
+        {"file": upload, "heldout_fraction": "0", "split_seed": "3", "format": "auto"},
+    )
+    html = response.content.decode()
+    warning = text_of(
+        html[html.index('id="split-warning"') : html.index("</section>", html.index('id="split-warning"'))]
+    )
+    assert "No held-out items: this split holds 0 of 5 items out (held-out fraction 0, seed 3)" in warning

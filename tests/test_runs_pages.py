@@ -103,7 +103,7 @@ def test_refusals_are_shown_next_to_their_fields_and_nothing_is_created(client, 
     response = client.post(reverse("run-create", args=[lab["project"].pk]), launch_form(lab, max_steps="0"))
     body = text(response)
     assert '<p class="field-error" data-field="max_steps">must be at least 1</p>' in body
-    assert '<p class="field-error" data-field="tier">base_model: no model at' in body
+    assert '<p class="field-error" data-field="tier">base_model: tier cap: no folder ' in body
     assert Run.objects.count() == 0
 
 
