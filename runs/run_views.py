@@ -600,6 +600,62 @@ def run_list(request: HttpRequest) -> HttpResponse:
 COMPARE_MAX = 8
 
 
+# The compare page's groups, in the order a person looks: reward, held-out, the rest.
+METRIC_GROUPS = (
+    ("Reward", lambda n: n.startswith("reward/")),
+    ("Held-out", lambda n: n.startswith("heldout/")),
+    ("Pass rate", lambda n: "pass_rate" in n),
+    ("Learner", lambda n: n.startswith("learner/")),
+    ("Episodes", lambda n: n.startswith(("episodes/", "dropped/"))),
+    ("Time and throughput", lambda n: n.startswith(("time/", "throughput/"))),
+)
+FIRST_IN_GROUP = ("reward/mean", "heldout/pass_rate", "heldout/reward")
+TITLES = {
+    "reward/mean": "Reward (mean)",
+    "heldout/pass_rate": "Held-out pass rate",
+    "heldout/reward": "Held-out reward",
+    "train/pass_rate": "Train pass rate",
+    "learner/kl": "KL divergence",
+    "learner/loss": "Loss",
+    "episodes/errored_rate": "Errored-episode rate",
+    "throughput/tokens_per_s": "Tokens per second",
+}
+
+
+def metric_group(name: str) -> str:
+    return next((title for title, belongs in METRIC_GROUPS if belongs(name)), "Other")
+
+
+def metric_order(names: set[str]) -> list[str]:
+    """Reward first, then held-out, pass rates, learner, episodes, time, others; within a group
+    the headline metric first, then by name.
+
+    >>> metric_order({"learner/kl", "heldout/pass_rate", "reward/std", "reward/mean", "a/b"})
+    ['reward/mean', 'reward/std', 'heldout/pass_rate', 'learner/kl', 'a/b']
+    """
+    groups = [title for title, _ in METRIC_GROUPS] + ["Other"]
+    return sorted(names, key=lambda n: (groups.index(metric_group(n)), n not in FIRST_IN_GROUP, n))
+
+
+def metric_title(name: str) -> str:
+    """A metric's name as a chart title.
+
+    >>> metric_title("heldout/pass_rate"), metric_title("episodes/response_tokens")
+    ('Held-out pass rate', 'Episodes · response tokens')
+    """
+    if name in TITLES:
+        return TITLES[name]
+    head, _, rest = name.partition("/")
+    words = [part.replace("_", " ") for part in (head, *rest.split("/")) if part]
+    head_words = "Held-out" if words and words[0] == "heldout" else words[0].capitalize() if words else name
+    return " · ".join([head_words, *words[1:]])
+
+
+def is_rate(name: str) -> bool:
+    """Whether a metric is a fraction of 0 to 1 (drawn on a percent axis)."""
+    return "pass_rate" in name or name.endswith(("_rate", "/accuracy", "clip_fraction"))
+
+
 def _compare_ids(request: HttpRequest) -> tuple[list[int], list[str]]:
     """The run ids asked for (?runs=1,2 or ?runs=1&runs=2), and a message for each part that is
     not an id."""
@@ -682,7 +738,7 @@ def run_compare(request: HttpRequest) -> HttpResponse:
         for key in keys
     ]
     show_all = request.GET.get("all") == "1"
-    names = sorted(
+    names = metric_order(
         {name for run in runs for name in selectors.metric_names_of(run=run).values_list("name", flat=True)}
     )
     query = request.GET.copy()
@@ -701,9 +757,11 @@ def run_compare(request: HttpRequest) -> HttpResponse:
         "names": names,
         "compare": {
             "names": names,
+            "charts": [
+                {"name": name, "title": metric_title(name), "group": group, "percent": is_rate(name)}
+                for name, group in ((name, metric_group(name)) for name in names)
+            ],
             "max_points": LIVE_MAX_POINTS,
-            # Which buttons each status allows, so they follow a status change at once.
-            "actions": {name: [str(status) for status in allowed] for name, allowed in ACTIONS.items()},
             "runs": [
                 {"id": run.pk, "name": run.name, "metrics": reverse("api-run-metrics", args=[run.pk])}
                 for run in runs

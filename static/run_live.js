@@ -14,12 +14,12 @@
   var CHARTS = [
     { id: "reward", title: "Reward (mean, min–max band, ± std)", match: function (n) { return n === "reward/mean"; } },
     { id: "components", title: "Sub-rewards (train, and held-out per grader)", match: function (n) { return /^(heldout\/)?reward\//.test(n) && !/^reward\/(mean|std|min|max)$/.test(n); } },
-    { id: "pass-rate", title: "Pass rate (train and held-out)", match: function (n) { return n === "train/pass_rate" || /^heldout\/pass_rate/.test(n); } },
+    { id: "pass-rate", title: "Pass rate (train and held-out)", percent: true, match: function (n) { return n === "train/pass_rate" || /^heldout\/pass_rate/.test(n); } },
     { id: "kl", title: "KL", match: function (n) { return n === "learner/kl"; } },
     { id: "entropy", title: "Entropy", match: function (n) { return n === "learner/entropy"; } },
     { id: "loss", title: "Loss and clip fraction", match: function (n) { return n === "learner/loss" || n === "learner/clip_fraction"; } },
     { id: "response-length", title: "Response length (tokens)", match: function (n) { return n === "episodes/response_tokens"; } },
-    { id: "errored", title: "Errored-episode rate", match: function (n) { return n === "episodes/errored_rate"; } },
+    { id: "errored", title: "Errored-episode rate", percent: true, match: function (n) { return n === "episodes/errored_rate"; } },
     { id: "staleness", title: "Staleness (policy versions)", match: function (n) { return n === "episodes/staleness"; } },
     { id: "dropped", title: "Dropped episodes", match: function (n) { return /^dropped\//.test(n); } },
     { id: "time", title: "Time split (s)", match: function (n) { return /^time\//.test(n); }, stacked: true },
@@ -123,6 +123,10 @@
     });
   }
 
+  function withinUnit(s) {
+    return Boolean(s && s.y.length) && s.y.every(function (v) { return v === null || (v >= 0 && v <= 1); });
+  }
+
   function draw(chart) {
     var data = traces(chart);
     if (!data.length || !window.Plotly) return;
@@ -140,8 +144,11 @@
     };
     if (data.some(function (t) { return t.yaxis === "y2"; })) {
       base.yaxis2 = { title: { text: "held-out", font: { size: 11 } }, overlaying: "y", side: "right", showgrid: false };
-      base.margin.r = 45;
+      // Held-out reward of 0 to 1 (pass or fail items) reads as a percent, with round ticks.
+      if (charts && withinUnit(series["heldout/reward"])) base.yaxis2 = Object.assign(base.yaxis2, charts.percentAxis());
+      base.margin.r = 50;
     }
+    if (chart.percent && charts) base.yaxis = charts.percentAxis();
     var layout = charts ? charts.layoutFor(base) : base;
     if (layout.yaxis2 && charts && charts.state().log) layout.yaxis2.type = "log";
     var shown = charts ? charts.smoothed(data) : data;

@@ -3,7 +3,9 @@ token ids compact, a failed run's reason and log with its lines kept and progres
 as integers, the runs table's model column telling rows apart, previews where the prompts differ,
 and a home page that names only the methods Flywheel has."""
 
+import json
 import re
+from types import SimpleNamespace
 
 import pytest
 from django.test import Client
@@ -153,3 +155,97 @@ def test_the_import_preview_says_when_a_split_leaves_no_held_out_items(lab):
         html[html.index('id="split-warning"') : html.index("</section>", html.index('id="split-warning"'))]
     )
     assert "No held-out items: this split holds 0 of 5 items out (held-out fraction 0, seed 3)" in warning
+
+
+EXACT = {
+    "type": "string_check",
+    "name": "exact",
+    "input": "{{sample.output_text}}",
+    "reference": "{{item.reference}}",
+    "operation": "eq",
+}
+MULTI = {
+    "type": "multi",
+    "name": "both",
+    "graders": {"exact_answer": EXACT, "loose_answer": EXACT | {"operation": "ilike"}},
+    "calculate_output": "exact_answer + loose_answer",
+}
+
+
+def test_the_dry_run_names_columns_in_words_and_shows_whole_numbers_whole(lab):
+    from rewards import services as reward_services
+
+    rule = reward_services.reward_rule_create(
+        project=lab["project"], name="both", spec=MULTI, by=lab["owner"]
+    )
+    item = {"id": "q1", "kind": "answer", "prompt": "What is 1 + 1?", "reference": "2"}
+    response = signed_in(lab["owner"]).post(
+        f"/reward-rules/{rule.pk}/dry-run/",
+        {"version": "1", "source": "paste", "items": json.dumps(item), "samples": '"2"'},
+    )
+    html = response.content.decode()
+    head = html[
+        html.index('id="dry-run-results"') : html.index("</thead>", html.index('id="dry-run-results"'))
+    ]
+    assert '<th class="num" title="exact_answer">Exact answer</th>' in head
+    assert '<th class="num" title="loose_answer">Loose answer</th>' in head
+    assert "<th>Failing tests</th>" in head
+    row = text_of(html[html.index("<tbody>", html.index('id="dry-run-results"')) :].split("</tr>")[0])
+    assert row.startswith("q1 2 2 1 1")  # total 2 and sub-rewards 1, never 2.0000
+    summary = text_of(html[html.index('id="dry-run-summary"') : html.index("</div>\n  <section")])
+    assert "Mean reward 2" in summary and "2.0000" not in summary
+
+
+def test_the_dry_run_shows_failing_tests_expected_and_actual_values(lab):
+    from django.template.loader import render_to_string
+
+    from rewards import services as reward_services
+    from rewards.views import _result_rows
+
+    rule = reward_services.reward_rule_create(
+        project=lab["project"], name="plain", spec=EXACT, by=lab["owner"]
+    )
+    tests = [
+        {
+            "name": "test_ok",
+            "passed": True,
+            "outcome": "pass",
+            "message": "",
+            "expected": None,
+            "actual": None,
+        },
+        {
+            "name": "test_neg",
+            "passed": False,
+            "outcome": "fail",
+            "message": "line 4",
+            "expected": "0",
+            "actual": "-2",
+        },
+    ]
+    pair = SimpleNamespace(
+        item_id="q1",
+        sample={"output_text": "def add(a, b):\n    return a - b\n"},
+        result={"total": 0.5, "components": {}, "errors": [], "errored": False, "flags": [], "tests": tests},
+    )
+    result = SimpleNamespace(
+        pairs=[pair],
+        components=[],
+        version=SimpleNamespace(number=1),
+        summary=SimpleNamespace(count=1, mean_total=0.5, min_total=0.5, max_total=0.5, errored=0, flagged=0),
+    )
+    html = render_to_string(
+        "rewards/dry_run.html",
+        {
+            "rule": rule,
+            "form": None,
+            "result": result,
+            "rows": _result_rows(result),
+            "project": lab["project"],
+        },
+    )
+    cell = text_of(
+        html[html.index('class="small failing-tests"') : html.index("</td>", html.index("failing-tests"))]
+    )
+    assert cell.endswith("test_neg line 4 expected 0 actual -2")
+    assert "test_ok" not in cell

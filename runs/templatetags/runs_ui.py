@@ -114,3 +114,14 @@ def error_log(message: str | None) -> str:
         if line.strip():
             kept.append(line)
     return "\n".join(kept)
+
+
+@register.filter
+def column_title(name: str) -> str:
+    """A machine name (a sub-reward, a setting) as a column heading.
+
+    >>> column_title("hacking_floor"), column_title("tests"), column_title("judge.score")
+    ('Hacking floor', 'Tests', 'Judge.score')
+    """
+    text = str(name).replace("_", " ").strip()
+    return text[:1].upper() + text[1:]
