@@ -19,10 +19,10 @@ from django.test import override_settings  # noqa: E402
 from playwright.sync_api import expect  # noqa: E402
 
 from runs import lifecycle  # noqa: E402
-from runs.models import Checkpoint, Run  # noqa: E402
+from runs.models import Checkpoint, MetricPoint, Run  # noqa: E402
 from tests.conftest import make_user  # noqa: E402
 from tests.test_browser import FAST_HASHERS, chromium_page, sign_in  # noqa: E402
-from tests.test_live_browser import build_run, emit  # noqa: E402
+from tests.test_live_browser import agent_trajectory, build_run, emit  # noqa: E402
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # see tests/test_browser.py
 
@@ -103,3 +103,64 @@ class LiveRunPageTest(ChannelsLiveServerTestCase):
             page.clock.fast_forward(120_000)
             expect(first).to_have_text("3 min ago")
         assert len(metric_requests) == 1, metric_requests
+
+
+def boxes_overlap(a: dict, b: dict) -> bool:
+    return not (
+        a["x"] + a["width"] <= b["x"]
+        or b["x"] + b["width"] <= a["x"]
+        or a["y"] + a["height"] <= b["y"]
+        or b["y"] + b["height"] <= a["y"]
+    )
+
+
+@override_settings(PASSWORD_HASHERS=FAST_HASHERS)
+class ChartsReadTest(ChannelsLiveServerTestCase):
+    def test_compare_charts_are_grouped_titled_and_rates_read_as_percent(self):
+        owner = make_user("ada")
+        run = build_run(owner)
+        values = {
+            "zeta/odd_one": [1, 2],
+            "learner/kl": [0.1, 0.2],
+            "heldout/pass_rate": [0.438, 0.728],
+            "reward/std": [0.1, 0.1],
+            "reward/mean": [0.2, 0.4],
+        }
+        for name, points in values.items():
+            for step, value in enumerate(points, start=1):
+                MetricPoint.objects.create(run=run, step=step, name=name, value=value)
+        trajectory = agent_trajectory(run)
+        with chromium_page() as page:
+            page.goto(f"{self.live_server_url}/runs/compare/?runs={run.pk}")
+            sign_in(page, "ada")
+            cells = page.locator("#compare-charts .chart-cell")
+            expect(cells).to_have_count(5)
+            order = [cells.nth(i).get_attribute("data-metric") for i in range(5)]
+            assert order == ["reward/mean", "reward/std", "heldout/pass_rate", "learner/kl", "zeta/odd_one"]
+            expect(page.locator("#compare-charts .chart-group")).to_have_text(
+                ["Reward", "Held-out", "Learner", "Other"]
+            )
+            plot = page.locator("#compare-heldout-pass_rate")
+            expect(plot).to_have_attribute("data-runs", "1")
+            axis = page.evaluate(
+                "document.getElementById('compare-heldout-pass_rate')._fullLayout.yaxis.tickformat"
+            )
+            assert axis == ".0%"
+            ticks = page.locator("#compare-heldout-pass_rate .ytick text").all_text_contents()
+            assert ticks == ["0%", "25%", "50%", "75%", "100%"], ticks
+            title = plot.locator(".gtitle")
+            expect(title).to_have_text("Held-out pass rate")
+            button = page.locator("[data-metric='heldout/pass_rate'] .chart-full-toggle")
+            assert not boxes_overlap(title.bounding_box(), button.bounding_box())
+
+            # The replay says it is loading while a step is on its way.
+            held = []
+            page.route("**/steps?index=0*", lambda route: held.append(route))
+            page.goto(f"{self.live_server_url}/trajectories/{trajectory.pk}/")
+            expect(page.locator("#replay-step .replay-loading")).to_have_text("Loading step 0…")
+            expect(page.locator("#replay-step")).to_have_attribute("aria-busy", "true")
+            page.wait_for_function("() => true")
+            assert held, "the first step was asked for"
+            held[0].continue_()
+            expect(page.locator("#replay-step .observation")).to_have_text("Write add(a, b).")
+            expect(page.locator("#replay-step")).not_to_have_attribute("aria-busy", "true")
