@@ -479,7 +479,7 @@ def shared_prefix(texts: list[str]) -> int:
 PREVIEW_SAMPLE = 20  # task items read to find the prefix every prompt shares
 
 
-def _set_prompt_previews(run: Run, trajectories: list[Trajectory]) -> None:
+def _set_prompt_previews(run: Run, trajectories: list[Trajectory]) -> int:
     """Each row's prompt preview starts where the prompts differ (a shared instruction skipped)."""
     sample = list(
         run.task_set_version.items.order_by("position").values_list("text", flat=True)[:PREVIEW_SAMPLE]
@@ -488,6 +488,7 @@ def _set_prompt_previews(run: Run, trajectories: list[Trajectory]) -> None:
     for trajectory in trajectories:
         text = trajectory.item.text
         trajectory.prompt_preview = f"…{text[skip:]}" if skip >= 12 else text
+    return skip if skip >= 12 else 0
 
 
 @login_required
@@ -505,7 +506,7 @@ def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
         text=text,
     )
     page = Paginator(trajectories, TRAJECTORIES_PER_PAGE).get_page(request.GET.get("page"))
-    _set_prompt_previews(run, list(page))
+    skip = _set_prompt_previews(run, list(page))
     query = request.GET.copy()
     query.pop("page", None)
     context = _access(request.user, run.project) | {
@@ -522,7 +523,8 @@ def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
         "labels": [*LABELS, ("unreviewed", "Unreviewed")],
         "review_labels": LABELS,
         "can_review": role_allows(_access(request.user, run.project)["role"], Permission.REVIEW),
-        "live": _live_config(run) | {"filtered": bool(filters or text)},
+        # Rows that arrive live skip the same shared prompt prefix as the rendered ones.
+        "live": _live_config(run) | {"filtered": bool(filters or text), "preview_skip": skip},
     }
     return render(request, "runs/trajectory_list.html", context)
 

@@ -453,7 +453,10 @@
     code.textContent = t.item_external_id;
     item.appendChild(code);
     row.appendChild(item);
-    row.appendChild(cell((t.prompt_preview || "").slice(0, 90), "preview prompt-preview"));
+    var prompt = t.prompt_preview || "";
+    var skip = config.preview_skip || 0;
+    if (skip && prompt.length > skip) prompt = "…" + prompt.slice(skip); // past the shared instruction
+    row.appendChild(cell(prompt.slice(0, 90), "preview prompt-preview"));
     row.appendChild(cell((t.completion_preview || "—").slice(0, 90), "preview output-preview"));
     row.appendChild(cell("v" + t.policy_version, "num"));
     row.appendChild(cell(t.learned_in_step === null ? "—" : String(t.learned_in_step), "num"));
