@@ -249,3 +249,14 @@ def test_the_dry_run_shows_failing_tests_expected_and_actual_values(lab):
     )
     assert cell.endswith("test_neg line 4 expected 0 actual -2")
     assert "test_ok" not in cell
+
+
+def test_flags_read_as_labels_in_the_trajectory_list_and_group(lab):
+    run = make_run(lab)
+    trajectory = make_trajectory(
+        run, flags=[{"detector": "early_exit", "evidence": "sys.exit(0)", "note": ""}]
+    )
+    client = signed_in(lab["owner"])
+    for path in (f"/runs/{run.pk}/trajectories/", f"/trajectories/{trajectory.pk}/group/"):
+        html = client.get(path).content.decode()
+        assert 'title="early_exit: sys.exit(0)">Early exit</span>' in html, path
