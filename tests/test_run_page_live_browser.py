@@ -2,6 +2,7 @@
 the Train-on-reviews card, the action buttons as the status changes, and event times that tick;
 and it asks for the metrics once on load."""
 
+import json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -152,6 +153,20 @@ class ChartsReadTest(ChannelsLiveServerTestCase):
             expect(title).to_have_text("Held-out pass rate")
             button = page.locator("[data-metric='heldout/pass_rate'] .chart-full-toggle")
             assert not boxes_overlap(title.bounding_box(), button.bounding_box())
+
+            # The dry-run's output column is wide enough to read code (not ~70 px).
+            rule = run.reward_rule_version.rule
+            page.goto(f"{self.live_server_url}/reward-rules/{rule.pk}/dry-run/")
+            page.get_by_label("Items (JSONL)").fill(
+                json.dumps({"id": "q1", "prompt": "1+1?", "reference": "2"})
+            )
+            code = "def add(a, b):\n    return a + b  # a long line of code that would wrap letter by letter"
+            page.get_by_label("Samples (JSONL or a JSON array)").fill(json.dumps([code]))
+            page.get_by_role("button", name="Score").click()
+            output = page.locator("#dry-run-results .output-cell").first
+            expect(output).to_be_visible()
+            assert output.bounding_box()["width"] >= 380, output.bounding_box()
+            expect(page.locator("#dry-run-results th").nth(0)).to_have_css("text-transform", "none")
 
             # The replay says it is loading while a step is on its way.
             held = []
