@@ -260,9 +260,8 @@ def _result_rows(result: services.DryRun) -> list[dict[str, Any]]:
             "errors": pair.result["errors"],
             "errored": pair.result["errored"],
             "flags": pair.result["flags"],
-            # Failing tests with what they expected and got: the reason a sample scored low.
-            "failing": [test for test in pair.result.get("tests") or [] if not test.get("passed")],
-            "tests": len(pair.result.get("tests") or []),
+            # Each test (a failing one with what it expected and got: why a sample scored low).
+            "tests": pair.result.get("tests") or [],
         }
         for pair in result.pairs
     ]
