@@ -39,6 +39,20 @@ def model_source_problem(reference: str, *, timeout: float) -> str | None:
     return hub_problem(reference, timeout=timeout)
 
 
+def local_path_problem(reference: str) -> str | None:
+    """Why a local model path cannot be loaded: no such folder here. None for a hub id.
+
+    >>> print(local_path_problem("/no/such/folder"))
+    no folder /no/such/folder on this machine: give a saved model's folder (save_pretrained) or a hub id
+    >>> local_path_problem("org/model") is None, local_path_problem("/") is None
+    (True, True)
+    """
+    reference = reference.strip()
+    if not reference or not looks_like_path(reference) or is_directory(reference):
+        return None
+    return f"no folder {reference} on this machine: give a saved model's folder (save_pretrained) or a hub id"
+
+
 def is_directory(reference: str) -> bool:
     """Whether a directory of that name exists here (a name too long for the system is none)."""
     try:

@@ -98,7 +98,8 @@ class ReviewExportView(ApiView):
         responses={
             (200, "application/x-ndjson"): OpenApiResponse(
                 OpenApiTypes.STR,
-                description="One JSON object a line: SFT items or DPO pairs, ready to import as a task set. "
+                description="One JSON object a line: SFT items or DPO pairs, ready to import as a task set "
+                "(or, for kind=labels, one review: its label and comment). "
                 f"{LINES_HEADER} says how many lines; {SKIPPED_HEADER} how many records were left out "
                 "and why (empty, identical, duplicate, multi_step)",
             )
@@ -112,13 +113,31 @@ class ReviewExportView(ApiView):
 
 
 def export_response(request, run, export_format: str) -> StreamingHttpResponse:
+    if export_format == exports.LABELS_FORMAT:
+        return labels_response(request, run, "jsonl")
     lines, export = exports.export_build(run=run, export_format=export_format)
     raw = getattr(request, "_request", request)
     response = StreamingHttpResponse(streamed(raw, iter(lines)), content_type="application/x-ndjson")
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", run.name).strip("-") or "run"
-    response["Content-Disposition"] = f'attachment; filename="{name}-{export_format}.jsonl"'
+    response["Content-Disposition"] = f'attachment; filename="{_file_stem(run)}-{export_format}.jsonl"'
     response[LINES_HEADER] = str(len(lines))
     response[SKIPPED_HEADER] = ", ".join(f"{reason}={count}" for reason, count in export.counts().items())
+    return response
+
+
+def _file_stem(run) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", run.name).strip("-") or "run"
+
+
+def labels_response(request, run, extension: str) -> StreamingHttpResponse:
+    """Every label and comment on the run's trajectories, as JSONL or CSV."""
+    rows = exports.review_rows(run)
+    csv_wanted = extension == "csv"
+    lines = exports.review_csv(rows) if csv_wanted else exports.review_jsonl(rows)
+    raw = getattr(request, "_request", request)
+    content_type = "text/csv; charset=utf-8" if csv_wanted else "application/x-ndjson"
+    response = StreamingHttpResponse(streamed(raw, iter(lines)), content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{_file_stem(run)}-labels.{extension}"'
+    response[LINES_HEADER] = str(len(rows))
     return response
 
 

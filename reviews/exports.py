@@ -23,6 +23,8 @@ two completions are the same text, a repeat of a line already written, and (for 
 reviews, which learns from one completion) a multi-step agent episode.
 """
 
+import csv
+import io
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -34,6 +36,7 @@ from reviews.models import Preference, Review
 from runs.models import Run, TaskItem, Trajectory
 
 FORMATS = ("sft", "dpo", "dpo-task-set")
+LABELS_FORMAT = "labels"  # every label and comment, JSONL (REST); the pages offer CSV too
 BAD = (Review.Label.BAD, Review.Label.REWARD_HACK)
 # Why a line was skipped: the keys of `Export.skipped`.
 EMPTY, IDENTICAL, DUPLICATE, MULTI_STEP = "empty", "identical", "duplicate", "multi_step"
@@ -300,3 +303,97 @@ def export_build(*, run: Run, export_format: str) -> tuple[list[str], Export]:
     export = reviewed(run, good=False, conversations=True)
     as_task_set = export_format == "dpo-task-set"
     return [dpo_line(pair, as_task_set=as_task_set) for pair in export.pairs], export
+
+
+def empty_reason(*, run: Run, export_format: str) -> str:
+    """Why the run's `export_format` export would hold no line, in words; "" when it has lines."""
+    if export_format == "sft":
+        export = reviewed(run, pairs=False, conversations=True)
+        if export.good:
+            return ""
+        labelled = Review.objects.filter(trajectory__run=run, label=Review.Label.GOOD).count()
+        why = "no trajectory of this run is labelled good" if not labelled else f"{labelled} labelled good"
+        return f"No SFT examples to export: {why}{_skipped_text(export)}."
+    export = reviewed(run, good=False, conversations=True)
+    if export.pairs:
+        return ""
+    preferences = Preference.objects.filter(run=run).count()
+    return (
+        "No DPO pairs to export: a pair is a reviewer's choice between two completions of a prompt, "
+        "or a completion labelled good and one labelled bad (or reward hack) for the same prompt; "
+        f"this run has {preferences} choice{'s' if preferences != 1 else ''} and no such labelled pair"
+        f"{_skipped_text(export)}."
+    )
+
+
+def _skipped_text(export: Export) -> str:
+    skipped = [f"{count} {reason.replace('_', '-')}" for reason, count in export.counts().items() if count]
+    return f" ({', '.join(skipped)} skipped)" if skipped else ""
+
+
+# --- labels and comments, as reviewers wrote them ----------------------------------------
+
+REVIEW_COLUMNS = (
+    "trajectory",
+    "item",
+    "reviewer",
+    "label",
+    "comment",
+    "reward",
+    "outcome",
+    "policy_version",
+    "created_at",
+    "updated_at",
+)
+
+
+def review_rows(run: Run) -> list[dict[str, Any]]:
+    """Every label and comment on the run's trajectories, oldest first: what reviewers said, for
+    analysis outside Flywheel (not a training file)."""
+    reviews = (
+        Review.objects.filter(trajectory__run=run)
+        .select_related("trajectory__item", "reviewer")
+        .order_by("created_at", "pk")
+    )
+    return [
+        {
+            "trajectory": review.trajectory_id,
+            "item": review.trajectory.item.external_id,
+            "reviewer": review.reviewer.get_username(),
+            "label": review.label,
+            "comment": review.comment,
+            "reward": review.trajectory.reward,
+            "outcome": review.trajectory.outcome,
+            "policy_version": review.trajectory.policy_version,
+            "created_at": review.created_at.isoformat(),
+            "updated_at": review.updated_at.isoformat(),
+        }
+        for review in reviews
+    ]
+
+
+def review_jsonl(rows: list[dict[str, Any]]) -> list[str]:
+    return [_line(row) for row in rows]
+
+
+def review_csv(rows: list[dict[str, Any]]) -> list[str]:
+    """CSV lines with a header; cells a spreadsheet would run as a formula are quoted as text."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(REVIEW_COLUMNS)
+    for row in rows:
+        writer.writerow([_cell(row[column]) for column in REVIEW_COLUMNS])
+    return buffer.getvalue().splitlines(keepends=True)
+
+
+def _cell(value: Any) -> Any:
+    """A reviewer's comment starting with = + - @ would be a formula in a spreadsheet: kept as text.
+
+    >>> _cell("=HYPERLINK(1)"), _cell("fine"), _cell(None), _cell(-0.5)
+    ("'=HYPERLINK(1)", 'fine', '', -0.5)
+    """
+    if value is None:
+        return ""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value

@@ -2,7 +2,7 @@
 
 from rest_framework import serializers
 
-from reviews.exports import FORMATS
+from reviews.exports import FORMATS, LABELS_FORMAT
 from reviews.models import Preference, QueueItem, Review, ReviewQueue
 from runs.api.run_serializers import RunDetailSerializer, TrajectoryFilterSerializer, TrajectorySerializer
 from traces.serializers import TraceFilterSerializer, TraceSerializer
@@ -32,10 +32,11 @@ class QueueScopeSerializer(RunScopeSerializer):
 class ExportQuerySerializer(serializers.Serializer):
     run = serializers.IntegerField(min_value=1)
     kind = serializers.ChoiceField(
-        choices=FORMATS,
+        choices=[*FORMATS, LABELS_FORMAT],
         default="sft",
         help_text="sft: answer items of good completions; dpo: prompt/chosen/rejected pairs; "
-        "dpo-task-set: those pairs as answer items",
+        "dpo-task-set: those pairs as answer items; labels: every label and comment (trajectory, item, "
+        "reviewer, label, comment, reward, outcome, times)",
     )
 
 

@@ -17,5 +17,8 @@ urlpatterns = [
     path("review-queues/<int:queue_id>/assign/", views.queue_assign, name="review-queue-assign"),
     path("review-queues/<int:queue_id>/next/", views.queue_next, name="review-queue-next"),
     path("runs/<int:run_id>/train-on-reviews/", views.train_on_reviews, name="train-on-reviews"),
+    path(
+        "runs/<int:run_id>/export/labels.<str:extension>", views.run_labels_export, name="run-labels-export"
+    ),
     path("runs/<int:run_id>/export/<str:export_format>.jsonl", views.run_export, name="run-export"),
 ]

@@ -2,16 +2,19 @@
 through), and downloads of reviewed data. Roles as in REST: label and prefer need REVIEW, assign
 needs EDIT, reading and exporting need VIEW."""
 
+from urllib.parse import urlsplit
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from reviews import exports, selectors, services, training
-from reviews.api import export_response
+from reviews.api import export_response, labels_response
 from reviews.models import Review
 from runs import selectors as run_selectors
 from runs.models import Membership
@@ -195,16 +198,27 @@ def queue_list(request: HttpRequest, run_id: int) -> HttpResponse:
     run = run_selectors.run_for(user=request.user, run_id=run_id, permission=permission)
     if request.method == "POST":
         try:
+            filters = services.queue_filters_clean(_filters_from(request.POST))
+            matching = run_selectors.trajectories_filtered(run.trajectories.all(), **filters).count()
+            if not matching:
+                # An empty queue has nothing to review, now or later (its items are fixed here).
+                total = run.trajectories.count()
+                raise ValidationError(
+                    f"no trajectory of this run matches these filters (0 of {total}); loosen them"
+                )
             queue = services.queue_create(
                 run=run,
                 name=request.POST.get("name", "").strip()[:100] or "queue",
-                filters=_filters_from(request.POST),
+                filters=filters,
                 by=request.user,
             )
         except ValidationError as exc:
             messages.error(request, f"Not created: {_refusal(exc)}")
         else:
-            messages.success(request, f"Queue {queue.name} created.")
+            count = queue.items.count()
+            messages.success(
+                request, f"Queue {queue.name} created with {count} trajector{'y' if count == 1 else 'ies'}."
+            )
             return redirect("review-queue-detail", queue_id=queue.pk)
     access = _access(request.user, run.project)
     context = access | {
@@ -237,6 +251,10 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
         "reviewers": reviewers,
         "can_review": role_allows(access["role"], Permission.REVIEW),
         "mine_open": sum(1 for item in items if item.assignee_id == request.user.pk and item.done_at is None),
+        # What "Review next" could give this reviewer: theirs, or an unassigned open item.
+        "open_for_me": queue.items.filter(done_at__isnull=True)
+        .filter(Q(assignee__isnull=True) | Q(assignee=request.user.pk))
+        .exists(),
     }
     return render(request, "reviews/queue_detail.html", context)
 
@@ -266,10 +284,41 @@ def queue_next(request: HttpRequest, queue_id: int) -> HttpResponse:
 
 @login_required
 @require_GET
+def run_labels_export(request: HttpRequest, run_id: int, extension: str) -> HttpResponse:
+    run = run_selectors.run_for(user=request.user, run_id=run_id)
+    if extension not in ("csv", "jsonl"):
+        raise Http404("labels export as csv or jsonl")
+    if not run.trajectories.filter(reviews__isnull=False).exists():
+        messages.warning(
+            request, "No labels or comments to export: nobody has reviewed this run's trajectories yet."
+        )
+        return _back_to_page(request, run)
+    return labels_response(request, run, extension)
+
+
+def _back_to_page(request: HttpRequest, run) -> HttpResponse:
+    """The page the export link was on (a path of this site), else the run's page."""
+    referer = urlsplit(request.META.get("HTTP_REFERER", ""))
+    if (
+        referer.netloc == request.get_host()
+        and referer.path.startswith("/")
+        and not referer.path.startswith("//")
+    ):
+        return redirect(referer.path)
+    return redirect("run-detail", run_id=run.pk)
+
+
+@login_required
+@require_GET
 def run_export(request: HttpRequest, run_id: int, export_format: str) -> HttpResponse:
     run = run_selectors.run_for(user=request.user, run_id=run_id)
     if export_format not in exports.FORMATS:
         raise Http404(f"no export format {export_format}; known: {', '.join(exports.FORMATS)}")
+    why = exports.empty_reason(run=run, export_format=export_format)
+    if why:
+        # Not a silent 0-byte file: back to the page, saying why there is nothing to export.
+        messages.warning(request, why)
+        return _back_to_page(request, run)
     return export_response(request, run, export_format)
 
 

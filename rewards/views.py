@@ -260,6 +260,7 @@ def _result_rows(result: services.DryRun) -> list[dict[str, Any]]:
             "errors": pair.result["errors"],
             "errored": pair.result["errored"],
             "flags": pair.result["flags"],
+            # Each test (a failing one with what it expected and got: why a sample scored low).
             "tests": pair.result.get("tests") or [],
         }
         for pair in result.pairs

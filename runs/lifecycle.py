@@ -238,8 +238,10 @@ def _tier_problems(tier: Tier, method: str) -> dict[str, str]:
             "GRPO compares sampled completions; a greedy tier (temperature 0) samples one"
         )
     if looks_like_path(tier.base_model) and not is_directory(tier.base_model):
+        # The folder went away after the tier was saved: say so, and how to fix the tier.
         problems["tier.base_model"] = (
-            f"no model at {tier.base_model}; build the demo model with `python manage.py build_base_model`"
+            f"tier {tier.name}: no folder {tier.base_model} on this machine (moved or deleted since the tier "
+            "was saved); edit the tier's base_model to a saved model's folder or a hub id"
         )
     return problems
 

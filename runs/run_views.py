@@ -5,6 +5,7 @@ permission 403), every change through `runs.lifecycle`. Model output is shown as
 """
 
 import json
+import os
 from typing import Any
 
 from django.contrib import messages
@@ -205,6 +206,8 @@ def _live_config(run: Run) -> dict[str, Any]:
         "last_event": last_event,
         "last_trajectory": last_trajectory,
         "max_points": LIVE_MAX_POINTS,
+        # Which buttons each status allows, so they follow a status change at once.
+        "actions": {name: [str(status) for status in allowed] for name, allowed in ACTIONS.items()},
         # What the page was rendered with: a change from it re-renders the run's header.
         "shown": _shown_state(run.status, run.learner_step, run.policy_version, run.sandbox_cpu_seconds),
     }
@@ -307,6 +310,31 @@ def checkpoint_fork(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
 # --- a trajectory --------------------------------------------------------------------------
 
 
+def compact_json(value: Any, indent: str = "") -> str:
+    """JSON indented for reading, with lists of plain values (token ids, logprobs) on one line
+    rather than one value a line.
+
+    >>> print(compact_json({"ids": [1, 2, 3], "a": {"b": "c"}}))
+    {
+      "ids": [1, 2, 3],
+      "a": {
+        "b": "c"
+      }
+    }
+    """
+    inner = indent + "  "
+    if isinstance(value, dict) and value:
+        rows = [
+            f"{inner}{json.dumps(str(k), ensure_ascii=False)}: {compact_json(v, inner)}"
+            for k, v in value.items()
+        ]
+        return "{\n" + ",\n".join(rows) + f"\n{indent}}}"
+    if isinstance(value, list) and value and any(isinstance(v, dict | list) for v in value):
+        rows = [f"{inner}{compact_json(v, inner)}" for v in value]
+        return "[\n" + ",\n".join(rows) + f"\n{indent}]"
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
 @login_required
 @require_GET
 def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
@@ -315,7 +343,7 @@ def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
         request.GET.get("page")
     )
     # Only this page's steps are decompressed. The template escapes every string in them.
-    steps = [(step, json.dumps(step.data(), indent=2, ensure_ascii=False)) for step in page]
+    steps = [(step, compact_json(step.data())) for step in page]
     access = _access(request.user, trajectory.run.project)
     queue = request.GET.get("queue", "")
     reviews = list(trajectory.reviews.select_related("reviewer").order_by("-updated_at"))
@@ -428,6 +456,41 @@ def _searched(trajectories, *, task: str | None, text: str) -> Any:
     return trajectories
 
 
+def shared_prefix(texts: list[str]) -> int:
+    """How many leading characters all `texts` share, cut back to a word boundary (0 when fewer
+    than two differ): what a preview skips so that rows show where the prompts differ.
+
+    >>> shared_prefix(["Solve this. What is 1 + 1?", "Solve this. What is 2 + 2?"])
+    20
+    >>> shared_prefix(["same", "same"]), shared_prefix(["a"])
+    (0, 0)
+    """
+    distinct = list(dict.fromkeys(texts))
+    if len(distinct) < 2:
+        return 0
+    shared = len(os.path.commonprefix(distinct))
+    if shared == min(len(text) for text in distinct):
+        return 0  # one prompt is the start of another: nothing to skip
+    while shared and not distinct[0][shared - 1].isspace():
+        shared -= 1
+    return shared
+
+
+PREVIEW_SAMPLE = 20  # task items read to find the prefix every prompt shares
+
+
+def _set_prompt_previews(run: Run, trajectories: list[Trajectory]) -> int:
+    """Each row's prompt preview starts where the prompts differ (a shared instruction skipped)."""
+    sample = list(
+        run.task_set_version.items.order_by("position").values_list("text", flat=True)[:PREVIEW_SAMPLE]
+    )
+    skip = shared_prefix(sample + [t.item.text for t in trajectories])
+    for trajectory in trajectories:
+        text = trajectory.item.text
+        trajectory.prompt_preview = f"…{text[skip:]}" if skip >= 12 else text
+    return skip if skip >= 12 else 0
+
+
 @login_required
 @require_GET
 def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
@@ -443,6 +506,7 @@ def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
         text=text,
     )
     page = Paginator(trajectories, TRAJECTORIES_PER_PAGE).get_page(request.GET.get("page"))
+    skip = _set_prompt_previews(run, list(page))
     query = request.GET.copy()
     query.pop("page", None)
     context = _access(request.user, run.project) | {
@@ -459,7 +523,8 @@ def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
         "labels": [*LABELS, ("unreviewed", "Unreviewed")],
         "review_labels": LABELS,
         "can_review": role_allows(_access(request.user, run.project)["role"], Permission.REVIEW),
-        "live": _live_config(run) | {"filtered": bool(filters or text)},
+        # Rows that arrive live skip the same shared prompt prefix as the rendered ones.
+        "live": _live_config(run) | {"filtered": bool(filters or text), "preview_skip": skip},
     }
     return render(request, "runs/trajectory_list.html", context)
 
@@ -535,6 +600,62 @@ def run_list(request: HttpRequest) -> HttpResponse:
 # --- compare runs ---------------------------------------------------------------------------
 
 COMPARE_MAX = 8
+
+
+# The compare page's groups, in the order a person looks: reward, held-out, the rest.
+METRIC_GROUPS = (
+    ("Reward", lambda n: n.startswith("reward/")),
+    ("Held-out", lambda n: n.startswith("heldout/")),
+    ("Pass rate", lambda n: "pass_rate" in n),
+    ("Learner", lambda n: n.startswith("learner/")),
+    ("Episodes", lambda n: n.startswith(("episodes/", "dropped/"))),
+    ("Time and throughput", lambda n: n.startswith(("time/", "throughput/"))),
+)
+FIRST_IN_GROUP = ("reward/mean", "heldout/pass_rate", "heldout/reward")
+TITLES = {
+    "reward/mean": "Reward (mean)",
+    "heldout/pass_rate": "Held-out pass rate",
+    "heldout/reward": "Held-out reward",
+    "train/pass_rate": "Train pass rate",
+    "learner/kl": "KL divergence",
+    "learner/loss": "Loss",
+    "episodes/errored_rate": "Errored-episode rate",
+    "throughput/tokens_per_s": "Tokens per second",
+}
+
+
+def metric_group(name: str) -> str:
+    return next((title for title, belongs in METRIC_GROUPS if belongs(name)), "Other")
+
+
+def metric_order(names: set[str]) -> list[str]:
+    """Reward first, then held-out, pass rates, learner, episodes, time, others; within a group
+    the headline metric first, then by name.
+
+    >>> metric_order({"learner/kl", "heldout/pass_rate", "reward/std", "reward/mean", "a/b"})
+    ['reward/mean', 'reward/std', 'heldout/pass_rate', 'learner/kl', 'a/b']
+    """
+    groups = [title for title, _ in METRIC_GROUPS] + ["Other"]
+    return sorted(names, key=lambda n: (groups.index(metric_group(n)), n not in FIRST_IN_GROUP, n))
+
+
+def metric_title(name: str) -> str:
+    """A metric's name as a chart title.
+
+    >>> metric_title("heldout/pass_rate"), metric_title("episodes/response_tokens")
+    ('Held-out pass rate', 'Episodes · response tokens')
+    """
+    if name in TITLES:
+        return TITLES[name]
+    head, _, rest = name.partition("/")
+    words = [part.replace("_", " ") for part in (head, *rest.split("/")) if part]
+    head_words = "Held-out" if words and words[0] == "heldout" else words[0].capitalize() if words else name
+    return " · ".join([head_words, *words[1:]])
+
+
+def is_rate(name: str) -> bool:
+    """Whether a metric is a fraction of 0 to 1 (drawn on a percent axis)."""
+    return "pass_rate" in name or name.endswith(("_rate", "/accuracy", "clip_fraction"))
 
 
 def _compare_ids(request: HttpRequest) -> tuple[list[int], list[str]]:
@@ -619,7 +740,7 @@ def run_compare(request: HttpRequest) -> HttpResponse:
         for key in keys
     ]
     show_all = request.GET.get("all") == "1"
-    names = sorted(
+    names = metric_order(
         {name for run in runs for name in selectors.metric_names_of(run=run).values_list("name", flat=True)}
     )
     query = request.GET.copy()
@@ -638,6 +759,10 @@ def run_compare(request: HttpRequest) -> HttpResponse:
         "names": names,
         "compare": {
             "names": names,
+            "charts": [
+                {"name": name, "title": metric_title(name), "group": group, "percent": is_rate(name)}
+                for name, group in ((name, metric_group(name)) for name in names)
+            ],
             "max_points": LIVE_MAX_POINTS,
             "runs": [
                 {"id": run.pk, "name": run.name, "metrics": reverse("api-run-metrics", args=[run.pk])}

@@ -89,6 +89,39 @@ def runs_table(runs: QuerySet[Run], query: RunQuery) -> QuerySet[Run]:
     return runs.order_by(order, "-pk")
 
 
+def _shared_folder(paths: list[str]) -> int:
+    """How many leading path parts every path shares (0 when fewer than two paths).
+
+    >>> _shared_folder(["/srv/models/a/final", "/srv/models/b/final"]), _shared_folder(["/x/y"])
+    (3, 0)
+    """
+    if len(paths) < 2:
+        return 0
+    parts = [path.rstrip("/").split("/") for path in paths]
+    shared = 0
+    for column in zip(*parts, strict=False):
+        if len(set(column)) > 1:
+            break
+        shared += 1
+    return shared
+
+
+def _model_tail(path: str | None, shared: int) -> str:
+    """The part of a model path that tells the rows apart: what follows the folders every row
+    shares (the last two parts when nothing is shared), with an ellipsis for what was cut.
+
+    >>> _model_tail("/srv/models/a/final", 3), _model_tail("/srv/models/base", 0), _model_tail("gpt2", 0)
+    ('…/a/final', '…/models/base', 'gpt2')
+    """
+    if not path:
+        return ""
+    parts = path.rstrip("/").split("/")
+    # Nothing shared (one row, or paths from different roots): the last two parts name it best.
+    keep = min(max(len(parts) - shared, 2) if shared else 2, len(parts))
+    tail = "/".join(parts[-keep:])
+    return tail if keep == len(parts) else f"…/{tail}"
+
+
 COLUMNS = [
     ("name", "Name", ""),
     ("project", "Project", ""),
@@ -113,8 +146,10 @@ def table_context(
     rows = list(runs_table(runs, query)[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
+    shared = _shared_folder([run.model for run in rows if run.model])
     for run in rows:
         run.queue_position = positions.get(run.pk)
+        run.model_short = _model_tail(run.model, shared)
     kept = params.copy()
     for name in ("sort", "page"):
         kept.pop(name, None)

@@ -18,7 +18,7 @@ from django.core.files import File
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from inference.model_sources import model_source_problem
+from inference.model_sources import local_path_problem, model_source_problem
 from inference.settings import TIER_FIELDS, tier_problems, tier_snapshot
 from runs import events
 from runs.leases import process_gone, process_identity
@@ -531,6 +531,13 @@ def _check_tier(
         problems["name"] = "is required"
     elif Tier.objects.filter(project=project, name=name).exclude(pk=exclude_pk).exists():
         problems["name"] = f"this project already has a tier named {name!r}"
+    # A local path must be a folder here (as a hub id must be on the hub): refused at once, not
+    # at the first launch. Off with the hub check (FLYWHEEL_HUB_CHECK), as tests with made-up
+    # models need.
+    for field_name in models if settings.FLYWHEEL_HUB_CHECK else ():
+        if field_name not in problems and values.get(field_name):
+            if problem := local_path_problem(values[field_name]):
+                problems[field_name] = problem
     for field_name in models if settings.FLYWHEEL_HUB_CHECK else ():
         if field_name not in problems and values.get(field_name):
             timeout = settings.FLYWHEEL_HUB_TIMEOUT_SECONDS

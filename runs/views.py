@@ -25,7 +25,7 @@ from inference.model_sources import local_models
 from rewards import selectors as reward_selectors
 from runs import forms, runs_table, selectors, services, stub_checks
 from runs.demo import DEMO_FUNCTIONS, demo_project_for, demo_run_launch
-from runs.models import Membership, Project, StagedImport, TaskItem, TaskSet, TaskSetVersion
+from runs.models import Membership, Project, Run, StagedImport, TaskItem, TaskSet, TaskSetVersion
 from runs.roles import Permission, Role, role_allows
 from runs.task_format import resolve_format
 from webapp.streaming import streamed
@@ -62,6 +62,8 @@ def project_list(request: HttpRequest) -> HttpResponse:
         "projects": projects,
         "form": forms.ProjectForm(),
         "demo_model": str(demo_model) if demo_model.is_dir() else "",
+        # The methods the learner has, from the model itself: the page names no method it lacks.
+        "methods": ", ".join(label for _, label in sorted(Run.Method.choices, key=lambda c: c[0] != "grpo")),
     }
     return render(request, "runs/project_list.html", context)
 
@@ -337,8 +339,43 @@ def task_set_import(request: HttpRequest, task_set_id: int) -> HttpResponse:
         return render(request, "runs/import_form.html", context | {"form": form})
     if not report.ok:
         _staged_discard(staged)  # nothing to confirm
-    context |= {"report": report, "staged": staged if report.ok else None, "options": options}
+    context |= {
+        "report": report,
+        "staged": staged if report.ok else None,
+        "options": options,
+        "split_warnings": split_warnings(report.split_counts, report.item_count, options),
+    }
     return render(request, "runs/import_preview.html", context)
+
+
+def split_warnings(counts: dict[str, int], total: int, options: dict) -> list[str]:
+    """What a run on this split would refuse at launch, said at the preview: a split with no items.
+
+    >>> "0 of 5 items out (held-out fraction 0.4, seed 1)" in split_warnings({"train": 5}, 5, {
+    ...     "heldout_fraction": 0.4, "split_seed": 1})[0]
+    True
+    >>> split_warnings({"train": 3, "heldout": 2}, 5, {})
+    []
+    """
+    if not total:
+        return []
+    fraction = options.get("heldout_fraction")
+    how = f"held-out fraction {fraction:g}" if fraction is not None else "the file's own split fields"
+    if options.get("split_seed") is not None:
+        how += f", seed {options['split_seed']}"
+    warnings = []
+    if not counts.get("heldout"):
+        warnings.append(
+            f"No held-out items: this split holds 0 of {total} items out ({how}). A run evaluates on "
+            "held-out items and would refuse to launch: go back and raise the held-out fraction or "
+            'change the seed, or mark items "split": "heldout" in the file.'
+        )
+    if not counts.get("train"):
+        warnings.append(
+            f"No training items: every one of the {total} items is held out ({how}). A run trains on "
+            "train items and would refuse to launch: lower the held-out fraction."
+        )
+    return warnings
 
 
 @login_required

@@ -70,12 +70,24 @@
     return { grid: grid, text: getComputedStyle(document.body).color };
   }
 
+  // A fraction's axis: 0 to 100 %, round ticks (never 0.438 / 0.728 / 1.018).
+  function percentAxis() {
+    return { range: [0, 1.02], tickformat: ".0%", tick0: 0, dtick: 0.25, fixedrange: false, meta: "percent" };
+  }
+
   function layoutFor(base) {
     var theme = themed();
     var layout = Object.assign({}, base, { paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { color: theme.text } });
+    // The title starts on the left, clear of the full-screen button on the right.
+    if (base.title) layout.title = Object.assign({ x: 0, xanchor: "left", xref: "paper" }, base.title);
     layout.xaxis = Object.assign({}, base.xaxis || {}, { title: { text: X_TITLES[state.x] }, gridcolor: theme.grid, zerolinecolor: theme.grid });
     layout.yaxis = Object.assign({}, base.yaxis || {}, { type: state.log ? "log" : "linear", gridcolor: theme.grid, zerolinecolor: theme.grid });
     if (base.yaxis2) layout.yaxis2 = Object.assign({}, base.yaxis2, { gridcolor: theme.grid });
+    // A percent axis on a log scale: the range and ticks no longer fit; the format stays.
+    ["yaxis", "yaxis2"].forEach(function (key) {
+      var axis = layout[key];
+      if (axis && axis.meta === "percent" && state.log) { delete axis.range; delete axis.dtick; delete axis.tick0; }
+    });
     return layout;
   }
 
@@ -158,6 +170,7 @@
 
   window.flywheelCharts = {
     state: function () { return state; },
+    percentAxis: percentAxis,
     onChange: function (listener) { listeners.push(listener); },
     ema: ema,
     smoothed: smoothed,

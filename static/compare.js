@@ -27,16 +27,26 @@
     var charts = window.flywheelCharts;
     var grid = document.getElementById("compare-charts");
     if (!grid || !charts || !window.Plotly) return;
-    config.names.forEach(function (name) {
+    var group = null;
+    (config.charts || config.names.map(function (n) { return { name: n, title: n, group: "" }; })).forEach(function (chart) {
+      var name = chart.name;
       var id = "compare-" + slug(name);
       var plot = document.getElementById(id);
       if (!plot) {
-        var made = charts.cell(id, name);
+        // Charts come grouped (reward, held-out, ...): a heading where a group starts.
+        if (chart.group && chart.group !== group) {
+          var heading = document.createElement("h3");
+          heading.className = "chart-group";
+          heading.textContent = chart.group;
+          grid.appendChild(heading);
+        }
+        var made = charts.cell(id, chart.title);
         made.cell.dataset.metric = name;
         grid.appendChild(made.cell);
         charts.followSize(made.plot);
         plot = made.plot;
       }
+      group = chart.group;
       var traces = [];
       loaded.forEach(function (entry, index) {
         var s = entry.series[name];
@@ -47,7 +57,8 @@
         traces.push({ name: entry.run.name + " #" + entry.run.id, x: at.x, y: at.y, mode: heldout ? "lines+markers" : "lines", meta: heldout ? "heldout" : undefined, line: { color: COLOURS[index % COLOURS.length] } });
       });
       var layout = charts.layoutFor({
-        title: { text: name, font: { size: 13 } },
+        title: { text: chart.title, font: { size: 13 } },
+        yaxis: chart.percent ? charts.percentAxis() : undefined,
         margin: { l: 45, r: 10, t: 30, b: 40 },
         height: plot.closest(".chart-full") ? Math.max(300, window.innerHeight - 90) : 270,
         showlegend: true,

@@ -253,9 +253,23 @@
     document.getElementById("replay-timeline").value = String(index);
     document.getElementById("replay-jump").value = String(index);
     document.getElementById("replay-position").textContent = "step " + index + " of " + config.count;
+    var node = document.getElementById("replay-step");
+    if (!cache[index]) {
+      // Saying so while a step loads: a blank panel reads as broken.
+      node.setAttribute("aria-busy", "true");
+      node.textContent = "";
+      node.appendChild(el("p", "muted replay-loading", "Loading step " + index + "…"));
+    }
     return fetchStep(index).then(function (step) {
-      if (current === index) render(step);
+      if (current !== index) return;
+      node.removeAttribute("aria-busy");
+      render(step);
       if (index + 1 < config.count) fetchStep(index + 1).catch(function () {}); // ready for Next
+    }, function (error) {
+      if (current !== index) return;
+      node.removeAttribute("aria-busy");
+      node.textContent = "";
+      node.appendChild(el("p", "field-error replay-error", "Could not load step " + index + " (" + error.message + "); try again."));
     });
   }
 

@@ -14,12 +14,12 @@
   var CHARTS = [
     { id: "reward", title: "Reward (mean, min–max band, ± std)", match: function (n) { return n === "reward/mean"; } },
     { id: "components", title: "Sub-rewards (train, and held-out per grader)", match: function (n) { return /^(heldout\/)?reward\//.test(n) && !/^reward\/(mean|std|min|max)$/.test(n); } },
-    { id: "pass-rate", title: "Pass rate (train and held-out)", match: function (n) { return n === "train/pass_rate" || /^heldout\/pass_rate/.test(n); } },
+    { id: "pass-rate", title: "Pass rate (train and held-out)", percent: true, match: function (n) { return n === "train/pass_rate" || /^heldout\/pass_rate/.test(n); } },
     { id: "kl", title: "KL", match: function (n) { return n === "learner/kl"; } },
     { id: "entropy", title: "Entropy", match: function (n) { return n === "learner/entropy"; } },
     { id: "loss", title: "Loss and clip fraction", match: function (n) { return n === "learner/loss" || n === "learner/clip_fraction"; } },
     { id: "response-length", title: "Response length (tokens)", match: function (n) { return n === "episodes/response_tokens"; } },
-    { id: "errored", title: "Errored-episode rate", match: function (n) { return n === "episodes/errored_rate"; } },
+    { id: "errored", title: "Errored-episode rate", percent: true, match: function (n) { return n === "episodes/errored_rate"; } },
     { id: "staleness", title: "Staleness (policy versions)", match: function (n) { return n === "episodes/staleness"; } },
     { id: "dropped", title: "Dropped episodes", match: function (n) { return /^dropped\//.test(n); } },
     { id: "time", title: "Time split (s)", match: function (n) { return /^time\//.test(n); }, stacked: true },
@@ -123,6 +123,10 @@
     });
   }
 
+  function withinUnit(s) {
+    return Boolean(s && s.y.length) && s.y.every(function (v) { return v === null || (v >= 0 && v <= 1); });
+  }
+
   function draw(chart) {
     var data = traces(chart);
     if (!data.length || !window.Plotly) return;
@@ -140,8 +144,11 @@
     };
     if (data.some(function (t) { return t.yaxis === "y2"; })) {
       base.yaxis2 = { title: { text: "held-out", font: { size: 11 } }, overlaying: "y", side: "right", showgrid: false };
-      base.margin.r = 45;
+      // Held-out reward of 0 to 1 (pass or fail items) reads as a percent, with round ticks.
+      if (charts && withinUnit(series["heldout/reward"])) base.yaxis2 = Object.assign(base.yaxis2, charts.percentAxis());
+      base.margin.r = 50;
     }
+    if (chart.percent && charts) base.yaxis = charts.percentAxis();
     var layout = charts ? charts.layoutFor(base) : base;
     if (layout.yaxis2 && charts && charts.state().log) layout.yaxis2.type = "log";
     var shown = charts ? charts.smoothed(data) : data;
@@ -230,6 +237,32 @@
     return span;
   }
 
+  // Times read as "12 s ago" and keep ticking; the exact time is in the title.
+  function relative(date) {
+    var seconds = Math.max(0, Math.round((Date.now() - date.getTime()) / 1000));
+    if (seconds < 5) return "just now";
+    if (seconds < 60) return seconds + " s ago";
+    if (seconds < 3600) return Math.floor(seconds / 60) + " min ago";
+    if (seconds < 86400) return Math.floor(seconds / 3600) + " h ago";
+    return date.toISOString().replace("T", " ").slice(0, 16);
+  }
+
+  function timeNode(date) {
+    var node = document.createElement("time");
+    node.dateTime = date.toISOString();
+    node.title = date.toISOString().replace("T", " ").slice(0, 19) + " UTC";
+    node.dataset.relative = "";
+    node.textContent = relative(date);
+    return node;
+  }
+
+  function tickTimes() {
+    document.querySelectorAll("time[data-relative]").forEach(function (node) {
+      var date = new Date(node.getAttribute("datetime"));
+      if (!isNaN(date.getTime())) node.textContent = relative(date);
+    });
+  }
+
   function addEvent(event) {
     if (!event || !event.id || event.id <= lastEventId) return;
     lastEventId = event.id;
@@ -241,7 +274,10 @@
       if (empty) empty.hidden = true;
       var row = document.createElement("tr");
       row.dataset.event = String(event.id);
-      row.appendChild(cell(event.created_at ? event.created_at.replace("T", " ").slice(0, 19) : "now", "muted small"));
+      var when = document.createElement("td");
+      when.className = "muted small";
+      when.appendChild(timeNode(event.created_at ? new Date(event.created_at) : new Date()));
+      row.appendChild(when);
       var level = document.createElement("td");
       level.appendChild(badge(event.level, "level-" + event.level));
       row.appendChild(level);
@@ -301,11 +337,20 @@
     if (!node || !value) return;
     node.textContent = value;
     node.className = "badge status-" + value;
+    // The buttons follow the status at once (no Resume on a queued run while the page re-renders).
+    if (config.actions) {
+      document.querySelectorAll("#run-actions [data-action]").forEach(function (button) {
+        var allowed = config.actions[button.dataset.action];
+        if (!allowed) return;
+        var form = button.closest("form") || button;
+        form.hidden = allowed.indexOf(value) < 0;
+      });
+    }
   }
 
   // The parts of the run page that follow the run (actions, progress, checkpoints, error) are
   // re-rendered by the server, already escaped, and swapped in whenever the run changes.
-  var FOLLOWED = ["run-actions", "run-progress", "run-error", "checkpoints-card"];
+  var FOLLOWED = ["run-actions", "run-progress", "run-error", "checkpoints-card", "metrics-card", "train-on-reviews"];
   var shown = config.shown || null;
   var sectionsLoading = false;
   var sectionsAgain = false;
@@ -323,17 +368,32 @@
         FOLLOWED.forEach(function (id) {
           var now = document.getElementById(id), next = fresh.getElementById(id);
           if (now && next) now.replaceWith(document.importNode(next, true));
+          else if (!now && next && id === "run-actions") {
+            var head = document.querySelector(".page-head");
+            if (head) head.appendChild(document.importNode(next, true));
+          }
           else if (now && !next) now.remove();
           else if (!now && next && id === "run-error") {
             var progress = document.getElementById("run-progress");
             if (progress) progress.parentNode.insertBefore(document.importNode(next, true), progress);
           }
         });
+        tickTimes();
       })
       .finally(function () {
         sectionsLoading = false;
         if (sectionsAgain) { sectionsAgain = false; refreshSections().catch(function () {}); }
       });
+  }
+
+  // New metrics re-render the metrics table and the progress, at most once every 2 s.
+  var sectionsTimer = null;
+  function sectionsSoon() {
+    if (sectionsTimer) return;
+    sectionsTimer = window.setTimeout(function () {
+      sectionsTimer = null;
+      refreshSections().catch(function () {});
+    }, 2000);
   }
 
   function followRun(run) {
@@ -393,7 +453,10 @@
     code.textContent = t.item_external_id;
     item.appendChild(code);
     row.appendChild(item);
-    row.appendChild(cell((t.prompt_preview || "").slice(0, 90), "preview prompt-preview"));
+    var prompt = t.prompt_preview || "";
+    var skip = config.preview_skip || 0;
+    if (skip && prompt.length > skip) prompt = "…" + prompt.slice(skip); // past the shared instruction
+    row.appendChild(cell(prompt.slice(0, 90), "preview prompt-preview"));
     row.appendChild(cell((t.completion_preview || "—").slice(0, 90), "preview output-preview"));
     row.appendChild(cell("v" + t.policy_version, "num"));
     row.appendChild(cell(t.learned_in_step === null ? "—" : String(t.learned_in_step), "num"));
@@ -428,9 +491,12 @@
   var HANDLERS = {
     metrics: function (p) {
       setStep(p.step);
+      sectionsSoon();
       Object.keys(p.values).forEach(function (name) { appendPoint(name, p.step, p.values[name]); });
     },
-    event: function (p) { addEvent({ id: p.id, kind: p.kind, level: p.level, message: p.message, data: p.data }); },
+    event: function (p) {
+      addEvent({ id: p.id, kind: p.kind, level: p.level, message: p.message, data: p.data, created_at: p.created_at });
+    },
     status: function (p) { setStatus(p.status); loadDetail().catch(function () {}); },
     policy: function (p) {
       var node = document.getElementById("policy-version");
@@ -462,6 +528,7 @@
   }
 
   var retries = 0;
+  var everOpened = false;
   function connect() {
     var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
     var socket;
@@ -469,10 +536,12 @@
       socket = new WebSocket(scheme + window.location.host + config.ws);
     } catch (error) {
       setLive("off", "live updates off · refreshing every 5 s");
+      refetchAll();
       pollWhileOffline();
       return;
     }
     socket.onopen = function () {
+      everOpened = true;
       retries = 0;
       stopPolling();
       setLive("on", "live");
@@ -491,6 +560,7 @@
         return;
       }
       setLive("polling", "live updates off · refreshing every 5 s");
+      if (!everOpened && !pollTimer) refetchAll(); // nothing was loaded yet: load it now
       pollWhileOffline();
       retries += 1;
       window.setTimeout(connect, Math.min(8000, 500 * Math.pow(2, retries)));
@@ -502,9 +572,13 @@
   window.flywheelLive = { series: function () { return series; }, refetch: refetchAll };
 
   document.addEventListener("DOMContentLoaded", function () {
-    if (document.getElementById("charts")) loadMetrics().catch(function () {});
+    tickTimes();
+    window.setInterval(tickTimes, 5000);
+    // The metrics are fetched once on load: by the socket's open (which re-fetches everything),
+    // or at once when there is no socket to wait for.
     if ("WebSocket" in window) connect();
     else {
+      refetchAll();
       setLive("polling", "live updates off · refreshing every 5 s");
       pollWhileOffline();
     }

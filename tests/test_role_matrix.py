@@ -624,6 +624,7 @@ REVIEW_CASES = [
     ),
     Case("review-queue-next", "post", "review", lambda w: {"queue_id": queue_id(w)["id"]}),
     Case("run-export", "get", "view", lambda w: {"run_id": run_of(w).pk, "export_format": "dpo"}),
+    Case("run-labels-export", "get", "view", lambda w: {"run_id": run_of(w).pk, "extension": "csv"}),
     Case("api-train-on-reviews", "get", "view", run_id),
     Case("api-train-on-reviews", "post", "edit", run_id, body=lambda w: {"method": "sft"}),
     Case(

@@ -97,7 +97,7 @@ def test_a_run_that_would_fail_at_its_first_step_is_refused_with_every_reason(se
         lifecycle.run_create(request=request, by=setup["owner"])
     problems = refused.value.message_dict
     assert sorted(problems) == ["max_steps", "reward_rule_version.input", "tier.base_model"]
-    assert "build_base_model" in problems["tier.base_model"][0]
+    assert "on this machine (moved or deleted since the tier was saved)" in problems["tier.base_model"][0]
     assert Run.objects.count() == 0
 
 

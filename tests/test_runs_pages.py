@@ -103,7 +103,7 @@ def test_refusals_are_shown_next_to_their_fields_and_nothing_is_created(client, 
     response = client.post(reverse("run-create", args=[lab["project"].pk]), launch_form(lab, max_steps="0"))
     body = text(response)
     assert '<p class="field-error" data-field="max_steps">must be at least 1</p>' in body
-    assert '<p class="field-error" data-field="tier">base_model: no model at' in body
+    assert '<p class="field-error" data-field="tier">base_model: tier cap: no folder ' in body
     assert Run.objects.count() == 0
 
 
@@ -155,7 +155,7 @@ def test_the_run_page_shows_configuration_progress_events_metrics_and_checkpoint
     assert f"<dt>base_model</dt><dd>{lab['tier'].base_model}</dd>" in body
     assert '<span class="badge level-warning">warning</span></td><td>reward is flat' in body
     metrics = body[body.index('id="metrics"') :]
-    latest, at_step, low, high = "0.5000", "3", "0.2500", "0.7500"
+    latest, at_step, low, high = "0.5", "3", "0.25", "0.75"
     cells = "".join(f'<td class="num">{value}</td>' for value in (latest, at_step, low, high))
     assert cells in metrics
     assert reverse("checkpoint-fork", args=[Checkpoint.objects.get().pk]) in body
@@ -168,7 +168,7 @@ def test_the_run_page_shows_configuration_progress_events_metrics_and_checkpoint
 def test_a_failed_run_shows_its_error_and_where(client, lab):
     run = lifecycle.run_fail(run=make_run(lab), message="sandbox pool <empty>", where="rollout batch 4")
     body = text(page(client, lab["viewer"], reverse("run-detail", args=[run.pk])))
-    assert "<p>sandbox pool &lt;empty&gt;</p>" in body
+    assert '<p id="run-error-reason">sandbox pool &lt;empty&gt;</p>' in body
     assert "where: <code>rollout batch 4</code>" in body
 
 

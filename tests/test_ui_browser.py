@@ -139,6 +139,13 @@ def test_the_run_header_follows_the_run_to_its_end(owner, open_as):
 def test_a_stale_button_says_what_the_run_is_now(owner, open_as):
     run = build_run(owner)
     page = open_as(owner, f"/runs/{run.pk}/")
+    # The page cannot learn of the change (its re-fetches fail): its Pause button is stale.
+    page.route("**/api/v1/runs/**", lambda route: route.abort())
+    page.route(
+        f"**/runs/{run.pk}/",
+        lambda route: route.abort() if route.request.resource_type == "fetch" else route.continue_(),
+    )
+    page.reload()  # from the start, with no fetch of the page's own getting through
     Run.objects.filter(pk=run.pk).update(status=S.SUCCEEDED)
     page.get_by_role("button", name="Pause").click()
     expect(page.locator(".message-error")).to_have_text(

@@ -595,7 +595,8 @@ class Reviews(Resource):
 
     @endpoint("GET", "/reviews/export")
     def export(self, run: int, kind: str = "sft") -> Iterator[Record]:
-        """The run's reviewed data (sft, dpo or dpo-task-set), one object a line."""
+        """The run's reviewed data (sft, dpo or dpo-task-set), one object a line; kind="labels" gives
+        every label and comment (trajectory, item, reviewer, label, comment, reward, outcome, times)."""
         return self._t.lines("/api/v1/reviews/export", {"run": run, "kind": kind})
 
     @endpoint("GET", "/preferences")
