@@ -98,7 +98,7 @@ def test_nothing_outside_the_docs_is_served(reader, path):
 
 
 def test_pictures_are_served_and_only_pictures(reader):
-    response = reader.get("/docs/assets/screenshots/run-1280-light.png")
+    response = reader.get("/docs/assets/screenshots/run-1400-light.png")
     assert response.status_code == 200 and response["Content-Type"] == "image/png"
     assert b"".join(response.streaming_content)[:4] == b"\x89PNG"
     assert reader.get("/docs/assets/index.md").status_code == 404
