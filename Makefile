@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check bench-tiers bench-api bench-traces bench-agents bench-agent-lift demo-flywheel demo-hack bench-all hosts-deps test-hosts
+.PHONY: up down demo test lint docs docs-serve format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check bench-tiers bench-api bench-traces bench-agents bench-agent-lift demo-flywheel demo-hack bench-all hosts-deps test-hosts
 
 venv: $(INSTALLED)
 
@@ -81,6 +81,16 @@ test-hosts: venv hosts-deps sandbox-image
 # and dark, into docs/screenshots/ (made-up data in the test database; headless Chromium).
 screenshots: venv browser-deps
 	$(PY) -m pytest -q -p no:cacheprovider -o python_files=screenshots.py tests/screenshots.py
+
+# The documentation site (MkDocs Material) from docs/, with the REST reference generated from the
+# OpenAPI schema; strict, so a broken link, a missing anchor or a page outside the navigation fails.
+docs: venv
+	$(PY) scripts/api_reference.py docs/reference/api.md
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	@echo "the site is in site/ (open site/index.html)"
+
+docs-serve: docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -1,13 +1,16 @@
 from django.urls import path
 
-from runs import playground, run_views, tier_views, views
+from runs import docs_views, playground, run_views, tier_views, views
 
 urlpatterns = [
     path("", views.project_list, name="project-list"),
     path("playground/", playground.playground, name="playground"),
     path("projects/new/", views.project_create, name="project-create"),
     path("demo/", views.demo_start, name="demo-start"),
-    path("readme/", views.readme, name="readme"),
+    path("readme/", docs_views.readme, name="readme"),
+    path("docs/", docs_views.docs_page, name="docs-page"),
+    path("docs/assets/<path:name>", docs_views.docs_asset, name="docs-asset"),
+    path("docs/<path:name>/", docs_views.docs_page, name="docs-page"),
     path("projects/<int:project_id>/", views.project_detail, name="project-detail"),
     path("projects/<int:project_id>/members/", views.project_members, name="project-members"),
     path("projects/<int:project_id>/demo-run/", views.demo_run, name="demo-run"),

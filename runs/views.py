@@ -145,14 +145,6 @@ def demo_start(request: HttpRequest) -> HttpResponse:
     return redirect("run-detail", run_id=run.pk)
 
 
-@login_required
-@require_GET
-def readme(request: HttpRequest) -> HttpResponse:
-    from runs.readme import readme_blocks, readme_text
-
-    return render(request, "runs/readme.html", {"blocks": readme_blocks(readme_text())})
-
-
 # --- members -------------------------------------------------------------------------------
 
 
