@@ -363,6 +363,9 @@ FLYWHEEL_EMBEDDING_MODEL = env_str("FLYWHEEL_EMBEDDING_MODEL", "")
 AUTHENTICATION_BACKENDS = ["webapp.lockout.LockoutModelBackend"]
 FLYWHEEL_LOGIN_MAX_FAILURES = env_int("FLYWHEEL_LOGIN_MAX_FAILURES", 10)
 FLYWHEEL_LOGIN_LOCKOUT_SECONDS = env_int("FLYWHEEL_LOGIN_LOCKOUT_SECONDS", 900)
+# Proxies whose FLYWHEEL_CLIENT_ADDRESS_HEADER names the client (for lockouts); ignored from anyone else.
+FLYWHEEL_TRUSTED_PROXIES = env_list("FLYWHEEL_TRUSTED_PROXIES", "")
+FLYWHEEL_CLIENT_ADDRESS_HEADER = env_str("FLYWHEEL_CLIENT_ADDRESS_HEADER", "X-Forwarded-For")
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
