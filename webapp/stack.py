@@ -6,7 +6,12 @@ They run under a supervisor (`manage.py flywheel_supervise`, started detached by
 pid in FLYWHEEL_HOME/run/supervisor.pid): a service that dies is started again at once (its whole
 process group killed first, so no orphan of a killed server keeps its port), then, if it keeps
 dying, with a back-off of up to 30 s. `make down` stops the supervisor, which stops the services
-in reverse order (Redis last) and then exits."""
+in reverse order (Redis last) and then exits.
+
+Everything the stack starts carries FLYWHEEL_STACK_HOME=<its home> in its environment, and so does
+everything those start in turn: learners and the spare learner run in sessions of their own (they
+must outlive a killed worker process) and are reparented to init when their worker goes, but they
+keep the mark. Stopping the stack stops every process with the mark and waits for them."""
 
 import logging
 import os
@@ -26,6 +31,56 @@ from webapp.embedded_redis import redis_argv
 logger = logging.getLogger("flywheel.stack")
 
 STOP_GRACE_SECONDS = 15.0
+STACK_MARK = "FLYWHEEL_STACK_HOME"
+
+
+def stack_env() -> dict[str, str]:
+    """The mark of this home's stack, inherited by every process it starts (see the docstring)."""
+    return {STACK_MARK: str(settings.FLYWHEEL_HOME)}
+
+
+def stack_processes(home: Path, exclude: set[int] = frozenset()) -> list[int]:
+    """Live processes of this user that carry the mark of the stack of `home`, however deep they
+    were started and whoever their parent is now."""
+    mark = f"{STACK_MARK}={home}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in exclude or int(entry.name) == os.getpid():
+            continue
+        try:
+            marked = mark in (entry / "environ").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        if marked and _alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def stack_processes_stop(
+    home: Path, exclude: set[int] = frozenset(), timeout: float = STOP_GRACE_SECONDS
+) -> list[int]:
+    """TERM every marked process (but `exclude`), KILL those left after `timeout`, and wait until
+    none is left; returns the pids it found."""
+    pids = stack_processes(home, exclude)
+    for pid in pids:
+        _signal_one(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.1)
+    for pid in pids:
+        if _alive(pid):
+            logger.warning("pid %s did not stop within %.0f s of SIGTERM; killing it", pid, timeout)
+            _signal_one(pid, signal.SIGKILL)
+    while any(_alive(pid) for pid in pids):  # KILL is not refused; this waits for the kernel
+        time.sleep(0.05)
+    return pids
+
+
+def _signal_one(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 @dataclass(frozen=True)
@@ -149,7 +204,7 @@ def service_start(service: Service) -> int:
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         start_new_session=True,  # survives the make process; stopped by `make down`
-        env=os.environ.copy(),
+        env=os.environ | service.env | stack_env(),
     )
     (run_dir() / f"{service.name}.pid").write_text(str(process.pid))
     return process.pid
@@ -193,7 +248,10 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    try:  # a zombie (dead, its parent yet to reap it) is not alive
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 # --- the supervisor --------------------------------------------------------------------------
@@ -224,7 +282,7 @@ class Supervised:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a group of its own: stopped, or cleaned up, as one
-                env=os.environ | self.service.env,
+                env=os.environ | self.service.env | stack_env(),
             )
         self.started_at = time.monotonic()
         (run_dir() / f"{self.service.name}.pid").write_text(str(self.process.pid))
@@ -289,7 +347,15 @@ def supervise(chosen: list[Service]) -> None:
         for entry in supervised:
             entry.check()
         time.sleep(POLL_SECONDS)
+    redis = [entry for entry in supervised if entry.service.name == "redis"]
     for entry in reversed(supervised):
+        if entry not in redis:
+            entry.stop()
+    # What the services started and left behind (learners, the spare learner), before Redis goes.
+    keep = {entry.process.pid for entry in redis if entry.process is not None}
+    if left := stack_processes_stop(settings.FLYWHEEL_HOME, exclude=keep | {os.getpid()}):
+        logger.info("stopped %d processes the services had started: %s", len(left), left)
+    for entry in redis:
         entry.stop()
 
 

