@@ -4,16 +4,22 @@ Redis is restarted by the supervisor; the embedded Redis asks for its generated 
 under the home are for their owner only."""
 
 import os
+import signal
 import socket
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
+from redis import Redis
+from redis.exceptions import AuthenticationError
 
 from tests.run_harness import wait_until
 from webapp import stack
+from webapp.embedded_redis import redis_ping
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,6 +73,10 @@ def supervisor_start(env: dict[str, str], services: str) -> int:
     return int(done.stdout.strip().splitlines()[-1])
 
 
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -99,3 +109,53 @@ def test_make_down_stops_everything_make_up_started_the_spare_learner_included(h
     assert survivors == [], out
     assert stack.stack_processes(home) == []
     assert not (home / "run" / "supervisor.pid").exists()
+
+
+def pid_in(home: Path, name: str) -> int | None:
+    try:
+        pid = int((home / "run" / f"{name}.pid").read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if alive(pid) else None
+
+
+def test_a_hung_redis_is_restarted_by_the_supervisor_and_asks_for_its_password(home, stack_env):
+    home.mkdir(mode=0o755)
+    (home / "logs").mkdir(mode=0o755)
+    (home / "logs" / "old.log").write_text("left world-readable by an older version")
+    (home / "logs" / "old.log").chmod(0o644)
+    port = int(stack_env["FLYWHEEL_REDIS_PORT"])
+    supervisor = supervisor_start(stack_env, "redis")
+    try:
+        password = (home / "redis_password").read_text().strip()
+        wait_until(lambda: redis_ping(port, password), "the private Redis", timeout=30)
+        # Without its password Redis refuses every command.
+        with pytest.raises(AuthenticationError):
+            Redis(host="127.0.0.1", port=port).set("probe", "1")
+        Redis(host="127.0.0.1", port=port, password=password).set("kept", "across the restart")
+
+        hung = pid_in(home, "redis")
+        os.kill(hung, signal.SIGSTOP)  # alive, but answering nothing: a dead-process check misses it
+        stopped_at = time.monotonic()
+        wait_until(lambda: pid_in(home, "redis") not in (None, hung), "a new Redis", timeout=60)
+        wait_until(lambda: redis_ping(port, password), "the new Redis to answer", timeout=30)
+        took = time.monotonic() - stopped_at
+        assert not alive(hung)
+        assert Redis(host="127.0.0.1", port=port, password=password).get("kept") == b"across the restart"
+        assert took < 30, took  # 10 s of start-up grace, then three failed checks 2 s apart
+        print(f"a hung Redis answered again {took:.1f} s after SIGSTOP")
+
+        # Everything under the home is for its owner only: what the stack wrote, what was there.
+        loose = {
+            str(path.relative_to(home)): oct(mode(path))
+            for path in [home, *home.rglob("*")]
+            if mode(path) & 0o077
+        }
+        assert loose == {}
+        assert mode(home / "redis_password") == 0o600 and mode(home / "redis" / "redis.conf") == 0o600
+        assert mode(home / "logs" / "redis.log") == 0o600 and mode(home / "run" / "redis.pid") == 0o600
+        assert mode(home / "redis") == 0o700
+        assert password not in " ".join(psutil.Process(pid_in(home, "redis")).cmdline())
+    finally:
+        manage(stack_env, "flywheel_down")
+    assert not alive(supervisor) and not redis_ping(port)

@@ -243,7 +243,9 @@ FLYWHEEL_IMPORT_MAX_ERRORS = env_int("FLYWHEEL_IMPORT_MAX_ERRORS", 50)
 
 FLYWHEEL_REDIS_PORT = env_int("FLYWHEEL_REDIS_PORT", 6380)
 EMBEDDED_REDIS = "REDIS_URL" not in os.environ
-REDIS_URL = env_str("REDIS_URL", f"redis://127.0.0.1:{FLYWHEEL_REDIS_PORT}/0")
+# The private Redis asks for a password generated once into FLYWHEEL_HOME (webapp/embedded_redis.py).
+_REDIS_AUTH = f":{_generated_once('redis_password')}@" if EMBEDDED_REDIS else ""
+REDIS_URL = env_str("REDIS_URL", f"redis://{_REDIS_AUTH}127.0.0.1:{FLYWHEEL_REDIS_PORT}/0")
 
 CACHES = {
     "default": {

@@ -17,16 +17,18 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
 
 from webapp import web_server
-from webapp.embedded_redis import redis_argv
+from webapp.embedded_redis import redis_argv, redis_password, redis_ping
 
 logger = logging.getLogger("flywheel.stack")
 
@@ -89,6 +91,7 @@ class Service:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)  # over the stack's own environment
     fresh_dirs: tuple[Path, ...] = ()  # emptied before each start
+    health: Callable[[], bool] | None = None  # answers within its own timeout; False when hung
 
 
 def solo_worker_argv(queues: str, name: str) -> list[str]:
@@ -133,8 +136,15 @@ def web_service() -> Service:
 
 
 def redis_service() -> Service:
-    """The embedded default's private Redis, in the foreground so the supervisor sees it die."""
-    return Service("redis", redis_argv(home=settings.FLYWHEEL_HOME, port=settings.FLYWHEEL_REDIS_PORT))
+    """The embedded default's private Redis, in the foreground so the supervisor sees it die, and
+    pinged (with a timeout) so that it sees it hang."""
+    home, port = settings.FLYWHEEL_HOME, settings.FLYWHEEL_REDIS_PORT
+    password = redis_password(home)
+    return Service(
+        "redis",
+        redis_argv(home=home, port=port),
+        health=lambda: redis_ping(port, password, timeout=HEALTH_TIMEOUT_SECONDS),
+    )
 
 
 def services() -> list[Service]:
@@ -170,14 +180,32 @@ def services() -> list[Service]:
 
 def run_dir() -> Path:
     path = settings.FLYWHEEL_HOME / "run"
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
 
 
 def log_dir() -> Path:
     path = settings.FLYWHEEL_HOME / "logs"
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
+
+
+def home_private(home: Path) -> int:
+    """Take group and other permissions off everything under the home that this user owns (what an
+    older version left readable: logs, pid files, Redis data, artifacts); returns how many changed.
+    What the stack writes from now on is private already (a umask of 077)."""
+    changed = 0
+    for folder, dirs, files in os.walk(home):
+        for path in [folder, *(os.path.join(folder, name) for name in dirs + files)]:
+            try:
+                info = os.lstat(path)
+                if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid() or not info.st_mode & 0o077:
+                    continue
+                os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
+            except OSError:  # gone meanwhile
+                continue
+            changed += 1
+    return changed
 
 
 def pid_of(name: str) -> int | None:
@@ -205,6 +233,7 @@ def service_start(service: Service) -> int:
         stdin=subprocess.DEVNULL,
         start_new_session=True,  # survives the make process; stopped by `make down`
         env=os.environ | service.env | stack_env(),
+        umask=0o077,  # what it writes under the home (logs, pid files, data): for this user only
     )
     (run_dir() / f"{service.name}.pid").write_text(str(process.pid))
     return process.pid
@@ -259,6 +288,13 @@ def _alive(pid: int) -> bool:
 POLL_SECONDS = 0.2
 STABLE_SECONDS = 10.0  # a service that lived this long restarts at once when it dies
 MAX_BACKOFF_SECONDS = 30.0
+# A service with a health check is checked every HEALTH_EVERY_SECONDS once it has had
+# HEALTH_GRACE_SECONDS to start; HEALTH_FAILURES failures in a row (a hung process: stopped,
+# deadlocked, swapped out) get it killed and started again, as if it had died.
+HEALTH_EVERY_SECONDS = 2.0
+HEALTH_TIMEOUT_SECONDS = 1.0
+HEALTH_GRACE_SECONDS = 10.0
+HEALTH_FAILURES = 3
 
 
 @dataclass
@@ -268,6 +304,8 @@ class Supervised:
     started_at: float = 0.0
     failures: int = 0  # deaths in a row, each within STABLE_SECONDS of its start
     due_at: float = 0.0  # when to start it again
+    health_at: float = 0.0  # when to check its health next
+    unhealthy: int = 0  # failed health checks in a row
 
     def start(self) -> None:
         for folder in self.service.fresh_dirs:
@@ -283,14 +321,17 @@ class Supervised:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a group of its own: stopped, or cleaned up, as one
                 env=os.environ | self.service.env | stack_env(),
+                umask=0o077,  # logs, pid files, Redis data, artifacts: for this user only
             )
         self.started_at = time.monotonic()
+        self.health_at, self.unhealthy = self.started_at + HEALTH_GRACE_SECONDS, 0
         (run_dir() / f"{self.service.name}.pid").write_text(str(self.process.pid))
         logger.info("%s: started, pid %s", self.service.name, self.process.pid)
 
     def check(self) -> None:
         """Start it again if it died (its leftover processes killed first) and its time has come."""
         now = time.monotonic()
+        self.health_check(now)
         if self.process is not None and self.process.poll() is not None:
             code, pid = self.process.returncode, self.process.pid
             _kill_session(pid)  # children of a killed parent must not hold its port
@@ -307,6 +348,26 @@ class Supervised:
             )
         if self.process is None and now >= self.due_at:
             self.start()
+
+    def health_check(self, now: float) -> None:
+        """Kill a live process that failed its health check HEALTH_FAILURES times in a row; `check`
+        then starts it again like one that died."""
+        check = self.service.health
+        if check is None or self.process is None or self.process.poll() is not None or now < self.health_at:
+            return
+        self.health_at = now + HEALTH_EVERY_SECONDS
+        if check():
+            self.unhealthy = 0
+            return
+        self.unhealthy += 1
+        name, pid = self.service.name, self.process.pid
+        logger.warning(
+            "%s: pid %s failed its health check (%d of %d)", name, pid, self.unhealthy, HEALTH_FAILURES
+        )
+        if self.unhealthy >= HEALTH_FAILURES:
+            logger.warning("%s: pid %s hangs; killing it to start it again", name, pid)
+            _kill_session(pid)  # SIGKILL: a stopped or deadlocked process cannot ignore it
+            self.process.wait()
 
     def stop(self) -> None:
         if self.process is None:

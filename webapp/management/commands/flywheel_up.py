@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from webapp import stack
-from webapp.embedded_redis import redis_ping
+from webapp.embedded_redis import redis_password, redis_ping, redis_secure
 
 HEALTH_WAIT_SECONDS = 90.0
 
@@ -32,7 +32,10 @@ class Command(BaseCommand):
             and redis_ping(settings.FLYWHEEL_REDIS_PORT)
             and stack.pid_of("supervisor") is None
         ):
-            names.remove("redis")  # one an earlier stack left running: the services use it as it is
+            names.remove("redis")  # one an earlier stack left running: the services use it as it is,
+            redis_secure(
+                settings.FLYWHEEL_REDIS_PORT, redis_password(settings.FLYWHEEL_HOME)
+            )  # with a password
             self.stdout.write(f"redis: already running on port {settings.FLYWHEEL_REDIS_PORT}")
         pid = stack.supervisor_start(names)
         self.stdout.write(
