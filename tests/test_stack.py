@@ -159,3 +159,58 @@ def test_a_hung_redis_is_restarted_by_the_supervisor_and_asks_for_its_password(h
     finally:
         manage(stack_env, "flywheel_down")
     assert not alive(supervisor) and not redis_ping(port)
+
+
+# --- websockets during a Redis outage ----------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_websocket_opened_while_redis_is_down_is_refused_with_the_code_open_ones_get(
+    team, tmp_path, settings
+):
+    from asgiref.sync import async_to_sync
+    from channels.testing import WebsocketCommunicator
+
+    from runs import services
+    from runs.consumers import CLOSE_TRY_AGAIN_LATER
+    from tests.test_run_recovery import start_redis
+    from webapp.asgi import application
+
+    port = free_port()
+    redis = start_redis(port, tmp_path)
+    url = f"redis://127.0.0.1:{port}/0"
+    settings.REDIS_URL = url
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer", "CONFIG": {"hosts": [url]}}
+    }
+    _, token = services.api_token_create(user=team["owner"], name="ws")
+    path = f"/ws/projects/{team['project'].pk}/"
+
+    def socket() -> WebsocketCommunicator:
+        return WebsocketCommunicator(application, path, [(b"authorization", f"Bearer {token}".encode())])
+
+    async def scenario() -> tuple[dict, dict, bool]:
+        nonlocal redis
+        before = socket()
+        assert (await before.connect(timeout=10))[0] is True
+        redis.kill()
+        redis.wait(timeout=20)
+        closed_open_one = await before.receive_output(timeout=15)  # the layer watch's ping fails
+        during = socket()
+        connected, _ = await during.connect(timeout=10)
+        assert connected is True  # accepted, so that the code reaches a browser...
+        closed_new_one = await during.receive_output(timeout=10)  # ...and closed at once
+        redis = start_redis(port, tmp_path)
+        after = socket()
+        reconnected = (await after.connect(timeout=10))[0] and await after.receive_nothing(timeout=1)
+        await after.disconnect()
+        return closed_open_one, closed_new_one, reconnected
+
+    try:
+        closed_open_one, closed_new_one, reconnected = async_to_sync(scenario)()
+    finally:
+        redis.kill()
+        redis.wait(timeout=20)
+    assert closed_open_one == {"type": "websocket.close", "code": CLOSE_TRY_AGAIN_LATER}
+    assert closed_new_one == closed_open_one
+    assert reconnected is True
