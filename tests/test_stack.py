@@ -214,3 +214,41 @@ def test_a_websocket_opened_while_redis_is_down_is_refused_with_the_code_open_on
     assert closed_open_one == {"type": "websocket.close", "code": CLOSE_TRY_AGAIN_LATER}
     assert closed_new_one == closed_open_one
     assert reconnected is True
+
+
+# --- make up waits while the services make progress ---------------------------------------------
+
+
+def test_make_up_sees_a_busy_starting_service_progress_and_a_stopped_one_stall(tmp_path):
+    import uuid
+
+    name = f"test-progress-{uuid.uuid4().hex[:8]}"
+    pidfile = stack.run_dir() / f"{name}.pid"
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    try:
+        pidfile.write_text(str(busy.pid))
+        watch = stack.Progress(name)
+
+        def seen_working() -> bool:
+            watch.update(time.monotonic())
+            return watch.cpu > 0.3
+
+        wait_until(seen_working, "its CPU time to be seen", timeout=60)  # importing, say
+        assert watch.stalled_for(time.monotonic()) < 5
+
+        os.kill(busy.pid, signal.SIGSTOP)  # hung: no CPU time, nothing logged
+        wait_until(lambda: psutil.Process(busy.pid).status() == psutil.STATUS_STOPPED, "it to stop", 10)
+        now = time.monotonic()
+        watch.update(now)
+        watch.update(now + 61)
+        assert watch.stalled_for(now + 61) >= 61 and watch.restarts == 0
+
+        pidfile.write_text(str(other.pid))  # the supervisor started it again: a new pid
+        watch.update(now + 62)
+        assert watch.restarts == 1 and watch.stalled_for(now + 62) == 0
+    finally:
+        for process in (busy, other):
+            process.kill()
+            process.wait()
+        pidfile.unlink(missing_ok=True)

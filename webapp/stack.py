@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 from django.conf import settings
 
 from webapp import web_server
@@ -281,6 +282,61 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return True
+
+
+# --- start-up progress (what `make up` waits on) ----------------------------------------------
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds used so far by the process and its children (a web server's workers)."""
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+@dataclass
+class Progress:
+    """Whether a starting service still makes progress: its processes use CPU (importing, loading
+    a model) or it writes to its log. A hung or stopped one does neither; one that keeps dying
+    shows up as restarts (the supervisor gives it a new pid each time)."""
+
+    name: str
+    pid: int | None = None
+    cpu: float = 0.0
+    log_size: int = -1
+    restarts: int = 0
+    moved_at: float = field(default_factory=time.monotonic)
+
+    def update(self, now: float) -> None:
+        pid = pid_of(self.name)
+        if pid != self.pid:
+            self.restarts += self.pid is not None and pid is not None
+            self.pid, self.cpu, self.moved_at = pid, 0.0, now
+        cpu = tree_cpu_seconds(pid) if pid is not None else 0.0
+        try:
+            size = (log_dir() / f"{self.name}.log").stat().st_size
+        except FileNotFoundError:
+            size = -1
+        if cpu > self.cpu + PROGRESS_CPU_SECONDS or size != self.log_size:
+            self.moved_at = now
+            self.cpu = cpu
+        self.log_size = size
+
+    def stalled_for(self, now: float) -> float:
+        return now - self.moved_at
+
+
+PROGRESS_CPU_SECONDS = 0.05  # more CPU than this since the last change counts as progress
 
 
 # --- the supervisor --------------------------------------------------------------------------
