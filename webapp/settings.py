@@ -8,6 +8,7 @@ FLYWHEEL_HOME. Set DATABASE_URL and REDIS_URL to run on PostgreSQL and an extern
 import importlib.util
 import os
 import secrets
+import sys
 from pathlib import Path
 
 import dj_database_url
@@ -78,8 +79,11 @@ FLYWHEEL_BIND = env_str("FLYWHEEL_BIND", "127.0.0.1")
 # Processes of the web server (uvicorn: HTTP and websockets); see webapp/web_server.py.
 FLYWHEEL_WEB_WORKERS = env_int("FLYWHEEL_WEB_WORKERS", default_web_workers())
 
+# daphne is there for `manage.py runserver` only: the web server (uvicorn) serves the ASGI app
+# itself, and its processes need not import daphne and install Twisted's reactor (about a second
+# of each one's start-up, `python -X importtime`).
 INSTALLED_APPS = [
-    "daphne",
+    *([] if "uvicorn" in sys.modules else ["daphne"]),
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
