@@ -67,6 +67,7 @@ def stack_processes_stop(
     pids = stack_processes(home, exclude)
     for pid in pids:
         _signal_one(pid, signal.SIGTERM)
+        _signal_one(pid, signal.SIGCONT)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
         time.sleep(0.1)
@@ -248,6 +249,7 @@ def process_stop(name: str, timeout: float = STOP_GRACE_SECONDS) -> bool:
         pidfile.unlink(missing_ok=True)
         return False
     _signal_group(pid, signal.SIGTERM)
+    _signal_group(pid, signal.SIGCONT)  # a stopped (hung) process handles its TERM only once resumed
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.1)
@@ -429,6 +431,7 @@ class Supervised:
         if self.process is None:
             return
         _signal_group(self.process.pid, signal.SIGTERM)
+        _signal_group(self.process.pid, signal.SIGCONT)  # a stopped process handles TERM once resumed
         try:
             self.process.wait(timeout=STOP_GRACE_SECONDS)
         except subprocess.TimeoutExpired:
