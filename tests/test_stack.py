@@ -252,3 +252,21 @@ def test_make_up_sees_a_busy_starting_service_progress_and_a_stopped_one_stall(t
             process.kill()
             process.wait()
         pidfile.unlink(missing_ok=True)
+
+
+def test_stored_artifacts_and_their_cached_copies_are_for_their_owner_only(tmp_path, db):
+    import uuid
+
+    from runs.artifacts import artifact_delete, artifact_get, artifact_put
+
+    local = tmp_path / "policy"
+    local.mkdir()
+    (local / "model.safetensors").write_bytes(b"weights")
+    prefix = f"tests/modes-{uuid.uuid4().hex[:8]}"
+    artifact_put(local, prefix)
+    try:
+        cached = artifact_get(prefix)
+        assert mode(local / "model.safetensors") == 0o400  # read-only, and nobody else's to read
+        assert mode(cached / "model.safetensors") & 0o077 == 0
+    finally:
+        artifact_delete(prefix)
