@@ -51,7 +51,7 @@ def artifact_put(local: Path, prefix: str) -> str:
     manifest: dict = {"id": identity, "files": {}}
     for path in files:
         relative = path.relative_to(local).as_posix()
-        path.chmod(0o444)  # never rewritten in place: the cache may share the storage's inodes
+        path.chmod(0o400)  # never rewritten in place (the cache may share the storage's inodes); owner only
         _file_put(storage, f"{prefix}/{relative}", path)
         manifest["files"][relative] = path.stat().st_size
     _bytes_put(storage, prefix + MANIFEST_SUFFIX, json.dumps(manifest).encode())

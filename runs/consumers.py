@@ -2,12 +2,15 @@
 
 import asyncio
 import logging
+import weakref
 
 import redis.asyncio
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from runs import selectors
 from runs.events import project_group, run_group
@@ -63,6 +66,47 @@ class _LayerWatch:
 
 
 _layer_watch = _LayerWatch()
+# One client (and connection pool) per event loop: a server process has one loop; tests make many.
+_ping_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _layer_reachable() -> bool:
+    """Whether the channel layer's Redis answers within LAYER_CHECK_SECONDS (one ping, no retries)."""
+    loop = asyncio.get_running_loop()
+    client = _ping_clients.get(loop)
+    if client is None:
+        client = _ping_clients[loop] = redis.asyncio.Redis.from_url(
+            settings.REDIS_URL,
+            socket_timeout=LAYER_CHECK_SECONDS,
+            socket_connect_timeout=LAYER_CHECK_SECONDS,
+            retry=Retry(NoBackoff(), 0),
+        )
+    try:
+        await client.ping()
+    except (redis.RedisError, OSError) as exc:
+        logger.warning("Redis unreachable (%s): refusing a new websocket", exc)
+        return False
+    return True
+
+
+class OutageGuard:
+    """ASGI middleware before the consumers: while the channel layer's Redis does not answer, a new
+    websocket is accepted and closed at once with the code the open sockets got
+    (CLOSE_TRY_AGAIN_LATER), so that pages back off and poll REST either way. Closing before
+    accepting would reach a browser as 1006 with no code; and a consumer cannot even start then
+    (it subscribes to its own channel first, which raises)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "websocket" or await _layer_reachable():
+            return await self.inner(scope, receive, send)
+        if (await receive())["type"] == "websocket.connect":
+            await send({"type": "websocket.accept"})
+            await send({"type": "websocket.close", "code": CLOSE_TRY_AGAIN_LATER})
 
 
 async def _join(consumer: AsyncJsonWebsocketConsumer, group: str) -> None:

@@ -115,7 +115,7 @@ def checkpoint_fetch(prefix: str, target: Path) -> Path:
     shutil.copytree(cached, partial, ignore=shutil.ignore_patterns(".used"))
     for path in partial.rglob("*"):
         if path.is_file():
-            path.chmod(0o644)  # a private copy: Accelerate may write beside or over it
+            path.chmod(0o600)  # a private copy: Accelerate may write beside or over it
     (partial / STORED_MARKER).write_text(artifact_manifest(prefix)["id"])
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)

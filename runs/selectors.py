@@ -4,7 +4,6 @@ Pages, REST and websockets all go through `project_for` and `role_of`, so a role
 everywhere. An object of a project the user is not in is reported as absent (404), not forbidden.
 """
 
-import numpy as np
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Max, Min, Q, QuerySet, Sum
@@ -355,6 +354,8 @@ def downsample(points: list[tuple[int, float]], max_points: int | None) -> list[
     """
     if max_points is None or len(points) <= max_points:
         return points
+    import numpy as np  # here, not at the top: a third of a web worker's start-up, for long series only
+
     buckets = max(max_points // 2, 1)
     size = -(-len(points) // buckets)  # ceiling: every point falls in a bucket
     values = np.fromiter((value for _, value in points), dtype=np.float64, count=len(points))

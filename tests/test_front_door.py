@@ -125,32 +125,74 @@ def test_the_lockout_ends_after_its_window(client, db, settings, addresses):
     )
 
 
-def test_unknown_tokens_lock_their_address_out_even_for_a_valid_token(db, limits, addresses, caplog):
+def test_ten_bad_tokens_leave_valid_tokens_working_and_refuse_the_guessers_address(
+    db, limits, addresses, caplog
+):
     user = make_user(f"eve-{uuid.uuid4().hex[:6]}")
     _, token = services.api_token_create(user=user, name="t")
-    guesser, honest = addresses(), addresses()
+    guesser = addresses()
     client = APIClient()
-    for _ in range(LIMIT):
-        response = client.get("/api/v1/me", HTTP_AUTHORIZATION="Bearer fw_guess", REMOTE_ADDR=guesser)
+    for index in range(LIMIT):
+        response = client.get("/api/v1/me", HTTP_AUTHORIZATION=f"Bearer fw_guess{index}", REMOTE_ADDR=guesser)
         assert response.status_code == 401
-    response = client.get("/api/v1/me", HTTP_AUTHORIZATION=f"Bearer {token}", REMOTE_ADDR=guesser)
+    # The next guess from that address is refused before it is looked at...
+    response = client.get("/api/v1/me", HTTP_AUTHORIZATION="Bearer fw_guess-more", REMOTE_ADDR=guesser)
     assert response.status_code == 429
     assert response.json()["error"]["code"] == "rate_limited" and int(response["Retry-After"]) > 800
-    assert "too many failed sign-ins" in response.json()["error"]["message"]
+    assert "too many unknown or revoked API tokens" in response.json()["error"]["message"]
+    # ...while a valid token from the same address (the same proxy or NAT) still works.
+    response = client.get("/api/v1/me", HTTP_AUTHORIZATION=f"Bearer {token}", REMOTE_ADDR=guesser)
+    assert response.status_code == 200 and response.json()["username"] == user.username
     assert (
-        client.get("/api/v1/me", HTTP_AUTHORIZATION=f"Bearer {token}", REMOTE_ADDR=honest).status_code == 200
+        f"locked out unknown API tokens from address {guesser} for 900 s after {LIMIT} failures"
+        in caplog.text
     )
-    assert f"locked out address {guesser} for 900 s after {LIMIT} failed API tokens" in caplog.text
 
 
-def test_a_locked_out_address_gets_no_websocket_with_a_valid_token(team, limits, addresses):
+def test_one_bad_token_repeated_from_many_addresses_is_locked_itself(db, limits, addresses):
+    client = APIClient()
+    for _ in range(LIMIT):
+        client.get("/api/v1/me", HTTP_AUTHORIZATION="Bearer fw_revoked-one", REMOTE_ADDR=addresses())
+    response = client.get("/api/v1/me", HTTP_AUTHORIZATION="Bearer fw_revoked-one", REMOTE_ADDR=addresses())
+    assert response.status_code == 429
+    response = client.get("/api/v1/me", HTTP_AUTHORIZATION="Bearer fw_other", REMOTE_ADDR=addresses())
+    assert response.status_code == 401  # another address with another token: counted afresh
+    lockout.token_forget("", services.token_digest("fw_revoked-one"))
+
+
+def test_the_client_address_header_counts_only_from_a_trusted_proxy(db, limits, addresses, settings):
+    settings.FLYWHEEL_TRUSTED_PROXIES = ["192.0.2.0/24"]
+    proxy, spoofer, client_behind, other_behind = "192.0.2.7", addresses(), addresses(), addresses()
+    client = APIClient()
+
+    def guess(peer: str, forwarded: str) -> int:
+        return client.get(
+            "/api/v1/me",
+            HTTP_AUTHORIZATION="Bearer fw_x" + uuid.uuid4().hex,
+            REMOTE_ADDR=peer,
+            HTTP_X_FORWARDED_FOR=forwarded,
+        ).status_code
+
+    # Through the proxy: the client it names is counted, the proxy itself is not.
+    for _ in range(LIMIT):
+        assert guess(proxy, f"203.0.113.9, {client_behind}") == 401
+    assert guess(proxy, client_behind) == 429
+    assert guess(proxy, other_behind) == 401
+    # From anyone else the header is ignored: a guesser cannot pin its guesses on someone else.
+    for _ in range(LIMIT):
+        assert guess(spoofer, other_behind) == 401
+    assert guess(spoofer, addresses()) == 429
+    assert guess(proxy, other_behind) == 401
+    lockout.forget(proxy)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_valid_token_connects_its_websocket_from_an_address_locked_for_bad_tokens(team, limits, addresses):
     _, token = services.api_token_create(user=team["owner"], name="t")
     where = addresses()
-    for _ in range(LIMIT):
-        lockout.failure_record(where, what="API token")
 
-    async def connect() -> tuple[bool, int]:
-        scope_headers = [(b"authorization", f"Bearer {token}".encode())]
+    async def connect(raw: str) -> tuple[bool, int]:
+        scope_headers = [(b"authorization", f"Bearer {raw}".encode())]
         communicator = WebsocketCommunicator(
             application, f"/ws/projects/{team['project'].pk}/", scope_headers
         )
@@ -159,7 +201,10 @@ def test_a_locked_out_address_gets_no_websocket_with_a_valid_token(team, limits,
         await communicator.disconnect()
         return connected, code
 
-    assert async_to_sync(connect)() == (False, CLOSE_UNAUTHENTICATED)
+    for index in range(LIMIT):
+        assert async_to_sync(connect)(f"fw_guess{index}") == (False, CLOSE_UNAUTHENTICATED)
+    assert lockout.token_locked_for(where, "") > 0
+    assert async_to_sync(connect)(token)[0] is True
 
 
 # --- websockets: a token needs no Origin, a browser session does -----------------------------

@@ -59,13 +59,14 @@ class BearerTokenAuthentication(BaseAuthentication):
             return None
         if len(parts) != 2:
             raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'")
-        address = lockout.client_address(request._request)
-        if (left := lockout.locked_for(address)) > 0:
-            raise exceptions.Throttled(wait=left, detail=f"{lockout.lockout_message(left)} (this address)")
         digest = token_digest(parts[1].decode("latin-1"))
         token = selectors.token_for(digest=digest)
         if token is None:
-            lockout.failure_record(address, what="API token")
+            # A valid token is never refused (no one guesses 43 random characters); a guesser is.
+            address = lockout.client_address(request._request)
+            if (left := lockout.token_locked_for(address, digest)) > 0:
+                raise exceptions.Throttled(wait=left, detail=lockout.token_lockout_message(left))
+            lockout.token_failure_record(address, digest)
             raise exceptions.AuthenticationFailed("the token is unknown or revoked")
         token_used(token)
         return token.user, digest

@@ -16,6 +16,7 @@ get_resolver().url_patterns  # noqa: B018
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from runs.consumers import OutageGuard  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
 from webapp.limits import BodyLimitMiddleware  # noqa: E402
 from webapp.ws_auth import OriginValidatorUnlessBearer, SessionOrTokenAuthMiddleware  # noqa: E402
@@ -24,7 +25,7 @@ application = ProtocolTypeRouter(
     {
         "http": BodyLimitMiddleware(django_asgi_app),
         "websocket": OriginValidatorUnlessBearer(
-            SessionOrTokenAuthMiddleware(URLRouter(websocket_urlpatterns))
+            SessionOrTokenAuthMiddleware(OutageGuard(URLRouter(websocket_urlpatterns)))
         ),
     }
 )

@@ -7,6 +7,7 @@ FLYWHEEL_HOME. Set DATABASE_URL and REDIS_URL to run on PostgreSQL and an extern
 
 import os
 import secrets
+import sys
 from pathlib import Path
 
 import dj_database_url
@@ -77,8 +78,11 @@ FLYWHEEL_BIND = env_str("FLYWHEEL_BIND", "127.0.0.1")
 # Processes of the web server (uvicorn: HTTP and websockets); see webapp/web_server.py.
 FLYWHEEL_WEB_WORKERS = env_int("FLYWHEEL_WEB_WORKERS", default_web_workers())
 
+# daphne is there for `manage.py runserver` only: the web server (uvicorn) serves the ASGI app
+# itself, and its processes need not import daphne and install Twisted's reactor (about a second
+# of each one's start-up, `python -X importtime`).
 INSTALLED_APPS = [
-    "daphne",
+    *([] if "uvicorn" in sys.modules else ["daphne"]),
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -248,7 +252,9 @@ FLYWHEEL_IMPORT_MAX_ERRORS = env_int("FLYWHEEL_IMPORT_MAX_ERRORS", 50)
 
 FLYWHEEL_REDIS_PORT = env_int("FLYWHEEL_REDIS_PORT", 6380)
 EMBEDDED_REDIS = "REDIS_URL" not in os.environ
-REDIS_URL = env_str("REDIS_URL", f"redis://127.0.0.1:{FLYWHEEL_REDIS_PORT}/0")
+# The private Redis asks for a password generated once into FLYWHEEL_HOME (webapp/embedded_redis.py).
+_REDIS_AUTH = f":{_generated_once('redis_password')}@" if EMBEDDED_REDIS else ""
+REDIS_URL = env_str("REDIS_URL", f"redis://{_REDIS_AUTH}127.0.0.1:{FLYWHEEL_REDIS_PORT}/0")
 
 CACHES = {
     "default": {
@@ -368,6 +374,9 @@ FLYWHEEL_EMBEDDING_MODEL = env_str("FLYWHEEL_EMBEDDING_MODEL", "")
 AUTHENTICATION_BACKENDS = ["webapp.lockout.LockoutModelBackend"]
 FLYWHEEL_LOGIN_MAX_FAILURES = env_int("FLYWHEEL_LOGIN_MAX_FAILURES", 10)
 FLYWHEEL_LOGIN_LOCKOUT_SECONDS = env_int("FLYWHEEL_LOGIN_LOCKOUT_SECONDS", 900)
+# Proxies whose FLYWHEEL_CLIENT_ADDRESS_HEADER names the client (for lockouts); ignored from anyone else.
+FLYWHEEL_TRUSTED_PROXIES = env_list("FLYWHEEL_TRUSTED_PROXIES", "")
+FLYWHEEL_CLIENT_ADDRESS_HEADER = env_str("FLYWHEEL_CLIENT_ADDRESS_HEADER", "X-Forwarded-For")
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]

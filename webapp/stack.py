@@ -6,26 +6,85 @@ They run under a supervisor (`manage.py flywheel_supervise`, started detached by
 pid in FLYWHEEL_HOME/run/supervisor.pid): a service that dies is started again at once (its whole
 process group killed first, so no orphan of a killed server keeps its port), then, if it keeps
 dying, with a back-off of up to 30 s. `make down` stops the supervisor, which stops the services
-in reverse order (Redis last) and then exits."""
+in reverse order (Redis last) and then exits.
+
+Everything the stack starts carries FLYWHEEL_STACK_HOME=<its home> in its environment, and so does
+everything those start in turn: learners and the spare learner run in sessions of their own (they
+must outlive a killed worker process) and are reparented to init when their worker goes, but they
+keep the mark. Stopping the stack stops every process with the mark and waits for them."""
 
 import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 from django.conf import settings
 
 from webapp import web_server
-from webapp.embedded_redis import redis_argv
+from webapp.embedded_redis import redis_argv, redis_password, redis_ping
 
 logger = logging.getLogger("flywheel.stack")
 
 STOP_GRACE_SECONDS = 15.0
+STACK_MARK = "FLYWHEEL_STACK_HOME"
+
+
+def stack_env() -> dict[str, str]:
+    """The mark of this home's stack, inherited by every process it starts (see the docstring)."""
+    return {STACK_MARK: str(settings.FLYWHEEL_HOME)}
+
+
+def stack_processes(home: Path, exclude: set[int] = frozenset()) -> list[int]:
+    """Live processes of this user that carry the mark of the stack of `home`, however deep they
+    were started and whoever their parent is now."""
+    mark = f"{STACK_MARK}={home}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in exclude or int(entry.name) == os.getpid():
+            continue
+        try:
+            marked = mark in (entry / "environ").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        if marked and _alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def stack_processes_stop(
+    home: Path, exclude: set[int] = frozenset(), timeout: float = STOP_GRACE_SECONDS
+) -> list[int]:
+    """TERM every marked process (but `exclude`), KILL those left after `timeout`, and wait until
+    none is left; returns the pids it found."""
+    pids = stack_processes(home, exclude)
+    for pid in pids:
+        _signal_one(pid, signal.SIGTERM)
+        _signal_one(pid, signal.SIGCONT)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.1)
+    for pid in pids:
+        if _alive(pid):
+            logger.warning("pid %s did not stop within %.0f s of SIGTERM; killing it", pid, timeout)
+            _signal_one(pid, signal.SIGKILL)
+    while any(_alive(pid) for pid in pids):  # KILL is not refused; this waits for the kernel
+        time.sleep(0.05)
+    return pids
+
+
+def _signal_one(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 @dataclass(frozen=True)
@@ -34,6 +93,7 @@ class Service:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)  # over the stack's own environment
     fresh_dirs: tuple[Path, ...] = ()  # emptied before each start
+    health: Callable[[], bool] | None = None  # answers within its own timeout; False when hung
 
 
 def solo_worker_argv(queues: str, name: str) -> list[str]:
@@ -78,8 +138,15 @@ def web_service() -> Service:
 
 
 def redis_service() -> Service:
-    """The embedded default's private Redis, in the foreground so the supervisor sees it die."""
-    return Service("redis", redis_argv(home=settings.FLYWHEEL_HOME, port=settings.FLYWHEEL_REDIS_PORT))
+    """The embedded default's private Redis, in the foreground so the supervisor sees it die, and
+    pinged (with a timeout) so that it sees it hang."""
+    home, port = settings.FLYWHEEL_HOME, settings.FLYWHEEL_REDIS_PORT
+    password = redis_password(home)
+    return Service(
+        "redis",
+        redis_argv(home=home, port=port),
+        health=lambda: redis_ping(port, password, timeout=HEALTH_TIMEOUT_SECONDS),
+    )
 
 
 def services() -> list[Service]:
@@ -115,14 +182,32 @@ def services() -> list[Service]:
 
 def run_dir() -> Path:
     path = settings.FLYWHEEL_HOME / "run"
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
 
 
 def log_dir() -> Path:
     path = settings.FLYWHEEL_HOME / "logs"
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
+
+
+def home_private(home: Path) -> int:
+    """Take group and other permissions off everything under the home that this user owns (what an
+    older version left readable: logs, pid files, Redis data, artifacts); returns how many changed.
+    What the stack writes from now on is private already (a umask of 077)."""
+    changed = 0
+    for folder, dirs, files in os.walk(home):
+        for path in [folder, *(os.path.join(folder, name) for name in dirs + files)]:
+            try:
+                info = os.lstat(path)
+                if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid() or not info.st_mode & 0o077:
+                    continue
+                os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
+            except OSError:  # gone meanwhile
+                continue
+            changed += 1
+    return changed
 
 
 def pid_of(name: str) -> int | None:
@@ -149,7 +234,8 @@ def service_start(service: Service) -> int:
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         start_new_session=True,  # survives the make process; stopped by `make down`
-        env=os.environ.copy(),
+        env=os.environ | service.env | stack_env(),
+        umask=0o077,  # what it writes under the home (logs, pid files, data): for this user only
     )
     (run_dir() / f"{service.name}.pid").write_text(str(process.pid))
     return process.pid
@@ -163,6 +249,7 @@ def process_stop(name: str, timeout: float = STOP_GRACE_SECONDS) -> bool:
         pidfile.unlink(missing_ok=True)
         return False
     _signal_group(pid, signal.SIGTERM)
+    _signal_group(pid, signal.SIGCONT)  # a stopped (hung) process handles its TERM only once resumed
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.1)
@@ -193,7 +280,65 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    try:  # a zombie (dead, its parent yet to reap it) is not alive
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+# --- start-up progress (what `make up` waits on) ----------------------------------------------
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds used so far by the process and its children (a web server's workers)."""
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+@dataclass
+class Progress:
+    """Whether a starting service still makes progress: its processes use CPU (importing, loading
+    a model) or it writes to its log. A hung or stopped one does neither; one that keeps dying
+    shows up as restarts (the supervisor gives it a new pid each time)."""
+
+    name: str
+    pid: int | None = None
+    cpu: float = 0.0
+    log_size: int = -1
+    restarts: int = 0
+    moved_at: float = field(default_factory=time.monotonic)
+
+    def update(self, now: float) -> None:
+        pid = pid_of(self.name)
+        if pid != self.pid:
+            self.restarts += self.pid is not None and pid is not None
+            self.pid, self.cpu, self.moved_at = pid, 0.0, now
+        cpu = tree_cpu_seconds(pid) if pid is not None else 0.0
+        try:
+            size = (log_dir() / f"{self.name}.log").stat().st_size
+        except FileNotFoundError:
+            size = -1
+        if cpu > self.cpu + PROGRESS_CPU_SECONDS or size != self.log_size:
+            self.moved_at = now
+            self.cpu = cpu
+        self.log_size = size
+
+    def stalled_for(self, now: float) -> float:
+        return now - self.moved_at
+
+
+PROGRESS_CPU_SECONDS = 0.05  # more CPU than this since the last change counts as progress
 
 
 # --- the supervisor --------------------------------------------------------------------------
@@ -201,6 +346,13 @@ def _alive(pid: int) -> bool:
 POLL_SECONDS = 0.2
 STABLE_SECONDS = 10.0  # a service that lived this long restarts at once when it dies
 MAX_BACKOFF_SECONDS = 30.0
+# A service with a health check is checked every HEALTH_EVERY_SECONDS once it has had
+# HEALTH_GRACE_SECONDS to start; HEALTH_FAILURES failures in a row (a hung process: stopped,
+# deadlocked, swapped out) get it killed and started again, as if it had died.
+HEALTH_EVERY_SECONDS = 2.0
+HEALTH_TIMEOUT_SECONDS = 1.0
+HEALTH_GRACE_SECONDS = 10.0
+HEALTH_FAILURES = 3
 
 
 @dataclass
@@ -210,6 +362,8 @@ class Supervised:
     started_at: float = 0.0
     failures: int = 0  # deaths in a row, each within STABLE_SECONDS of its start
     due_at: float = 0.0  # when to start it again
+    health_at: float = 0.0  # when to check its health next
+    unhealthy: int = 0  # failed health checks in a row
 
     def start(self) -> None:
         for folder in self.service.fresh_dirs:
@@ -224,15 +378,18 @@ class Supervised:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a group of its own: stopped, or cleaned up, as one
-                env=os.environ | self.service.env,
+                env=os.environ | self.service.env | stack_env(),
+                umask=0o077,  # logs, pid files, Redis data, artifacts: for this user only
             )
         self.started_at = time.monotonic()
+        self.health_at, self.unhealthy = self.started_at + HEALTH_GRACE_SECONDS, 0
         (run_dir() / f"{self.service.name}.pid").write_text(str(self.process.pid))
         logger.info("%s: started, pid %s", self.service.name, self.process.pid)
 
     def check(self) -> None:
         """Start it again if it died (its leftover processes killed first) and its time has come."""
         now = time.monotonic()
+        self.health_check(now)
         if self.process is not None and self.process.poll() is not None:
             code, pid = self.process.returncode, self.process.pid
             _kill_session(pid)  # children of a killed parent must not hold its port
@@ -250,10 +407,31 @@ class Supervised:
         if self.process is None and now >= self.due_at:
             self.start()
 
+    def health_check(self, now: float) -> None:
+        """Kill a live process that failed its health check HEALTH_FAILURES times in a row; `check`
+        then starts it again like one that died."""
+        check = self.service.health
+        if check is None or self.process is None or self.process.poll() is not None or now < self.health_at:
+            return
+        self.health_at = now + HEALTH_EVERY_SECONDS
+        if check():
+            self.unhealthy = 0
+            return
+        self.unhealthy += 1
+        name, pid = self.service.name, self.process.pid
+        logger.warning(
+            "%s: pid %s failed its health check (%d of %d)", name, pid, self.unhealthy, HEALTH_FAILURES
+        )
+        if self.unhealthy >= HEALTH_FAILURES:
+            logger.warning("%s: pid %s hangs; killing it to start it again", name, pid)
+            _kill_session(pid)  # SIGKILL: a stopped or deadlocked process cannot ignore it
+            self.process.wait()
+
     def stop(self) -> None:
         if self.process is None:
             return
         _signal_group(self.process.pid, signal.SIGTERM)
+        _signal_group(self.process.pid, signal.SIGCONT)  # a stopped process handles TERM once resumed
         try:
             self.process.wait(timeout=STOP_GRACE_SECONDS)
         except subprocess.TimeoutExpired:
@@ -289,7 +467,15 @@ def supervise(chosen: list[Service]) -> None:
         for entry in supervised:
             entry.check()
         time.sleep(POLL_SECONDS)
+    redis = [entry for entry in supervised if entry.service.name == "redis"]
     for entry in reversed(supervised):
+        if entry not in redis:
+            entry.stop()
+    # What the services started and left behind (learners, the spare learner), before Redis goes.
+    keep = {entry.process.pid for entry in redis if entry.process is not None}
+    if left := stack_processes_stop(settings.FLYWHEEL_HOME, exclude=keep | {os.getpid()}):
+        logger.info("stopped %d processes the services had started: %s", len(left), left)
+    for entry in redis:
         entry.stop()
 
 

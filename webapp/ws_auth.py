@@ -12,13 +12,12 @@ from webapp import lockout
 
 @database_sync_to_async
 def _user_for(raw_token: str, address: str):
-    """The token's user; anonymous (refused by every consumer) for an unknown token or while the
-    address is locked out after failed sign-ins (webapp/lockout.py)."""
-    if lockout.locked_for(address) > 0:
-        return AnonymousUser()
-    user = selectors.user_for_token(digest=token_digest(raw_token))
-    if user is None:
-        lockout.failure_record(address, what="API token")
+    """The token's user; anonymous (refused by every consumer) for an unknown token, counted for
+    the token and its address unless they are locked out already (webapp/lockout.py)."""
+    digest = token_digest(raw_token)
+    user = selectors.user_for_token(digest=digest)
+    if user is None and lockout.token_locked_for(address, digest) == 0:
+        lockout.token_failure_record(address, digest)
     return user or AnonymousUser()
 
 
@@ -32,8 +31,7 @@ class BearerTokenMiddleware:
         headers = dict(scope.get("headers", []))
         auth = headers.get(b"authorization", b"").decode("latin-1")
         if auth.lower().startswith("bearer "):
-            address = (scope.get("client") or ["unknown"])[0]
-            scope = dict(scope, user=await _user_for(auth[7:].strip(), address))
+            scope = dict(scope, user=await _user_for(auth[7:].strip(), lockout.scope_address(scope)))
         return await self.inner(scope, receive, send)
 
 

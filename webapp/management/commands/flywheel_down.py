@@ -1,3 +1,5 @@
+import os
+
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
@@ -16,5 +18,17 @@ class Command(BaseCommand):
         if settings.EMBEDDED_REDIS:  # last: workers flush their state to it while stopping
             names = [name for name in names if name != "redis"] + ["redis"]
         for name in names:
+            if name == "redis":
+                self._stragglers_stop()
             stopped = stack.process_stop(name)
             self.stdout.write(f"{name}: {'stopped' if stopped else 'not running'}")
+        self._stragglers_stop()  # and anything of this stack's that is left: none survives
+
+    def _stragglers_stop(self) -> None:
+        """Learners, spare learners and whatever else the services started, reparented to init when
+        their worker went; they carry the stack's mark (webapp/stack.py)."""
+        keep = {os.getpid(), os.getppid()}
+        if redis := stack.pid_of("redis"):
+            keep.add(redis)
+        if pids := stack.stack_processes_stop(settings.FLYWHEEL_HOME, exclude=keep):
+            self.stdout.write(f"stopped {len(pids)} processes the services had started: {pids}")

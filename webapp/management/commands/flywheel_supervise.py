@@ -1,5 +1,7 @@
 import logging
+import os
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from webapp import stack
@@ -20,6 +22,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, services: str, **options) -> None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        os.umask(0o077)  # the logs and pid files it writes: for this user only
+        if tightened := stack.home_private(settings.FLYWHEEL_HOME):
+            logging.getLogger("flywheel.stack").info("made %d files under the home private", tightened)
         known = {service.name: service for service in stack.services()}
         names = [name.strip() for name in services.split(",") if name.strip()] or list(known)
         unknown = sorted(set(names) - set(known))
