@@ -8,6 +8,7 @@ import json
 import httpx
 import openai
 import pytest
+from django.core.exceptions import ValidationError
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
@@ -60,8 +61,8 @@ def jsonl(*lines: dict) -> bytes:
     ).encode()
 
 
-def openai_client(user, project_header: str | None = None) -> openai.OpenAI:
-    _, raw = services.api_token_create(user=user, name="openai")
+def openai_client(user, project_header: str | None = None, default_project=None) -> openai.OpenAI:
+    _, raw = services.api_token_create(user=user, name="openai", default_project=default_project)
     transport = httpx.WSGITransport(app=get_wsgi_application())
     return openai.OpenAI(
         base_url="http://testserver/v1",
@@ -355,6 +356,32 @@ def test_the_openai_project_header_chooses_among_the_callers_projects(lab):
         uploaded.id
     ]
     assert openai_client(lab["owner"], project_header="alpha").files.list().data == []
+
+
+def test_a_tokens_default_project_is_used_when_no_header_names_one(lab):
+    other = services.project_create(name="gamma", by=lab["owner"])
+    with pytest.raises(openai.BadRequestError) as ambiguous:
+        lab["client"].files.list()
+    assert "OpenAI-Project" in ambiguous.value.body["message"]
+    assert ambiguous.value.body["code"] == "project_required"
+    defaulted = openai_client(lab["owner"], default_project=other)
+    uploaded = upload(defaulted, jsonl(WEIGHTED))
+    assert FineTuningFile.objects.get(pk=uploaded.id).project == other
+    # The header still wins over the token's default.
+    header = defaulted.with_options(default_headers={"OpenAI-Project": "alpha"})
+    assert header.files.list().data == []
+    # A project the token's user has left is refused, naming the header.
+    other.memberships.filter(user=lab["owner"]).delete()
+    with pytest.raises(openai.BadRequestError) as left:
+        defaulted.files.list()
+    assert left.value.body["param"] == "OpenAI-Project" and "no longer" in left.value.body["message"]
+
+
+def test_a_token_default_project_must_be_one_of_the_users(lab):
+    stranger = services.project_create(name="theirs", by=lab["viewer"])
+    with pytest.raises(ValidationError) as refused:
+        services.api_token_create(user=lab["owner"], name="t", default_project=stranger)
+    assert "default_project" in refused.value.message_dict
 
 
 # --- graders -----------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def sft_step(learner: Learner, examples: list[dict], rows: list[int], config: SFTConfig) -> dict[str, float]:
     """One optimiser step on `rows`, accumulated over micro-batches."""
-    accelerator, losses = learner.accelerator, []
+    accelerator, losses, tokens = learner.accelerator, [], 0
     for micro_rows in torch.tensor(rows).tensor_split(config.gradient_accumulation_steps):
         with accelerator.accumulate(learner.model):
             if len(micro_rows):
@@ -76,8 +76,14 @@ def sft_step(learner: Learner, examples: list[dict], rows: list[int], config: SF
                     chat=config.chat,
                 )
                 losses.append(_backward_in_parts(learner, batch, config.micro_batch_tokens))
+                tokens += int(batch.attention_mask.sum())
             optimizer_step(learner, config.max_grad_norm)
-    return {"loss": sum(losses) / max(1, len(losses)), "lr": learner.scheduler.get_last_lr()[0]}
+    # `tokens`: the step's prompt and completion tokens (padding not counted), as OpenAI's trained_tokens.
+    return {
+        "loss": sum(losses) / max(1, len(losses)),
+        "lr": learner.scheduler.get_last_lr()[0],
+        "tokens": float(tokens),
+    }
 
 
 def _backward_in_parts(learner: Learner, batch: SequenceBatch, token_budget: int) -> float:

@@ -232,9 +232,13 @@ class Tokens(Resource):
         return self._list("/api/v1/tokens", limit=limit)
 
     @endpoint("POST", "/tokens")
-    def create(self, name: str) -> JSON:
-        """A new token; its secret is in the answer this once."""
-        return self._post("/api/v1/tokens", {"name": name})
+    def create(self, name: str, *, default_project: int | None = None) -> JSON:
+        """A new token; its secret is in the answer this once. `default_project` is where the
+        OpenAI-compatible routes act when a call sends no OpenAI-Project header."""
+        body: JSON = {"name": name}
+        if default_project is not None:
+            body["default_project"] = default_project
+        return self._post("/api/v1/tokens", body)
 
     @endpoint("DELETE", "/tokens/{id}")
     def revoke(self, token: int) -> None:
