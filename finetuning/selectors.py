@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Max, QuerySet
+from django.db.models import Max, Min, QuerySet
 
 from finetuning.models import FineTuningFile, FineTuningJob
 from runs import selectors
@@ -169,6 +169,26 @@ def job_trained_tokens(job: FineTuningJob) -> int | None:
         return int(sum(steps)) if steps else None
     learned = job.run.trajectories.exclude(learned_in_step=None)
     return sum(p + c for p, c in learned.values_list("prompt_tokens", "completion_tokens"))
+
+
+def job_estimated_finish(job: FineTuningJob) -> datetime | None:
+    """When a running job should finish at its step rate so far: from the time of its steps'
+    first metrics, once two steps (from step 1: step 0 is the base model's evaluation) are done."""
+    run = job.run
+    if run.status not in (Run.Status.RUNNING, Run.Status.PAUSING) or not run.max_steps:
+        return None
+    done = list(
+        MetricPoint.objects.filter(run=run, step__gte=1)
+        .values("step")
+        .annotate(at=Min("created_at"))
+        .order_by("step")
+        .values_list("step", "at")
+    )
+    if len(done) < 2:
+        return None
+    (first_step, first_at), (last_step, last_at) = done[0], done[-1]
+    per_step = (last_at - first_at) / (last_step - first_step)
+    return last_at + per_step * max(0, run.max_steps - last_step)
 
 
 # --- fine-tuned models, served ---------------------------------------------------------------

@@ -4,6 +4,7 @@ checked against their method with line and field, jobs are runs, and refusals ar
 
 import inspect
 import json
+from datetime import timedelta
 
 import httpx
 import openai
@@ -12,10 +13,11 @@ from django.core.exceptions import ValidationError
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
+from django.utils import timezone
 
 from finetuning.models import FineTuningFile, FineTuningJob
 from runs import lifecycle, services
-from runs.models import Run, TaskSet
+from runs.models import MetricPoint, Run, TaskSet
 from runs.roles import Role
 
 CHAT_WITH_TOOLS = {
@@ -263,6 +265,31 @@ def test_a_supervised_job_is_a_run_on_the_file_as_a_task_set_and_is_cancelled(la
     assert finished.status == "cancelled" and len(finished.result_files) == 1
     csv_text = client.files.content(finished.result_files[0]).text
     assert csv_text.splitlines()[0] == "step"  # nothing trained before it was cancelled
+
+
+def test_estimated_finish_follows_the_step_rate_once_two_steps_are_done(lab):
+    client = lab["client"]
+    training = upload(client, jsonl(WEIGHTED))
+    job = client.fine_tuning.jobs.create(
+        model="small",
+        training_file=training.id,
+        method={"type": "supervised", "supervised": {"hyperparameters": {"n_epochs": 10, "batch_size": 1}}},
+    )
+    run = FineTuningJob.objects.get(pk=job.id).run
+    assert run.max_steps == 10 and job.estimated_finish is None
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING)
+    start = timezone.now().replace(microsecond=0)
+    # Step 0 (the base model's evaluation) does not count towards the rate.
+    for step, offset in ((0, -100), (1, 0), (2, 30)):
+        MetricPoint.objects.create(
+            run=run, step=step, name="learner/loss", value=1.0, created_at=start + timedelta(seconds=offset)
+        )
+        if step == 1:
+            assert client.fine_tuning.jobs.retrieve(job.id).estimated_finish is None  # one step: no rate
+    # 30 s a step, 8 steps to go after step 2.
+    assert client.fine_tuning.jobs.retrieve(job.id).estimated_finish == int(start.timestamp()) + 30 + 8 * 30
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.PAUSED)
+    assert client.fine_tuning.jobs.retrieve(job.id).estimated_finish is None
 
 
 def test_a_dpo_job_trains_pairs_and_a_file_checked_against_its_method_names_the_line(lab):
