@@ -248,6 +248,10 @@ def test_a_supervised_job_is_a_run_on_the_file_as_a_task_set_and_is_cancelled(la
         {"role": "user", "content": "Again?"},
     ]
     assert items[1].data["reference"] == "4"
+    # The line with tools also keeps its conversation for the template's `tools=` (test_finetuning_tools).
+    assert items[0].data["tool_chat"]["tools"] == CHAT_WITH_TOOLS["tools"]
+    assert items[0].data["tool_chat"]["messages"][3]["name"] == "get_weather"
+    assert "tool_chat" not in items[1].data
     assert TaskSet.objects.get(pk=stored.task_set_version.task_set_id).name == f"openai {training.id}"
     assert [j.id for j in client.fine_tuning.jobs.list(metadata={"team": "bots"})] == [job.id]
     assert client.fine_tuning.jobs.list(metadata={"team": "other"}).data == []

@@ -133,7 +133,27 @@ SUPERVISED_LINES = [
             {"role": "assistant", "content": f"x + {n}"},
         ]
     }
-    for n in range(4)
+    for n in range(3)
+] + [
+    # A line with tools: trained through the template (or Flywheel's tool protocol), by a real learner.
+    {
+        "messages": [
+            {"role": "user", "content": "what is x?"},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "lookup", "arguments": '{"name": "x"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "3"},
+            {"role": "assistant", "content": "x is 3"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}],
+    }
 ]
 DPO_LINES = [
     {
