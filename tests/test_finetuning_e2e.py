@@ -6,13 +6,22 @@ database is emptied between tests; the processes read it afresh)."""
 
 import json
 
+import httpx
 import openai
 import pytest
 
 from finetuning.models import FineTuningJob
 from runs import services
-from runs.models import Run
-from tests.run_harness import Host, demo_project, hosts_killed, tiny_model, wait_until, worker_env
+from runs.models import MetricPoint, Run
+from tests.run_harness import (
+    Host,
+    demo_project,
+    hosts_killed,
+    tiny_model,
+    wait_for_terminal,
+    wait_until,
+    worker_env,
+)
 from tests.web_server import WebServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,7 +58,8 @@ def stack(django_db_setup, django_db_blocker, tmp_path_factory):
 def live(stack, tiny_model):
     setup = demo_project(tiny_model)
     _, token = services.api_token_create(user=setup["owner"], name="openai")
-    return setup | {"client": openai.OpenAI(base_url=f"{stack.url}/v1", api_key=token, max_retries=0)}
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=token, max_retries=0)
+    return setup | {"client": client, "url": stack.url, "token": token}
 
 
 def _upload(client: openai.OpenAI, lines: list[dict], name: str):
@@ -123,6 +133,43 @@ def test_a_reinforcement_job_trains_through_real_workers_and_its_model_answers_a
         )
         assert chat.model == model and chat.choices[0].message.role == "assistant"
     assert Run.objects.get(pk=run.pk).status == Run.Status.SUCCEEDED
+    _the_same_run_launched_over_rest_draws_the_same_curve(live, run)
+
+
+# Flywheel's figures that depend on what was sampled and learned (not timings, not rates per second).
+CURVE = ("reward/", "train_reward", "full_valid", "heldout", "learner/loss", "learner/kl")
+
+
+def _curve(run: Run) -> dict[tuple[int, str], float]:
+    points = MetricPoint.objects.filter(run=run).values_list("step", "name", "value")
+    return {(step, name): value for step, name, value in points if name.startswith(CURVE)}
+
+
+def _the_same_run_launched_over_rest_draws_the_same_curve(live, job_run: Run) -> None:
+    """A GRPO run launched over REST (as the UI's launch form does) on the job's task set version,
+    grader (reward rule version) and tier, with the hyperparameters the job resolved to and the same
+    seed, learns the same curve, step by step, and ends on the same held-out figures."""
+    body = {
+        "project": live["project"].pk,
+        "name": "the same, by hand",
+        "task_set_version": job_run.task_set_version_id,
+        "reward_rule_version": job_run.reward_rule_version_id,
+        "tier": job_run.tier_id,
+        "method": "grpo",
+        "hyperparameters": job_run.hyperparameters,
+        "max_steps": job_run.max_steps,
+        "eval_split": job_run.eval_split,
+        "monitor_actions": {"nothing_to_learn": "alert"},
+    }
+    answer = httpx.post(
+        f"{live['url']}/api/v1/runs", json=body, headers={"Authorization": f"Bearer {live['token']}"}
+    )
+    assert answer.status_code == 201, answer.text
+    by_hand = wait_for_terminal(answer.json()["id"])
+    assert by_hand.status == Run.Status.SUCCEEDED and by_hand.resolved == job_run.resolved
+    ours, theirs = _curve(job_run), _curve(by_hand)
+    assert ours and {step for step, _ in ours} == {0, 1, 2}
+    assert theirs == ours
 
 
 SUPERVISED_LINES = [
