@@ -16,7 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from finetuning import graders, selectors, serializers, services
-from finetuning.services import ApiError
+from finetuning.errors import ApiError
 from inference import openai_protocol as protocol
 from inference.openai_protocol import OpenAIError
 from runs.openai_views import caller
