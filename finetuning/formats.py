@@ -16,7 +16,9 @@ them (system first, user last): `developer` becomes `system`, a tool's or functi
 message marked `[tool result <id>]`, an assistant's tool calls their JSON. Its `reference` is the
 trained reply (supervised), the preferred reply (dpo, with `metadata.chosen` / `metadata.rejected`),
 or the line's `reference_answer` / `reference` / `answer` field (reinforcement). The line as sent is
-kept in `metadata.openai_line`, so the item says where it came from.
+kept in `metadata.openai_line`, so the item says where it came from. A supervised line with tools
+or tool calls also keeps `tool_chat` (`tool_chat_of`): the conversation as chat templates take it,
+which the SFT learner renders with `tools=` so that it trains on what the model reads.
 """
 
 import json
