@@ -16,10 +16,11 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from finetuning import graders, selectors, serializers, services
-from finetuning.services import ApiError
+from finetuning.errors import ApiError
 from inference import openai_protocol as protocol
 from inference.openai_protocol import OpenAIError
 from runs.openai_views import caller
+from runs.services import token_digest
 from webapp import strict_json
 
 logger = logging.getLogger(__name__)
@@ -67,7 +68,9 @@ def openai_api(*methods: str) -> Callable:
 
 
 def _project(request: HttpRequest, user):
-    return selectors.project_of(user=user, header=request.headers.get("OpenAI-Project"))
+    parts = request.headers.get("Authorization", "").split()
+    digest = token_digest(parts[1]) if len(parts) == 2 and parts[0].lower() == "bearer" else None
+    return selectors.project_of(user=user, header=request.headers.get("OpenAI-Project"), token_digest=digest)
 
 
 def _limit(request: HttpRequest, default: int, most: int) -> int:

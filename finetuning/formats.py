@@ -16,7 +16,9 @@ them (system first, user last): `developer` becomes `system`, a tool's or functi
 message marked `[tool result <id>]`, an assistant's tool calls their JSON. Its `reference` is the
 trained reply (supervised), the preferred reply (dpo, with `metadata.chosen` / `metadata.rejected`),
 or the line's `reference_answer` / `reference` / `answer` field (reinforcement). The line as sent is
-kept in `metadata.openai_line`, so the item says where it came from.
+kept in `metadata.openai_line`, so the item says where it came from. A supervised line with tools
+or tool calls also keeps `tool_chat` (`tool_chat_of`): the conversation as chat templates take it,
+which the SFT learner renders with `tools=` so that it trains on what the model reads.
 """
 
 import json
@@ -291,6 +293,60 @@ def _prompt_of(messages: list[dict]) -> list[dict]:
     return rendered
 
 
+def tool_chat_of(raw: dict, index: int) -> dict[str, Any] | None:
+    """For a supervised line that declares tools or holds tool calls: the conversation before the
+    trained reply, the reply and the tools, in the shape chat templates take (`tools=`, assistant
+    `tool_calls` with arguments as objects, `tool` messages), so that the SFT learner renders them
+    with the model's template (`inference.tool_chat.reply_render`) as the model will read them.
+    None for a plain chat line, which trains as before."""
+    tools = raw.get("tools") or [{"type": "function", "function": f} for f in raw.get("functions") or []]
+    messages = raw["messages"]
+    if not tools and not any(
+        m.get("tool_calls") or m.get("function_call") or m["role"] in ("tool", "function") for m in messages
+    ):
+        return None
+    converted = [_template_message(m) for m in messages[: index + 1]]
+    # A tool result names its function (templates and Flywheel's protocol show it), found by its call.
+    names = {c.get("id"): c["function"]["name"] for m in converted for c in m.get("tool_calls", [])}
+    for message in converted:
+        if message["role"] == "tool" and "name" not in message and message.get("tool_call_id") in names:
+            message["name"] = names[message["tool_call_id"]]
+    return {"messages": converted[:-1], "reply": converted[-1], "tools": tools}
+
+
+def _template_message(message: dict) -> dict[str, Any]:
+    """One OpenAI message as chat templates take it (no weight; legacy function fields as tools)."""
+    role = {"developer": "system", "function": "tool"}.get(message["role"], message["role"])
+    out: dict[str, Any] = {"role": role, "content": _text_of(message.get("content")) or ""}
+    calls = message.get("tool_calls") or (
+        [{"type": "function", "function": message["function_call"]}] if message.get("function_call") else []
+    )
+    if calls:
+        out["tool_calls"] = [
+            {key: value for key, value in call.items() if key != "function"}
+            | {"type": "function", "function": _call_function(call["function"])}
+            for call in calls
+        ]
+    for key in ("name", "tool_call_id"):
+        if key in message:
+            out[key] = message[key]
+    return out
+
+
+def _call_function(function: dict) -> dict[str, Any]:
+    """A call's function with its arguments as an object when they are a JSON object's text (what
+    templates, which write `arguments | tojson`, and Flywheel's tool protocol expect)."""
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            arguments = parsed
+    return {"name": function["name"], "arguments": arguments}
+
+
 def item_data(raw: dict, method: str) -> dict[str, Any]:
     """The answer item's data for a line `line_problems` passed."""
     if method == DPO:
@@ -300,11 +356,14 @@ def item_data(raw: dict, method: str) -> dict[str, Any]:
         return {"messages": _prompt_of(raw["input"]["messages"]), "reference": chosen, "metadata": metadata}
     if method == SUPERVISED:
         index = _trained_index(raw["messages"])
-        return {
+        data = {
             "messages": _prompt_of(raw["messages"][:index]),
             "reference": _reply_text(raw["messages"][index]),
             "metadata": {"openai_line": raw},
         }
+        if (tool_chat := tool_chat_of(raw, index)) is not None:
+            data["tool_chat"] = tool_chat
+        return data
     extras = {key: value for key, value in raw.items() if key not in ("messages", "tools")}
     reference = next((raw[key] for key in REFERENCE_FIELDS if key in raw), "")
     data = {key: value for key, value in extras.items() if key not in ITEM_FIELDS}

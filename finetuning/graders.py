@@ -9,7 +9,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from finetuning.services import ApiError
+from finetuning.errors import ApiError
 from rewards import engine, openai_format
 from rewards.graders.base import Sample
 from rewards.services import project_judge

@@ -7,11 +7,11 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Max, QuerySet
+from django.db.models import Max, Min, QuerySet
 
 from finetuning.models import FineTuningFile, FineTuningJob
 from runs import selectors
-from runs.models import Checkpoint, MetricPoint, Project, Run, RunEvent
+from runs.models import ApiToken, Checkpoint, MetricPoint, Project, Run, RunEvent
 from runs.roles import Permission
 from runs.served_models import ServedModel, checkpoint_model
 
@@ -22,9 +22,10 @@ class NoProjectError(LookupError):
     """The call names no project it may act in."""
 
 
-def project_of(*, user: AbstractBaseUser, header: str | None) -> Project:
-    """The project named by the `OpenAI-Project` header (its id or name), else the caller's only
-    project; a project the caller is not in is reported as absent."""
+def project_of(*, user: AbstractBaseUser, header: str | None, token_digest: str | None = None) -> Project:
+    """The project named by the `OpenAI-Project` header (its id or name), else the bearer token's
+    default project, else the caller's only project; a project the caller is not in is reported as
+    absent."""
     mine = Project.objects.filter(pk__in=selectors.visible_project_ids(user=user))
     if header:
         found = mine.filter(pk=int(header)).first() if re.fullmatch(r"[0-9]{1,18}", header) else None
@@ -32,11 +33,20 @@ def project_of(*, user: AbstractBaseUser, header: str | None) -> Project:
         if found is None:
             raise NoProjectError(f"OpenAI-Project: no project {header!r} that you are a member of")
         return found
+    token = ApiToken.objects.filter(digest=token_digest).first() if token_digest else None
+    if token is not None and token.default_project_id is not None:
+        found = mine.filter(pk=token.default_project_id).first()
+        if found is None:  # the caller has left the project since the token was made
+            raise NoProjectError(
+                f"this token's default project ({token.default_project_id}) is no longer one of yours: "
+                "name the project with the OpenAI-Project header (its id or name)"
+            )
+        return found
     projects = list(mine.order_by("pk")[:2])
     if len(projects) != 1:
         raise NoProjectError(
-            "name the project with the OpenAI-Project header (its id or name): you are a member of "
-            f"{'no project' if not projects else 'several'}"
+            "name the project with the OpenAI-Project header (its id or name), or give the API token a "
+            f"default project: you are a member of {'no project' if not projects else 'several'}"
         )
     return projects[0]
 
@@ -149,12 +159,36 @@ def job_checkpoints(*, job: FineTuningJob) -> list[Checkpoint]:
 
 
 def job_trained_tokens(job: FineTuningJob) -> int | None:
-    """Tokens the learner trained on: for a reinforcement job its learned trajectories' tokens; a
-    supervised or dpo job records none (null, as OpenAI's is until it knows)."""
-    if not job.run.is_terminal or job.run.method != Run.Method.GRPO:
+    """Tokens the learner trained on, once the job has finished (null before, as OpenAI's): for a
+    reinforcement job its learned trajectories' tokens; for supervised and dpo the steps'
+    `learner/tokens` (prompts and completions, padding not counted)."""
+    if not job.run.is_terminal:
         return None
+    if job.run.method != Run.Method.GRPO:
+        steps = MetricPoint.objects.filter(run=job.run, name="learner/tokens").values_list("value", flat=True)
+        return int(sum(steps)) if steps else None
     learned = job.run.trajectories.exclude(learned_in_step=None)
     return sum(p + c for p, c in learned.values_list("prompt_tokens", "completion_tokens"))
+
+
+def job_estimated_finish(job: FineTuningJob) -> datetime | None:
+    """When a running job should finish at its step rate so far: from the time of its steps'
+    first metrics, once two steps (from step 1: step 0 is the base model's evaluation) are done."""
+    run = job.run
+    if run.status not in (Run.Status.RUNNING, Run.Status.PAUSING) or not run.max_steps:
+        return None
+    done = list(
+        MetricPoint.objects.filter(run=run, step__gte=1)
+        .values("step")
+        .annotate(at=Min("created_at"))
+        .order_by("step")
+        .values_list("step", "at")
+    )
+    if len(done) < 2:
+        return None
+    (first_step, first_at), (last_step, last_at) = done[0], done[-1]
+    per_step = (last_at - first_at) / (last_step - first_step)
+    return last_at + per_step * max(0, run.max_steps - last_step)
 
 
 # --- fine-tuned models, served ---------------------------------------------------------------

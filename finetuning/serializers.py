@@ -76,7 +76,7 @@ def job_object(job: FineTuningJob) -> dict[str, Any]:
         "trained_tokens": selectors.job_trained_tokens(job),
         "training_file": job.training_file,
         "validation_file": job.validation_file or None,
-        "estimated_finish": None,
+        "estimated_finish": seconds(selectors.job_estimated_finish(job)),
         "integrations": [],
         "metadata": job.metadata or None,
         "method": job.method,

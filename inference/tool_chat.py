@@ -128,6 +128,27 @@ def chat_render(
     return tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=generation)
 
 
+def reply_render(
+    tokenizer: "PreTrainedTokenizerBase | None", messages: list[dict], reply: dict, tools: list[dict]
+) -> tuple[str, str]:
+    """(prompt, completion) text to train `reply` (an assistant message, maybe with tool calls)
+    after `messages` with `tools`: both rendered as `chat_render` renders the conversation, the
+    completion being what the reply adds to the prompt, without the template's end of turn (the
+    trainer closes every completion with it, `inference.chat.turn_end_text`)."""
+    from inference.chat import turn_end_text  # light; kept local so the web process imports less
+
+    prompt = chat_render(tokenizer, messages, tools, generation=True)
+    full = chat_render(tokenizer, [*messages, reply], tools, generation=False)
+    if full.startswith(prompt):
+        completion = full[len(prompt) :]
+    else:  # a template that renders the last turn apart (it drops earlier reasoning, say)
+        completion = text_protocol_messages([reply], tools)[-1]["content"]
+    end = turn_end_text(tokenizer, chat=True) if tokenizer is not None else ""
+    if end and end in completion:
+        return prompt, completion[: completion.rindex(end)]
+    return prompt, completion.rstrip("\n")
+
+
 def _plain_text(messages: list[dict], generation: bool) -> str:
     text = "".join(f"<|{message['role']}|>\n{message['content']}\n" for message in messages)
     return text + ("<|assistant|>\n" if generation else "")

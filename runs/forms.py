@@ -88,6 +88,17 @@ class ResplitForm(SplitForm):
 
 class TokenForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="What uses it, such as a CI job or script")
+    default_project = forms.ModelChoiceField(
+        queryset=Project.objects.none(),
+        required=False,
+        help_text="Where OpenAI-compatible calls (/v1/files, /v1/fine_tuning) act when they name no project",
+    )
+
+    def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if user is not None:
+            field = self.fields["default_project"]
+            field.queryset = Project.objects.filter(memberships__user=user).order_by("name")
 
 
 STOP_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}

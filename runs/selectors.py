@@ -185,7 +185,7 @@ def tier_evaluation_for(
 
 
 def tokens_of(*, user: AbstractBaseUser) -> QuerySet[ApiToken]:
-    return user.api_tokens.order_by("-created_at")
+    return user.api_tokens.select_related("default_project").order_by("-created_at")
 
 
 def user_for_token(*, digest: str) -> AbstractBaseUser | None:

@@ -132,13 +132,22 @@ def token_digest(raw_token: str) -> str:
     return hashlib.sha256(raw_token.encode()).hexdigest()
 
 
-def api_token_create(*, user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
-    """Create a token and return it with its secret, which is never stored or shown again."""
+def api_token_create(
+    *, user: AbstractBaseUser, name: str, default_project: Project | int | None = None
+) -> tuple[ApiToken, str]:
+    """Create a token and return it with its secret, which is never stored or shown again. Its
+    default project (one the user is a member of) is where OpenAI-compatible calls that name no
+    project act."""
     name = name.strip()
     if not name:
         raise ValidationError({"name": "give the token a name, such as the script that uses it"})
+    project_id = default_project.pk if isinstance(default_project, Project) else default_project
+    if project_id is not None and not Membership.objects.filter(user=user, project_id=project_id).exists():
+        raise ValidationError({"default_project": f"no project {project_id} that you are a member of"})
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(user=user, name=name, prefix=raw[:10], digest=token_digest(raw))
+    token = ApiToken.objects.create(
+        user=user, name=name, prefix=raw[:10], digest=token_digest(raw), default_project_id=project_id
+    )
     return token, raw
 
 

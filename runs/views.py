@@ -596,15 +596,19 @@ def tier_delete(request: HttpRequest, tier_id: int) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def token_list(request: HttpRequest) -> HttpResponse:
-    form = forms.TokenForm(request.POST if request.method == "POST" else None)
+    form = forms.TokenForm(request.POST if request.method == "POST" else None, user=request.user)
     created = raw_token = None
     if form.is_bound and form.is_valid():
         try:
-            created, raw_token = services.api_token_create(user=request.user, name=form.cleaned_data["name"])
+            created, raw_token = services.api_token_create(
+                user=request.user,
+                name=form.cleaned_data["name"],
+                default_project=form.cleaned_data["default_project"],
+            )
         except ValidationError as exc:
             forms.add_service_errors(form, exc)
         else:
-            form = forms.TokenForm()
+            form = forms.TokenForm(user=request.user)
     context = {
         "tokens": selectors.tokens_of(user=request.user),
         "form": form,

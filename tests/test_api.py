@@ -346,6 +346,23 @@ def test_a_new_token_is_shown_once_and_works(team):
     assert other.get("/api/v1/me").json()["username"] == "viewer"
 
 
+def test_a_token_names_a_default_project_of_its_users_only(team):
+    client = api_client_for(team["viewer"])
+    project = team["project"]
+    created = client.post("/api/v1/tokens", {"name": "ft", "default_project": project.pk}, format="json")
+    assert created.status_code == 201 and created.json()["default_project"] == project.pk
+    assert ApiToken.objects.get(pk=created.json()["id"]).default_project == project
+    listed = client.get("/api/v1/tokens").json()["results"]
+    assert {token["name"]: token["default_project"] for token in listed} == {"ft": project.pk, "tests": None}
+    refused = client.post(
+        "/api/v1/tokens", {"name": "x", "default_project": team["other_project"].pk}, format="json"
+    )
+    assert refused.status_code == 400 and params_of(refused) == ["default_project"]
+    too_big = client.post("/api/v1/tokens", {"name": "x", "default_project": 2**64}, format="json")
+    assert too_big.status_code == 400 and params_of(too_big) == ["default_project"]
+    assert ApiToken.objects.filter(name="x").count() == 0
+
+
 def test_a_token_is_revoked_and_stops_working(team):
     token, raw = services.api_token_create(user=team["owner"], name="ci")
     response = api_client_for(team["owner"]).delete(f"/api/v1/tokens/{token.pk}")

@@ -4,17 +4,20 @@ checked against their method with line and field, jobs are runs, and refusals ar
 
 import inspect
 import json
+from datetime import timedelta
 
 import httpx
 import openai
 import pytest
+from django.core.exceptions import ValidationError
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
+from django.utils import timezone
 
 from finetuning.models import FineTuningFile, FineTuningJob
 from runs import lifecycle, services
-from runs.models import Run, TaskSet
+from runs.models import MetricPoint, Run, TaskSet
 from runs.roles import Role
 
 CHAT_WITH_TOOLS = {
@@ -60,8 +63,8 @@ def jsonl(*lines: dict) -> bytes:
     ).encode()
 
 
-def openai_client(user, project_header: str | None = None) -> openai.OpenAI:
-    _, raw = services.api_token_create(user=user, name="openai")
+def openai_client(user, project_header: str | None = None, default_project=None) -> openai.OpenAI:
+    _, raw = services.api_token_create(user=user, name="openai", default_project=default_project)
     transport = httpx.WSGITransport(app=get_wsgi_application())
     return openai.OpenAI(
         base_url="http://testserver/v1",
@@ -245,6 +248,10 @@ def test_a_supervised_job_is_a_run_on_the_file_as_a_task_set_and_is_cancelled(la
         {"role": "user", "content": "Again?"},
     ]
     assert items[1].data["reference"] == "4"
+    # The line with tools also keeps its conversation for the template's `tools=` (test_finetuning_tools).
+    assert items[0].data["tool_chat"]["tools"] == CHAT_WITH_TOOLS["tools"]
+    assert items[0].data["tool_chat"]["messages"][3]["name"] == "get_weather"
+    assert "tool_chat" not in items[1].data
     assert TaskSet.objects.get(pk=stored.task_set_version.task_set_id).name == f"openai {training.id}"
     assert [j.id for j in client.fine_tuning.jobs.list(metadata={"team": "bots"})] == [job.id]
     assert client.fine_tuning.jobs.list(metadata={"team": "other"}).data == []
@@ -262,6 +269,31 @@ def test_a_supervised_job_is_a_run_on_the_file_as_a_task_set_and_is_cancelled(la
     assert finished.status == "cancelled" and len(finished.result_files) == 1
     csv_text = client.files.content(finished.result_files[0]).text
     assert csv_text.splitlines()[0] == "step"  # nothing trained before it was cancelled
+
+
+def test_estimated_finish_follows_the_step_rate_once_two_steps_are_done(lab):
+    client = lab["client"]
+    training = upload(client, jsonl(WEIGHTED))
+    job = client.fine_tuning.jobs.create(
+        model="small",
+        training_file=training.id,
+        method={"type": "supervised", "supervised": {"hyperparameters": {"n_epochs": 10, "batch_size": 1}}},
+    )
+    run = FineTuningJob.objects.get(pk=job.id).run
+    assert run.max_steps == 10 and job.estimated_finish is None
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING)
+    start = timezone.now().replace(microsecond=0)
+    # Step 0 (the base model's evaluation) does not count towards the rate.
+    for step, offset in ((0, -100), (1, 0), (2, 30)):
+        MetricPoint.objects.create(
+            run=run, step=step, name="learner/loss", value=1.0, created_at=start + timedelta(seconds=offset)
+        )
+        if step == 1:
+            assert client.fine_tuning.jobs.retrieve(job.id).estimated_finish is None  # one step: no rate
+    # 30 s a step, 8 steps to go after step 2.
+    assert client.fine_tuning.jobs.retrieve(job.id).estimated_finish == int(start.timestamp()) + 30 + 8 * 30
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.PAUSED)
+    assert client.fine_tuning.jobs.retrieve(job.id).estimated_finish is None
 
 
 def test_a_dpo_job_trains_pairs_and_a_file_checked_against_its_method_names_the_line(lab):
@@ -355,6 +387,32 @@ def test_the_openai_project_header_chooses_among_the_callers_projects(lab):
         uploaded.id
     ]
     assert openai_client(lab["owner"], project_header="alpha").files.list().data == []
+
+
+def test_a_tokens_default_project_is_used_when_no_header_names_one(lab):
+    other = services.project_create(name="gamma", by=lab["owner"])
+    with pytest.raises(openai.BadRequestError) as ambiguous:
+        lab["client"].files.list()
+    assert "OpenAI-Project" in ambiguous.value.body["message"]
+    assert ambiguous.value.body["code"] == "project_required"
+    defaulted = openai_client(lab["owner"], default_project=other)
+    uploaded = upload(defaulted, jsonl(WEIGHTED))
+    assert FineTuningFile.objects.get(pk=uploaded.id).project == other
+    # The header still wins over the token's default.
+    header = defaulted.with_options(default_headers={"OpenAI-Project": "alpha"})
+    assert header.files.list().data == []
+    # A project the token's user has left is refused, naming the header.
+    other.memberships.filter(user=lab["owner"]).delete()
+    with pytest.raises(openai.BadRequestError) as left:
+        defaulted.files.list()
+    assert left.value.body["param"] == "OpenAI-Project" and "no longer" in left.value.body["message"]
+
+
+def test_a_token_default_project_must_be_one_of_the_users(lab):
+    stranger = services.project_create(name="theirs", by=lab["viewer"])
+    with pytest.raises(ValidationError) as refused:
+        services.api_token_create(user=lab["owner"], name="t", default_project=stranger)
+    assert "default_project" in refused.value.message_dict
 
 
 # --- graders -----------------------------------------------------------------------------------

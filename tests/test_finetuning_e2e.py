@@ -1,16 +1,27 @@
 """End to end: a script written for OpenAI's fine-tuning, with only `base_url` and `api_key`
-changed, drives a reinforcement job with a `python` grader through a live web server, real Celery
-workers, a real learner process and sandboxes on the tiny model, then chats with the result."""
+changed, drives reinforcement (a `python` grader), supervised and DPO jobs through a live web server,
+real Celery workers, a real learner process and sandboxes on the tiny model, then chats with the
+results; and pauses, resumes and cancels a live job. One stack of processes serves the module (the
+database is emptied between tests; the processes read it afresh)."""
 
 import json
 
+import httpx
 import openai
 import pytest
 
 from finetuning.models import FineTuningJob
 from runs import services
-from runs.models import Run
-from tests.run_harness import Host, demo_project, hosts_killed, tiny_model, wait_until, worker_env
+from runs.models import MetricPoint, Run
+from tests.run_harness import (
+    Host,
+    demo_project,
+    hosts_killed,
+    tiny_model,
+    wait_for_terminal,
+    wait_until,
+    worker_env,
+)
 from tests.web_server import WebServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,16 +41,45 @@ LINES = [
 ]
 
 
-@pytest.fixture
-def live(tiny_model, tmp_path):
-    setup = demo_project(tiny_model)
-    _, token = services.api_token_create(user=setup["owner"], name="openai")
-    learner_host, rollout_host = Host(worker_env()), Host(worker_env())
+@pytest.fixture(scope="module")
+def stack(django_db_setup, django_db_blocker, tmp_path_factory):
+    """A learner host, a rollout/eval host and a web server, shared by the module's tests."""
+    with django_db_blocker.unblock():
+        env = worker_env()
+    learner_host, rollout_host = Host(env), Host(env)
     with hosts_killed(learner_host, rollout_host):
         learner_host.worker("learner")
         rollout_host.worker("rollout,eval")
-        with WebServer(worker_env(), tmp_path / "web.log") as server:
-            yield setup | {"client": openai.OpenAI(base_url=f"{server.url}/v1", api_key=token, max_retries=0)}
+        with WebServer(env, tmp_path_factory.mktemp("web") / "web.log") as server:
+            yield server
+
+
+@pytest.fixture
+def live(stack, tiny_model):
+    setup = demo_project(tiny_model)
+    _, token = services.api_token_create(user=setup["owner"], name="openai")
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=token, max_retries=0)
+    return setup | {"client": client, "url": stack.url, "token": token}
+
+
+def _upload(client: openai.OpenAI, lines: list[dict], name: str):
+    content = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    return client.files.create(file=(name, content), purpose="fine-tune")
+
+
+def _finished(client: openai.OpenAI, job_id: str):
+    wait_until(
+        lambda: client.fine_tuning.jobs.retrieve(job_id).status in ("succeeded", "failed", "cancelled"),
+        job_id,
+    )
+    return client.fine_tuning.jobs.retrieve(job_id)
+
+
+def _answers(client: openai.OpenAI, model: str) -> None:
+    chat = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "add 1 to x"}], max_tokens=4, temperature=0
+    )
+    assert chat.model == model and chat.choices[0].message.role == "assistant"
 
 
 def test_a_reinforcement_job_trains_through_real_workers_and_its_model_answers_at_once(live):
@@ -61,11 +101,7 @@ def test_a_reinforcement_job_trains_through_real_workers_and_its_model_answers_a
         },
     )
     assert job.status == "queued"
-    wait_until(
-        lambda: client.fine_tuning.jobs.retrieve(job.id).status in ("succeeded", "failed", "cancelled"),
-        job.id,
-    )
-    done = client.fine_tuning.jobs.retrieve(job.id)
+    done = _finished(client, job.id)
     run = FineTuningJob.objects.get(pk=job.id).run
     assert done.status == "succeeded", (done.error, run.error)
     assert (run.method, run.max_steps, run.learner_step, run.resolved["group_size"]) == ("grpo", 2, 2, 4)
@@ -97,3 +133,143 @@ def test_a_reinforcement_job_trains_through_real_workers_and_its_model_answers_a
         )
         assert chat.model == model and chat.choices[0].message.role == "assistant"
     assert Run.objects.get(pk=run.pk).status == Run.Status.SUCCEEDED
+    _the_same_run_launched_over_rest_draws_the_same_curve(live, run)
+
+
+# Flywheel's figures that depend on what was sampled and learned (not timings, not rates per second).
+CURVE = ("reward/", "train_reward", "full_valid", "heldout", "learner/loss", "learner/kl")
+
+
+def _curve(run: Run) -> dict[tuple[int, str], float]:
+    points = MetricPoint.objects.filter(run=run).values_list("step", "name", "value")
+    return {(step, name): value for step, name, value in points if name.startswith(CURVE)}
+
+
+def _the_same_run_launched_over_rest_draws_the_same_curve(live, job_run: Run) -> None:
+    """A GRPO run launched over REST (as the UI's launch form does) on the job's task set version,
+    grader (reward rule version) and tier, with the hyperparameters the job resolved to and the same
+    seed, learns the same curve, step by step, and ends on the same held-out figures."""
+    body = {
+        "project": live["project"].pk,
+        "name": "the same, by hand",
+        "task_set_version": job_run.task_set_version_id,
+        "reward_rule_version": job_run.reward_rule_version_id,
+        "tier": job_run.tier_id,
+        "method": "grpo",
+        "hyperparameters": job_run.hyperparameters,
+        "max_steps": job_run.max_steps,
+        "eval_split": job_run.eval_split,
+        "monitor_actions": {"nothing_to_learn": "alert"},
+    }
+    answer = httpx.post(
+        f"{live['url']}/api/v1/runs", json=body, headers={"Authorization": f"Bearer {live['token']}"}
+    )
+    assert answer.status_code == 201, answer.text
+    by_hand = wait_for_terminal(answer.json()["id"])
+    assert by_hand.status == Run.Status.SUCCEEDED and by_hand.resolved == job_run.resolved
+    ours, theirs = _curve(job_run), _curve(by_hand)
+    assert ours and {step for step, _ in ours} == {0, 1, 2}
+    assert theirs == ours
+
+
+SUPERVISED_LINES = [
+    {
+        "messages": [
+            {"role": "system", "content": "Answer with code."},
+            {"role": "user", "content": f"add {n} to x"},
+            {"role": "assistant", "content": f"x + {n}"},
+        ]
+    }
+    for n in range(3)
+] + [
+    # A line with tools: trained through the template (or Flywheel's tool protocol), by a real learner.
+    {
+        "messages": [
+            {"role": "user", "content": "what is x?"},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "lookup", "arguments": '{"name": "x"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "3"},
+            {"role": "assistant", "content": "x is 3"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}],
+    }
+]
+DPO_LINES = [
+    {
+        "input": {"messages": [{"role": "user", "content": f"add {n} to x"}]},
+        "preferred_output": [{"role": "assistant", "content": f"x + {n}"}],
+        "non_preferred_output": [{"role": "assistant", "content": f"x - {n}"}],
+    }
+    for n in range(4)
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "lines", "hyperparameters", "flywheel_method"),
+    [
+        ("supervised", SUPERVISED_LINES, {"n_epochs": 2, "batch_size": 4}, "sft"),
+        ("dpo", DPO_LINES, {"n_epochs": 2, "batch_size": 4, "beta": 0.2}, "dpo"),
+    ],
+)
+def test_supervised_and_dpo_jobs_train_through_real_workers(
+    live, method, lines, hyperparameters, flywheel_method
+):
+    client = live["client"]
+    training = _upload(client, lines, f"{method}.jsonl")
+    job = client.fine_tuning.jobs.create(
+        model=f"tier-{live['tier'].pk}",
+        training_file=training.id,
+        suffix=method,
+        seed=5,
+        method={"type": method, method: {"hyperparameters": hyperparameters}},
+    )
+    done = _finished(client, job.id)
+    run = FineTuningJob.objects.get(pk=job.id).run
+    assert done.status == "succeeded", (done.error, run.error)
+    assert (run.method, run.max_steps, run.learner_step) == (flywheel_method, 2, 2)
+    assert done.trained_tokens > 0
+    assert done.method.type == method
+    checkpoints = client.fine_tuning.jobs.checkpoints.list(job.id)
+    assert [c.step_number for c in checkpoints.data] == [2]
+    metrics = [e for e in client.fine_tuning.jobs.list_events(job.id, limit=100) if e.type == "metrics"]
+    assert {e.data["step"] for e in metrics} >= {1, 2}
+    _answers(client, done.fine_tuned_model)
+    _answers(client, checkpoints.data[0].fine_tuned_model_checkpoint)
+
+
+def test_a_live_job_pauses_resumes_and_cancels(live):
+    client = live["client"]
+    training = _upload(client, SUPERVISED_LINES, "long.jsonl")
+    # Many steps, so that the job is still training while it is paused, resumed and cancelled.
+    job = client.fine_tuning.jobs.create(
+        model=f"tier-{live['tier'].pk}",
+        training_file=training.id,
+        method={"type": "supervised", "supervised": {"hyperparameters": {"n_epochs": 200, "batch_size": 4}}},
+    )
+    run_id = FineTuningJob.objects.get(pk=job.id).run_id
+    wait_until(lambda: Run.objects.get(pk=run_id).learner_step >= 1, "the first step")
+    assert client.fine_tuning.jobs.pause(job.id).status in ("running", "paused")
+    wait_until(lambda: client.fine_tuning.jobs.retrieve(job.id).status == "paused", "paused")
+    paused_at = Run.objects.get(pk=run_id).learner_step
+    with pytest.raises(openai.ConflictError) as refused:
+        client.fine_tuning.jobs.pause(job.id)
+    assert refused.value.body["code"] == "invalid_state"
+
+    assert client.fine_tuning.jobs.resume(job.id).status in ("queued", "running")
+    wait_until(lambda: Run.objects.get(pk=run_id).learner_step > paused_at, "a step after resuming")
+    assert client.fine_tuning.jobs.retrieve(job.id).status == "running"
+
+    assert client.fine_tuning.jobs.cancel(job.id).status == "cancelled"
+    wait_until(lambda: Run.objects.get(pk=run_id).status == Run.Status.CANCELLED, "cancelled")
+    done = client.fine_tuning.jobs.retrieve(job.id)
+    assert done.status == "cancelled" and done.fine_tuned_model is None and done.finished_at
+    with pytest.raises(openai.ConflictError):
+        client.fine_tuning.jobs.resume(job.id)

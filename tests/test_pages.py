@@ -484,6 +484,18 @@ def test_a_new_token_is_shown_exactly_once(client, db):
     assert f"<code>{token.prefix}…</code>" in listing and "<td>ci</td>" in listing
 
 
+def test_a_token_gets_a_default_project_among_the_users_own(client, team):
+    client.force_login(team["viewer"])
+    form = text(client.get(reverse("token-list")))
+    assert f'<option value="{team["project"].pk}">' in form
+    assert f'<option value="{team["other_project"].pk}">' not in form  # not the viewer's project
+    refused = client.post(reverse("token-list"), {"name": "x", "default_project": team["other_project"].pk})
+    assert "Select a valid choice" in text(refused) and not ApiToken.objects.filter(name="x").exists()
+    listing = text(client.post(reverse("token-list"), {"name": "ft", "default_project": team["project"].pk}))
+    assert ApiToken.objects.get(name="ft").default_project == team["project"]
+    assert f">{team['project'].name}</a></td>" in listing
+
+
 def test_a_token_is_revoked_by_its_owner_only(client, db):
     user, other = make_user("scripter"), make_user("other")
     token, _ = services.api_token_create(user=user, name="ci")

@@ -81,6 +81,7 @@ def offline_data(run: Run) -> list[dict]:
             {
                 "prompt": item_prompt(item),
                 "completion": item.get("reference_solution") or item.get("reference"),
+                "tool_chat": item.get("tool_chat"),
             }
             for item in items
         ]

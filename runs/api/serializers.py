@@ -383,7 +383,16 @@ class ApiTokenSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "is_active", "created_at", "last_used_at", "revoked_at"]
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "is_active",
+            "default_project",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+        ]
         read_only_fields = fields
 
 
@@ -403,3 +412,10 @@ class ApiTokenCreatedSerializer(ApiTokenSerializer):
 
 class ApiTokenCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=100)
+    default_project = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=2**63 - 1,
+        help_text="The project OpenAI-compatible calls act in when they send no OpenAI-Project header",
+    )

@@ -49,6 +49,10 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # The project the OpenAI-compatible routes act in when a call names none (OpenAI-Project).
+    default_project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"

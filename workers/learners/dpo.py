@@ -119,7 +119,7 @@ def dpo_step(
     config: DPOConfig,
 ) -> dict[str, float]:
     """One optimiser step on `rows`, accumulated over micro-batches."""
-    accelerator, totals, count = learner.accelerator, {}, 0
+    accelerator, totals, count, tokens = learner.accelerator, {}, 0, 0
     for micro_rows in torch.tensor(rows).tensor_split(config.gradient_accumulation_steps):
         with accelerator.accumulate(learner.model):
             if len(micro_rows):
@@ -130,8 +130,10 @@ def dpo_step(
                 for name, value in _backward_in_parts(learner, reference, batch, config).items():
                     totals[name] = totals.get(name, 0.0) + value
                 count += 1
+                tokens += int(batch.attention_mask.sum())
             optimizer_step(learner, config.max_grad_norm)
-    return {name: value / max(1, count) for name, value in totals.items()}
+    # `tokens` is a sum (both completions of each pair and their prompts), not a mean.
+    return {name: value / max(1, count) for name, value in totals.items()} | {"tokens": float(tokens)}
 
 
 def _backward_in_parts(

@@ -13,7 +13,9 @@ conversational messages); `sft_examples` also turns code task items into example
 from dataclasses import dataclass
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
+from inference.tool_chat import reply_render
 from workers.learners.common import (
     Learner,
     LearnerConfig,
@@ -50,8 +52,22 @@ def sft_examples(records: list[dict]) -> list[dict]:
             raise ValueError(
                 f"example {index} needs a `prompt` and a `completion` (or a task item's `reference_solution`)"
             )
-        examples.append({"prompt": record["prompt"], "completion": completion})
+        example = {"prompt": record["prompt"], "completion": completion}
+        if record.get("tool_chat"):  # an OpenAI line with tools: rendered with them (sft_texts)
+            example["tool_chat"] = record["tool_chat"]
+        examples.append(example)
     return examples
+
+
+def sft_texts(tokenizer: PreTrainedTokenizerBase, example: dict, *, chat: bool) -> tuple[str, str]:
+    """(prompt, completion) text of one example: a conversation with tools through the template's
+    `tools=` (or Flywheel's tool protocol when the template takes none), else the prompt rendered
+    and the completion as it is."""
+    if (tool_chat := example.get("tool_chat")) is not None:
+        return reply_render(
+            tokenizer if chat else None, tool_chat["messages"], tool_chat["reply"], tool_chat["tools"]
+        )
+    return prompt_render(tokenizer, example["prompt"], chat=chat), completion_render(example["completion"])
 
 
 def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -61,23 +77,29 @@ def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def sft_step(learner: Learner, examples: list[dict], rows: list[int], config: SFTConfig) -> dict[str, float]:
     """One optimiser step on `rows`, accumulated over micro-batches."""
-    accelerator, losses = learner.accelerator, []
+    accelerator, losses, tokens = learner.accelerator, [], 0
     for micro_rows in torch.tensor(rows).tensor_split(config.gradient_accumulation_steps):
         with accelerator.accumulate(learner.model):
             if len(micro_rows):
-                chosen = [examples[row] for row in micro_rows.tolist()]
+                texts = [
+                    sft_texts(learner.tokenizer, examples[row], chat=config.chat)
+                    for row in micro_rows.tolist()
+                ]
                 batch = text_batch(
                     learner.tokenizer,
-                    [
-                        prompt_render(learner.tokenizer, example["prompt"], chat=config.chat)
-                        for example in chosen
-                    ],
-                    [completion_render(example["completion"]) for example in chosen],
+                    [prompt for prompt, _ in texts],
+                    [completion for _, completion in texts],
                     chat=config.chat,
                 )
                 losses.append(_backward_in_parts(learner, batch, config.micro_batch_tokens))
+                tokens += int(batch.attention_mask.sum())
             optimizer_step(learner, config.max_grad_norm)
-    return {"loss": sum(losses) / max(1, len(losses)), "lr": learner.scheduler.get_last_lr()[0]}
+    # `tokens`: the step's prompt and completion tokens (padding not counted), as OpenAI's trained_tokens.
+    return {
+        "loss": sum(losses) / max(1, len(losses)),
+        "lr": learner.scheduler.get_last_lr()[0],
+        "tokens": float(tokens),
+    }
 
 
 def _backward_in_parts(learner: Learner, batch: SequenceBatch, token_budget: int) -> float:

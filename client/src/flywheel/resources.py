@@ -293,9 +293,10 @@ class Tokens(Resource):
         return self._list("/api/v1/tokens", limit=limit)
 
     @endpoint("POST", "/tokens")
-    def create(self, name: str) -> Record:
-        """A new token; its secret is in the answer this once."""
-        return self._post("/api/v1/tokens", {"name": name})
+    def create(self, name: str, *, default_project: int | None = None) -> Record:
+        """A new token; its secret is in the answer this once. `default_project` is where the
+        OpenAI-compatible routes act when a call sends no OpenAI-Project header."""
+        return self._post("/api/v1/tokens", _body(name=name, default_project=default_project))
 
     @endpoint("DELETE", "/tokens/{id}")
     def revoke(self, token: int) -> None:

@@ -1,0 +1,521 @@
+"""Jobs of OpenAI's fine-tuning API, launched as Flywheel runs through the same services the pages
+and REST use (task set import, reward rule import, run create, pause, resume, cancel). What goes
+wrong is an `ApiError` naming OpenAI's `param` and `code`.
+
+A file becomes a task set version when a job uses it (its lines are checked at upload against
+their format, and at job creation against the job's method): task set `openai <training file id>`
+(`+ <validation file id>`), one version per distinct content, the validation file's lines as the
+held-out split, each item's id naming its file and line.
+"""
+
+import csv
+import hashlib
+import io
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.core.files.base import ContentFile
+from django.db import transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from finetuning import formats
+from finetuning.errors import ApiError
+from finetuning.files import decoded_lines, file_bytes, refuse_problems
+from finetuning.models import FineTuningFile, FineTuningJob, job_id
+from rewards import services as reward_services
+from runs import lifecycle, selectors
+from runs import services as run_services
+from runs.hyperparameters import AUTO
+from runs.models import Checkpoint, MetricPoint, Project, Run, TaskItem, TaskSet, TaskSetVersion, Tier
+from runs.roles import Permission
+from runs.services import StateError
+from runs.task_format import ParsedItem, canonical_json
+
+SFT_RULE = {
+    "type": "string_check",
+    "name": "exact",
+    "input": "{{ sample.output_text }}",
+    "reference": "{{ item.reference }}",
+    "operation": "eq",
+}
+RFT_GROUP_SIZE = 8  # GRPO's completions per item at compute_multiplier 1
+SUFFIX = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """POST /v1/fine_tuning/jobs, read: each field checked, in OpenAI's names."""
+
+    model: str
+    training_file: FineTuningFile
+    validation_file: FineTuningFile | None
+    method: str
+    method_body: dict
+    hyperparameters: dict
+    grader: dict | None
+    suffix: str
+    seed: int
+    metadata: dict
+
+
+def job_request_parse(*, project: Project, body: Any) -> JobRequest:
+    if not isinstance(body, dict):
+        raise ApiError(400, "the body must be a JSON object", None, "invalid_value")
+    unknown = sorted(
+        set(body)
+        - {
+            "model",
+            "training_file",
+            "validation_file",
+            "suffix",
+            "seed",
+            "metadata",
+            "method",
+            "hyperparameters",
+            "integrations",
+        }
+    )
+    if unknown:
+        raise ApiError(400, f"unknown parameter {unknown[0]!r}", unknown[0], "unknown_parameter")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ApiError(
+            400,
+            "model is required: a tier (tier-<id> or its name) or a fine_tuned_model",
+            "model",
+            "missing_required_parameter",
+        )
+    training = _file_of(project, body.get("training_file"), "training_file", required=True)
+    validation = _file_of(project, body.get("validation_file"), "validation_file", required=False)
+    method, method_body, hyperparameters, grader = _method_of(body)
+    suffix = body.get("suffix") or ""
+    if suffix and (not isinstance(suffix, str) or not SUFFIX.match(suffix)):
+        raise ApiError(400, "suffix must be 1-64 letters, digits, '_', '.' or '-'", "suffix", "invalid_value")
+    seed = body.get("seed")
+    if seed is None:
+        seed = 0
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31:
+        raise ApiError(400, "seed must be an integer from 0 to 2147483647", "seed", "invalid_value")
+    metadata = body.get("metadata") or {}
+    if (
+        not isinstance(metadata, dict)
+        or len(metadata) > 16
+        or any(
+            not isinstance(k, str) or len(k) > 64 or not isinstance(v, str) or len(v) > 512
+            for k, v in metadata.items()
+        )
+    ):
+        raise ApiError(
+            400,
+            "metadata: at most 16 string keys (64 characters) with string values (512)",
+            "metadata",
+            "invalid_value",
+        )
+    return JobRequest(
+        model, training, validation, method, method_body, hyperparameters, grader, suffix, seed, metadata
+    )
+
+
+def _file_of(project: Project, file_id: Any, param: str, *, required: bool) -> FineTuningFile | None:
+    if file_id in (None, "") and not required:
+        return None
+    found = (
+        FineTuningFile.objects.filter(pk=file_id, project=project).first()
+        if isinstance(file_id, str)
+        else None
+    )
+    if found is None:
+        raise ApiError(400, f"invalid {param}: no file {file_id!r} in this project", param, "invalid_file_id")
+    if found.purpose != FineTuningFile.Purpose.FINE_TUNE:
+        raise ApiError(
+            400,
+            f"{param} {file_id} has purpose {found.purpose}; upload it with purpose fine-tune",
+            param,
+            "invalid_file_purpose",
+        )
+    return found
+
+
+def _method_of(body: dict) -> tuple[str, dict, dict, dict | None]:
+    """(method, its object as sent, its hyperparameters, its grader) from `method` (or the legacy
+    top-level `hyperparameters`, which mean supervised)."""
+    method = body.get("method")
+    if method is None:
+        method = {
+            "type": formats.SUPERVISED,
+            formats.SUPERVISED: {"hyperparameters": body.get("hyperparameters") or {}},
+        }
+    if not isinstance(method, dict) or method.get("type") not in formats.METHODS:
+        raise ApiError(
+            400, f"method.type must be one of {', '.join(formats.METHODS)}", "method.type", "invalid_value"
+        )
+    kind = method["type"]
+    inner = method.get(kind) or {}
+    if not isinstance(inner, dict):
+        raise ApiError(400, f"method.{kind} must be an object", f"method.{kind}", "invalid_value")
+    hyperparameters = inner.get("hyperparameters") or {}
+    if not isinstance(hyperparameters, dict):
+        raise ApiError(
+            400, "hyperparameters must be an object", f"method.{kind}.hyperparameters", "invalid_value"
+        )
+    grader = inner.get("grader")
+    if kind == formats.REINFORCEMENT and not isinstance(grader, dict):
+        raise ApiError(
+            400,
+            "a reinforcement job needs a grader object",
+            "method.reinforcement.grader",
+            "missing_required_parameter",
+        )
+    return kind, method, hyperparameters, grader
+
+
+OPENAI_HYPERPARAMETERS = {
+    formats.SUPERVISED: {"n_epochs", "batch_size", "learning_rate_multiplier"},
+    formats.DPO: {"n_epochs", "batch_size", "learning_rate_multiplier", "beta"},
+    formats.REINFORCEMENT: {
+        "n_epochs",
+        "batch_size",
+        "learning_rate_multiplier",
+        "eval_interval",
+        "eval_samples",
+        "compute_multiplier",
+        "reasoning_effort",
+    },
+}
+
+
+def flywheel_hyperparameters(method: str, sent: dict, *, seed: int, train_items: int) -> tuple[dict, int]:
+    """(Flywheel's hyperparameters, max_steps) for OpenAI's, "auto" where OpenAI accepts it.
+
+    >>> flywheel_hyperparameters("reinforcement", {"n_epochs": 2, "batch_size": 4, "compute_multiplier": 0.5},
+    ...                          seed=7, train_items=6)
+    ({'seed': 7, 'batch_size': 4, 'group_size': 4}, 3)
+    """
+    place = f"method.{method}.hyperparameters"
+    unknown = sorted(set(sent) - OPENAI_HYPERPARAMETERS[method])
+    if unknown:
+        raise ApiError(
+            400,
+            f"{unknown[0]} is not a hyperparameter of {method} jobs",
+            f"{place}.{unknown[0]}",
+            "invalid_value",
+        )
+    flywheel: dict[str, Any] = {"seed": seed}
+    epochs = _number(sent, "n_epochs", place, int, 1, 1000, default=1)
+    batch = _number(sent, "batch_size", place, int, 1, 4096, default=min(8, max(1, train_items)))
+    flywheel["batch_size"] = batch
+    if (multiplier := _number(sent, "learning_rate_multiplier", place, float, 1e-4, 100.0)) is not None:
+        flywheel["learning_rate"] = 3e-4 * multiplier
+    if method == formats.DPO and (beta := _number(sent, "beta", place, float, 0.0, 100.0)) is not None:
+        flywheel["beta"] = beta
+    if method == formats.REINFORCEMENT:
+        compute = _number(sent, "compute_multiplier", place, float, 0.25, 8.0, default=1.0)
+        flywheel["group_size"] = max(2, round(RFT_GROUP_SIZE * compute))
+        if (interval := _number(sent, "eval_interval", place, int, 1, 100000)) is not None:
+            flywheel["eval_every"] = interval
+        _number(sent, "eval_samples", place, int, 1, 1000)  # one sample per held-out item here
+    else:
+        flywheel["epochs"] = epochs
+    return flywheel, max(1, math.ceil(epochs * train_items / batch))
+
+
+def _number(
+    sent: dict, name: str, place: str, kind: type, low: float, high: float, default: Any = None
+) -> Any:
+    value = sent.get(name, AUTO)
+    if value == AUTO:
+        return default
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and (kind is float or isinstance(value, int))
+    )
+    if not ok or not low <= value <= high:
+        what = "an integer" if kind is int else "a number"
+        raise ApiError(
+            400,
+            f'{name} must be "auto" or {what} from {low:g} to {high:g}',
+            f"{place}.{name}",
+            "invalid_value",
+        )
+    return value
+
+
+def _base_of(project: Project, model: str) -> tuple[Tier, Checkpoint | None]:
+    """The tier a job trains (`tier-<id>` or a tier's name in the project), or a finished job's
+    fine_tuned_model to continue from (its final checkpoint, on its tier)."""
+    previous = (
+        FineTuningJob.objects.filter(fine_tuned_model=model, project=project).select_related("run").first()
+    )
+    if previous is not None:
+        run = previous.run
+        checkpoint = run.checkpoints.order_by("-step").first()
+        if run.status != Run.Status.SUCCEEDED or checkpoint is None or run.tier is None:
+            raise ApiError(
+                400,
+                f"{model} has not finished training; continue from it once it succeeds",
+                "model",
+                "model_not_available",
+            )
+        return run.tier, checkpoint
+    tiers = Tier.objects.filter(project=project)
+    match = re.fullmatch(r"tier-(\d{1,18})", model)
+    tier = tiers.filter(pk=int(match[1])).first() if match else tiers.filter(name=model).first()
+    if tier is None:
+        names = (
+            ", ".join(f"tier-{pk} ({name})" for pk, name in tiers.values_list("pk", "name")[:10])
+            or "none yet"
+        )
+        raise ApiError(
+            404,
+            f"The model `{model}` does not exist or you do not have access to it. This project's "
+            f"tiers: {names}",
+            "model",
+            "model_not_found",
+        )
+    return tier, None
+
+
+def fine_tuned_name(*, base: str, project: Project, suffix: str, ident: str) -> str:
+    """`ft:<base>:<project>:<suffix>:<id>`, as OpenAI names a fine-tuned model.
+
+    >>> from types import SimpleNamespace
+    >>> team = SimpleNamespace(name="My Team")
+    >>> fine_tuned_name(base="tier-3", project=team, suffix="", ident="ftjob-abcdef12")
+    'ft:tier-3:my-team::abcdef12'
+    """
+    return f"ft:{base}:{slugify(project.name) or 'project'}:{suffix}:{ident.removeprefix('ftjob-')[:8]}"
+
+
+def job_create(*, project: Project, by: AbstractBaseUser, body: Any) -> FineTuningJob:
+    """Check the request and the files against the method, then launch the run; nothing is kept
+    when anything is refused."""
+    selectors.require(user=by, project_id=project.pk, permission=Permission.EDIT)
+    request = job_request_parse(project=project, body=body)
+    tier, checkpoint = _base_of(project, request.model)
+    items = _job_items(request)
+    train_count = sum(1 for item in items if item.split == "train")
+    hyperparameters, max_steps = flywheel_hyperparameters(
+        request.method, request.hyperparameters, seed=request.seed, train_items=train_count
+    )
+    ident = job_id()
+    with transaction.atomic():
+        version = _task_set_version(project, by, request, items)
+        rule = _reward_rule(project, by, request, ident)
+        run_request = lifecycle.RunRequest(
+            project=project,
+            name=f"{request.suffix or 'fine-tune'} ({ident})"[:100],
+            task_set_version=version,
+            reward_rule_version=rule.versions.get(),
+            tier=tier,
+            method={formats.SUPERVISED: Run.Method.SFT, formats.DPO: Run.Method.DPO}.get(
+                request.method, Run.Method.GRPO
+            ),
+            hyperparameters=hyperparameters,
+            max_steps=max_steps,
+            eval_split="heldout" if request.validation_file else "train",
+            monitor_actions={"nothing_to_learn": "alert"},
+        )
+        try:
+            run = lifecycle.run_create(
+                request=run_request,
+                by=by,
+                parent=checkpoint.run if checkpoint else None,
+                checkpoint=checkpoint,
+            )
+        except ValidationError as exc:
+            raise _run_refusal(exc) from None
+        return FineTuningJob.objects.create(
+            id=ident,
+            project=project,
+            run=run,
+            model=request.model,
+            training_file=request.training_file.pk,
+            validation_file=request.validation_file.pk if request.validation_file else "",
+            task_set_version=version,
+            suffix=request.suffix,
+            seed=request.seed,
+            metadata=request.metadata,
+            method=request.method_body,
+            fine_tuned_model=fine_tuned_name(
+                base=request.model, project=project, suffix=request.suffix, ident=ident
+            ),
+            created_by=by,
+        )
+
+
+def _job_items(request: JobRequest) -> list[ParsedItem]:
+    items = []
+    for file, split, param in (
+        (request.training_file, "train", "training_file"),
+        (request.validation_file, "heldout", "validation_file"),
+    ):
+        if file is None:
+            continue
+        lines = decoded_lines(file_bytes(file))
+        refuse_problems([p for n, raw in lines for p in formats.line_problems(n, raw, request.method)], param)
+        for number, raw in lines:
+            data = formats.item_data(raw, request.method)
+            text = data["messages"][-1]["content"]
+            # The id names the file and the line (the same file may train and validate).
+            ident = f"{file.pk}:line-{number}" if split == "train" else f"{file.pk}:validation-line-{number}"
+            items.append(ParsedItem(number, ident, "answer", split, text[:10000], data))
+    return items
+
+
+def _task_set_version(project: Project, by: AbstractBaseUser, request: JobRequest, items: list[ParsedItem]):
+    """The files as a task set version (a new one only when their content is new)."""
+    name = f"openai {request.training_file.pk}" + (
+        f" + {request.validation_file.pk}" if request.validation_file else ""
+    )
+    task_set = TaskSet.objects.filter(project=project, name=name).first()
+    if task_set is None:
+        task_set = _task_set_create(project, by, request, name)
+    # Lines map onto items by method (a supervised line and a reinforcement line differ), so the
+    # version's content is the items made: the same files and method reuse their version.
+    digest = hashlib.sha256()
+    for item in items:
+        digest.update(canonical_json([item.external_id, item.split, item.data]).encode())
+    task_set = TaskSet.objects.select_for_update().get(pk=task_set.pk)
+    same = task_set.versions.filter(content_hash=digest.hexdigest()).first()
+    if same is not None:
+        return same
+    latest = task_set.versions.first()
+    version = TaskSetVersion.all_objects.create(
+        task_set=task_set,
+        number=latest.number + 1 if latest else 1,
+        published=True,
+        content_hash=digest.hexdigest(),
+        item_count=len(items),
+        split_seed=0,
+        heldout_fraction=0.0,
+        source_name=f"{request.method} job: {name}"[:255],
+        created_by=by,
+        kind_counts={"answer": len(items)},
+        split_counts=dict(Counter(item.split for item in items)),
+    )
+    now = timezone.now()
+    TaskItem.objects.bulk_create(
+        TaskItem(
+            version=version,
+            position=position,
+            external_id=item.external_id,
+            kind=item.kind,
+            split=item.split,
+            text=item.text,
+            data=item.data,
+            created_at=now,
+        )
+        for position, item in enumerate(items)
+    )
+    return version
+
+
+def _task_set_create(project: Project, by: AbstractBaseUser, request: JobRequest, name: str) -> TaskSet:
+    description = f"OpenAI fine-tuning files: {request.training_file.filename}"
+    if request.validation_file:
+        description += f" (held-out: {request.validation_file.filename})"
+    try:
+        with transaction.atomic():
+            return run_services.task_set_create(project=project, name=name, by=by, description=description)
+    except ValidationError:  # another job on the same files made it first
+        return TaskSet.objects.get(project=project, name=name)
+
+
+def _reward_rule(project: Project, by: AbstractBaseUser, request: JobRequest, ident: str):
+    name = f"{ident} grader"
+    if request.grader is None:
+        return reward_services.reward_rule_create(
+            project=project,
+            name=name,
+            spec=SFT_RULE,
+            by=by,
+            note=f"held-out check of {request.method} job {ident}",
+        )
+    try:
+        return reward_services.reward_rule_import_openai(
+            project=project,
+            name=name,
+            grader=formats.grader_for_items(request.grader),
+            by=by,
+            description=f"the grader of fine-tuning job {ident}",
+        )
+    except ValidationError as exc:
+        raise _run_refusal(exc, prefix="method.reinforcement.") from None
+
+
+def _run_refusal(exc: ValidationError, prefix: str = "") -> ApiError:
+    problems = exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
+    param, messages = next(iter(problems.items()))
+    param = (
+        {"tier": "model", "task_set_version": "training_file"}.get(param.split(".")[0], param)
+        if not prefix
+        else param
+    )
+    text = "; ".join(f"{name}: {' '.join(m)}" if name else " ".join(m) for name, m in problems.items())
+    return ApiError(400, text, f"{prefix}{param}" if param else None, "invalid_value")
+
+
+def job_cancel(*, job: FineTuningJob, by: AbstractBaseUser) -> FineTuningJob:
+    return _job_change(job, by, lifecycle.run_cancel)
+
+
+def job_pause(*, job: FineTuningJob, by: AbstractBaseUser) -> FineTuningJob:
+    return _job_change(job, by, lifecycle.run_pause)
+
+
+def job_resume(*, job: FineTuningJob, by: AbstractBaseUser) -> FineTuningJob:
+    return _job_change(job, by, lifecycle.run_resume)
+
+
+def _job_change(job: FineTuningJob, by: AbstractBaseUser, change) -> FineTuningJob:
+    selectors.require(user=by, project_id=job.project_id, permission=Permission.EDIT)
+    try:
+        change(run=job.run)
+    except StateError as exc:
+        raise ApiError(409, str(exc), None, "invalid_state") from None
+    job.run.refresh_from_db()
+    return job
+
+
+def job_results_ensure(*, job: FineTuningJob) -> FineTuningJob:
+    """The job's result file (a CSV of its step metrics, as OpenAI's), made once it has finished."""
+    if job.result_file_id is not None or not job.run.is_terminal:
+        return job
+    content = results_csv(job.run).encode()
+    with transaction.atomic():
+        locked = FineTuningJob.objects.select_for_update().get(pk=job.pk)
+        if locked.result_file_id is None:
+            results = FineTuningFile(
+                project_id=job.project_id,
+                filename="step_metrics.csv",
+                purpose=FineTuningFile.Purpose.RESULTS,
+                bytes=len(content),
+            )
+            results.content.save(f"{results.id}.csv", ContentFile(content), save=False)
+            results.save()
+            FineTuningJob.objects.filter(pk=job.pk).update(result_file=results)
+    job.refresh_from_db()
+    return job
+
+
+def results_csv(run: Run) -> str:
+    """One row per step: `step`, then each metric the run recorded, named as Flywheel names them."""
+    points = MetricPoint.objects.filter(run=run).order_by("step", "name").values_list("step", "name", "value")
+    names = sorted({name for _, name, _ in points})
+    rows: dict[int, dict[str, float]] = {}
+    for step, name, value in points:
+        rows.setdefault(step, {})[name] = value
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["step", *names])
+    for step in sorted(rows):
+        writer.writerow([step, *(json.dumps(rows[step][n]) if n in rows[step] else "" for n in names)])
+    return out.getvalue()
