@@ -32,6 +32,7 @@ def docs_asset(request: HttpRequest, name: str) -> FileResponse:
     return FileResponse(path.open("rb"), content_type=content_type)
 
 
+@login_required
 @require_GET
 def readme(request: HttpRequest) -> HttpResponse:
     """The old address of the README page: the documentation's front page now."""

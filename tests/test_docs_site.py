@@ -84,9 +84,10 @@ def test_the_api_reference_is_the_interactive_one_when_the_site_is_not_built(rea
         assert response["Location"] == "/api/v1/docs/"
 
 
-def test_the_old_readme_address_leads_to_the_docs_and_anonymous_readers_sign_in(client):
-    assert client.get("/readme/")["Location"] == "/docs/"
-    response = client.get("/docs/guides/review/")
+def test_the_old_readme_address_leads_to_the_docs_and_anonymous_readers_sign_in(reader, client):
+    assert reader.get("/readme/")["Location"] == "/docs/"
+    reader.logout()
+    response = reader.get("/docs/guides/review/")
     assert response.status_code == 302 and "/accounts/login/" in response["Location"]
 
 

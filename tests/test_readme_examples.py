@@ -15,7 +15,9 @@ from runs import services
 from runs.published_formats import PRESETS, SIGNATURE_FIELDS, recognise_line
 from tests.conftest import api_client_for
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+# The documentation as printed: the README and the site's pages.
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 TASK_FIELDS = {"prompt", "messages", "instructions", "kind"} | {
     field
     for signatures in SIGNATURE_FIELDS.values()
@@ -24,10 +26,18 @@ TASK_FIELDS = {"prompt", "messages", "instructions", "kind"} | {
 }
 
 
-def readme_objects() -> list[tuple[int, dict]]:
-    """(README line, object) for every JSON object the README prints: the lines of ```json
-    blocks (or a block as one object), and the `{...}` spans inline that parse as JSON."""
-    text = README.read_text()
+def readme_objects() -> list[tuple[str, dict]]:
+    """("page.md:line", object) for every JSON object the documentation prints: the lines of
+    ```json blocks (or a block as one object), and the `{...}` spans inline that parse as JSON."""
+    return [
+        (f"{path.name}:{line}", value)
+        for path in DOCUMENTS
+        if path.name != "api.md"  # generated from the schema: shapes, not examples
+        for line, value in document_objects(path.read_text())
+    ]
+
+
+def document_objects(text: str) -> list[tuple[int, dict]]:
     found = []
     for block in re.finditer(r"```json\n(.*?)```", text, re.S):
         start = text[: block.start()].count("\n") + 2
@@ -77,7 +87,7 @@ def sample_for(kind: str) -> dict:
     return {"output_text": "5"}
 
 
-@pytest.mark.parametrize(("line", "value"), TASK_LINES, ids=[f"line-{line}" for line, _ in TASK_LINES])
+@pytest.mark.parametrize(("line", "value"), TASK_LINES, ids=[line for line, _ in TASK_LINES])
 def test_each_readme_task_line_imports_and_dry_runs(team, line, value):
     client = api_client_for(team["launcher"])
     task_set = services.task_set_create(project=team["project"], name=f"readme-{line}", by=team["owner"])
@@ -109,7 +119,7 @@ def item_for_rule(spec: dict) -> dict:
     return next(value for _, value in TASK_LINES if item_kind(value) == wanted)
 
 
-@pytest.mark.parametrize(("line", "spec"), RULES, ids=[f"line-{line}" for line, _ in RULES])
+@pytest.mark.parametrize(("line", "spec"), RULES, ids=[line for line, _ in RULES])
 def test_each_readme_rule_is_accepted_and_dry_runs(team, line, spec):
     client = api_client_for(team["launcher"])
     created = client.post(

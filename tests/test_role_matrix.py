@@ -504,6 +504,9 @@ RUN_CASES = [
     Case("trajectory-group", "get", "view", lambda w: {"trajectory_id": trajectory_id(w)["id"]}),
     Case("run-list", "get", SELF),
     Case("readme", "get", SELF),
+    Case("docs-page", "get", SELF),
+    Case("docs-page", "get", SELF, lambda w: {"name": "guides/launch-a-run"}),
+    Case("docs-asset", "get", SELF, lambda w: {"name": "screenshots/run-1400-light.png"}),
     Case("demo-start", "post", SELF),
     Case(
         "trajectory-bulk-review",
@@ -960,6 +963,7 @@ def test_role_matrix(world, case, role):
 @pytest.mark.parametrize("case", [c for c in CASES if c.permission == SELF and c.method == "get"], ids=str)
 def test_an_outsider_lists_nothing_of_the_project(world, case):
     response = call(case, world, "outsider")
-    text = response.content.decode()
+    body = b"".join(response.streaming_content) if response.streaming else response.content
+    text = body.decode(errors="replace")
     for secret in (world["task_set"].name + '"', ITEM["prompt"], world["tier"].base_model):
         assert secret not in text

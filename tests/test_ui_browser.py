@@ -574,7 +574,7 @@ def test_a_newcomer_launches_the_demo_from_home_and_finds_the_models_offered(
     (model / "config.json").write_text("{}")
     page = open_as(owner, "/")
     expect(page.locator("#how-it-works")).to_contain_text("How a run works")
-    expect(page.locator("#readme-link")).to_have_attribute("href", "/readme/#runs")
+    expect(page.locator("#readme-link")).to_have_attribute("href", "/docs/guides/launch-a-run/")
     page.get_by_role("button", name="Launch the demo run").click()
     expect(page.locator(".message-success")).to_have_text(
         "Launched GRPO demo in Demo (ada): it trains the tiny base model with GRPO."
@@ -587,8 +587,9 @@ def test_a_newcomer_launches_the_demo_from_home_and_finds_the_models_offered(
     expect(page.get_by_label("Base model")).to_have_value(str(model))
     expect(page.locator("#local-models option")).to_have_count(1)
     expect(page.locator("#local-models-help code")).to_have_text([str(model)])
-    page.goto(page.url.split("/projects/")[0] + "/readme/")
-    expect(page.locator("#readme h2#runs")).to_have_text("Runs")
+    page.goto(page.url.split("/projects/")[0] + "/readme/")  # the old address leads to the docs
+    page.get_by_role("link", name="Launch a run").first.click()
+    expect(page.locator("#readme h2#runs")).to_contain_text("Runs")
 
 
 # --- model output, names and query strings stay inert text on every new page -----------------------------
@@ -629,7 +630,7 @@ def test_hostile_text_stays_inert_on_every_new_page_and_field(owner, reviewer, o
         (f"/runs/{run.pk}/review-queues/", "#disagreements"),
         (f"/tiers/{run.tier_id}/", "#stop-sequences"),
         (f"/tiers/{run.tier_id}/edit/", "#local-models-help"),
-        ("/readme/", "#readme"),
+        ("/docs/", "#readme"),
         ("/", "#first-screen"),
     ]
     for path, ready in visits:

@@ -101,6 +101,7 @@ def main_pages(run: Run, owner) -> dict[str, str]:
         "playground": "/playground/",
         "API tokens": "/tokens/",
         "operations": "/ops/",
+        "docs": "/docs/guides/launch-a-run/",
     }
 
 
