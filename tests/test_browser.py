@@ -182,5 +182,5 @@ class ProjectPageLiveUpdatesTest(ChannelsLiveServerTestCase):
                     by=user,
                 ).result()
             assert report.created
-            expect(page.locator("#task-sets tbody tr td").nth(1)).to_have_text("v2")
+            expect(page.locator("#task-sets tbody tr td").nth(1)).to_have_text("v1")
             expect(page.locator("#task-sets tbody tr td").nth(2)).to_have_text("3")
