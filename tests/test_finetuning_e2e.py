@@ -24,7 +24,7 @@ from tests.run_harness import (
 )
 from tests.web_server import WebServer
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.backend_independent]
 __all__ = ["tiny_model"]
 
 GRADER = {
