@@ -8,19 +8,28 @@ progress bar. It only fills items not checked yet, so a second delivery, or a ch
 another is running, redoes nothing that is done.
 """
 
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from datetime import timedelta
 
 from celery import current_app
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from rewards.graders.sandboxed import STUB_NOTE, stub_check
 from rewards.references import ReferenceReport, references_verify
 from runs.models import TaskItem, TaskSetVersion
 from runs.models.library import StubCheckStatus
 from sandboxes.interface import InfrastructureError
+
+logger = logging.getLogger(__name__)
+# A check still queued this long after its version was made is sent again (its message was lost,
+# or the broker was down when the version committed); a second delivery redoes nothing.
+STUB_CHECK_RESEND_AFTER = timedelta(minutes=5)
 
 STUB_CHECK_TASK = "workers.eval.stub_check"
 STUB_BATCH = 50  # items whose results are written, and whose progress is shown, together
@@ -67,7 +76,24 @@ def version_stub_check_queue(*, version: TaskSetVersion, enqueue: bool = True) -
 def enqueue_check(version_id: int) -> None:
     # By name (runs/tasks.py `version_stub_check`): importing the task module here would join the
     # import service, whose task modules reach the workers, into one import cycle with them.
-    current_app.send_task(STUB_CHECK_TASK, args=[version_id])
+    try:
+        current_app.send_task(STUB_CHECK_TASK, args=[version_id])
+    except OperationalError as exc:
+        # The version is committed either way: an import never fails for want of a broker (as
+        # when `make up` seeds the demo before Redis starts). The scheduler's tick sends it later.
+        logger.warning("stub check of task-set version %s not queued yet: %s", version_id, exc)
+
+
+def stub_checks_resend() -> list[int]:
+    """Send again the checks still queued well after their version was made (the scheduler's tick)."""
+    stale = TaskSetVersion.all_objects.filter(
+        stub_check_status=StubCheckStatus.QUEUED,
+        created_at__lt=timezone.now() - STUB_CHECK_RESEND_AFTER,
+    ).values_list("pk", flat=True)
+    resent = list(stale[:100])
+    for version_id in resent:
+        enqueue_check(version_id)
+    return resent
 
 
 def version_stub_check_run(

@@ -339,3 +339,28 @@ def test_pytest_items_are_stub_checked_at_import_too_and_graders_agree(bubblewra
     right = Sample(files={"solution.py": "def triple(x):\n    return 3 * x\n"})
     assert score(PARTIAL, stored, half, pool=bubblewrap_pool).total == 0.0
     assert score(PARTIAL, stored, right, pool=bubblewrap_pool).total == 1.0
+
+
+def test_a_broker_that_is_down_never_fails_an_import_and_the_tick_sends_the_check_later(
+    team, django_capture_on_commit_callbacks
+):
+    from datetime import timedelta
+
+    from kombu.exceptions import OperationalError
+
+    task_set = services.task_set_create(project=team["project"], name="offline", by=team["owner"])
+    refused = mock.patch.object(stub_checks.current_app, "send_task", side_effect=OperationalError("down"))
+    with refused, django_capture_on_commit_callbacks(execute=True):
+        report = services.task_set_import(
+            task_set=task_set, stream=io.BytesIO(FILE.encode()), file_format="jsonl", by=team["owner"]
+        )
+    assert report.ok and report.created  # committed, not failed: `make up` seeds the demo before Redis
+    version = TaskSetVersion.objects.get(pk=report.version.pk)
+    assert version.stub_check_status == "queued"
+    with mock.patch.object(stub_checks.current_app, "send_task") as send:
+        assert stub_checks.stub_checks_resend() == []  # too soon: it may still be on its way
+        TaskSetVersion.all_objects.filter(pk=version.pk).update(
+            created_at=version.created_at - stub_checks.STUB_CHECK_RESEND_AFTER - timedelta(seconds=1)
+        )
+        assert stub_checks.stub_checks_resend() == [version.pk]
+    send.assert_called_once_with(stub_checks.STUB_CHECK_TASK, args=[version.pk])

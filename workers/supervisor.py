@@ -23,6 +23,7 @@ from runs.models import Run
 from runs.run_store import run_dir
 from runs.scheduling import runs_admit
 from runs.services import StateError, task_set_drafts_sweep
+from runs.stub_checks import stub_checks_resend
 from webhooks.services import deliveries_resend
 
 logger = logging.getLogger(__name__)
@@ -226,8 +227,8 @@ def _starting_too_long(run: Run) -> bool:
 
 def runs_tick() -> None:
     """The periodic pass: restart what died (runs' learners and reward-model trainings), start what
-    the quotas allow, send again the webhook deliveries whose messages were lost, and delete the
-    drafts of imports that died."""
+    the quotas allow, send again the webhook deliveries and stub checks whose messages were lost,
+    and delete the drafts of imports that died."""
     from workers.reward_model_supervisor import reward_models_watchdog
 
     runs_watchdog()
@@ -235,3 +236,4 @@ def runs_tick() -> None:
     runs_admit()
     deliveries_resend()
     task_set_drafts_sweep()
+    stub_checks_resend()
