@@ -95,6 +95,14 @@ class Service:
     fresh_dirs: tuple[Path, ...] = ()  # emptied before each start
     health: Callable[[], bool] | None = None  # answers within its own timeout; False when hung
 
+    @property
+    def umask(self) -> int:
+        """What the service writes is for this user only, except a worker's: a sandbox runs as
+        another uid and must read the workspace, harness and cgroup files its worker makes (the
+        worker's own artifacts get their modes set explicitly, and its log and pid files are made
+        here, under the supervisor's umask)."""
+        return 0o022 if self.name.startswith("worker-") else 0o077
+
 
 def solo_worker_argv(queues: str, name: str) -> list[str]:
     """One Celery worker process serving `queues` itself (solo pool, no peers to sync with): how
@@ -235,7 +243,7 @@ def service_start(service: Service) -> int:
         stdin=subprocess.DEVNULL,
         start_new_session=True,  # survives the make process; stopped by `make down`
         env=os.environ | service.env | stack_env(),
-        umask=0o077,  # what it writes under the home (logs, pid files, data): for this user only
+        umask=service.umask,
     )
     (run_dir() / f"{service.name}.pid").write_text(str(process.pid))
     return process.pid
@@ -379,7 +387,7 @@ class Supervised:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a group of its own: stopped, or cleaned up, as one
                 env=os.environ | self.service.env | stack_env(),
-                umask=0o077,  # logs, pid files, Redis data, artifacts: for this user only
+                umask=self.service.umask,
             )
         self.started_at = time.monotonic()
         self.health_at, self.unhealthy = self.started_at + HEALTH_GRACE_SECONDS, 0
