@@ -8,15 +8,15 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.api import NewestFirstCursorPagination, error_body, idempotent
+from core.roles import Permission
+from core.schema import ErrorSerializer
+from core.views import ApiView
 from evaluations import selectors, services
 from evaluations import serializers as s
 from runs import selectors as run_selectors
-from runs.api.schema import ErrorSerializer
 from runs.api.serializers import ProjectFilterSerializer
-from runs.api.views import ApiView
 from runs.models import Checkpoint, Run, Tier
-from runs.roles import Permission
-from webapp.api import NewestFirstCursorPagination, error_body, idempotent
 
 
 class ResultsInOrderPagination(NewestFirstCursorPagination):

@@ -4,10 +4,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 from django.http import Http404
 
+from core.roles import Permission
 from evaluations.models import Suite, SuiteEvaluation, SuiteResult, SuiteVersion
 from runs import selectors
 from runs.outcomes import item_change, paired_compare, rows_chosen
-from runs.roles import Permission
 
 
 def suites_for(*, user: AbstractBaseUser) -> QuerySet[Suite]:

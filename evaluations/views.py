@@ -15,11 +15,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from core.roles import Permission
 from evaluations import selectors, services
 from rewards.models import RewardRuleVersion
 from runs import selectors as run_selectors
 from runs.models import Checkpoint, Run, TaskSetVersion, Tier
-from runs.roles import Permission
 from runs.views import _access
 
 RESULTS_PER_PAGE = 50

@@ -15,13 +15,13 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from core import strict_json
+from core.tokens import token_digest
 from finetuning import graders, selectors, serializers, services
 from finetuning.errors import ApiError
 from inference import openai_protocol as protocol
 from inference.openai_protocol import OpenAIError
 from runs.openai_views import caller
-from runs.services import token_digest
-from webapp import strict_json
 
 logger = logging.getLogger(__name__)
 INT64 = 2**63 - 1

@@ -7,13 +7,13 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.base import ContentFile
 
+from core import strict_json
+from core.roles import Permission
 from finetuning import formats
 from finetuning.errors import ApiError
 from finetuning.models import FineTuningFile
 from runs import selectors
 from runs.models import Project
-from runs.roles import Permission
-from webapp import strict_json
 
 MAX_ERRORS_SHOWN = 5
 

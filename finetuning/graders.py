@@ -9,13 +9,13 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from core.roles import Permission
 from finetuning.errors import ApiError
 from rewards import engine, openai_format
 from rewards.graders.base import Sample
 from rewards.services import project_judge
 from runs import selectors
 from runs.models import Project
-from runs.roles import Permission
 
 # Flywheel's error kinds in OpenAI's metadata.errors flags, where OpenAI has one.
 OPENAI_ERROR_FLAGS = {

@@ -25,6 +25,8 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from core.exceptions import StateError
+from core.roles import Permission
 from finetuning import formats
 from finetuning.errors import ApiError
 from finetuning.files import decoded_lines, file_bytes, refuse_problems
@@ -34,8 +36,6 @@ from runs import lifecycle, selectors
 from runs import services as run_services
 from runs.hyperparameters import AUTO
 from runs.models import Checkpoint, MetricPoint, Project, Run, TaskItem, TaskSet, TaskSetVersion, Tier
-from runs.roles import Permission
-from runs.services import StateError
 from runs.task_format import ParsedItem, canonical_json
 
 SFT_RULE = {

@@ -9,10 +9,10 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Max, Min, QuerySet
 
+from core.roles import Permission
 from finetuning.models import FineTuningFile, FineTuningJob
 from runs import selectors
 from runs.models import ApiToken, Checkpoint, MetricPoint, Project, Run, RunEvent
-from runs.roles import Permission
 from runs.served_models import ServedModel, checkpoint_model
 
 CHECKPOINT_SUFFIX = re.compile(r"^(?P<model>ft:.+):ckpt-step-(?P<step>\d{1,18})$")

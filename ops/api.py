@@ -5,9 +5,9 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.views import ApiView
 from ops import selectors
 from ops import serializers as s
-from runs.api.views import ApiView
 
 REFUSED = "the operations overview is for project owners and staff"
 

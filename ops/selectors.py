@@ -19,6 +19,7 @@ from django.db import connection
 from django.utils import timezone
 from redis import Redis
 
+from core.roles import Role
 from ops.heartbeats import (
     ALIVE_KEY,
     EVENTS_KEY,
@@ -30,7 +31,6 @@ from ops.heartbeats import (
     redis_client,
 )
 from runs.models import Membership, RolloutBatch, Run, RunEvent
-from runs.roles import Role
 
 FAILURES_SHOWN = 50
 FAILURES_SINCE = timedelta(hours=24)

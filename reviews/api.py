@@ -11,16 +11,18 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.api import idempotent
+from core.roles import Permission
+from core.schema import NO_CONTENT
+from core.streaming import streamed
+from core.views import ApiView
 from reviews import exports, results, selectors, services, training
 from reviews import serializers as s
 from reviews.models import ReviewQueue
 from runs import selectors as run_selectors
 from runs.api.runs import StepOrderPagination
-from runs.api.views import NO_CONTENT, ApiView, NdjsonRenderer
-from runs.roles import Permission
+from runs.api.views import NdjsonRenderer
 from traces import selectors as trace_selectors
-from webapp.api import idempotent
-from webapp.streaming import streamed
 
 # What an export wrote and skipped, in headers: the body is the file itself.
 LINES_HEADER = "Flywheel-Export-Lines"

@@ -4,9 +4,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 
+from core.roles import Permission
 from reviews.models import Preference, QueueItem, Review, ReviewQueue, ReviewTraining
 from runs import selectors
-from runs.roles import Permission
 
 
 def reviews_for(*, user: AbstractBaseUser) -> QuerySet[Review]:

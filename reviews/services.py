@@ -13,10 +13,10 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from core.roles import Permission, role_allows
 from reviews.models import Preference, QueueItem, Review, ReviewQueue
 from runs import events, selectors
 from runs.models import Membership, Project, Run, Trajectory
-from runs.roles import Permission, role_allows
 from traces import selectors as trace_selectors
 from traces.models import Trace
 

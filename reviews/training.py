@@ -26,6 +26,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from core.exceptions import StateError
 from reviews import exports
 from reviews.exports import Pair
 from reviews.models import ReviewTraining
@@ -33,7 +34,6 @@ from runs import selectors as run_selectors
 from runs import services as run_services
 from runs.lifecycle import RunRequest, run_create, run_fork
 from runs.models import Checkpoint, Run, TaskItem, TaskSet, TaskSetVersion, Trajectory
-from runs.services import StateError
 
 METHODS = (Run.Method.SFT, Run.Method.DPO)
 DEFAULT_MAX_STEPS = 10

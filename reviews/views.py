@@ -13,13 +13,13 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from core.exceptions import StateError
+from core.roles import Permission, role_allows
 from reviews import exports, selectors, services, training
 from reviews.api import export_response, labels_response
 from reviews.models import Review
 from runs import selectors as run_selectors
 from runs.models import Membership
-from runs.roles import Permission, role_allows
-from runs.services import StateError
 from runs.views import _access
 from traces import selectors as trace_selectors
 from traces.serializers import TraceFilterSerializer

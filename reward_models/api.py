@@ -7,14 +7,15 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.api import idempotent
+from core.roles import Permission
+from core.schema import NO_CONTENT
+from core.views import ApiView
 from reward_models import scoring, selectors, services
 from reward_models import serializers as s
 from runs import selectors as run_selectors
 from runs.api.serializers import ProjectFilterSerializer
-from runs.api.views import NO_CONTENT, ApiView
 from runs.models import TaskSetVersion, Tier
-from runs.roles import Permission
-from webapp.api import idempotent
 
 
 class RewardModelListView(ApiView):

@@ -102,7 +102,7 @@ def version_score(
 ):
     """REST's scoring: raw scores of `texts` ({prompt, completion}), or each pair of `pairs` ranked
     ({prompt, chosen, rejected}), with the trained version (loaded once per process)."""
-    from runs.services import StateError
+    from core.exceptions import StateError
 
     if version.status != RewardModelVersion.Status.SUCCEEDED or not version.path:
         raise StateError(f"version {version.number} is {version.status}; only a trained version scores")

@@ -4,10 +4,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 from django.http import Http404
 
+from core.roles import Permission
 from reward_models.models import RewardModel, RewardModelVersion, RunRewardModel
 from runs import selectors
 from runs.models import Run
-from runs.roles import Permission
 
 
 def reward_models_for(*, user: AbstractBaseUser) -> QuerySet[RewardModel]:

@@ -14,13 +14,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from core.exceptions import StateError
 from inference.model_sources import model_source_problem
 from reward_models import hyperparameters, tasks
 from reward_models.models import RewardModel, RewardModelVersion
 from reward_models.store import checkpoint_discard
 from runs.lifecycle import pair_problems
 from runs.models import Project, TaskSetVersion, Tier
-from runs.services import StateError
 
 S = RewardModelVersion.Status
 

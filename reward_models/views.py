@@ -13,12 +13,12 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from core.exceptions import StateError
+from core.roles import Permission
 from reward_models import selectors, services
 from reward_models.progress import version_progress
 from runs import selectors as run_selectors
 from runs.models import TaskSetVersion, Tier
-from runs.roles import Permission
-from runs.services import StateError
 from runs.views import _access
 
 

@@ -17,11 +17,11 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db.models import Count
 
+from core.exceptions import StateError
 from rewards import engine
 from rewards.models import RewardRuleVersion
 from rewards.services import item_dict, project_judge, project_reward_models
 from runs.models import Run, Trajectory
-from runs.services import StateError
 
 BACKTEST_DEFAULT_LIMIT = 2000
 BACKTEST_MAX_LIMIT = 10000

@@ -6,9 +6,9 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from core import strict_json
 from rewards.backtest import BACKTEST_DEFAULT_LIMIT, BACKTEST_MAX_LIMIT
 from rewards.services import DRY_RUN_MAX_PAIRS
-from webapp import strict_json
 
 SPEC_ROWS = 24
 

@@ -6,9 +6,9 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, Max, Q, QuerySet
 from django.http import Http404
 
+from core.roles import Permission
 from rewards.models import RewardRule, RewardRuleVersion
 from runs.models import Project, Run, TaskSetVersion, Trajectory
-from runs.roles import Permission
 from runs.selectors import require, visible_project_ids
 
 

@@ -16,13 +16,13 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.exceptions import StateError
 from inference.judge import tier_judge
 from inference.settings import tier_snapshot
 from rewards import engine, openai_format
 from rewards.models import RewardRule, RewardRuleVersion
 from runs.models import Project, TaskItem, TaskSetVersion
 from runs.published_formats import recognise_line
-from runs.services import StateError
 from runs.task_format import validate_item
 
 DRY_RUN_MAX_PAIRS = 500

@@ -14,12 +14,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from core.exceptions import StateError
+from core.roles import Permission, role_allows
 from rewards import backtest, forms, selectors, services
 from rewards.models import RewardRule, RewardRuleVersion
 from runs import selectors as run_selectors
 from runs.models import Project
-from runs.roles import Permission, role_allows
-from runs.services import StateError
 
 
 def _access(user: AbstractBaseUser, project: Project) -> dict[str, Any]:

@@ -12,10 +12,10 @@ from django.conf import settings
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from core.roles import Permission
 from runs import selectors
 from runs.events import project_group, run_group
 from runs.models import Run
-from runs.roles import Permission
 
 # Close codes in the 4000 range are the application's; these mirror HTTP's meaning.
 CLOSE_UNAUTHENTICATED = 4401

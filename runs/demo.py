@@ -8,10 +8,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from core.roles import Permission, Role, role_allows
 from rewards import services as reward_services
 from runs import services
 from runs.models import Membership, Project, TaskSet, Tier
-from runs.roles import Permission, Role, role_allows
 
 DEMO_PROJECT = "Demo"
 DEMO_TASK_SET = "arithmetic-and-code"

@@ -5,11 +5,11 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from core.roles import Role
 from inference.settings import TIER_FIELDS
 from rewards.models import RewardRuleVersion
 from runs.hyperparameters import AUTO, METHODS, Param
 from runs.models import Project, Run, TaskItem, TaskSetVersion, Tier
-from runs.roles import Role
 
 
 def add_service_errors(form: forms.BaseForm, error: ValidationError) -> None:

@@ -16,6 +16,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.exceptions import StateError
 from inference.model_sources import is_directory
 from inference.settings import engine_refusal, looks_like_path, tier_problems, tier_snapshot
 from rewards import engine as reward_engine
@@ -25,7 +26,6 @@ from runs import events, tasks
 from runs import monitors as run_monitors
 from runs.hyperparameters import resolve
 from runs.models import Checkpoint, Project, Run, RunEvent, TaskSetVersion, Tier
-from runs.services import StateError
 from webhooks.services import deliveries_enqueue
 
 S = Run.Status

@@ -533,8 +533,8 @@ def _escalated(alert: Alert, previous: Mapping[str, Any]) -> bool:
 
 def _act(run: Run, event: RunEvent, data: dict[str, Any]) -> None:
     """Pause the run when the monitor says so, and tell the project's webhooks either way."""
+    from core.exceptions import StateError
     from runs.lifecycle import run_pause
-    from runs.services import StateError
     from webhooks.services import alert_deliveries_enqueue
 
     done = "stopped" if data["action"] == "stop" else "none"  # the learner ends the run (run_learner)

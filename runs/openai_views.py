@@ -34,13 +34,13 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
 from rest_framework.request import Request
 
+from core import strict_json
+from core.throttling import RedisRateThrottle
 from inference import openai_protocol as protocol
 from inference.openai_protocol import OpenAIError
 from inference.settings import TierSettings
 from runs import served_models
-from webapp import strict_json
-from webapp.api_auth import BearerTokenAuthentication
-from webapp.throttling import RedisRateThrottle
+from runs.token_auth import ApiTokenAuthentication
 
 logger = logging.getLogger(__name__)
 View = Callable[..., Awaitable[HttpResponse]]
@@ -107,7 +107,7 @@ def _authenticated(request: HttpRequest) -> AbstractBaseUser:
     token); an OpenAI 401 for anyone else."""
     if request.headers.get("Authorization"):
         try:
-            found = BearerTokenAuthentication().authenticate(Request(request))
+            found = ApiTokenAuthentication().authenticate(Request(request))
         except exceptions.Throttled as exc:
             raise OpenAIError(429, str(exc.detail), None, "rate_limit_exceeded") from exc
         except exceptions.AuthenticationFailed as exc:

@@ -18,12 +18,12 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from core.exceptions import StateError
+from core.roles import Permission, role_allows
 from reward_models import selectors as reward_model_selectors
 from runs import forms, lifecycle, monitors, outcomes, runs_table, selectors
 from runs.lifecycle import RunRequest
 from runs.models import Run, Trajectory
-from runs.roles import Permission, role_allows
-from runs.services import StateError
 from runs.views import _access
 
 S = Run.Status

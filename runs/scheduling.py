@@ -4,10 +4,10 @@ runs are active; the others wait in order of priority (higher first), then age."
 from django.conf import settings
 from django.db import transaction
 
+from core.exceptions import StateError
 from runs import tasks
 from runs.lifecycle import run_transition
 from runs.models import Run
-from runs.services import StateError
 
 S = Run.Status
 BUSY = (S.STARTING, S.RUNNING, S.PAUSING, S.CANCELLING)

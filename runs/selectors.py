@@ -9,6 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.http import Http404
 
+from core.roles import Permission, role_allows  # noqa: F401  (re-exported)
 from runs.hyperparameters import BEST_METRIC
 from runs.models import (
     ApiToken,
@@ -26,7 +27,6 @@ from runs.models import (
     Trajectory,
     TrajectoryStep,
 )
-from runs.roles import Permission, role_allows  # noqa: F401  (re-exported)
 
 
 class NotAMember(Http404):

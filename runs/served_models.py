@@ -15,12 +15,12 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from core.roles import Permission
 from inference.adapters import adapter_base, is_adapter
 from inference.settings import model_source, tier_snapshot
 from runs import selectors
 from runs.artifacts import ArtifactMissingError, artifact_exists, artifact_get
 from runs.models import Checkpoint, Run, ServedAdapter, Tier
-from runs.roles import Permission
 from runs.run_store import policy_dir
 
 TIER_ID = re.compile(r"^tier-(\d{1,18})$")

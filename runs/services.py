@@ -18,10 +18,13 @@ from django.core.files import File
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.exceptions import StateError
+from core.leases import process_gone, process_identity
+from core.roles import Role
+from core.tokens import token_digest
 from inference.model_sources import local_path_problem, model_source_problem
 from inference.settings import TIER_FIELDS, tier_problems, tier_snapshot
 from runs import events
-from runs.leases import process_gone, process_identity
 from runs.models import (
     ApiToken,
     Membership,
@@ -32,7 +35,6 @@ from runs.models import (
     TaskSetVersion,
     Tier,
 )
-from runs.roles import Role
 from runs.stub_checks import version_stub_check_queue
 from runs.task_format import (
     IMPORT_FORMATS,
@@ -51,10 +53,6 @@ IMPORT_BATCH_SIZE = 2000
 PREVIEW_ITEMS = 5
 DEFAULT_SPLIT_SEED = 0
 DEFAULT_HELDOUT_FRACTION = 0.2
-
-
-class StateError(Exception):
-    """The object's current state does not allow this change (answers 409)."""
 
 
 # --- projects and members ------------------------------------------------------------------
@@ -125,11 +123,6 @@ def _ensure_another_owner(membership: Membership) -> None:
 # --- API tokens ----------------------------------------------------------------------------
 
 TOKEN_PREFIX = "fw_"
-
-
-def token_digest(raw_token: str) -> str:
-    # Tokens carry 256 random bits, so a plain SHA-256 is enough; no slow password hash needed.
-    return hashlib.sha256(raw_token.encode()).hexdigest()
 
 
 def api_token_create(

@@ -42,12 +42,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from core import strict_json
 from inference.chat import messages_problems, prompt_summary
 from inference.tool_chat import tools_problem
 from runs.published_formats import PRESETS, TITLES, LineError, published_field, recognise_line, to_code_item
 from sandboxes.formats import COMPARE_MODES, FORMATS, item_test_problems
 from sandboxes.interface import image_problem, limits_problems
-from webapp import strict_json
 
 KINDS = ("answer", "code", "agent")
 ARTICLE = {"answer": "an", "code": "a", "agent": "an"}

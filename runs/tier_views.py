@@ -15,10 +15,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from core.roles import Permission, role_allows
 from runs import selectors, tier_evaluations
 from runs.forms import add_service_errors
 from runs.models import Run, TaskItem, TaskSetVersion, Tier
-from runs.roles import Permission, role_allows
 
 METRICS = (
     ("pass_rate", "Pass rate"),

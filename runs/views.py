@@ -21,14 +21,14 @@ from django.utils.text import slugify
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from core.roles import Permission, Role, role_allows
+from core.streaming import streamed
 from inference.model_sources import local_models
 from rewards import selectors as reward_selectors
 from runs import forms, runs_table, selectors, services, stub_checks
 from runs.demo import DEMO_FUNCTIONS, demo_project_for, demo_run_launch
 from runs.models import Membership, Project, Run, StagedImport, TaskItem, TaskSet, TaskSetVersion
-from runs.roles import Permission, Role, role_allows
 from runs.task_format import resolve_format
-from webapp.streaming import streamed
 
 ITEMS_PER_PAGE = 50
 RUNS_ON_PROJECT_PAGE = 50

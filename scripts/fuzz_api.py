@@ -48,12 +48,12 @@ def seed(home: Path) -> dict:
     django.setup()
     from django.core.management import call_command
 
+    from core.roles import Role
     from reviews import services as review_services
     from rewards import services as reward_services
     from runs import lifecycle, services
     from runs.lifecycle import RunRequest
     from runs.models import Trajectory
-    from runs.roles import Role
     from webhooks import services as webhook_services
 
     call_command("migrate", verbosity=0)

@@ -4,9 +4,9 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
+from core.roles import Role
 from runs import services
 from runs.models import Project
-from runs.roles import Role
 from webapp import stack
 from webapp.embedded_redis import redis_start
 
@@ -72,9 +72,9 @@ def made_up_hub_models(settings):
 @pytest.fixture(autouse=True)
 def no_sign_in_lockout_carried_over():
     """Every test client comes from 127.0.0.1: a few failed sign-ins per test must not add up,
-    over a suite or its reruns, into a lockout of later tests (webapp/lockout.py)."""
+    over a suite or its reruns, into a lockout of later tests (core/lockout.py)."""
     yield
-    from webapp import lockout
+    from core import lockout
 
     lockout.forget("127.0.0.1")
 

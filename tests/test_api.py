@@ -6,9 +6,10 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from core.models import IdempotencyKey
+from core.roles import Role
 from runs import services
-from runs.models import ApiToken, IdempotencyKey, Membership, Project, Tier
-from runs.roles import Role
+from runs.models import ApiToken, Membership, Project, Tier
 from tests.conftest import api_client_for, make_project, make_user
 
 
@@ -454,7 +455,7 @@ def dead_process_identity() -> str:
     import sys
 
     child = subprocess.run(
-        [sys.executable, "-c", "from runs.leases import process_identity; print(process_identity())"],
+        [sys.executable, "-c", "from core.leases import process_identity; print(process_identity())"],
         capture_output=True,
         text=True,
         check=True,
@@ -503,7 +504,7 @@ def test_a_running_request_renews_its_lease_and_keeps_its_key(
     """A request longer than the lease keeps its key: its thread renews the lease as it runs."""
     from threading import Event
 
-    from webapp import api
+    from core import api
 
     monkeypatch.setattr(api, "IN_FLIGHT_LEASE_SECONDS", 0.6)
     renewed, leases = Event(), []

@@ -9,12 +9,12 @@ import time
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from core import strict_json
 from rewards.models import RewardRule, RewardRuleVersion
 from runs import services
 from runs.models import Project, TaskItem, TaskSet, TaskSetVersion
 from tests.conftest import api_client_for
 from tests.run_fixtures import lab, make_run, make_trajectory  # noqa: F401
-from webapp import strict_json
 
 HUGE = str(2**64)  # one past what any 64-bit column holds
 INT64_MAX = 2**63 - 1

@@ -19,9 +19,10 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
+from core.models import IdempotencyKey
 from runs import services
 from runs.lifecycle import RunRequest, run_create
-from runs.models import IdempotencyKey, Project, Run, RunEvent, TaskItem, TaskSetVersion
+from runs.models import Project, Run, RunEvent, TaskItem, TaskSetVersion
 from tests.conftest import make_project, make_user
 from tests.run_harness import demo_project, tiny_model, wait_until, worker_env
 from tests.test_run_recovery import start_redis

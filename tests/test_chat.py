@@ -163,8 +163,8 @@ def test_a_tier_says_whether_it_chats():
 def test_the_tier_form_offers_chat_checked_and_the_tier_page_shows_it(client, team, tmp_path):
     from django.urls import reverse
 
+    from core.roles import Role
     from runs.models import Tier
-    from runs.roles import Role
 
     client.force_login(team[Role.OWNER])
     form = client.get(reverse("tier-create", args=[team["project"].pk])).content.decode()

@@ -17,6 +17,7 @@ import torch
 from django.core.management import CommandError, call_command
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from core.roles import Role
 from flywheel import Client, NotFoundError
 from inference.decoding import tier_generate, tier_prepare
 from inference.export import adapter_base, archive_chunks, is_adapter
@@ -25,7 +26,6 @@ from inference.settings import TierSettings
 from runs import services
 from runs.artifacts import artifact_delete
 from runs.models import Checkpoint, MetricPoint
-from runs.roles import Role
 from runs.run_store import policy_dir, policy_prefix, policy_publish
 from runs.services import member_add
 from tests.conftest import api_client_for, make_user

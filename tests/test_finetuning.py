@@ -15,10 +15,10 @@ from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from django.utils import timezone
 
+from core.roles import Role
 from finetuning.models import FineTuningFile, FineTuningJob
 from runs import lifecycle, services
 from runs.models import MetricPoint, Run, TaskSet
-from runs.roles import Role
 
 CHAT_WITH_TOOLS = {
     "messages": [

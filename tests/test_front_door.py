@@ -18,12 +18,12 @@ from channels.testing import WebsocketCommunicator
 from django.db import connection
 from rest_framework.test import APIClient
 
+from core import lockout
 from runs import services
 from runs.consumers import CLOSE_UNAUTHENTICATED
 from tests.conftest import make_project, make_user
 from tests.run_harness import wait_until, worker_env
 from tests.web_server import WebServer
-from webapp import lockout
 from webapp.asgi import application
 from webhooks import services as webhook_services
 from webhooks.models import Webhook

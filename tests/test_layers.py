@@ -19,6 +19,7 @@ from tests.run_fixtures import ANSWER_RULE
 ROOT = Path(settings.BASE_DIR)
 APPLICATIONS = (
     "webapp",
+    "core",
     "workers",
     "runs",
     "rewards",
@@ -165,6 +166,29 @@ def upward_violations(graph: dict[str, set[str]]) -> list[str]:
     ]
 
 
+def core_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports by the API core of any other Flywheel package: every app builds on it, so it builds on none."""
+    return [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        if app(module) == "core"
+        for target in sorted(targets)
+        if app(target) != "core"
+    ]
+
+
+def wiring_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of webapp/ (settings, URLs, ASGI, the Celery app) from anywhere else: it wires the
+    apps together, so nothing below may reach up into it."""
+    return [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        if app(module) != "webapp"
+        for target in sorted(targets)
+        if app(target) == "webapp"
+    ]
+
+
 def cross_package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Import cycles that join packages once task modules are set aside (a task and its service
     import each other on purpose)."""
@@ -178,6 +202,14 @@ def cross_package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_inference_and_sandboxes_import_no_other_package_and_no_django():
     assert bottom_violations(ROOT, APPLICATIONS) == []
+
+
+def test_the_api_core_imports_no_other_package():
+    assert core_violations(import_graph(ROOT, APPLICATIONS)) == []
+
+
+def test_nothing_imports_the_wiring():
+    assert wiring_violations(import_graph(ROOT, APPLICATIONS)) == []
 
 
 def test_domain_apps_reach_workers_only_from_their_task_modules():
@@ -225,6 +257,12 @@ BROKEN_TREE = {
     "rewards/services.py": "def score():\n    from runs import services\n",
     "workers/__init__.py": "",
     "workers/driver.py": "from runs.services import x\n",
+    "core/__init__.py": "",
+    "core/api.py": "from runs.models import Project\n",
+    "webapp/__init__.py": "",
+    "webapp/celery.py": "from core import api\n",
+    "webapp/settings.py": "",
+    "runs/urls.py": "from webapp.settings import DEBUG\n",
 }
 
 
@@ -237,8 +275,10 @@ def broken_tree(tmp_path) -> Path:
 
 
 def test_the_checks_name_each_broken_rule(broken_tree):
-    packages = ("inference", "sandboxes", "runs", "rewards", "workers")
+    packages = ("inference", "sandboxes", "runs", "rewards", "workers", "core", "webapp")
     graph = import_graph(broken_tree, packages)
+    assert core_violations(graph) == ["core.api imports runs.models"]
+    assert wiring_violations(graph) == ["runs.urls imports webapp.settings"]
     assert bottom_violations(broken_tree, packages) == [
         "inference.decoding imports django",
         "inference.decoding imports runs",

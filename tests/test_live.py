@@ -14,10 +14,10 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core.roles import Role
 from runs import lifecycle, monitors, selectors
 from runs.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from runs.models import MetricPoint, RunEvent, TrajectoryStep
-from runs.roles import Role
 from tests.conftest import api_client_for
 from tests.run_fixtures import lab, make_run, make_trajectory  # noqa: F401
 from tests.test_websockets import ORIGIN, connect, headers_for

@@ -19,12 +19,12 @@ from channels.testing import ChannelsLiveServerTestCase  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from playwright.sync_api import expect  # noqa: E402
 
+from core.roles import Role  # noqa: E402
 from reviews.models import Review  # noqa: E402
 from rewards import services as reward_services  # noqa: E402
 from runs import lifecycle, services  # noqa: E402
 from runs.lifecycle import RunRequest  # noqa: E402
 from runs.models import Trajectory, TrajectoryStep  # noqa: E402
-from runs.roles import Role  # noqa: E402
 from tests.conftest import make_project, make_user  # noqa: E402
 from tests.run_fixtures import ANSWER_RULE, ITEMS  # noqa: E402
 from tests.test_browser import FAST_HASHERS, chromium_page, sign_in  # noqa: E402

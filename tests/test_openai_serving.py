@@ -9,11 +9,11 @@ import shutil
 import pytest
 from django.test import Client
 
+from core.roles import Role
 from inference.decoding import tier_generate, tier_prepare
 from inference.policy import policy_load
 from inference.settings import TierSettings
 from runs import services
-from runs.roles import Role
 from runs.run_store import policy_dir
 from tests.conftest import make_user
 from tests.run_harness import tiny_model, worker_env  # noqa: F401  (a fixture)
@@ -206,7 +206,7 @@ def test_a_project_outsider_cannot_see_or_use_its_models_and_a_viewer_can(traine
 def test_the_endpoint_shares_the_apis_rate_per_user(trained, monkeypatch):  # noqa: F811
     from django.core.cache import cache
 
-    from webapp.throttling import RedisRateThrottle
+    from core.throttling import RedisRateThrottle
 
     monkeypatch.setattr(RedisRateThrottle, "THROTTLE_RATES", {"user": "2/hour"})
     hasty = make_user("hasty")

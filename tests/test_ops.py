@@ -23,7 +23,7 @@ WORKER_STOP_SECONDS = 20
 
 
 def ops() -> dict[str, str]:
-    """The operations token, which /healthz's detail and /metrics ask for (webapp/ops_access.py)."""
+    """The operations token, which /healthz's detail and /metrics ask for (core/ops_access.py)."""
     return {"HTTP_AUTHORIZATION": f"Bearer {settings.FLYWHEEL_OPS_TOKEN}"}
 
 

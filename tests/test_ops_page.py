@@ -16,6 +16,7 @@ from django.conf import settings
 from django.test import Client
 from rest_framework.test import APIClient
 
+from core.roles import Role
 from ops.heartbeats import (
     ALIVE_SECONDS,
     EVENTS_KEY,
@@ -25,7 +26,6 @@ from ops.heartbeats import (
     task_failure_record,
 )
 from runs.models import Run
-from runs.roles import Role
 from tests.conftest import api_client_for, make_project, make_user
 from tests.run_harness import wait_until
 from tests.test_api_schema import assert_matches_schema, schema  # noqa: F401 - a fixture

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
+from core.roles import Role
 from runs import services
 from runs.artifacts import artifacts_storage
 from runs.models import ApiToken, Membership, StagedImport, TaskSetVersion, Tier
-from runs.roles import Role
 from tests.conftest import make_user
 
 ANSWERS = [{"id": f"q{i}", "prompt": f"What is {i} + {i}?", "reference": str(2 * i)} for i in range(3)]

@@ -4,9 +4,9 @@ version never changes, diffs are exact, and a refused rule saves nothing."""
 import pytest
 from django.core.exceptions import ValidationError
 
+from core.exceptions import StateError
 from rewards import services
 from rewards.models import RewardRule, RewardRuleVersion
-from runs.services import StateError
 
 EXACT = {
     "type": "string_check",

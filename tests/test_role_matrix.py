@@ -1,5 +1,5 @@
 """The role matrix: every REST endpoint and every page × every role × a user of another project
-× an anonymous caller. A role allows the same actions in pages and REST (runs/roles.py);
+× an anonymous caller. A role allows the same actions in pages and REST (core/roles.py);
 websockets are covered by tests/test_websockets.py.
 
 Every URL of runs, rewards, reviews, traces, webhooks, evaluations (pages and api_urls) and
@@ -17,6 +17,7 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from core.roles import Role
 from evaluations import api_urls as evaluation_api_urls
 from evaluations import urls as evaluation_urls
 from finetuning import urls as fine_tuning_urls
@@ -29,7 +30,6 @@ from rewards import services as reward_services
 from rewards import urls as reward_urls
 from runs import api_urls, services, urls
 from runs.models import StagedImport
-from runs.roles import Role
 from tests.conftest import api_client_for, make_user
 from traces import api_urls as trace_api_urls
 from traces import urls as trace_urls
@@ -38,7 +38,7 @@ from webhooks import urls as webhook_urls
 
 SELF = "self"  # needs only a signed-in user; acts on the caller's own things
 ROLES = [Role.OWNER, Role.LAUNCHER, Role.REVIEWER, Role.VIEWER, "outsider", "anonymous"]
-# Written out here, not read from runs/roles.py, so that a change to the roles fails this test.
+# Written out here, not read from core/roles.py, so that a change to the roles fails this test.
 ALLOWED = {
     "view": {Role.OWNER, Role.LAUNCHER, Role.REVIEWER, Role.VIEWER},
     "review": {Role.OWNER, Role.LAUNCHER, Role.REVIEWER},

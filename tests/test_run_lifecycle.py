@@ -5,12 +5,12 @@ import json
 import pytest
 from django.core.exceptions import ValidationError
 
+from core.exceptions import StateError
 from rewards import services as reward_services
 from runs import lifecycle, services
 from runs.lifecycle import RunRequest
 from runs.models import Checkpoint, Run, RunEvent
 from runs.scheduling import runs_admit
-from runs.services import StateError
 from tests.conftest import make_project, make_user
 
 S = Run.Status

@@ -9,10 +9,10 @@ from django.core.cache import cache
 from redis.exceptions import ConnectionError as RedisConnectionError
 from rest_framework.test import APIClient
 
+from core import outage
+from core.throttling import RedisRateThrottle
 from runs import services
 from tests.conftest import make_user
-from webapp import outage
-from webapp.throttling import RedisRateThrottle
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from unittest import mock
 import pytest
 import torch
 
+from core.roles import Role
 from inference.decoding import GenerationStats, is_quantised, lookup_draft, tier_generate, tier_prepare
 from inference.generation import generate
 from inference.judge import tier_judge
@@ -16,7 +17,6 @@ from inference.policy import policy_load
 from inference.settings import TierSettings
 from runs import services
 from runs.models import TierEvaluation
-from runs.roles import Role
 from tests.conftest import api_client_for
 from tests.test_api_schema import assert_matches_schema
 from workers.base_model import BaseModelConfig, base_model_build

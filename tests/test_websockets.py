@@ -6,9 +6,9 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 
+from core.roles import Role
 from runs import services
 from runs.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
-from runs.roles import Role
 from webapp.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)

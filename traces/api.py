@@ -7,12 +7,13 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.api import idempotent
+from core.roles import Permission
+from core.schema import NO_CONTENT
+from core.views import ApiView
 from runs import selectors as run_selectors
-from runs.api.views import NO_CONTENT, ApiView
-from runs.roles import Permission
 from traces import ingest, selectors, services
 from traces import serializers as s
-from webapp.api import idempotent
 
 
 class TraceListView(ApiView):

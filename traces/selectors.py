@@ -9,8 +9,8 @@ from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
+from core.roles import Permission
 from runs import selectors
-from runs.roles import Permission
 from traces.models import Trace
 
 FILTERS = (

@@ -12,8 +12,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from core.roles import Permission, role_allows
 from runs import selectors as run_selectors
-from runs.roles import Permission, role_allows
 from runs.views import _access
 from traces import selectors, services
 from traces.serializers import TraceFilterSerializer

@@ -16,16 +16,20 @@ get_resolver().url_patterns  # noqa: B018
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from core.limits import BodyLimitMiddleware  # noqa: E402
+from core.ws_auth import OriginValidatorUnlessBearer, SessionOrTokenAuthMiddleware  # noqa: E402
 from runs.consumers import OutageGuard  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
-from webapp.limits import BodyLimitMiddleware  # noqa: E402
-from webapp.ws_auth import OriginValidatorUnlessBearer, SessionOrTokenAuthMiddleware  # noqa: E402
+from runs.selectors import user_for_token  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": BodyLimitMiddleware(django_asgi_app),
         "websocket": OriginValidatorUnlessBearer(
-            SessionOrTokenAuthMiddleware(OutageGuard(URLRouter(websocket_urlpatterns)))
+            SessionOrTokenAuthMiddleware(
+                OutageGuard(URLRouter(websocket_urlpatterns)),
+                user_for_digest=lambda digest: user_for_token(digest=digest),
+            )
         ),
     }
 )

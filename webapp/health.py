@@ -9,9 +9,9 @@ from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from redis import Redis
 
+from core.ops_access import ops_allowed
 from webapp.celery import SAMPLING_QUEUES
 from webapp.celery import app as celery_app
-from webapp.ops_access import ops_allowed
 
 WORKER_PROBE_SECONDS = 1.0
 WORKER_CACHE_SECONDS = 5
@@ -90,6 +90,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
         },
         "sandboxes": sandboxes,
     }
-    if not ops_allowed(request):  # the bare answer; the detail is for operators (webapp/ops_access.py)
+    if not ops_allowed(request):  # the bare answer; the detail is for operators (core/ops_access.py)
         body = {"status": body["status"]}
     return JsonResponse(body, status=200 if healthy else 503)

@@ -136,8 +136,8 @@ def scrape_registry() -> CollectorRegistry:
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    from webapp.api import error_body
-    from webapp.ops_access import ops_allowed
+    from core.api import error_body
+    from core.ops_access import ops_allowed
 
     if not ops_allowed(request):
         message = "the metrics need the operations token (Authorization: Bearer <FLYWHEEL_OPS_TOKEN>)"

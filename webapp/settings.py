@@ -67,7 +67,7 @@ def _generated_once(name: str) -> str:
 
 
 SECRET_KEY = os.environ.get("FLYWHEEL_SECRET_KEY") or _generated_once("secret_key")
-# /healthz's detail and /metrics: for this bearer token or these addresses (webapp/ops_access.py).
+# /healthz's detail and /metrics: for this bearer token or these addresses (core/ops_access.py).
 FLYWHEEL_OPS_TOKEN = os.environ.get("FLYWHEEL_OPS_TOKEN") or _generated_once("ops_token")
 FLYWHEEL_OPS_ALLOW = env_list("FLYWHEEL_OPS_ALLOW", "")
 DEBUG = env_bool("FLYWHEEL_DEBUG", False)
@@ -93,6 +93,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    "core",
     "webapp",
     "runs",
     "rewards",
@@ -109,7 +110,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "webapp.outage.RedisOutageMiddleware",  # writes answer 503 while Redis is unreachable
+    "core.outage.RedisOutageMiddleware",  # writes answer 503 while Redis is unreachable
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -117,7 +118,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "webapp.metrics.RequestMetricsMiddleware",
-    "webapp.errors.OutOfRangeMiddleware",
+    "core.errors.OutOfRangeMiddleware",
 ]
 
 ROOT_URLCONF = "webapp.urls"
@@ -239,7 +240,7 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = True
 # Only the fingerprinted copies are kept and compressed: half the work of `collectstatic`.
 WHITENOISE_KEEP_ONLY_HASHED_FILES = True
-# Request bodies (webapp/limits.py): a file upload (multipart) may be FLYWHEEL_MAX_UPLOAD_MB, any
+# Request bodies (core/limits.py): a file upload (multipart) may be FLYWHEEL_MAX_UPLOAD_MB, any
 # other body FLYWHEEL_MAX_BODY_MB; bigger ones are refused with 413 before they are read.
 FLYWHEEL_MAX_UPLOAD_MB = env_int("FLYWHEEL_MAX_UPLOAD_MB", 100)
 FLYWHEEL_MAX_BODY_MB = env_int("FLYWHEEL_MAX_BODY_MB", 10)
@@ -259,7 +260,7 @@ REDIS_URL = env_str("REDIS_URL", f"redis://{_REDIS_AUTH}127.0.0.1:{FLYWHEEL_REDI
 CACHES = {
     "default": {
         # Fails open while Redis is unreachable (an empty cache): the throttle lets reads through.
-        "BACKEND": "webapp.outage.FailOpenRedisCache",
+        "BACKEND": "core.outage.FailOpenRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "flywheel",
         "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
@@ -370,8 +371,8 @@ FLYWHEEL_EMBEDDING_MODEL = env_str("FLYWHEEL_EMBEDDING_MODEL", "")
 # --- auth ----------------------------------------------------------------------------------
 
 # Failed sign-ins (passwords, API tokens) per account and per address: this many within the window
-# lock both out for the window (webapp/lockout.py).
-AUTHENTICATION_BACKENDS = ["webapp.lockout.LockoutModelBackend"]
+# lock both out for the window (core/lockout.py).
+AUTHENTICATION_BACKENDS = ["core.lockout.LockoutModelBackend"]
 FLYWHEEL_LOGIN_MAX_FAILURES = env_int("FLYWHEEL_LOGIN_MAX_FAILURES", 10)
 FLYWHEEL_LOGIN_LOCKOUT_SECONDS = env_int("FLYWHEEL_LOGIN_LOCKOUT_SECONDS", 900)
 # Proxies whose FLYWHEEL_CLIENT_ADDRESS_HEADER names the client (for lockouts); ignored from anyone else.
@@ -394,19 +395,19 @@ FLYWHEEL_IDEMPOTENCY_TTL_HOURS = env_int("FLYWHEEL_IDEMPOTENCY_TTL_HOURS", 24)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "webapp.api_auth.BearerTokenAuthentication",
+        "runs.token_auth.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "webapp.api.NewestFirstCursorPagination",
+    "DEFAULT_PAGINATION_CLASS": "core.api.NewestFirstCursorPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "webapp.api.error_handler",
-    "DEFAULT_THROTTLE_CLASSES": ["webapp.throttling.RedisRateThrottle"],
+    "EXCEPTION_HANDLER": "core.api.error_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["core.throttling.RedisRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"user": FLYWHEEL_API_RATE},
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
-        "webapp.api_parsers.StrictJSONParser",
+        "core.parsers.StrictJSONParser",
         "rest_framework.parsers.MultiPartParser",
         "rest_framework.parsers.FormParser",
     ],

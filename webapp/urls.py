@@ -3,8 +3,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from core.lockout import LockoutAuthenticationForm
 from webapp import health, metrics
-from webapp.lockout import LockoutAuthenticationForm
 
 urlpatterns = [
     path(
@@ -42,6 +42,6 @@ urlpatterns = [
     path("", include("runs.urls")),
 ]
 
-handler400 = "webapp.errors.bad_request"
-handler404 = "webapp.errors.not_found"
-handler500 = "webapp.errors.server_error"
+handler400 = "core.errors.bad_request"
+handler404 = "core.errors.not_found"
+handler500 = "core.errors.server_error"

@@ -5,10 +5,11 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.api import idempotent
+from core.roles import Permission
+from core.schema import NO_CONTENT
+from core.views import ApiView
 from runs import selectors as run_selectors
-from runs.api.views import NO_CONTENT, ApiView
-from runs.roles import Permission
-from webapp.api import idempotent
 from webhooks import selectors, services
 from webhooks import serializers as s
 

@@ -5,8 +5,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from core.encryption import EncryptedCharField
 from runs.models import Project, Run, RunEvent
-from webapp.encryption import EncryptedCharField
 
 
 class Webhook(models.Model):
@@ -14,7 +14,7 @@ class Webhook(models.Model):
     url = models.CharField(max_length=2000, help_text="An http:// or https:// URL that receives POSTs")
     description = models.CharField(max_length=200, blank=True)
     # Not hashed, since it is the HMAC key every delivery is signed with, but encrypted at rest
-    # (webapp/encryption.py). Shown once, at creation; no serializer or page shows it again.
+    # (core/encryption.py). Shown once, at creation; no serializer or page shows it again.
     secret = EncryptedCharField(max_length=500, editable=False)
     # After a rotation, deliveries are signed with the old secret too, until it expires: receivers
     # switch to the new one without a delivery they cannot verify.

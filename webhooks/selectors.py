@@ -7,8 +7,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 from django.http import Http404
 
+from core.roles import ROLE_PERMISSIONS, Permission
 from runs.models import Membership, Project
-from runs.roles import ROLE_PERMISSIONS, Permission
 from runs.selectors import require
 from webhooks.models import Webhook, WebhookDelivery
 

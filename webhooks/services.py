@@ -26,8 +26,8 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
+from core.exceptions import StateError
 from runs.models import Project, Run, RunEvent
-from runs.services import StateError
 from webhooks import egress, selectors, tasks
 from webhooks.models import Webhook, WebhookDelivery
 from webhooks.signing import signature_header

@@ -8,10 +8,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from core.exceptions import StateError
+from core.roles import Permission
 from runs import selectors as run_selectors
 from runs.forms import add_service_errors
-from runs.roles import Permission
-from runs.services import StateError
 from runs.views import _access
 from webhooks import selectors, services
 from webhooks.forms import WebhookForm

@@ -32,6 +32,7 @@ from django.db import connection, transaction
 from django.db.models import Case, FloatField, Max, Q, Value, When
 from django.utils import timezone
 
+from core.exceptions import StateError
 from inference.generation import Completion
 from runs import events, monitors, outcomes
 from runs.lifecycle import run_event, run_fail, run_transition
@@ -54,7 +55,6 @@ from runs.run_store import (
     policy_dir,
     policy_publish,
 )
-from runs.services import StateError
 from runs.tier_evaluations import run_final_evaluate
 from workers.learner_group import (
     group_batch,

@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from core.leases import lease_kept
 from inference.adapters import is_adapter
 from inference.chat import item_prompt
 from inference.decoding import TierError, TierModel, tier_adapter_serve, tier_generate, tier_prepare
@@ -39,7 +40,6 @@ from inference.sessions import ChatSessions
 from inference.settings import SamplingParams, TierSettings, engine_refusal
 from rewards.engine import Sample, ScoreResult, score_batch
 from runs import events
-from runs.leases import lease_kept
 from runs.models import RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
 from runs.run_store import policy_dir, policy_prefix
 from sandboxes.sandbox import sandbox_cpu_seconds

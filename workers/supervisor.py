@@ -17,12 +17,13 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
+from core.exceptions import StateError
 from runs import tasks as run_tasks
 from runs.lifecycle import run_event, run_fail, run_transition
 from runs.models import Run
 from runs.run_store import run_dir
 from runs.scheduling import runs_admit
-from runs.services import StateError, task_set_drafts_sweep
+from runs.services import task_set_drafts_sweep
 from runs.stub_checks import stub_checks_resend
 from webhooks.services import deliveries_resend
 

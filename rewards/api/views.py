@@ -6,15 +6,15 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.api import idempotent
+from core.roles import Permission
+from core.schema import NO_CONTENT, ErrorSerializer
+from core.views import ApiView
 from rewards import backtest, selectors, services
 from rewards.api import serializers as s
 from rewards.models import RewardRule
 from runs import selectors as run_selectors
-from runs.api.schema import ErrorSerializer
 from runs.api.serializers import ProjectFilterSerializer
-from runs.api.views import NO_CONTENT, ApiView
-from runs.roles import Permission
-from webapp.api import idempotent
 
 # --- rules ---------------------------------------------------------------------------------
 

@@ -14,16 +14,16 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.api import NewestFirstCursorPagination, error_body, idempotent
+from core.roles import Permission
+from core.schema import ErrorSerializer
+from core.streaming import streamed_bytes
+from core.views import ApiView
 from rewards.models import RewardRuleVersion
 from runs import checkpoint_exports, lifecycle, monitors, outcomes, selectors
 from runs.api import run_serializers as s
-from runs.api.schema import ErrorSerializer
-from runs.api.views import ApiView
 from runs.lifecycle import RunRequest
 from runs.models import Project, Run, TaskSetVersion, Tier
-from runs.roles import Permission
-from webapp.api import NewestFirstCursorPagination, error_body, idempotent
-from webapp.streaming import streamed_bytes
 
 
 class OldestFirstPagination(NewestFirstCursorPagination):

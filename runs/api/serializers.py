@@ -6,10 +6,10 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core.roles import ROLE_PERMISSIONS, Permission, Role
 from inference.settings import TIER_FIELDS
 from rewards.graders.sandboxed import STUB_NOTE
 from runs.models import ApiToken, Membership, Project, TaskItem, TaskSet, TaskSetVersion, Tier
-from runs.roles import ROLE_PERMISSIONS, Permission, Role
 from runs.stub_checks import stub_check_summary
 from runs.task_format import IMPORT_FORMATS
 

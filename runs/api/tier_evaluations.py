@@ -5,11 +5,11 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.api import idempotent
+from core.roles import Permission
+from core.views import ApiView
 from runs import selectors, tier_evaluations
-from runs.api.views import ApiView
 from runs.models import TaskItem, TierEvaluation
-from runs.roles import Permission
-from webapp.api import idempotent
 
 
 class TierEvaluateSerializer(serializers.Serializer):

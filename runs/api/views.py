@@ -5,28 +5,24 @@ import json
 import re
 from typing import Any
 
-from django.db.models import QuerySet
 from django.http import Http404, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer, extend_schema
-from rest_framework import serializers
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
+from core.api import NewestFirstCursorPagination, error_body, idempotent
+from core.roles import Permission
+from core.schema import NO_CONTENT
+from core.streaming import streamed
+from core.views import ApiView
 from runs import selectors, services
 from runs.api import serializers as s
-from runs.api.schema import FlywheelAutoSchema
-from runs.roles import Permission
 from runs.services import ImportReport
 from runs.stub_checks import version_verify
 from runs.task_format import resolve_format
-from webapp.api import NewestFirstCursorPagination, bounded_integers, error_body, idempotent
-from webapp.streaming import streamed
-
-NO_CONTENT = {204: OpenApiResponse(description="Done; no body")}
 
 
 class ItemsInFileOrderPagination(NewestFirstCursorPagination):
@@ -36,39 +32,6 @@ class ItemsInFileOrderPagination(NewestFirstCursorPagination):
 class NewestItemsPagination(NewestFirstCursorPagination):
     # Items of one import share their created_at; the id orders them without ties.
     ordering = ("-id",)
-
-
-class ApiView(APIView):
-    schema = FlywheelAutoSchema()
-    pagination_class = NewestFirstCursorPagination  # read by the schema generator
-
-    def finalize_response(self, request: Request, response, *args, **kwargs):
-        response = super().finalize_response(request, response, *args, **kwargs)
-        if isinstance(response, Response) and response.status_code >= 400:
-            # An error is the one JSON error shape, whatever the endpoint streams when it succeeds.
-            response.accepted_renderer = JSONRenderer()
-            response.accepted_media_type = JSONRenderer.media_type
-        return response
-
-    def validated(self, serializer_class: type[serializers.Serializer], partial: bool = False) -> dict:
-        serializer = bounded_integers(serializer_class(data=self.request.data, partial=partial))
-        serializer.is_valid(raise_exception=True)
-        return serializer.validated_data
-
-    def query(self, serializer_class: type[serializers.Serializer]) -> dict:
-        serializer = bounded_integers(serializer_class(data=self.request.query_params))
-        serializer.is_valid(raise_exception=True)
-        return serializer.validated_data
-
-    def paginated(
-        self,
-        queryset: QuerySet,
-        serializer_class: type[serializers.Serializer],
-        pagination: type[NewestFirstCursorPagination] = NewestFirstCursorPagination,
-    ) -> Response:
-        paginator = pagination()
-        page = paginator.paginate_queryset(queryset, self.request, view=self)
-        return paginator.get_paginated_response(serializer_class(page, many=True).data)
 
 
 # --- the caller ----------------------------------------------------------------------------

@@ -4,7 +4,6 @@ runs with their events, metrics, trajectories and checkpoints (runs.py), and tie
 
 from runs.models.library import (
     ApiToken,
-    IdempotencyKey,
     Membership,
     Project,
     StagedImport,
@@ -29,7 +28,6 @@ __all__ = [
     "ApiToken",
     "Checkpoint",
     "HeldOutResult",
-    "IdempotencyKey",
     "Membership",
     "MetricPoint",
     "Project",

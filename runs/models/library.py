@@ -4,8 +4,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from core.roles import Role, role_allows
 from runs.artifacts import artifacts_storage
-from runs.roles import Role, role_allows
 
 
 class Project(models.Model):
@@ -275,31 +275,6 @@ class Tier(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
-
-class IdempotencyKey(models.Model):
-    """A creating POST's key and its first response, replayed when the same request repeats."""
-
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
-    key = models.CharField(max_length=255)
-    request_fingerprint = models.CharField(max_length=64)
-    response_status = models.PositiveSmallIntegerField(null=True)
-    response_body = models.JSONField(null=True)
-    created_at = models.DateTimeField(default=timezone.now, db_index=True)
-    # While in flight: the process serving the request (host:pid:start) and its lease, renewed while
-    # it runs. A request that died with its server is released at once on its host, else at the lease.
-    owner = models.CharField(max_length=255, blank=True)
-    lease_until = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["user", "key"], name="idempotency_key_per_user")]
-
-    def __str__(self) -> str:
-        return self.key
-
-    @property
-    def in_flight(self) -> bool:
-        return self.response_status is None
 
 
 class StagedImport(models.Model):

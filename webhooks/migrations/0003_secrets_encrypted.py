@@ -1,9 +1,9 @@
-"""Webhook secrets encrypted at rest (webapp/encryption.py): the columns widen for the tokens, and
+"""Webhook secrets encrypted at rest (core/encryption.py): the columns widen for the tokens, and
 every secret stored in plain text is encrypted; backwards, they are decrypted again."""
 
 from django.db import migrations
 
-import webapp.encryption
+import core.encryption
 
 
 def encrypt_secrets(apps, schema_editor) -> None:
@@ -34,12 +34,12 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="webhook",
             name="secret",
-            field=webapp.encryption.EncryptedCharField(editable=False, max_length=500),
+            field=core.encryption.EncryptedCharField(editable=False, max_length=500),
         ),
         migrations.AlterField(
             model_name="webhook",
             name="previous_secret",
-            field=webapp.encryption.EncryptedCharField(blank=True, editable=False, max_length=500),
+            field=core.encryption.EncryptedCharField(blank=True, editable=False, max_length=500),
         ),
         migrations.RunPython(encrypt_secrets, decrypt_secrets),
     ]

@@ -4,6 +4,8 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 
+NO_CONTENT = {204: OpenApiResponse(description="Done; no body")}
+
 ERROR_DESCRIPTIONS = {
     "400": "Invalid request: `details` names every bad field (and, for an import, the line)",
     "401": "No credentials, or an unknown or revoked token",

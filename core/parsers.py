@@ -1,4 +1,4 @@
-"""The REST API's JSON parser. Kept apart from webapp.api because DRF imports parser classes
+"""The REST API's JSON parser. Kept apart from core.api because DRF imports parser classes
 while its own views module is still loading."""
 
 from typing import Any
@@ -7,11 +7,11 @@ from django.conf import settings
 from rest_framework import exceptions
 from rest_framework.parsers import JSONParser
 
-from webapp import strict_json
+from core import strict_json
 
 
 class StrictJSONParser(JSONParser):
-    """JSON bodies through webapp.strict_json: NaN, overflowing numbers and nesting deeper than
+    """JSON bodies through core.strict_json: NaN, overflowing numbers and nesting deeper than
     strict_json.MAX_DEPTH answer 400 instead of reaching (and crashing) the code behind."""
 
     def parse(self, stream, media_type=None, parser_context=None) -> Any:

@@ -152,7 +152,7 @@ def outage_response(request: HttpRequest) -> HttpResponse:
         "Retry shortly."
     )
     if request.path.startswith("/api/"):
-        from webapp.api import error_body
+        from core.api import error_body
 
         response: HttpResponse = JsonResponse(
             error_body(503, message, code="service_unavailable"), status=503

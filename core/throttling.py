@@ -7,7 +7,7 @@ the generic cell rate algorithm (GCRA) run as a Lua script inside Redis: a rate 
 lets a burst of N through, then one request every period/N; a refused request is not counted and
 learns exactly when the next one will be let through. Redis' clock decides, so hosts whose clocks
 differ share one budget. While Redis is unreachable the throttle lets requests through (see
-webapp.outage: reads keep answering).
+core.outage: reads keep answering).
 """
 
 import logging
@@ -19,7 +19,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from rest_framework.request import Request
 from rest_framework.throttling import UserRateThrottle
 
-from webapp import outage
+from core import outage
 
 logger = logging.getLogger(__name__)
 

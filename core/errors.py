@@ -10,7 +10,7 @@ from django.views.defaults import bad_request as html_bad_request
 from django.views.defaults import page_not_found
 from django.views.defaults import server_error as html_server_error
 
-from webapp.api import INT64_MAX, error_body
+from core.api import INT64_MAX, error_body
 
 DIGITS = re.compile(r"^[+-]?\d+$")
 

@@ -1,21 +1,26 @@
-"""Websocket authentication: the browser's session, or a bearer token for REST clients."""
+"""Websocket authentication: the browser's session, or a bearer token for REST clients. The app that
+owns tokens passes `user_for_digest` (the wiring in webapp/asgi.py), so the core imports no domain app."""
+
+from collections.abc import Callable
+from typing import Any
 
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.contrib.auth.models import AnonymousUser
 
-from runs import selectors
-from runs.services import token_digest
-from webapp import lockout
+from core import lockout
+from core.tokens import token_digest
+
+UserForDigest = Callable[[str], Any]
 
 
 @database_sync_to_async
-def _user_for(raw_token: str, address: str):
+def _user_for(raw_token: str, address: str, user_for_digest: UserForDigest):
     """The token's user; anonymous (refused by every consumer) for an unknown token, counted for
-    the token and its address unless they are locked out already (webapp/lockout.py)."""
+    the token and its address unless they are locked out already (core/lockout.py)."""
     digest = token_digest(raw_token)
-    user = selectors.user_for_token(digest=digest)
+    user = user_for_digest(digest)
     if user is None and lockout.token_locked_for(address, digest) == 0:
         lockout.token_failure_record(address, digest)
     return user or AnonymousUser()
@@ -24,19 +29,23 @@ def _user_for(raw_token: str, address: str):
 class BearerTokenMiddleware:
     """Uses `Authorization: Bearer <token>` when present; otherwise keeps the session's user."""
 
-    def __init__(self, inner) -> None:
+    def __init__(self, inner, user_for_digest: UserForDigest) -> None:
         self.inner = inner
+        self.user_for_digest = user_for_digest
 
     async def __call__(self, scope, receive, send):
         headers = dict(scope.get("headers", []))
         auth = headers.get(b"authorization", b"").decode("latin-1")
         if auth.lower().startswith("bearer "):
-            scope = dict(scope, user=await _user_for(auth[7:].strip(), lockout.scope_address(scope)))
+            scope = dict(
+                scope,
+                user=await _user_for(auth[7:].strip(), lockout.scope_address(scope), self.user_for_digest),
+            )
         return await self.inner(scope, receive, send)
 
 
-def SessionOrTokenAuthMiddleware(inner):  # noqa: N802 (named like the middleware it builds)
-    return AuthMiddlewareStack(BearerTokenMiddleware(inner))
+def SessionOrTokenAuthMiddleware(inner, user_for_digest: UserForDigest):  # noqa: N802 (a middleware's name)
+    return AuthMiddlewareStack(BearerTokenMiddleware(inner, user_for_digest))
 
 
 def has_bearer(scope) -> bool:

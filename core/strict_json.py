@@ -65,11 +65,11 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     >>> loads('[NaN]')
     Traceback (most recent call last):
     ...
-    webapp.strict_json.JsonInputError: NaN is not a JSON number
+    core.strict_json.JsonInputError: NaN is not a JSON number
     >>> loads('[' * 200 + ']' * 200)
     Traceback (most recent call last):
     ...
-    webapp.strict_json.JsonInputError: nested deeper than 100 levels
+    core.strict_json.JsonInputError: nested deeper than 100 levels
     """
     try:
         value = json.loads(

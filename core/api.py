@@ -21,9 +21,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from runs.leases import lease_kept, process_gone, process_identity
-from runs.models import IdempotencyKey
-from runs.services import StateError
+from core.exceptions import StateError
+from core.leases import lease_kept, process_gone, process_identity
+from core.models import IdempotencyKey
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
