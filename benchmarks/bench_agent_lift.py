@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from projects import services as project_services
+
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = [int(seed) for seed in os.environ.get("BENCH_AGENT_LIFT_SEEDS", "0").split(",")]
 STEPS = int(os.environ.get("BENCH_AGENT_LIFT_STEPS", "16"))
@@ -151,10 +153,12 @@ def run_launch(owner, items: dict, model: Path, seed: int):
     from runs import services
     from runs.lifecycle import RunRequest, run_create
 
-    project = services.project_create(name=f"agent-lift-{seed}-{time.time_ns()}", by=owner)
-    task_set = services.task_set_create(project=project, name="fix", by=owner)
+    project = project_services.project_create(name=f"agent-lift-{seed}-{time.time_ns()}", by=owner)
+    task_set = project_services.task_set_create(project=project, name="fix", by=owner)
     lines = [(json.dumps(item) + "\n").encode() for item in items["train"] + items["heldout"]]
-    version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=owner).version
+    version = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=owner
+    ).version
     rule = reward_services.reward_rule_create(project=project, name="agent", spec=RULE, by=owner)
     tier = services.tier_create(project=project, by=owner, name="rollout", base_model=str(model), **TIER)
     request = RunRequest(

@@ -75,12 +75,14 @@ call_command("migrate", verbosity=0)
 from rewards import services as rewards
 from runs import services
 from runs.models import Run
+from projects import services as project_services
 user = services.User.objects.create_user(username="bench")
-project = services.project_create(name="bench", by=user)
-task_set = services.task_set_create(project=project, name="bench", by=user)
+project = project_services.project_create(name="bench", by=user)
+task_set = project_services.task_set_create(project=project, name="bench", by=user)
 lines = [json.dumps({{"id": f"q{{n}}", "prompt": f"{{n}} + 1?", "reference": str(n + 1)}}).encode() + b"\\n"
          for n in range(40)]
-version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=user).version
+report = project_services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=user)
+version = report.version
 spec = {{"type": "string_check", "name": "exact", "operation": "eq",
         "input": "{{{{sample.output_text}}}}", "reference": "{{{{item.reference}}}}"}}
 rule = rewards.reward_rule_create(project=project, name="exact", by=user, spec=spec)
@@ -89,7 +91,7 @@ Run.objects.bulk_create([
         tier_config={{}}, max_steps=10, status="succeeded", created_by=user)
     for n in range({RUNS})
 ])
-print(services.api_token_create(user=user, name="bench")[1])
+print(project_services.api_token_create(user=user, name="bench")[1])
 """
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True

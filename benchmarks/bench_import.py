@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from projects import services as project_services
+
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (10_000, 100_000)
 REPEATS = 3
@@ -47,20 +49,22 @@ def child(mode: str, path: str) -> None:
     django.setup()
     from django.core.management import call_command
 
+    from projects.task_format import read_items
     from runs import services
-    from runs.task_format import read_items
 
     call_command("migrate", verbosity=0)
     user = services.User.objects.create_user(username=f"bench-{time.time_ns()}")
-    project = services.project_create(name=f"bench-{time.time_ns()}", by=user)
-    task_set = services.task_set_create(project=project, name="bench", by=user)
+    project = project_services.project_create(name=f"bench-{time.time_ns()}", by=user)
+    task_set = project_services.task_set_create(project=project, name="bench", by=user)
     before = rss_mb()
     started = time.perf_counter()
     with open(path, "rb") as handle:
         if mode == "parse":
             count = sum(1 for item, errors in read_items(handle, "jsonl") if item is not None)
         else:
-            report = services.task_set_import(task_set=task_set, stream=handle, file_format="jsonl", by=user)
+            report = project_services.task_set_import(
+                task_set=task_set, stream=handle, file_format="jsonl", by=user
+            )
             assert report.ok and report.created, report.errors
             count = report.item_count
     seconds = time.perf_counter() - started

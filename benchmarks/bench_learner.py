@@ -68,7 +68,7 @@ import torch  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from inference.policy import policy_load  # noqa: E402
-from runs.demo_tasks import demo_task_sets  # noqa: E402
+from projects.demo_tasks import demo_task_sets  # noqa: E402
 from workers.base_model import BaseModelConfig, base_model_build  # noqa: E402
 from workers.evaluation import pass_rates  # noqa: E402
 from workers.learners.grpo import GRPOConfig, train_grpo  # noqa: E402

@@ -36,6 +36,8 @@ import threading
 import time
 from pathlib import Path
 
+from projects import services as project_services
+
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 2000
 METRICS_PER_STEP = 20  # about what record_metrics writes for a GRPO step
@@ -95,10 +97,12 @@ def make_run():
 
     tag = time.time_ns()
     user = services.User.objects.create_user(username=f"bench-{tag}")
-    project = services.project_create(name=f"bench-{tag}", by=user)
-    task_set = services.task_set_create(project=project, name="bench", by=user)
+    project = project_services.project_create(name=f"bench-{tag}", by=user)
+    task_set = project_services.task_set_create(project=project, name="bench", by=user)
     line = json.dumps({"id": "q", "prompt": "1+1?", "reference": "2"}).encode() + b"\n"
-    version = services.task_set_import(task_set=task_set, stream=[line], file_format="jsonl", by=user).version
+    version = project_services.task_set_import(
+        task_set=task_set, stream=[line], file_format="jsonl", by=user
+    ).version
     rule = reward_services.reward_rule_create(
         project=project,
         name="exact",
@@ -294,7 +298,7 @@ EMITTER = textwrap.dedent(
     import django, json, sys, time
     django.setup()
     from django.db import transaction
-    from runs import events
+    from core import events
     run_id, messages, interval = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
     names = [f"bench/metric_{i:02d}" for i in range(20)]
     sys.stdin.readline()  # the viewers have joined
@@ -308,7 +312,7 @@ EMITTER = textwrap.dedent(
 
 
 def emitter(run_id: int, ready: threading.Event) -> None:
-    """A learner-like process of its own: 20-metric step messages through runs.events after commit."""
+    """A learner-like process of its own: 20-metric step messages through core.events after commit."""
     process = subprocess.Popen(
         [sys.executable, "-c", EMITTER, str(run_id), str(MESSAGES), str(MESSAGE_INTERVAL)],
         cwd=ROOT,
@@ -358,9 +362,7 @@ def delivery(user, run, workdir: Path) -> dict:
     import uvloop
     from django.conf import settings
 
-    from runs import services
-
-    _, token = services.api_token_create(user=user, name="bench")
+    _, token = project_services.api_token_create(user=user, name="bench")
     port = free_port()
     server = web_server_start(port, workdir)
     rounds = []

@@ -39,7 +39,7 @@ from inference.adapters import LoraSettings, lora_wrap, trainable_parameters  # 
 from inference.decoding import _resident, tier_adapter_serve, tier_prepare  # noqa: E402
 from inference.policy import policy_load  # noqa: E402
 from inference.settings import TierSettings  # noqa: E402
-from runs.demo_tasks import demo_task_sets  # noqa: E402
+from projects.demo_tasks import demo_task_sets  # noqa: E402
 from workers.base_model import BaseModelConfig, base_model_build  # noqa: E402
 from workers.evaluation import pass_rates  # noqa: E402
 from workers.learners.grpo import GRPOConfig, train_grpo  # noqa: E402

@@ -39,6 +39,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from projects import services as project_services
+
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = int(os.environ.get("BENCH_RUNS_STEPS", "8"))
 REPEATS = int(os.environ.get("BENCH_RUNS_REPEATS", "3"))
@@ -100,17 +102,19 @@ def heavy(item: dict, index: int) -> dict:
 
 
 def workload(model: Path):
+    from projects.demo_tasks import demo_task_sets
     from rewards import services as reward_services
     from runs import services
-    from runs.demo_tasks import demo_task_sets
 
     owner = services.User.objects.create_user(username=f"bench-{time.time_ns()}")
-    project = services.project_create(name=f"bench-{time.time_ns()}", by=owner)
+    project = project_services.project_create(name=f"bench-{time.time_ns()}", by=owner)
     sets = demo_task_sets(seed=0, train_size=400, heldout_size=HELDOUT, kinds=("scalar",))
     items = [heavy(item, index) for index, item in enumerate(sets["train"])] + sets["heldout"]
-    task_set = services.task_set_create(project=project, name="mixed", by=owner)
+    task_set = project_services.task_set_create(project=project, name="mixed", by=owner)
     lines = [(json.dumps(item) + "\n").encode() for item in items]
-    version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=owner).version
+    version = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=owner
+    ).version
     rule = reward_services.reward_rule_create(
         project=project, name="tests", spec={"type": "unit_tests", "name": "tests"}, by=owner
     )

@@ -48,7 +48,7 @@ from django.conf import settings as django_settings  # noqa: E402
 from inference.decoding import tier_generate, tier_prepare  # noqa: E402
 from inference.policy import policy_load  # noqa: E402
 from inference.settings import TierSettings  # noqa: E402
-from runs.demo_tasks import demo_task_sets  # noqa: E402
+from projects.demo_tasks import demo_task_sets  # noqa: E402
 from workers.base_model import BaseModelConfig, base_model_build  # noqa: E402
 from workers.draft_model import draft_model_build  # noqa: E402
 from workers.tier_eval import PeakRss, grade_items, tier_measure  # noqa: E402

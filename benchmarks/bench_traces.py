@@ -40,6 +40,8 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
+from projects import services as project_services
+
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = int(os.environ.get("BENCH_TRACES_ROUNDS", "5"))
 TRACES_PER_ROUND = int(os.environ.get("BENCH_TRACES_PER_ROUND", "600"))
@@ -85,8 +87,8 @@ def project_and_token() -> tuple[int, str]:
     from runs import services
 
     user = services.User.objects.create_user(username=f"bench-{uuid.uuid4().hex[:8]}")
-    project = services.project_create(name=f"bench-traces-{uuid.uuid4().hex[:8]}", by=user)
-    _, token = services.api_token_create(user=user, name="bench")
+    project = project_services.project_create(name=f"bench-traces-{uuid.uuid4().hex[:8]}", by=user)
+    _, token = project_services.api_token_create(user=user, name="bench")
     return project.pk, token
 
 

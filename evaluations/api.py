@@ -14,8 +14,8 @@ from core.schema import ErrorSerializer
 from core.views import ApiView
 from evaluations import selectors, services
 from evaluations import serializers as s
-from runs import selectors as run_selectors
-from runs.api.serializers import ProjectFilterSerializer
+from projects import selectors as project_selectors
+from projects.serializers import ProjectFilterSerializer
 from runs.models import Checkpoint, Run, Tier
 
 
@@ -39,7 +39,7 @@ class SuiteListView(ApiView):
     @idempotent
     def post(self, request: Request) -> Response:
         data = self.validated(s.SuiteCreateSerializer)
-        project = run_selectors.project_for(
+        project = project_selectors.project_for(
             user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
         )
         suite = services.suite_create(project=project, by=request.user, **data)

@@ -1,4 +1,4 @@
-"""The evaluation-suites REST API, included at /api/v1/ beside runs.api_urls (see shared API.md)."""
+"""The evaluation-suites REST API, included at /api/v1/ beside the other apps' api_urls (API.md)."""
 
 from django.urls import path
 

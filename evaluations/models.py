@@ -7,8 +7,9 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from projects.models import Project, TaskItem, TaskSetVersion
 from rewards.models import RewardRuleVersion
-from runs.models import Checkpoint, Project, Run, TaskItem, TaskSetVersion, Tier
+from runs.models import Checkpoint, Run, Tier
 
 DEFAULT_SAMPLING = {"samples": 1, "k": [1], "temperature": 0.0, "pass_threshold": 1.0}
 

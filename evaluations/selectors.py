@@ -6,19 +6,19 @@ from django.http import Http404
 
 from core.roles import Permission
 from evaluations.models import Suite, SuiteEvaluation, SuiteResult, SuiteVersion
-from runs import selectors
+from projects import selectors as project_selectors
 from runs.outcomes import item_change, paired_compare, rows_chosen
 
 
 def suites_for(*, user: AbstractBaseUser) -> QuerySet[Suite]:
-    return Suite.objects.filter(project_id__in=selectors.visible_project_ids(user=user))
+    return Suite.objects.filter(project_id__in=project_selectors.visible_project_ids(user=user))
 
 
 def suite_for(*, user: AbstractBaseUser, suite_id: int, permission: str = Permission.VIEW) -> Suite:
     suite = Suite.objects.select_related("project").filter(pk=suite_id).first()
     if suite is None:
         raise Http404("no such evaluation suite")
-    selectors.require(user=user, project_id=suite.project_id, permission=permission)
+    project_selectors.require(user=user, project_id=suite.project_id, permission=permission)
     return suite
 
 
@@ -58,7 +58,7 @@ def evaluation_for(
     )
     if evaluation is None:
         raise Http404("no such suite evaluation")
-    selectors.require(user=user, project_id=evaluation.project_id, permission=permission)
+    project_selectors.require(user=user, project_id=evaluation.project_id, permission=permission)
     return evaluation
 
 

@@ -15,8 +15,9 @@ from django.utils import timezone
 from evaluations import tasks
 from evaluations.models import DEFAULT_SAMPLING, Suite, SuiteEntry, SuiteEvaluation, SuiteResult, SuiteVersion
 from inference.settings import tier_snapshot
+from projects.models import Project, TaskItem, TaskSetVersion
 from rewards.models import RewardRuleVersion
-from runs.models import Checkpoint, Project, Run, TaskItem, TaskSetVersion, Tier
+from runs.models import Checkpoint, Run, Tier
 from runs.run_store import policy_prefix
 from runs.tier_evaluations import checkpoint_resolve
 

@@ -17,10 +17,11 @@ from django.views.decorators.http import require_GET, require_POST
 
 from core.roles import Permission
 from evaluations import selectors, services
+from projects import selectors as project_selectors
+from projects.models import TaskSetVersion
+from projects.selectors import page_access
 from rewards.models import RewardRuleVersion
-from runs import selectors as run_selectors
-from runs.models import Checkpoint, Run, TaskSetVersion, Tier
-from runs.views import _access
+from runs.models import Checkpoint, Run, Tier
 
 RESULTS_PER_PAGE = 50
 
@@ -55,8 +56,8 @@ def _json_field(request: HttpRequest, name: str, default: Any) -> Any:
 @login_required
 @require_GET
 def suite_list(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = run_selectors.project_for(user=request.user, project_id=project_id)
-    context = _access(request.user, project) | {
+    project = project_selectors.project_for(user=request.user, project_id=project_id)
+    context = page_access(user=request.user, project=project) | {
         "suites": project.eval_suites.order_by("name").prefetch_related("versions"),
     }
     return render(request, "evaluations/suite_list.html", context)
@@ -65,7 +66,9 @@ def suite_list(request: HttpRequest, project_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def suite_create(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = run_selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
+    project = project_selectors.project_for(
+        user=request.user, project_id=project_id, permission=Permission.EDIT
+    )
     try:
         suite = services.suite_create(
             project=project,
@@ -84,7 +87,7 @@ def suite_create(request: HttpRequest, project_id: int) -> HttpResponse:
 def suite_detail(request: HttpRequest, suite_id: int) -> HttpResponse:
     suite = selectors.suite_for(user=request.user, suite_id=suite_id)
     project = suite.project
-    access = _access(request.user, project)
+    access = page_access(user=request.user, project=project)
     context = access | {
         "suite": suite,
         "versions": selectors.versions_of(suite=suite),
@@ -175,7 +178,7 @@ def evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResponse:
     )
     metrics = evaluation.metrics or {}
     ks = evaluation.suite_version.sampling.get("k", [1])
-    context = _access(request.user, evaluation.project) | {
+    context = page_access(user=request.user, project=evaluation.project) | {
         "evaluation": evaluation,
         "suite": evaluation.suite_version.suite,
         "overall": metric_row(metrics.get("overall"), ks) if metrics.get("overall") else None,

@@ -12,15 +12,15 @@ from core.roles import Permission
 from finetuning import formats
 from finetuning.errors import ApiError
 from finetuning.models import FineTuningFile
-from runs import selectors
-from runs.models import Project
+from projects import selectors as project_selectors
+from projects.models import Project
 
 MAX_ERRORS_SHOWN = 5
 
 
 def file_upload(*, project: Project, by: AbstractBaseUser, upload: Any, purpose: Any) -> FineTuningFile:
     """Keep an uploaded JSONL file byte for byte, once every line is a line of its format."""
-    selectors.require(user=by, project_id=project.pk, permission=Permission.EDIT)
+    project_selectors.require(user=by, project_id=project.pk, permission=Permission.EDIT)
     if purpose != FineTuningFile.Purpose.FINE_TUNE:
         raise ApiError(
             400,
@@ -88,7 +88,7 @@ def refuse_problems(problems: list[formats.LineError], param: str) -> None:
 
 
 def file_delete(*, file: FineTuningFile, by: AbstractBaseUser) -> None:
-    selectors.require(user=by, project_id=file.project_id, permission=Permission.EDIT)
+    project_selectors.require(user=by, project_id=file.project_id, permission=Permission.EDIT)
     file.content.delete(save=False)
     file.delete()
 

@@ -11,11 +11,11 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from core.roles import Permission
 from finetuning.errors import ApiError
+from projects import selectors as project_selectors
+from projects.models import Project
 from rewards import engine, openai_format
 from rewards.graders.base import Sample
 from rewards.services import project_judge
-from runs import selectors
-from runs.models import Project
 
 # Flywheel's error kinds in OpenAI's metadata.errors flags, where OpenAI has one.
 OPENAI_ERROR_FLAGS = {
@@ -52,7 +52,9 @@ def grader_checked(grader: Any) -> dict:
 def grader_run(*, project: Project, by: AbstractBaseUser, grader: Any, model_sample: Any, item: Any) -> dict:
     """Score `model_sample` for `item` with the grader; the answer in OpenAI's shape."""
     spec = grader_checked(grader)
-    selectors.require(user=by, project_id=project.pk, permission=Permission.EDIT)  # it runs code in sandboxes
+    project_selectors.require(
+        user=by, project_id=project.pk, permission=Permission.EDIT
+    )  # it runs code in sandboxes
     if not isinstance(model_sample, str):
         raise ApiError(
             400, "model_sample must be a string: the model's output", "model_sample", "invalid_value"

@@ -31,12 +31,14 @@ from finetuning import formats
 from finetuning.errors import ApiError
 from finetuning.files import decoded_lines, file_bytes, refuse_problems
 from finetuning.models import FineTuningFile, FineTuningJob, job_id
+from projects import selectors as project_selectors
+from projects import services as project_services
+from projects.models import Project, TaskItem, TaskSet, TaskSetVersion
+from projects.task_format import ParsedItem, canonical_json
 from rewards import services as reward_services
-from runs import lifecycle, selectors
-from runs import services as run_services
+from runs import lifecycle
 from runs.hyperparameters import AUTO
-from runs.models import Checkpoint, MetricPoint, Project, Run, TaskItem, TaskSet, TaskSetVersion, Tier
-from runs.task_format import ParsedItem, canonical_json
+from runs.models import Checkpoint, MetricPoint, Run, Tier
 
 SFT_RULE = {
     "type": "string_check",
@@ -297,7 +299,7 @@ def fine_tuned_name(*, base: str, project: Project, suffix: str, ident: str) -> 
 def job_create(*, project: Project, by: AbstractBaseUser, body: Any) -> FineTuningJob:
     """Check the request and the files against the method, then launch the run; nothing is kept
     when anything is refused."""
-    selectors.require(user=by, project_id=project.pk, permission=Permission.EDIT)
+    project_selectors.require(user=by, project_id=project.pk, permission=Permission.EDIT)
     request = job_request_parse(project=project, body=body)
     tier, checkpoint = _base_of(project, request.model)
     items = _job_items(request)
@@ -424,7 +426,9 @@ def _task_set_create(project: Project, by: AbstractBaseUser, request: JobRequest
         description += f" (held-out: {request.validation_file.filename})"
     try:
         with transaction.atomic():
-            return run_services.task_set_create(project=project, name=name, by=by, description=description)
+            return project_services.task_set_create(
+                project=project, name=name, by=by, description=description
+            )
     except ValidationError:  # another job on the same files made it first
         return TaskSet.objects.get(project=project, name=name)
 
@@ -476,7 +480,7 @@ def job_resume(*, job: FineTuningJob, by: AbstractBaseUser) -> FineTuningJob:
 
 
 def _job_change(job: FineTuningJob, by: AbstractBaseUser, change) -> FineTuningJob:
-    selectors.require(user=by, project_id=job.project_id, permission=Permission.EDIT)
+    project_selectors.require(user=by, project_id=job.project_id, permission=Permission.EDIT)
     try:
         change(run=job.run)
     except StateError as exc:

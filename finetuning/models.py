@@ -8,7 +8,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from runs.models import Project, Run, TaskSetVersion
+from projects.models import Project, TaskSetVersion
+from runs.models import Run
 
 
 def file_id() -> str:

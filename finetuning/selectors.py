@@ -11,8 +11,10 @@ from django.db.models import Max, Min, QuerySet
 
 from core.roles import Permission
 from finetuning.models import FineTuningFile, FineTuningJob
+from projects import selectors as project_selectors
+from projects.models import ApiToken, Project
 from runs import selectors
-from runs.models import ApiToken, Checkpoint, MetricPoint, Project, Run, RunEvent
+from runs.models import Checkpoint, MetricPoint, Run, RunEvent
 from runs.served_models import ServedModel, checkpoint_model
 
 CHECKPOINT_SUFFIX = re.compile(r"^(?P<model>ft:.+):ckpt-step-(?P<step>\d{1,18})$")
@@ -26,7 +28,7 @@ def project_of(*, user: AbstractBaseUser, header: str | None, token_digest: str 
     """The project named by the `OpenAI-Project` header (its id or name), else the bearer token's
     default project, else the caller's only project; a project the caller is not in is reported as
     absent."""
-    mine = Project.objects.filter(pk__in=selectors.visible_project_ids(user=user))
+    mine = Project.objects.filter(pk__in=project_selectors.visible_project_ids(user=user))
     if header:
         found = mine.filter(pk=int(header)).first() if re.fullmatch(r"[0-9]{1,18}", header) else None
         found = found or mine.filter(name=header).first()
@@ -78,7 +80,7 @@ def job_for(*, user: AbstractBaseUser, job_id: str) -> FineTuningJob | None:
 
 
 def _can(user: AbstractBaseUser, project_id: int, permission: str) -> bool:
-    return selectors.role_allows(selectors.role_of(user=user, project_id=project_id), permission)
+    return selectors.role_allows(project_selectors.role_of(user=user, project_id=project_id), permission)
 
 
 # --- events and checkpoints --------------------------------------------------------------------
@@ -220,7 +222,7 @@ def fine_tuned_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool =
 
 def fine_tuned_models_for(*, user: AbstractBaseUser) -> list[ServedModel]:
     jobs = FineTuningJob.objects.filter(
-        project_id__in=selectors.visible_project_ids(user=user), run__status=Run.Status.SUCCEEDED
+        project_id__in=project_selectors.visible_project_ids(user=user), run__status=Run.Status.SUCCEEDED
     ).select_related("run__project")
     models = []
     for job in jobs.order_by("-created_at"):

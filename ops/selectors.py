@@ -30,7 +30,8 @@ from ops.heartbeats import (
     WORKERS_KEY,
     redis_client,
 )
-from runs.models import Membership, RolloutBatch, Run, RunEvent
+from projects.models import Membership
+from runs.models import RolloutBatch, Run, RunEvent
 
 FAILURES_SHOWN = 50
 FAILURES_SINCE = timedelta(hours=24)

@@ -16,12 +16,13 @@ from core.roles import Permission
 from core.schema import NO_CONTENT
 from core.streaming import streamed
 from core.views import ApiView
+from projects import selectors as project_selectors
+from projects.api import NdjsonRenderer
 from reviews import exports, results, selectors, services, training
 from reviews import serializers as s
 from reviews.models import ReviewQueue
 from runs import selectors as run_selectors
 from runs.api.runs import StepOrderPagination
-from runs.api.views import NdjsonRenderer
 from traces import selectors as trace_selectors
 
 # What an export wrote and skipped, in headers: the body is the file itself.
@@ -202,7 +203,7 @@ class QueueListView(ApiView):
     def post(self, request: Request) -> Response:
         data = self.validated(s.QueueInputSerializer)
         if data["source"] == ReviewQueue.Source.TRACES:
-            project = run_selectors.project_for(
+            project = project_selectors.project_for(
                 user=request.user, project_id=data["project"], permission=Permission.REVIEW
             )
             queue = services.queue_create_over_traces(

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.tool_chat import item_tools
+from projects.models import TaskItem
 from reviews.models import Preference, Review
-from runs.models import Run, TaskItem, Trajectory
+from runs.models import Run, Trajectory
 
 FORMATS = ("sft", "dpo", "dpo-task-set")
 LABELS_FORMAT = "labels"  # every label and comment, JSONL (REST); the pages offer CSV too

@@ -10,7 +10,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from runs.models import Checkpoint, Project, Run, Trajectory
+from projects.models import Project
+from runs.models import Checkpoint, Run, Trajectory
 from traces.models import Trace
 
 

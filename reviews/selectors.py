@@ -5,12 +5,12 @@ from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 
 from core.roles import Permission
+from projects import selectors as project_selectors
 from reviews.models import Preference, QueueItem, Review, ReviewQueue, ReviewTraining
-from runs import selectors
 
 
 def reviews_for(*, user: AbstractBaseUser) -> QuerySet[Review]:
-    projects = selectors.visible_project_ids(user=user)
+    projects = project_selectors.visible_project_ids(user=user)
     return Review.objects.filter(
         Q(trajectory__run__project_id__in=projects) | Q(trace__project_id__in=projects)
     ).select_related("reviewer")
@@ -23,17 +23,17 @@ def review_for(*, user: AbstractBaseUser, review_id: int, permission: str = Perm
     if review is None:
         raise Http404("no such review")
     project_id = review.trace.project_id if review.trace_id else review.trajectory.run.project_id
-    selectors.require(user=user, project_id=project_id, permission=permission)
+    project_selectors.require(user=user, project_id=project_id, permission=permission)
     return review
 
 
 def preferences_for(*, user: AbstractBaseUser) -> QuerySet[Preference]:
-    projects = selectors.visible_project_ids(user=user)
+    projects = project_selectors.visible_project_ids(user=user)
     return Preference.objects.filter(run__project_id__in=projects).select_related("reviewer")
 
 
 def queues_for(*, user: AbstractBaseUser) -> QuerySet[ReviewQueue]:
-    projects = selectors.visible_project_ids(user=user)
+    projects = project_selectors.visible_project_ids(user=user)
     return ReviewQueue.objects.filter(project_id__in=projects).annotate(
         item_count=Count("items"), done_count=Count("items", filter=Q(items__done_at__isnull=False))
     )
@@ -44,7 +44,7 @@ def queue_for(*, user: AbstractBaseUser, queue_id: int, permission: str = Permis
     if queue is None:
         # Also when it exists in a project the caller is not in: absent, not forbidden.
         raise Http404("no such review queue")
-    selectors.require(user=user, project_id=queue.project_id, permission=permission)
+    project_selectors.require(user=user, project_id=queue.project_id, permission=permission)
     return queue
 
 
@@ -101,7 +101,7 @@ def review_training_for(
     )
     if training is None:
         raise Http404("no such Train on reviews")
-    selectors.require(user=user, project_id=training.parent.project_id, permission=permission)
+    project_selectors.require(user=user, project_id=training.parent.project_id, permission=permission)
     return training
 
 

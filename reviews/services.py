@@ -13,10 +13,12 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from core import events
 from core.roles import Permission, role_allows
+from projects.models import Membership, Project
 from reviews.models import Preference, QueueItem, Review, ReviewQueue
-from runs import events, selectors
-from runs.models import Membership, Project, Run, Trajectory
+from runs import selectors
+from runs.models import Run, Trajectory
 from traces import selectors as trace_selectors
 from traces.models import Trace
 

@@ -27,13 +27,14 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from core.exceptions import StateError
+from projects import services as project_services
+from projects.models import TaskItem, TaskSet, TaskSetVersion
 from reviews import exports
 from reviews.exports import Pair
 from reviews.models import ReviewTraining
 from runs import selectors as run_selectors
-from runs import services as run_services
 from runs.lifecycle import RunRequest, run_create, run_fork
-from runs.models import Checkpoint, Run, TaskItem, TaskSet, TaskSetVersion, Trajectory
+from runs.models import Checkpoint, Run, Trajectory
 
 METHODS = (Run.Method.SFT, Run.Method.DPO)
 DEFAULT_MAX_STEPS = 10
@@ -150,7 +151,7 @@ def _task_set_for(run: Run, by: AbstractBaseUser, name: str | None) -> TaskSet:
     task_set = TaskSet.objects.filter(project_id=run.project_id, name=name).first()
     if task_set is None:
         description = f"Reviewed data of runs, made by Train on reviews (first: run {run.pk}, {run.name})"
-        task_set = run_services.task_set_create(
+        task_set = project_services.task_set_create(
             project=run.project, name=name, by=by, description=description
         )
     return task_set
@@ -194,7 +195,7 @@ def train_on_reviews(
     if run.tier is None:
         raise ValidationError({"tier": f"run {run.pk}'s tier was deleted; launch from the task set instead"})
     task_set = _task_set_for(run, by, task_set_name)
-    report = run_services.task_set_import(
+    report = project_services.task_set_import(
         task_set=task_set,
         stream=[(line + "\n").encode() for line in data.lines],
         file_format="jsonl",

@@ -15,12 +15,13 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from core.exceptions import StateError
 from core.roles import Permission, role_allows
+from projects import selectors as project_selectors
+from projects.models import Membership
+from projects.selectors import page_access
 from reviews import exports, selectors, services, training
 from reviews.api import export_response, labels_response
 from reviews.models import Review
 from runs import selectors as run_selectors
-from runs.models import Membership
-from runs.views import _access
 from traces import selectors as trace_selectors
 from traces.serializers import TraceFilterSerializer
 
@@ -131,7 +132,7 @@ def trace_review(request: HttpRequest, trace_id: int) -> HttpResponse:
 @require_POST
 def trace_queue_create(request: HttpRequest, project_id: int) -> HttpResponse:
     """A review queue over the traces the traces page's filters select."""
-    project = run_selectors.project_for(
+    project = project_selectors.project_for(
         user=request.user, project_id=project_id, permission=Permission.REVIEW
     )
     form = TraceFilterSerializer(
@@ -220,7 +221,7 @@ def queue_list(request: HttpRequest, run_id: int) -> HttpResponse:
                 request, f"Queue {queue.name} created with {count} trajector{'y' if count == 1 else 'ies'}."
             )
             return redirect("review-queue-detail", queue_id=queue.pk)
-    access = _access(request.user, run.project)
+    access = page_access(user=request.user, project=run.project)
     context = access | {
         "run": run,
         "queues": selectors.queues_for(user=request.user).filter(run=run).order_by("-created_at"),
@@ -237,7 +238,7 @@ def queue_list(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_GET
 def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
     queue = selectors.queue_for(user=request.user, queue_id=queue_id)
-    access = _access(request.user, queue.project)
+    access = page_access(user=request.user, project=queue.project)
     reviewers = [
         m.user
         for m in Membership.objects.filter(project=queue.project).select_related("user")

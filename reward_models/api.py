@@ -11,11 +11,13 @@ from core.api import idempotent
 from core.roles import Permission
 from core.schema import NO_CONTENT
 from core.views import ApiView
+from projects import selectors as project_selectors
+from projects.models import TaskSetVersion
+from projects.serializers import ProjectFilterSerializer
 from reward_models import scoring, selectors, services
 from reward_models import serializers as s
 from runs import selectors as run_selectors
-from runs.api.serializers import ProjectFilterSerializer
-from runs.models import TaskSetVersion, Tier
+from runs.models import Tier
 
 
 class RewardModelListView(ApiView):
@@ -34,7 +36,7 @@ class RewardModelListView(ApiView):
     @idempotent
     def post(self, request: Request) -> Response:
         data = self.validated(s.RewardModelCreateSerializer)
-        project = run_selectors.project_for(
+        project = project_selectors.project_for(
             user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
         )
         reward_model = services.reward_model_create(project=project, by=request.user, **data)

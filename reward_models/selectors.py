@@ -5,13 +5,13 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from core.roles import Permission
+from projects import selectors as project_selectors
 from reward_models.models import RewardModel, RewardModelVersion, RunRewardModel
-from runs import selectors
 from runs.models import Run
 
 
 def reward_models_for(*, user: AbstractBaseUser) -> QuerySet[RewardModel]:
-    return RewardModel.objects.filter(project_id__in=selectors.visible_project_ids(user=user))
+    return RewardModel.objects.filter(project_id__in=project_selectors.visible_project_ids(user=user))
 
 
 def reward_model_for(
@@ -20,7 +20,7 @@ def reward_model_for(
     reward_model = RewardModel.objects.select_related("project").filter(pk=reward_model_id).first()
     if reward_model is None:
         raise Http404("no such reward model")
-    selectors.require(user=user, project_id=reward_model.project_id, permission=permission)
+    project_selectors.require(user=user, project_id=reward_model.project_id, permission=permission)
     return reward_model
 
 
@@ -34,7 +34,7 @@ def version_for(
     )
     if version is None:
         raise Http404("no such reward-model version")
-    selectors.require(user=user, project_id=version.reward_model.project_id, permission=permission)
+    project_selectors.require(user=user, project_id=version.reward_model.project_id, permission=permission)
     return version
 
 

@@ -16,11 +16,12 @@ from django.utils import timezone
 
 from core.exceptions import StateError
 from inference.model_sources import model_source_problem
+from projects.models import Project, TaskSetVersion
 from reward_models import hyperparameters, tasks
 from reward_models.models import RewardModel, RewardModelVersion
 from reward_models.store import checkpoint_discard
 from runs.lifecycle import pair_problems
-from runs.models import Project, TaskSetVersion, Tier
+from runs.models import Tier
 
 S = RewardModelVersion.Status
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from core.artifacts import artifact_delete, artifact_get, artifact_put
 from reward_models.models import RewardModelVersion
-from runs.artifacts import artifact_delete, artifact_get, artifact_put
 
 
 def version_dir(version_id: int, key) -> Path:

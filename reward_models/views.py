@@ -15,11 +15,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from core.exceptions import StateError
 from core.roles import Permission
+from projects import selectors as project_selectors
+from projects.models import TaskSetVersion
+from projects.selectors import page_access
 from reward_models import selectors, services
 from reward_models.progress import version_progress
-from runs import selectors as run_selectors
-from runs.models import TaskSetVersion, Tier
-from runs.views import _access
+from runs.models import Tier
 
 
 def _refusal(error: ValidationError) -> str:
@@ -31,8 +32,8 @@ def _refusal(error: ValidationError) -> str:
 @login_required
 @require_GET
 def reward_model_list(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = run_selectors.project_for(user=request.user, project_id=project_id)
-    context = _access(request.user, project) | {
+    project = project_selectors.project_for(user=request.user, project_id=project_id)
+    context = page_access(user=request.user, project=project) | {
         "reward_models": project.reward_models.order_by("name").prefetch_related("versions"),
     }
     return render(request, "reward_models/reward_model_list.html", context)
@@ -41,7 +42,9 @@ def reward_model_list(request: HttpRequest, project_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def reward_model_create(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = run_selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
+    project = project_selectors.project_for(
+        user=request.user, project_id=project_id, permission=Permission.EDIT
+    )
     try:
         reward_model = services.reward_model_create(
             project=project,
@@ -67,7 +70,7 @@ def _pair_versions(project) -> list[TaskSetVersion]:
 def reward_model_detail(request: HttpRequest, reward_model_id: int) -> HttpResponse:
     reward_model = selectors.reward_model_for(user=request.user, reward_model_id=reward_model_id)
     project = reward_model.project
-    access = _access(request.user, project)
+    access = page_access(user=request.user, project=project)
     context = access | {
         "reward_model": reward_model,
         "versions": selectors.versions_of(reward_model=reward_model),
@@ -121,7 +124,7 @@ def reward_model_train(request: HttpRequest, reward_model_id: int) -> HttpRespon
 @require_GET
 def reward_model_version(request: HttpRequest, version_id: int) -> HttpResponse:
     version = selectors.version_for(user=request.user, version_id=version_id)
-    context = _access(request.user, version.reward_model.project) | {
+    context = page_access(user=request.user, project=version.reward_model.project) | {
         "version": version,
         "reward_model": version.reward_model,
         "runs": selectors.runs_using(version=version)[:50],

@@ -1,4 +1,4 @@
-"""The reward-rules REST API, included at /api/v1/ beside runs.api_urls (see shared API.md)."""
+"""The reward-rules REST API, included at /api/v1/ beside the other apps' api_urls (see shared API.md)."""
 
 from django.urls import path
 

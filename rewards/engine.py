@@ -38,6 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from projects.task_format import COMMON_FIELDS as ITEM_COMMON_FIELDS
+from projects.task_format import KIND_FIELDS
 from rewards import detectors
 from rewards.formula import FUNCTIONS, Formula, FormulaError, parse_formula
 from rewards.graders import MULTI, grader_types
@@ -57,8 +59,6 @@ from rewards.graders.base import (
     as_number,
 )
 from rewards.templating import Template, TemplateRenderError, compile_template, template_problems
-from runs.task_format import COMMON_FIELDS as ITEM_COMMON_FIELDS
-from runs.task_format import KIND_FIELDS
 from sandboxes.interface import InfrastructureError
 
 __all__ = [

@@ -5,7 +5,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from runs.models import Project
+from projects.models import Project
 
 
 class RewardRule(models.Model):

@@ -1,4 +1,4 @@
-"""Reads of reward rules, always through the caller's role (runs.selectors.require): a rule of a
+"""Reads of reward rules, always through the caller's role (projects.selectors.require): a rule of a
 project the user is not in is reported as absent (404), a role without the permission gets 403."""
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -7,9 +7,10 @@ from django.db.models import Count, Max, Q, QuerySet
 from django.http import Http404
 
 from core.roles import Permission
+from projects.models import Project, TaskSetVersion
+from projects.selectors import require, visible_project_ids
 from rewards.models import RewardRule, RewardRuleVersion
-from runs.models import Project, Run, TaskSetVersion, Trajectory
-from runs.selectors import require, visible_project_ids
+from runs.models import Run, Trajectory
 
 
 def _with_latest(rules: QuerySet[RewardRule]) -> QuerySet[RewardRule]:

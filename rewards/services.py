@@ -19,11 +19,11 @@ from django.utils import timezone
 from core.exceptions import StateError
 from inference.judge import tier_judge
 from inference.settings import tier_snapshot
+from projects.models import Project, TaskItem, TaskSetVersion
+from projects.published_formats import recognise_line
+from projects.task_format import validate_item
 from rewards import engine, openai_format
 from rewards.models import RewardRule, RewardRuleVersion
-from runs.models import Project, TaskItem, TaskSetVersion
-from runs.published_formats import recognise_line
-from runs.task_format import validate_item
 
 DRY_RUN_MAX_PAIRS = 500
 DIFF_CONTEXT_LINES = 3

@@ -8,23 +8,17 @@ from typing import Any
 from django import forms as django_forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.exceptions import StateError
-from core.roles import Permission, role_allows
+from core.roles import Permission
+from projects import selectors as project_selectors
+from projects.selectors import page_access
 from rewards import backtest, forms, selectors, services
 from rewards.models import RewardRule, RewardRuleVersion
-from runs import selectors as run_selectors
-from runs.models import Project
-
-
-def _access(user: AbstractBaseUser, project: Project) -> dict[str, Any]:
-    role = run_selectors.role_of(user=user, project_id=project.pk)
-    return {"project": project, "role": role, "can_edit": role_allows(role, Permission.EDIT)}
 
 
 def _add_spec_errors(form: django_forms.Form, error: ValidationError, spec_field: str) -> list[dict]:
@@ -54,15 +48,19 @@ def _editor_context(form: django_forms.Form, problems: list[dict] | None = None)
 @login_required
 @require_GET
 def reward_rule_list(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = run_selectors.project_for(user=request.user, project_id=project_id)
-    context = _access(request.user, project) | {"rules": selectors.reward_rules_of(project=project)}
+    project = project_selectors.project_for(user=request.user, project_id=project_id)
+    context = page_access(user=request.user, project=project) | {
+        "rules": selectors.reward_rules_of(project=project)
+    }
     return render(request, "rewards/rule_list.html", context)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def reward_rule_create(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = run_selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
+    project = project_selectors.project_for(
+        user=request.user, project_id=project_id, permission=Permission.EDIT
+    )
     initial = {"spec": services.spec_pretty_json(forms.STARTER_SPEC)}
     form = forms.RewardRuleForm(request.POST if request.method == "POST" else None, initial=initial)
     problems: list[dict] = []
@@ -74,7 +72,7 @@ def reward_rule_create(request: HttpRequest, project_id: int) -> HttpResponse:
         else:
             messages.success(request, f"Reward rule {rule.name} created as version 1.")
             return redirect("reward-rule-detail", rule_id=rule.pk)
-    context = _access(request.user, project) | _editor_context(form, problems)
+    context = page_access(user=request.user, project=project) | _editor_context(form, problems)
     return render(request, "rewards/rule_form.html", context)
 
 
@@ -84,7 +82,7 @@ def reward_rule_detail(request: HttpRequest, rule_id: int) -> HttpResponse:
     rule = selectors.reward_rule_for(user=request.user, rule_id=rule_id)
     versions = list(selectors.versions_of(rule=rule))
     latest = versions[0]
-    context = _access(request.user, rule.project) | {
+    context = page_access(user=request.user, project=rule.project) | {
         "rule": rule,
         "versions": versions,
         "latest": latest,
@@ -120,7 +118,7 @@ def reward_rule_edit(request: HttpRequest, rule_id: int) -> HttpResponse:
                 )
             return redirect("reward-rule-detail", rule_id=rule.pk)
     context = (
-        _access(request.user, rule.project)
+        page_access(user=request.user, project=rule.project)
         | _editor_context(form, problems)
         | {"rule": rule, "latest": latest}
     )
@@ -143,7 +141,9 @@ def reward_rule_delete(request: HttpRequest, rule_id: int) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def reward_rule_import(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = run_selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
+    project = project_selectors.project_for(
+        user=request.user, project_id=project_id, permission=Permission.EDIT
+    )
     form = forms.ImportOpenAIForm(request.POST if request.method == "POST" else None)
     problems: list[dict] = []
     if form.is_bound and form.is_valid():
@@ -154,7 +154,7 @@ def reward_rule_import(request: HttpRequest, project_id: int) -> HttpResponse:
         else:
             messages.success(request, f"Imported {rule.name} from OpenAI grader JSON as version 1.")
             return redirect("reward-rule-detail", rule_id=rule.pk)
-    context = _access(request.user, project) | {"form": form, "problems": problems}
+    context = page_access(user=request.user, project=project) | {"form": form, "problems": problems}
     return render(request, "rewards/import_form.html", context)
 
 
@@ -166,7 +166,7 @@ def reward_rule_import(request: HttpRequest, project_id: int) -> HttpResponse:
 def reward_rule_version(request: HttpRequest, rule_id: int, number: int) -> HttpResponse:
     version = selectors.reward_rule_version_for(user=request.user, rule_id=rule_id, number=number)
     rule = version.rule
-    context = _access(request.user, rule.project) | {
+    context = page_access(user=request.user, project=rule.project) | {
         "rule": rule,
         "version": version,
         "spec_json": services.spec_pretty_json(version.spec),
@@ -188,7 +188,7 @@ def reward_rule_diff(request: HttpRequest, rule_id: int) -> HttpResponse:
     new = selectors.version_of(rule=rule, number=_number(request, "to") or versions[0].number)
     old = selectors.version_of(rule=rule, number=_number(request, "from") or max(new.number - 1, 1))
     lines = services.reward_rule_diff(old=old, new=new)
-    context = _access(request.user, rule.project) | {
+    context = page_access(user=request.user, project=rule.project) | {
         "rule": rule,
         "old": old,
         "new": new,
@@ -219,7 +219,7 @@ def _dry_run_form(
 def _dry_run_items(request: HttpRequest, data: dict[str, Any]) -> list[Any]:
     if data["source"] != "task_set":
         return services.pasted_items(data["items"])
-    version = run_selectors.version_by_id_for(user=request.user, version_id=data["task_set_version"])
+    version = project_selectors.version_by_id_for(user=request.user, version_id=data["task_set_version"])
     return services.task_items_for_dry_run(version=version, item_ids=data["item_ids"])
 
 
@@ -240,7 +240,7 @@ def reward_rule_dry_run(request: HttpRequest, rule_id: int) -> HttpResponse:
             for name, field_messages in exc.message_dict.items():
                 for message in field_messages:
                     form.add_error(None, f"{name}: {message}")
-    context = _access(request.user, rule.project) | {
+    context = page_access(user=request.user, project=rule.project) | {
         "rule": rule,
         "form": form,
         "result": result,
@@ -308,7 +308,11 @@ def reward_rule_backtest(request: HttpRequest, rule_id: int) -> HttpResponse:
                     form.add_error(name if name in form.fields else None, message)
         except StateError as exc:
             form.add_error(None, str(exc))
-    context = _access(request.user, rule.project) | {"rule": rule, "form": form, "result": result}
+    context = page_access(user=request.user, project=rule.project) | {
+        "rule": rule,
+        "form": form,
+        "result": result,
+    }
     if result is not None:
         top = max([*result.histogram.old, *result.histogram.new, 1])
         context["charts"] = [

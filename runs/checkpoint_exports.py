@@ -14,6 +14,7 @@ from pathlib import Path
 
 from django.utils.text import slugify
 
+from core.artifacts import ArtifactMissingError, artifact_exists, artifact_get, artifact_put
 from inference.export import (
     ARCHIVES,
     ExportError,
@@ -27,7 +28,6 @@ from inference.export import (
     is_adapter,
     model_card_text,
 )
-from runs.artifacts import ArtifactMissingError, artifact_exists, artifact_get, artifact_put
 from runs.models import Checkpoint, MetricPoint, Run
 from runs.run_store import policy_dir, run_prefix, staging_dir
 

@@ -12,9 +12,10 @@ from django.conf import settings
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from core.events import project_group, run_group
 from core.roles import Permission
+from projects import selectors as project_selectors
 from runs import selectors
-from runs.events import project_group, run_group
 from runs.models import Run
 
 # Close codes in the 4000 range are the application's; these mirror HTTP's meaning.
@@ -126,7 +127,7 @@ async def _leave(consumer: AsyncJsonWebsocketConsumer) -> None:
 
 @database_sync_to_async
 def _role(user, project_id: int) -> str | None:
-    role = selectors.role_of(user=user, project_id=project_id)
+    role = project_selectors.role_of(user=user, project_id=project_id)
     return role if role is not None and selectors.role_allows(role, Permission.VIEW) else None
 
 

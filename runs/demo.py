@@ -9,9 +9,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from core.roles import Permission, Role, role_allows
+from projects import services as project_services
+from projects.models import Membership, Project, TaskSet
 from rewards import services as reward_services
 from runs import services
-from runs.models import Membership, Project, TaskSet, Tier
+from runs.models import Tier
 
 DEMO_PROJECT = "Demo"
 DEMO_TASK_SET = "arithmetic-and-code"
@@ -133,7 +135,7 @@ def demo_ensure(*, username: str, password: str) -> tuple[AbstractBaseUser, Proj
     user = services.demo_user_ensure(username=username, password=password)
     project = Project.objects.filter(name=DEMO_PROJECT).first()
     if project is None:
-        project = services.project_create(name=DEMO_PROJECT, by=user, description="A sample project.")
+        project = project_services.project_create(name=DEMO_PROJECT, by=user, description="A sample project.")
     Membership.objects.get_or_create(project=project, user=user, defaults={"role": Role.OWNER})
     _demo_contents_ensure(project, user)
     return user, project
@@ -153,7 +155,7 @@ def demo_project_for(*, user: AbstractBaseUser) -> Project:
         name = f"{DEMO_PROJECT} ({user.get_username()})"[:100]
         project = Project.objects.filter(name=name, memberships__user=user).first()
         if project is None:
-            project = services.project_create(
+            project = project_services.project_create(
                 name=name, by=user, description="Your copy of the demo project."
             )
     _demo_contents_ensure(project, user)
@@ -164,14 +166,14 @@ def _demo_contents_ensure(project: Project, user: AbstractBaseUser) -> None:
     """The demo's task sets, tiers and reward rules in `project`, those missing created."""
     task_set = TaskSet.objects.filter(project=project, name=DEMO_TASK_SET).first()
     if task_set is None:
-        task_set = services.task_set_create(
+        task_set = project_services.task_set_create(
             project=project,
             name=DEMO_TASK_SET,
             by=user,
             description="Arithmetic answers and small functions.",
         )
     if not task_set.versions.exists():
-        services.task_set_import(
+        project_services.task_set_import(
             task_set=task_set, stream=demo_task_lines(), file_format="jsonl", by=user, source_name="demo"
         )
     for tier in demo_tiers():
@@ -184,7 +186,7 @@ def _demo_contents_ensure(project: Project, user: AbstractBaseUser) -> None:
 
 
 def demo_function_lines() -> list[bytes]:
-    from runs.demo_tasks import demo_task_sets
+    from projects.demo_tasks import demo_task_sets
 
     sets = demo_task_sets(seed=0, train_size=100_000, heldout_size=160, kinds=("scalar",))
     return [(json.dumps(item) + "\n").encode() for item in sets["train"] + sets["heldout"]]
@@ -193,14 +195,14 @@ def demo_function_lines() -> list[bytes]:
 def _demo_functions_ensure(project: Project, user: AbstractBaseUser) -> None:
     task_set = TaskSet.objects.filter(project=project, name=DEMO_FUNCTIONS).first()
     if task_set is None:
-        task_set = services.task_set_create(
+        task_set = project_services.task_set_create(
             project=project,
             name=DEMO_FUNCTIONS,
             by=user,
             description="Write a one-line function from its description; graded by unit tests in a sandbox.",
         )
     if not task_set.versions.exists():
-        services.task_set_import(
+        project_services.task_set_import(
             task_set=task_set, stream=demo_function_lines(), file_format="jsonl", by=user, source_name="demo"
         )
 

@@ -16,16 +16,18 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core import events
 from core.exceptions import StateError
 from inference.model_sources import is_directory
 from inference.settings import engine_refusal, looks_like_path, tier_problems, tier_snapshot
+from projects.models import Project, TaskSetVersion
 from rewards import engine as reward_engine
 from rewards.models import RewardRuleVersion
 from rewards.services import reward_rule_version_mark_used
-from runs import events, tasks
 from runs import monitors as run_monitors
+from runs import tasks
 from runs.hyperparameters import resolve
-from runs.models import Checkpoint, Project, Run, RunEvent, TaskSetVersion, Tier
+from runs.models import Checkpoint, Run, RunEvent, Tier
 from webhooks.services import deliveries_enqueue
 
 S = Run.Status

@@ -39,8 +39,8 @@ from core.throttling import RedisRateThrottle
 from inference import openai_protocol as protocol
 from inference.openai_protocol import OpenAIError
 from inference.settings import TierSettings
+from projects.token_auth import ApiTokenAuthentication
 from runs import served_models
-from runs.token_auth import ApiTokenAuthentication
 
 logger = logging.getLogger(__name__)
 View = Callable[..., Awaitable[HttpResponse]]

@@ -13,6 +13,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from projects import selectors as project_selectors
 from runs import selectors
 from runs.models import Run
 from runs.served_models import served_models_for
@@ -37,7 +38,7 @@ def _run_default(request: HttpRequest, run_id: str) -> str:
     "" when there is none, or no such run the caller may view (then the page's own default)."""
     run = Run.objects.filter(pk=int(run_id)).first() if run_id.isdigit() and len(run_id) < 19 else None
     if run is None or not selectors.role_allows(
-        selectors.role_of(user=request.user, project_id=run.project_id), selectors.Permission.VIEW
+        project_selectors.role_of(user=request.user, project_id=run.project_id), selectors.Permission.VIEW
     ):
         return ""
     checkpoint = selectors.checkpoint_default(run)

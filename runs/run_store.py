@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from runs.artifacts import (
+from core.artifacts import (
     artifact_cache_put,
     artifact_delete,
     artifact_exists,

@@ -20,11 +20,13 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from core.exceptions import StateError
 from core.roles import Permission, role_allows
+from projects import selectors as project_selectors
+from projects.selectors import page_access
 from reward_models import selectors as reward_model_selectors
 from runs import forms, lifecycle, monitors, outcomes, runs_table, selectors
+from runs.demo import demo_project_for, demo_run_launch
 from runs.lifecycle import RunRequest
 from runs.models import Run, Trajectory
-from runs.views import _access
 
 S = Run.Status
 TRAJECTORIES_PER_PAGE = 25
@@ -59,7 +61,9 @@ def _message(error: ValidationError) -> str:
 @login_required
 @require_http_methods(["GET", "POST"])
 def run_create(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
+    project = project_selectors.project_for(
+        user=request.user, project_id=project_id, permission=Permission.EDIT
+    )
     form = forms.RunForm(request.POST if request.method == "POST" else None, project=project)
     if form.is_bound and form.is_valid():
         data = {key: value for key, value in form.cleaned_data.items() if not key.startswith("hp_")}
@@ -72,7 +76,10 @@ def run_create(request: HttpRequest, project_id: int) -> HttpResponse:
             return redirect("run-detail", run_id=run.pk)
     elif form.is_bound:
         _add_lifecycle_problems(form, project)
-    context = _access(request.user, project) | {"form": form, "hyperparameters": form.hyperparameter_rows()}
+    context = page_access(user=request.user, project=project) | {
+        "form": form,
+        "hyperparameters": form.hyperparameter_rows(),
+    }
     return render(request, "runs/run_form.html", context)
 
 
@@ -146,7 +153,7 @@ def _hyperparameter_rows(run: Run) -> list[dict[str, Any]]:
 @require_GET
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_for(user=request.user, run_id=run_id)
-    access = _access(request.user, run.project)
+    access = page_access(user=request.user, project=run.project)
     outcome = request.GET.get("outcome", "")
     outcome = outcome if outcome in Trajectory.Outcome.values else ""
     trajectories = selectors.trajectories_filtered(
@@ -344,7 +351,7 @@ def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
     )
     # Only this page's steps are decompressed. The template escapes every string in them.
     steps = [(step, compact_json(step.data())) for step in page]
-    access = _access(request.user, trajectory.run.project)
+    access = page_access(user=request.user, project=trajectory.run.project)
     queue = request.GET.get("queue", "")
     reviews = list(trajectory.reviews.select_related("reviewer").order_by("-updated_at"))
     context = access | {
@@ -509,7 +516,7 @@ def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
     skip = _set_prompt_previews(run, list(page))
     query = request.GET.copy()
     query.pop("page", None)
-    context = _access(request.user, run.project) | {
+    context = page_access(user=request.user, project=run.project) | {
         "run": run,
         "page": page,
         "filters": filters,
@@ -522,7 +529,9 @@ def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
         "outcomes": Trajectory.Outcome.choices,
         "labels": [*LABELS, ("unreviewed", "Unreviewed")],
         "review_labels": LABELS,
-        "can_review": role_allows(_access(request.user, run.project)["role"], Permission.REVIEW),
+        "can_review": role_allows(
+            page_access(user=request.user, project=run.project)["role"], Permission.REVIEW
+        ),
         # Rows that arrive live skip the same shared prompt prefix as the rendered ones.
         "live": _live_config(run) | {"filtered": bool(filters or text), "preview_skip": skip},
     }
@@ -534,7 +543,7 @@ def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
 def trajectory_group(request: HttpRequest, trajectory_id: int) -> HttpResponse:
     trajectory = selectors.trajectory_for(user=request.user, trajectory_id=trajectory_id)
     group = list(selectors.group_of(trajectory=trajectory).select_related("item").prefetch_related("reviews"))
-    access = _access(request.user, trajectory.run.project)
+    access = page_access(user=request.user, project=trajectory.run.project)
     _mark_preferences(group, trajectory)
     context = access | {
         "run": trajectory.run,
@@ -576,7 +585,7 @@ RUNS_PAGE_LIMIT = 200
 @require_GET
 def run_list(request: HttpRequest) -> HttpResponse:
     """Every run of the caller's projects in one table: sort, filter, search, tick to compare."""
-    projects = list(selectors.projects_of(user=request.user).order_by("name"))
+    projects = list(project_selectors.projects_of(user=request.user).order_by("name"))
     project_ids = [project.pk for project in projects]
     chosen = request.GET.get("project", "")
     if chosen.isdigit() and int(chosen) in project_ids:
@@ -772,3 +781,38 @@ def run_compare(request: HttpRequest) -> HttpResponse:
         "ids": ",".join(str(run.pk) for run in runs),
     }
     return render(request, "runs/run_compare.html", context, status=200 if runs or not ids else 404)
+
+
+# --- the demo --------------------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+def demo_run(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = project_selectors.project_for(
+        user=request.user, project_id=project_id, permission=Permission.EDIT
+    )
+    try:
+        run = demo_run_launch(project=project, by=request.user)
+    except ValidationError as exc:
+        messages.error(request, _message(exc))
+        return redirect("project-detail", project_id=project.pk)
+    messages.success(request, f"Launched {run.name}: it trains the tiny base model with GRPO.")
+    return redirect("run-detail", run_id=run.pk)
+
+
+@login_required
+@require_POST
+def demo_start(request: HttpRequest) -> HttpResponse:
+    """The home page's one click: the demo project (the shared one if the user may launch in it,
+    else their own copy, made now) and its GRPO demo run."""
+    try:
+        project = demo_project_for(user=request.user)
+        run = demo_run_launch(project=project, by=request.user)
+    except ValidationError as exc:
+        messages.error(request, f"The demo run was not launched: {_message(exc)}")
+        return redirect("project-list")
+    messages.success(
+        request, f"Launched {run.name} in {project.name}: it trains the tiny base model with GRPO."
+    )
+    return redirect("run-detail", run_id=run.pk)

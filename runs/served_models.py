@@ -15,11 +15,12 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from core.artifacts import ArtifactMissingError, artifact_exists, artifact_get
 from core.roles import Permission
 from inference.adapters import adapter_base, is_adapter
 from inference.settings import model_source, tier_snapshot
+from projects import selectors as project_selectors
 from runs import selectors
-from runs.artifacts import ArtifactMissingError, artifact_exists, artifact_get
 from runs.models import Checkpoint, Run, ServedAdapter, Tier
 from runs.run_store import policy_dir
 
@@ -142,7 +143,7 @@ def served_models_for(*, user: AbstractBaseUser) -> list[ServedModel]:
 
 
 def _can_view(user: AbstractBaseUser, project_id: int) -> bool:
-    return selectors.role_allows(selectors.role_of(user=user, project_id=project_id), Permission.VIEW)
+    return selectors.role_allows(project_selectors.role_of(user=user, project_id=project_id), Permission.VIEW)
 
 
 def adapter_load(*, user: AbstractBaseUser, name: Any, artifact: Any, base: Any = None) -> ServedAdapter:
@@ -235,7 +236,7 @@ def served_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool = Fal
     if match := TIER_ID.match(model_id):
         tier = Tier.objects.select_related("project").filter(pk=int(match[1])).first()
         if tier is not None and selectors.role_allows(
-            selectors.role_of(user=user, project_id=tier.project_id), Permission.VIEW
+            project_selectors.role_of(user=user, project_id=tier.project_id), Permission.VIEW
         ):
             return tier_model(tier)
     elif match := CHECKPOINT_ID.match(model_id):
@@ -245,7 +246,7 @@ def served_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool = Fal
             .first()
         )
         if checkpoint is not None and selectors.role_allows(
-            selectors.role_of(user=user, project_id=checkpoint.run.project_id), Permission.VIEW
+            project_selectors.role_of(user=user, project_id=checkpoint.run.project_id), Permission.VIEW
         ):
             try:
                 return checkpoint_model(checkpoint, fetch=fetch)

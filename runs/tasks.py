@@ -31,8 +31,8 @@ def tier_evaluate(evaluation_id: int) -> None:
 
 @shared_task(name="workers.eval.stub_check", acks_late=True, ignore_result=True)
 def version_stub_check(version_id: int) -> None:
-    """Run a new version's stub check (runs/stub_checks.py) in the eval workers' sandboxes; a
+    """Run a new version's stub check (rewards/stub_checks.py) in the eval workers' sandboxes; a
     redelivery checks only the items not checked yet."""
-    from runs.stub_checks import version_stub_check_run
+    from rewards.stub_checks import version_stub_check_run
 
     version_stub_check_run(version_id=version_id)

@@ -9,8 +9,9 @@ from django.db import transaction
 
 from inference.model_sources import model_source_problem
 from inference.settings import model_reference_problem, tier_snapshot
+from projects.models import TaskItem, TaskSetVersion
 from runs import tasks
-from runs.models import Run, TaskItem, TaskSetVersion, Tier, TierEvaluation
+from runs.models import Run, Tier, TierEvaluation
 from runs.run_store import policy_dir
 
 MAX_TIERS = 12

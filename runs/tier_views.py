@@ -7,18 +7,24 @@ import math
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.roles import Permission, role_allows
-from runs import selectors, tier_evaluations
-from runs.forms import add_service_errors
-from runs.models import Run, TaskItem, TaskSetVersion, Tier
+from inference.model_sources import local_models
+from projects import selectors as project_selectors
+from projects.forms import add_service_errors
+from projects.models import TaskItem, TaskSetVersion
+from projects.selectors import page_access
+from runs import selectors, services, tier_evaluations
+from runs.forms import TierForm
+from runs.models import Run, Tier
 
 METRICS = (
     ("pass_rate", "Pass rate"),
@@ -72,7 +78,7 @@ def evaluate_context(
     user: AbstractBaseUser, tier: Tier, form: TierEvaluateForm | None = None
 ) -> dict[str, Any]:
     """What the tier page shows about evaluations: the form (for editors) and recent ones."""
-    role = selectors.role_of(user=user, project_id=tier.project_id)
+    role = project_selectors.role_of(user=user, project_id=tier.project_id)
     return {
         "evaluate_form": (form or TierEvaluateForm(tier=tier))
         if role_allows(role, Permission.EDIT)
@@ -105,10 +111,11 @@ def tier_evaluate(request: HttpRequest, tier_id: int) -> HttpResponse:
         else:
             messages.success(request, "Evaluation queued; this page fills in as each tier finishes.")
             return redirect("tier-evaluation-detail", evaluation_id=evaluation.pk)
-    from runs.views import _access
 
     context = (
-        _access(request.user, tier.project) | {"tier": tier} | evaluate_context(request.user, tier, form)
+        page_access(user=request.user, project=tier.project)
+        | {"tier": tier}
+        | evaluate_context(request.user, tier, form)
     )
     return render(request, "runs/tier_detail.html", context, status=400)
 
@@ -159,7 +166,6 @@ def chart_data(results: list[dict]) -> dict:
 @require_GET
 def tier_evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResponse:
     evaluation = selectors.tier_evaluation_for(user=request.user, evaluation_id=evaluation_id)
-    from runs.views import _access
 
     results = evaluation.results or []
     rows = [
@@ -185,7 +191,7 @@ def tier_evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResp
     for name in names:
         values = [(result.get("settings") or {}).get(name) for result in results]
         settings_rows.append({"label": name, "values": values, "differs": len({repr(v) for v in values}) > 1})
-    context = _access(request.user, evaluation.project) | {
+    context = page_access(user=request.user, project=evaluation.project) | {
         "evaluation": evaluation,
         "results": results,
         "rows": rows,
@@ -194,3 +200,81 @@ def tier_evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResp
         "pending": [c.get("name") for c in evaluation.tier_configs[len(results) :]],
     }
     return render(request, "runs/tier_evaluation.html", context)
+
+
+# --- tiers ---------------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tier_create(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = project_selectors.project_for(
+        user=request.user, project_id=project_id, permission=Permission.EDIT
+    )
+    models = local_models(settings.FLYWHEEL_HOME / "models")
+    demo_model = str(settings.FLYWHEEL_HOME / "models" / "tiny-base")
+    initial = {"base_model": demo_model if demo_model in models else (models[0] if models else "")}
+    form = TierForm(request.POST if request.method == "POST" else None, initial=initial)
+    if form.is_bound and form.is_valid():
+        try:
+            tier = services.tier_create(project=project, by=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, f"Tier {tier.name} created.")
+            return redirect("tier-detail", tier_id=tier.pk)
+    context = page_access(user=request.user, project=project) | {"form": form, "local_models": models}
+    return render(request, "runs/tier_form.html", context)
+
+
+@login_required
+@require_GET
+def tier_detail(request: HttpRequest, tier_id: int) -> HttpResponse:
+    tier = selectors.tier_for(user=request.user, tier_id=tier_id)
+    from runs.tier_views import evaluate_context
+
+    stops = [forms.stop_escape(stop) for stop in tier.stop or []]
+    context = (
+        page_access(user=request.user, project=tier.project)
+        | {"tier": tier, "stops": stops}
+        | evaluate_context(request.user, tier)
+    )
+    return render(request, "runs/tier_detail.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tier_edit(request: HttpRequest, tier_id: int) -> HttpResponse:
+    tier = selectors.tier_for(user=request.user, tier_id=tier_id, permission=Permission.EDIT)
+    form = TierForm(request.POST if request.method == "POST" else None, instance=tier)
+    if form.is_bound and form.is_valid():
+        try:
+            tier = services.tier_update(tier=tier, **form.cleaned_data)
+        except ValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, f"Tier {tier.name} saved.")
+            return redirect("tier-detail", tier_id=tier.pk)
+    models = local_models(settings.FLYWHEEL_HOME / "models")
+    context = page_access(user=request.user, project=tier.project) | {
+        "form": form,
+        "tier": tier,
+        "local_models": models,
+    }
+    return render(request, "runs/tier_form.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tier_delete(request: HttpRequest, tier_id: int) -> HttpResponse:
+    tier = selectors.tier_for(user=request.user, tier_id=tier_id, permission=Permission.EDIT)
+    if request.method == "POST":
+        project_id, name = tier.project_id, tier.name
+        services.tier_delete(tier=tier)
+        messages.success(request, f"Tier {name} deleted.")
+        return redirect("project-detail", project_id=project_id)
+    return render(
+        request,
+        "runs/tier_delete.html",
+        page_access(user=request.user, project=tier.project) | {"tier": tier},
+    )

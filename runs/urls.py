@@ -1,58 +1,19 @@
 from django.urls import path
 
-from runs import docs_views, playground, run_views, tier_views, views
+from runs import docs_views, playground, run_views, tier_views
 
 urlpatterns = [
-    path("", views.project_list, name="project-list"),
     path("playground/", playground.playground, name="playground"),
-    path("projects/new/", views.project_create, name="project-create"),
-    path("demo/", views.demo_start, name="demo-start"),
+    path("demo/", run_views.demo_start, name="demo-start"),
     path("readme/", docs_views.readme, name="readme"),
     path("docs/", docs_views.docs_page, name="docs-page"),
     path("docs/assets/<path:name>", docs_views.docs_asset, name="docs-asset"),
     path("docs/<path:name>/", docs_views.docs_page, name="docs-page"),
-    path("projects/<int:project_id>/", views.project_detail, name="project-detail"),
-    path("projects/<int:project_id>/members/", views.project_members, name="project-members"),
-    path("projects/<int:project_id>/demo-run/", views.demo_run, name="demo-run"),
-    path("projects/<int:project_id>/members/<int:user_id>/role/", views.member_role, name="member-role"),
-    path(
-        "projects/<int:project_id>/members/<int:user_id>/remove/",
-        views.member_remove,
-        name="member-remove",
-    ),
-    path("projects/<int:project_id>/task-sets/new/", views.task_set_create, name="task-set-create"),
-    path("projects/<int:project_id>/tiers/new/", views.tier_create, name="tier-create"),
-    path("task-sets/<int:task_set_id>/", views.task_set_detail, name="task-set-detail"),
-    path("task-sets/<int:task_set_id>/import/", views.task_set_import, name="task-set-import"),
-    path(
-        "task-sets/<int:task_set_id>/import/<int:staged_id>/confirm/",
-        views.import_confirm,
-        name="import-confirm",
-    ),
-    path(
-        "task-sets/<int:task_set_id>/import/<int:staged_id>/cancel/",
-        views.import_cancel,
-        name="import-cancel",
-    ),
-    path("task-sets/<int:task_set_id>/versions/<int:number>/", views.version_detail, name="version-detail"),
-    path(
-        "task-sets/<int:task_set_id>/versions/<int:number>/export.jsonl",
-        views.version_export,
-        name="version-export",
-    ),
-    path(
-        "task-sets/<int:task_set_id>/versions/<int:number>/resplit/",
-        views.version_resplit,
-        name="version-resplit",
-    ),
-    path(
-        "task-sets/<int:task_set_id>/versions/<int:number>/verify/",
-        views.version_verify,
-        name="version-verify",
-    ),
-    path("tiers/<int:tier_id>/", views.tier_detail, name="tier-detail"),
-    path("tiers/<int:tier_id>/edit/", views.tier_edit, name="tier-edit"),
-    path("tiers/<int:tier_id>/delete/", views.tier_delete, name="tier-delete"),
+    path("projects/<int:project_id>/demo-run/", run_views.demo_run, name="demo-run"),
+    path("projects/<int:project_id>/tiers/new/", tier_views.tier_create, name="tier-create"),
+    path("tiers/<int:tier_id>/", tier_views.tier_detail, name="tier-detail"),
+    path("tiers/<int:tier_id>/edit/", tier_views.tier_edit, name="tier-edit"),
+    path("tiers/<int:tier_id>/delete/", tier_views.tier_delete, name="tier-delete"),
     path("tiers/<int:tier_id>/evaluate/", tier_views.tier_evaluate, name="tier-evaluate"),
     path(
         "tier-evaluations/<int:evaluation_id>/",
@@ -73,6 +34,4 @@ urlpatterns = [
     path("checkpoints/<int:checkpoint_id>/fork/", run_views.checkpoint_fork, name="checkpoint-fork"),
     path("trajectories/<int:trajectory_id>/", run_views.trajectory_detail, name="trajectory-detail"),
     path("trajectories/<int:trajectory_id>/group/", run_views.trajectory_group, name="trajectory-group"),
-    path("tokens/", views.token_list, name="token-list"),
-    path("tokens/<int:token_id>/revoke/", views.token_revoke, name="token-revoke"),
 ]

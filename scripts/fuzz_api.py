@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from projects import services as project_services
+
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = "not_a_server_error,response_schema_conformance,content_type_conformance"
 PHASES = "examples,coverage,fuzzing"
@@ -59,12 +61,14 @@ def seed(home: Path) -> dict:
     call_command("migrate", verbosity=0)
     owner = services.User.objects.create_user(username="fuzz-owner", password="fuzz-owner-pw")
     launcher = services.User.objects.create_user(username="fuzz-launcher", password="fuzz-launcher-pw")
-    project = services.project_create(name="fuzz", by=owner)
-    services.member_add(project=project, username=launcher.username, role=Role.LAUNCHER)
-    task_set = services.task_set_create(project=project, name="arith", by=owner)
+    project = project_services.project_create(name="fuzz", by=owner)
+    project_services.member_add(project=project, username=launcher.username, role=Role.LAUNCHER)
+    task_set = project_services.task_set_create(project=project, name="arith", by=owner)
     items = [{"id": f"q{i}", "prompt": f"{i} + {i}?", "reference": str(2 * i)} for i in range(6)]
     lines = [(json.dumps(item) + "\n").encode() for item in items]
-    version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=owner).version
+    version = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=owner
+    ).version
     spec = {"type": "string_check", "input": "{{ sample.output_text }}", "reference": "{{ item.reference }}"}
     rule = reward_services.reward_rule_create(
         project=project, name="exact", spec=spec | {"operation": "eq"}, by=owner
@@ -91,7 +95,7 @@ def seed(home: Path) -> dict:
         project=project, by=owner, url="https://hooks.example.com/flywheel"
     )
     delivery = webhook_services.webhook_ping(webhook=hook)
-    token_row, token = services.api_token_create(user=launcher, name="fuzz")
+    token_row, token = project_services.api_token_create(user=launcher, name="fuzz")
     ids = {
         "projects": project.pk,
         "task-sets": task_set.pk,

@@ -5,8 +5,9 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from core.roles import Role
+from projects import services as project_services
+from projects.models import Project
 from runs import services
-from runs.models import Project
 from webapp import stack
 from webapp.embedded_redis import redis_start
 
@@ -84,7 +85,7 @@ def make_user(username: str, password: str = "pw-123456"):
 
 
 def make_project(owner, name: str = "alpha") -> Project:
-    return services.project_create(name=name, by=owner)
+    return project_services.project_create(name=name, by=owner)
 
 
 @pytest.fixture
@@ -95,7 +96,7 @@ def team(db):
     members = {Role.OWNER: owner}
     for role in (Role.LAUNCHER, Role.REVIEWER, Role.VIEWER):
         user = make_user(str(role))
-        services.member_add(project=project, username=user.username, role=role)
+        project_services.member_add(project=project, username=user.username, role=role)
         members[role] = user
     outsider = make_user("outsider")
     other = make_project(outsider, name="beta")
@@ -104,7 +105,7 @@ def team(db):
 
 def api_client_for(user) -> APIClient:
     """A client that authenticates the way REST clients do: with a bearer token."""
-    _, raw = services.api_token_create(user=user, name="tests")
+    _, raw = project_services.api_token_create(user=user, name="tests")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     return client

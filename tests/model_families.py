@@ -21,7 +21,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from runs.demo_tasks import demo_task_sets
+from projects.demo_tasks import demo_task_sets
 
 # The families' own templates (as their instruct checkpoints ship them, whitespace kept).
 LLAMA3_TEMPLATE = (

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from projects import services as project_services
 from rewards import services as reward_services
 from runs import lifecycle, services
 from runs.lifecycle import RunRequest
@@ -28,9 +29,11 @@ ITEMS = [
 def lab(team, tmp_path):
     """The team's project with a task set, a reward rule and a tier whose model is on disk."""
     owner, project = team["owner"], team["project"]
-    task_set = services.task_set_create(project=project, name="arith", by=owner)
+    task_set = project_services.task_set_create(project=project, name="arith", by=owner)
     lines = [(json.dumps(item) + "\n").encode() for item in ITEMS]
-    version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=owner).version
+    version = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=owner
+    ).version
     rule = reward_services.reward_rule_create(project=project, name="exact", spec=ANSWER_RULE, by=owner)
     model_dir = tmp_path / "model"
     model_dir.mkdir()

@@ -18,9 +18,10 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from projects import services as project_services
+from projects.demo_tasks import demo_task_sets
 from rewards import services as reward_services
 from runs import services
-from runs.demo_tasks import demo_task_sets
 from runs.models import Run
 from tests.conftest import make_project, make_user
 from webapp.stack import solo_worker_argv
@@ -191,10 +192,12 @@ def learner_kill(run: Run) -> None:
 def demo_project(model: Path, *, train_size: int = 8, heldout_size: int = 4) -> dict:
     owner = make_user(f"owner-{uuid.uuid4().hex[:6]}")
     project = make_project(owner, name=f"demo-{uuid.uuid4().hex[:6]}")
-    task_set = services.task_set_create(project=project, name="demo", by=owner)
+    task_set = project_services.task_set_create(project=project, name="demo", by=owner)
     sets = demo_task_sets(seed=0, train_size=train_size, heldout_size=heldout_size)
     lines = [(json.dumps(item) + "\n").encode() for item in sets["train"] + sets["heldout"]]
-    version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=owner).version
+    version = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=owner
+    ).version
     rule = reward_services.reward_rule_create(
         project=project, name="tests", spec={"type": "unit_tests", "name": "tests"}, by=owner
     )

@@ -21,7 +21,7 @@ import requests
 from django.conf import settings
 from django.db import connection
 
-from runs import services
+from projects import services as project_services
 from runs.models import MetricPoint, RolloutBatch, Run, Trajectory
 from sandboxes.backend_docker import LABEL
 from tests.conftest import api_client_for
@@ -102,7 +102,7 @@ def shared_services() -> list[tuple[str, int]]:
 
 def submit(url: str, setup: dict) -> tuple[Run, float]:
     """Launch the run over HTTP on the web host; returns it and when it was sent."""
-    _, token = services.api_token_create(user=setup["owner"], name="hosts")
+    _, token = project_services.api_token_create(user=setup["owner"], name="hosts")
     body = run_body(setup, steps=STEPS, checkpoint_every=1, eval_every=STEPS)
     sent = time.monotonic()
     response = httpx.post(

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from inference.tool_chat import tool_calls_parse
-from runs import demo_tasks
+from projects import demo_tasks
 from workers.agent_demo import (
     PROTOCOL_TOKENS,
     SOLUTION,

@@ -10,6 +10,7 @@ import torch
 from inference.generation import Completion
 from inference.policy import policy_load
 from inference.tool_chat import ToolCall, ToolCallError, item_tools, tool_calls_parse
+from projects import services as project_services
 from rewards import services as reward_services
 from runs import lifecycle, services
 from runs.lifecycle import RunRequest
@@ -289,12 +290,14 @@ def agent_run(db, tiny_model, settings, tmp_path):
     settings.FLYWHEEL_HOME = tmp_path
     owner = make_user("agent-owner")
     project = make_project(owner)
-    task_set = services.task_set_create(project=project, name="agents", by=owner)
+    task_set = project_services.task_set_create(project=project, name="agents", by=owner)
     items = [ITEM | {"id": f"a{n}", "split": "train"} for n in range(3)] + [
         ITEM | {"id": "h", "split": "heldout"}
     ]
     lines = [(json.dumps(item) + "\n").encode() for item in items]
-    version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=owner).version
+    version = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=owner
+    ).version
     rule = reward_services.reward_rule_create(project=project, name="check", spec=CHECK_RULE, by=owner)
     tier = services.tier_create(
         project=project, by=owner, name="t", base_model=str(tiny_model), max_new_tokens=8

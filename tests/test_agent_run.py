@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from projects import services as project_services
 from reviews import exports
 from reviews.models import Review
 from rewards import services as reward_services
@@ -72,12 +73,14 @@ def taught_agent(tmp_path_factory):
 
 def agent_run_create(owner, model_path, *, name: str = "agents") -> Run:
     project = make_project(owner)
-    task_set = services.task_set_create(project=project, name="sevens", by=owner)
+    task_set = project_services.task_set_create(project=project, name="sevens", by=owner)
     items = [ITEM | {"id": f"seven-{n}", "split": "train"} for n in range(2)] + [
         ITEM | {"id": "seven-h", "split": "heldout"}
     ]
     lines = [(json.dumps(item) + "\n").encode() for item in items]
-    version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=owner).version
+    version = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=owner
+    ).version
     rule = reward_services.reward_rule_create(project=project, name="agent", spec=RULE, by=owner)
     tier = services.tier_create(
         project=project,
@@ -206,8 +209,8 @@ def test_exports_of_agent_trajectories_keep_the_whole_conversation_and_import_as
     ]
     assert messages[3]["content"] == "Invalid action: write_file: 'content' is required"
     assert [tool["function"]["name"] for tool in line["tools"]] == ["write_file", "run_tests", "submit"]
-    task_set = services.task_set_create(project=run.project, name="from-export", by=owner)
-    report = services.task_set_import(
+    task_set = project_services.task_set_create(project=run.project, name="from-export", by=owner)
+    report = project_services.task_set_import(
         task_set=task_set, stream=[(json.dumps(line) + "\n").encode()], file_format="jsonl", by=owner
     )
     assert report.ok, report.errors

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from projects import services as project_services
 from runs import monitors
 from runs.models import MetricPoint, Run, Trajectory
 from tests.conftest import api_client_for
@@ -214,7 +215,6 @@ def test_a_run_whose_monitor_fires_pauses_itself_after_that_step(tiny_model, hos
     """Every item names a Docker image the bubblewrap backend refuses to run, so every episode is
     an infrastructure error: the errored-rate monitor fires on step 1 and, set to pause, stops the
     run there with a checkpoint, long before its last step."""
-    from runs import services
     from tests.run_harness import demo_project, run_body, wait_until
 
     setup = demo_project(tiny_model)
@@ -223,7 +223,7 @@ def test_a_run_whose_monitor_fires_pauses_itself_after_that_step(tiny_model, hos
         data = item.data | {"id": item.external_id, "kind": item.kind, "split": item.split}
         lines.append((json.dumps(data | {"sandbox": {"image": "flywheel-missing:none"}}) + "\n").encode())
     task_set = setup["version"].task_set
-    version = services.task_set_import(
+    version = project_services.task_set_import(
         task_set=task_set, stream=lines, file_format="jsonl", by=setup["owner"]
     ).version
     body = run_body(setup | {"version": version}, steps=6) | {"monitor_actions": {"errored_rate": "pause"}}

@@ -8,8 +8,10 @@ from rest_framework.test import APIClient
 
 from core.models import IdempotencyKey
 from core.roles import Role
+from projects import services as project_services
+from projects.models import ApiToken, Membership, Project
 from runs import services
-from runs.models import ApiToken, Membership, Project, Tier
+from runs.models import Tier
 from tests.conftest import api_client_for, make_project, make_user
 
 
@@ -41,11 +43,11 @@ def test_a_request_without_credentials_answers_401_in_the_error_shape(db):
 
 
 def test_a_revoked_token_answers_401(team):
-    token, raw = services.api_token_create(user=team["owner"], name="ci")
+    token, raw = project_services.api_token_create(user=team["owner"], name="ci")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert client.get("/api/v1/me").status_code == 200
-    services.api_token_revoke(token=token)
+    project_services.api_token_revoke(token=token)
     response = client.get("/api/v1/me")
     assert response.status_code == 401
     assert error_of(response)["message"] == "the token is unknown or revoked"
@@ -84,7 +86,7 @@ def test_a_bad_query_parameter_answers_400_naming_it(team):
 
 
 def test_me_reports_the_user_and_each_project_role(team):
-    services.member_add(project=team["other_project"], username="launcher", role=Role.VIEWER)
+    project_services.member_add(project=team["other_project"], username="launcher", role=Role.VIEWER)
     body = api_client_for(team["launcher"]).get("/api/v1/me").json()
     assert body["id"] == team["launcher"].pk and body["username"] == "launcher"
     assert body["created_at"].endswith("Z")
@@ -156,7 +158,7 @@ def test_a_launcher_may_not_rename_or_delete_a_project(team):
 
 def test_another_projects_objects_answer_404(team):
     other = team["other_project"]
-    task_set = services.task_set_create(project=other, name="theirs", by=team["outsider"])
+    task_set = project_services.task_set_create(project=other, name="theirs", by=team["outsider"])
     tier = services.tier_create(project=other, by=team["outsider"], **TIER)
     client = api_client_for(team["owner"])
     for url in (
@@ -323,7 +325,7 @@ def test_a_tier_is_updated_and_deleted(team):
 def test_tiers_are_listed_for_the_callers_projects_and_filtered_by_project(team):
     services.tier_create(project=team["project"], by=team["owner"], **TIER)
     services.tier_create(project=team["other_project"], by=team["outsider"], **TIER)
-    services.member_add(project=team["other_project"], username="viewer", role=Role.VIEWER)
+    project_services.member_add(project=team["other_project"], username="viewer", role=Role.VIEWER)
     client = api_client_for(team["viewer"])
     assert len(client.get("/api/v1/tiers").json()["results"]) == 2
     only = client.get(f"/api/v1/tiers?project={team['project'].pk}").json()["results"]
@@ -365,7 +367,7 @@ def test_a_token_names_a_default_project_of_its_users_only(team):
 
 
 def test_a_token_is_revoked_and_stops_working(team):
-    token, raw = services.api_token_create(user=team["owner"], name="ci")
+    token, raw = project_services.api_token_create(user=team["owner"], name="ci")
     response = api_client_for(team["owner"]).delete(f"/api/v1/tokens/{token.pk}")
     assert response.status_code == 204
     assert ApiToken.objects.get(pk=token.pk).revoked_at is not None
@@ -375,7 +377,7 @@ def test_a_token_is_revoked_and_stops_working(team):
 
 
 def test_another_users_token_answers_404_and_stays_active(team):
-    token, _ = services.api_token_create(user=team["owner"], name="ci")
+    token, _ = project_services.api_token_create(user=team["owner"], name="ci")
     assert api_client_for(team["viewer"]).delete(f"/api/v1/tokens/{token.pk}").status_code == 404
     assert ApiToken.objects.get(pk=token.pk).is_active
 
@@ -518,13 +520,13 @@ def test_a_running_request_renews_its_lease_and_keeps_its_key(
         return result
 
     monkeypatch.setattr(api, "_renew_key", renew)
-    real_create = services.project_create
+    real_create = project_services.project_create
 
     def slow_create(**kwargs):
         assert renewed.wait(10), "the lease was not renewed while the request ran"
         return real_create(**kwargs)
 
-    monkeypatch.setattr(services, "project_create", slow_create)
+    monkeypatch.setattr(project_services, "project_create", slow_create)
     response = owner_client.post(
         "/api/v1/projects", {"name": "slow"}, format="json", HTTP_IDEMPOTENCY_KEY="k-slow"
     )

@@ -11,6 +11,9 @@ from django.urls import URLPattern
 
 from evaluations import api_urls as evaluation_api_urls
 from ops import api_urls as ops_api_urls
+from projects import api_urls as project_api_urls
+from projects import services as project_services
+from projects.models import TaskItem
 from reviews import api_urls as review_api_urls
 from reward_models import api_urls as reward_model_api_urls
 from rewards import api_urls as reward_api_urls
@@ -32,7 +35,8 @@ def schema(db) -> dict:
 
 
 API_PATTERNS = (
-    api_urls.urlpatterns
+    project_api_urls.urlpatterns
+    + api_urls.urlpatterns
     + reward_api_urls.urlpatterns
     + review_api_urls.urlpatterns
     + webhook_api_urls.urlpatterns
@@ -97,7 +101,7 @@ def assert_matches_schema(schema: dict, response, method: str, path: str) -> Non
 def test_answers_match_their_declared_shapes(team, schema):
     owner = api_client_for(team["owner"])
     project = team["project"]
-    task_set = services.task_set_create(project=project, name="arith", by=team["owner"])
+    task_set = project_services.task_set_create(project=project, name="arith", by=team["owner"])
     tier = services.tier_create(
         project=project, by=team["owner"], name="fast", base_model="org/m", stop=["##"]
     )
@@ -118,7 +122,7 @@ def test_answers_match_their_declared_shapes(team, schema):
         import_url, {"file": SimpleUploadedFile("t.jsonl", b'{"id": "x"}\n')}, format="multipart"
     )
     version_id = created.json()["id"]
-    item_id = services.TaskItem.objects.filter(version_id=version_id).first().pk
+    item_id = TaskItem.objects.filter(version_id=version_id).first().pk
     answers = [
         ("get", "/api/v1/me", owner.get("/api/v1/me")),
         ("get", "/api/v1/projects", owner.get("/api/v1/projects?limit=1")),

@@ -7,8 +7,9 @@ from asgiref.sync import async_to_sync
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import AsyncClient
 
+from projects import services as project_services
+from projects.models import TaskItem, TaskSet, TaskSetVersion
 from runs import services
-from runs.models import TaskItem, TaskSet, TaskSetVersion
 from tests.conftest import api_client_for
 
 ANSWERS = [{"id": f"q{i}", "prompt": f"What is {i} + {i}?", "reference": str(2 * i)} for i in range(8)]
@@ -23,7 +24,7 @@ CODE = {
 
 @pytest.fixture
 def task_set(team):
-    return services.task_set_create(project=team["project"], name="arith", by=team["owner"])
+    return project_services.task_set_create(project=team["project"], name="arith", by=team["owner"])
 
 
 @pytest.fixture
@@ -73,7 +74,7 @@ def test_a_viewer_may_not_create_a_task_set_and_an_outsider_sees_no_project(team
 
 
 def test_task_sets_are_listed_for_the_callers_projects_and_filtered(team, task_set):
-    services.task_set_create(project=team["other_project"], name="theirs", by=team["outsider"])
+    project_services.task_set_create(project=team["other_project"], name="theirs", by=team["outsider"])
     client = api_client_for(team["viewer"])
     assert [t["name"] for t in client.get("/api/v1/task-sets").json()["results"]] == ["arith"]
     other = client.get(f"/api/v1/task-sets?project={team['other_project'].pk}").json()
@@ -81,7 +82,7 @@ def test_task_sets_are_listed_for_the_callers_projects_and_filtered(team, task_s
 
 
 def test_a_task_set_is_renamed_and_a_taken_name_is_refused(team, task_set, launcher):
-    services.task_set_create(project=team["project"], name="taken", by=team["owner"])
+    project_services.task_set_create(project=team["project"], name="taken", by=team["owner"])
     url = f"/api/v1/task-sets/{task_set.pk}"
     refused = launcher.patch(url, {"name": "taken"}, format="json")
     assert refused.status_code == 400
@@ -270,7 +271,7 @@ def test_an_export_accepts_the_ndjson_media_type(task_set, launcher):
 
 def test_under_asgi_the_export_streams_asynchronously(team, task_set, launcher):
     upload(launcher, task_set, jsonl_file(*ANSWERS))
-    _, raw = services.api_token_create(user=team["viewer"], name="asgi")
+    _, raw = project_services.api_token_create(user=team["viewer"], name="asgi")
     url = f"/api/v1/task-sets/{task_set.pk}/versions/1/export"
     response = async_to_sync(AsyncClient().get)(url, headers={"Authorization": f"Bearer {raw}"})
     assert response.status_code == 200 and response.is_async
@@ -371,7 +372,9 @@ def test_an_item_is_fetched_by_id_with_its_data(version, launcher):
 
 
 def test_without_a_version_items_of_every_visible_project_come_newest_first(team, version, launcher):
-    other = services.task_set_create(project=team["other_project"], name="theirs", by=team["outsider"])
+    other = project_services.task_set_create(
+        project=team["other_project"], name="theirs", by=team["outsider"]
+    )
     outsider = api_client_for(team["outsider"])
     upload(outsider, other, jsonl_file({"id": "secret", "prompt": "p", "reference": "r"}))
     ids = [item["external_id"] for item in launcher.get("/api/v1/tasks?limit=3").json()["results"]]

@@ -16,8 +16,8 @@ import torch
 from django.conf import settings
 from django.test import override_settings
 
+from core.artifacts import ArtifactMissingError, artifact_exists, cache_root
 from inference.policy import policy_load
-from runs.artifacts import ArtifactMissingError, artifact_exists, cache_root
 from runs.models import Checkpoint, Run
 from runs.run_store import policies_discard_after, policy_dir, policy_prefix, policy_publish
 from tests.conftest import api_client_for

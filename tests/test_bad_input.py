@@ -10,9 +10,9 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from core import strict_json
+from projects import services as project_services
+from projects.models import Project, TaskItem, TaskSet, TaskSetVersion
 from rewards.models import RewardRule, RewardRuleVersion
-from runs import services
-from runs.models import Project, TaskItem, TaskSet, TaskSetVersion
 from tests.conftest import api_client_for
 from tests.run_fixtures import lab, make_run, make_trajectory  # noqa: F401
 
@@ -154,7 +154,7 @@ def test_json_bodies_that_crashed_the_parser_answer_400(owner_client, body, reas
 
 @pytest.fixture
 def task_set(team):
-    return services.task_set_create(project=team["project"], name="arith", by=team["owner"])
+    return project_services.task_set_create(project=team["project"], name="arith", by=team["owner"])
 
 
 def import_lines(client, task_set, *lines: str):

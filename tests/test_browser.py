@@ -18,8 +18,9 @@ from channels.testing import ChannelsLiveServerTestCase  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 
-from runs import services  # noqa: E402
-from runs.models import TaskItem, TaskSet, Tier  # noqa: E402
+from projects import services as project_services  # noqa: E402
+from projects.models import TaskItem, TaskSet  # noqa: E402
+from runs.models import Tier  # noqa: E402
 from tests.conftest import make_project, make_user  # noqa: E402
 
 # Playwright's sync API runs an event loop in this thread; Django's ORM calls from the test
@@ -165,7 +166,7 @@ class ProjectPageLiveUpdatesTest(ChannelsLiveServerTestCase):
     def test_a_new_version_appears_on_an_open_project_page(self):
         user = make_user("ada")
         project = make_project(user, name="alpha")
-        task_set = services.task_set_create(project=project, name="arith", by=user)
+        task_set = project_services.task_set_create(project=project, name="arith", by=user)
         with chromium_page() as page:
             page.goto(f"{self.live_server_url}/projects/{project.pk}/")
             sign_in(page, "ada")
@@ -175,7 +176,7 @@ class ProjectPageLiveUpdatesTest(ChannelsLiveServerTestCase):
             # async_to_sync once the import commits.
             with ThreadPoolExecutor(max_workers=1) as pool:
                 report = pool.submit(
-                    services.task_set_import,
+                    project_services.task_set_import,
                     task_set=task_set,
                     stream=jsonl(GOOD).splitlines(keepends=True),
                     file_format="jsonl",

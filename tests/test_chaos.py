@@ -20,9 +20,10 @@ from django.conf import settings
 from django.test import Client
 
 from core.models import IdempotencyKey
-from runs import services
+from projects import services as project_services
+from projects.models import Project, TaskItem, TaskSetVersion
 from runs.lifecycle import RunRequest, run_create
-from runs.models import Project, Run, RunEvent, TaskItem, TaskSetVersion
+from runs.models import Run, RunEvent
 from tests.conftest import make_project, make_user
 from tests.run_harness import demo_project, tiny_model, wait_until, worker_env
 from tests.test_run_recovery import start_redis
@@ -140,7 +141,7 @@ def test_a_redis_outage_keeps_reads_refuses_writes_with_503_keeps_live_pages_and
             by=owner,
         )
         Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING)
-        _, token = services.api_token_create(user=owner, name="chaos")
+        _, token = project_services.api_token_create(user=owner, name="chaos")
         web = servers(REDIS_URL=f"redis://127.0.0.1:{redis_port}/0").start()
         assert call(web.base, "POST", "/api/v1/projects", token, {"name": "before"})[0] == 201
 
@@ -262,8 +263,8 @@ def test_the_supervisor_restarts_a_killed_redis_web_server_and_worker_within_10_
 def test_an_import_killed_with_its_server_leaves_its_key_free_and_no_draft(servers, tmp_path):
     owner = make_user("importer")
     project = make_project(owner, name="imports")
-    task_set = services.task_set_create(project=project, name="big", by=owner)
-    _, token = services.api_token_create(user=owner, name="chaos")
+    task_set = project_services.task_set_create(project=project, name="big", by=owner)
+    _, token = project_services.api_token_create(user=owner, name="chaos")
     lines = b"".join(
         json.dumps({"id": f"q{n}", "prompt": f"What is {n} + 1?", "reference": str(n + 1)}).encode() + b"\n"
         for n in range(60_000)

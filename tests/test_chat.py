@@ -9,9 +9,9 @@ import pytest
 from inference.chat import chat_render, item_prompt, messages_problems, turn_end_text
 from inference.policy import policy_load
 from inference.settings import TierSettings, tier_problems
-from runs import services
-from runs.models import TaskItem
-from runs.task_format import validate_item
+from projects import services as project_services
+from projects.models import TaskItem
+from projects.task_format import validate_item
 from tests.model_families import FAMILIES, family_model_save
 from workers.learners.common import text_batch
 
@@ -143,9 +143,9 @@ def test_bad_messages_are_refused_with_line_and_field():
 
 def test_a_task_set_imports_conversations_and_exports_them_back(team):
     owner, project = team["owner"], team["project"]
-    task_set = services.task_set_create(project=project, name="chats", by=owner)
+    task_set = project_services.task_set_create(project=project, name="chats", by=owner)
     line = {"id": "c1", "kind": "answer", "split": "train", "messages": CONVERSATION, "reference": "f"}
-    services.task_set_import(
+    project_services.task_set_import(
         task_set=task_set, stream=[json.dumps(line).encode()], file_format="jsonl", by=owner
     )
     stored = TaskItem.objects.get(external_id="c1")

@@ -18,6 +18,8 @@ from django.db import connections
 
 from flywheel import BadRequestError, Client, ForbiddenError, NotFoundError, ServerError
 from flywheel._endpoints import endpoints_of
+from projects import services as project_services
+from projects.models import Project, TaskSet, TaskSetVersion
 from runs import lifecycle, services
 from runs.models import Run
 from tests.conftest import api_client_for, make_project, make_user
@@ -66,7 +68,7 @@ def server_url(tmp_path):
 def owner_token():
     owner = make_user("client-owner")
     project = make_project(owner, name="client")
-    _, token = services.api_token_create(user=owner, name="client")
+    _, token = project_services.api_token_create(user=owner, name="client")
     return {"owner": owner, "project": project, "token": token}
 
 
@@ -96,7 +98,7 @@ def test_the_client_creates_lists_every_page_and_raises_the_apis_errors(server_u
         with pytest.raises(BadRequestError) as refused:  # created with its file, or not at all
             client.task_sets.create(project.pk, "arith", file=path)
         assert refused.value.details[0]["line"] == 1 and refused.value.details[0]["param"] == "reference"
-        assert not services.TaskSet.objects.filter(project=project).exists()
+        assert not TaskSet.objects.filter(project=project).exists()
         path.write_bytes(TASKS)
         task_set = client.task_sets.create(project.pk, "arith", file=path)
         version = task_set["version"]
@@ -116,8 +118,8 @@ def test_the_client_creates_lists_every_page_and_raises_the_apis_errors(server_u
         with pytest.raises(NotFoundError):
             client.runs.get(999_999)
     viewer = make_user("client-viewer")
-    services.member_add(project=project, username=viewer.username, role="viewer")
-    _, viewer_token = services.api_token_create(user=viewer, name="v")
+    project_services.member_add(project=project, username=viewer.username, role="viewer")
+    _, viewer_token = project_services.api_token_create(user=viewer, name="v")
     with Client(url=server_url, token=viewer_token) as client, pytest.raises(ForbiddenError) as forbidden:
         client.task_sets.create(project.pk, "nope")
     assert "viewer" in forbidden.value.message
@@ -128,7 +130,7 @@ def test_a_create_retried_with_its_idempotency_key_is_done_once(server_url, owne
         first = client.projects.create("once", idempotency_key="create-once")
         again = client.projects.create("once", idempotency_key="create-once")
     assert first["id"] == again["id"]
-    assert services.Project.objects.filter(name="once").count() == 1
+    assert Project.objects.filter(name="once").count() == 1
 
 
 class FlakyHandler(BaseHTTPRequestHandler):
@@ -175,8 +177,8 @@ def launchable(owner_token) -> dict:
     from rewards import services as reward_services
 
     owner, project = owner_token["owner"], owner_token["project"]
-    task_set = services.task_set_create(project=project, name="t", by=owner)
-    version = services.task_set_import(
+    task_set = project_services.task_set_create(project=project, name="t", by=owner)
+    version = project_services.task_set_import(
         task_set=task_set, stream=TASKS.splitlines(keepends=True), file_format="jsonl", by=owner
     ).version
     spec = {
@@ -261,9 +263,7 @@ def flywheel(
 def test_the_command_line_imports_launches_lists_cancels_logs_and_exports(server_url, owner_token, tmp_path):
     ids = launchable(owner_token)
     token = owner_token["token"]
-    task_set = services.TaskSet.objects.get(
-        pk=services.TaskSetVersion.objects.get(pk=ids["task_set_version"]).task_set_id
-    )
+    task_set = TaskSet.objects.get(pk=TaskSetVersion.objects.get(pk=ids["task_set_version"]).task_set_id)
     path = tmp_path / "more.jsonl"
     path.write_bytes(TASKS + b'{"id": "c", "prompt": "3+3?", "reference": "6"}\n')
     imported = flywheel(server_url, token, "--json", "tasks", "import", str(task_set.pk), str(path))
@@ -285,7 +285,7 @@ def test_the_command_line_imports_launches_lists_cancels_logs_and_exports(server
         server_url, token, "tasks", "create", "--project", str(ids["project"]), "less", str(path)
     )
     assert refused.returncode != 0 and "line 1, field 'reference'" in refused.stderr
-    assert not services.TaskSet.objects.filter(name="less").exists()  # a refused file creates no set
+    assert not TaskSet.objects.filter(name="less").exists()  # a refused file creates no set
     launch = [
         "runs", "launch", "--project", str(ids["project"]), "--name", "cli", "--task-set-version",
         str(ids["task_set_version"]), "--reward-rule-version", str(ids["reward_rule_version"]),

@@ -20,9 +20,10 @@ import flywheel as client_package
 from flywheel import AsyncFlywheel, Client, NotFoundError, Record
 from flywheel._endpoints import endpoints_of
 from flywheel.cli import main, parser
+from projects.models import TaskSetVersion
 from rewards.models import RewardRuleVersion
 from runs import lifecycle
-from runs.models import Checkpoint, Run, TaskSetVersion
+from runs.models import Checkpoint, Run
 from tests.run_harness import wait_until
 from tests.test_client import TASKS, flywheel, launchable, owner_token, server_url  # noqa: F401 - fixtures
 

@@ -10,10 +10,10 @@ import json
 import pytest
 from sandbox_fixtures import backend  # noqa: F401
 
+from projects import services as project_services
+from projects.models import TaskItem, TaskSetVersion
+from projects.task_format import validate_item
 from rewards.engine import Sample, score
-from runs import services
-from runs.models import TaskItem, TaskSetVersion
-from runs.task_format import validate_item
 from sandboxes.config import sandbox_settings
 from sandboxes.pool import SandboxPool
 from tests.conftest import make_project, make_user
@@ -192,16 +192,16 @@ def test_a_code_item_without_a_test_in_its_format_is_refused_naming_the_field(ra
 @pytest.mark.django_db
 def test_a_file_with_a_test_less_code_item_imports_nothing_and_names_its_line():
     user = make_user("formats")
-    task_set = services.task_set_create(project=make_project(user), name="formats", by=user)
+    task_set = project_services.task_set_create(project=make_project(user), name="formats", by=user)
     lines = [code_item(name) | {"id": name} for name in LINES]
     lines.insert(3, {"id": "broken", "kind": "code", "prompt": "p", "tests": "print('no test here')\n"})
     stream = [(json.dumps({key: value for key, value in line.items()}) + "\n").encode() for line in lines]
-    report = services.task_set_import(task_set=task_set, stream=stream, file_format="jsonl", by=user)
+    report = project_services.task_set_import(task_set=task_set, stream=stream, file_format="jsonl", by=user)
     assert [(error.line, error.field) for error in report.errors] == [(4, "tests")]
     assert TaskSetVersion.objects.count() == 0 and TaskItem.objects.count() == 0
     del lines[3]
     stream = [(json.dumps(line) + "\n").encode() for line in lines]
-    report = services.task_set_import(task_set=task_set, stream=stream, file_format="jsonl", by=user)
+    report = project_services.task_set_import(task_set=task_set, stream=stream, file_format="jsonl", by=user)
     assert report.ok and report.version.item_count == 5
 
 

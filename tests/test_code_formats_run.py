@@ -8,6 +8,7 @@ import uuid
 import pytest
 from django.test import Client
 
+from projects import services as project_services
 from rewards import services as reward_services
 from runs import services
 from runs.models import Run, Trajectory
@@ -29,14 +30,16 @@ TEST_NAMES = {
 def formats_project(model) -> dict:
     owner = make_user(f"owner-{uuid.uuid4().hex[:6]}")
     project = make_project(owner, name=f"formats-{uuid.uuid4().hex[:6]}")
-    task_set = services.task_set_create(project=project, name="formats", by=owner)
+    task_set = project_services.task_set_create(project=project, name="formats", by=owner)
     items = [
         {"id": f"{name}-{split}", "kind": "code", "prompt": "Write add(a, b).", "split": split, **LINES[name]}
         for split in ("train", "heldout")
         for name in LINES
     ]
     lines = [(json.dumps(item) + "\n").encode() for item in items]
-    version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=owner).version
+    version = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=owner
+    ).version
     rule = reward_services.reward_rule_create(
         project=project,
         name="tests",

@@ -18,9 +18,10 @@ from inference.engines import EngineTier, completion_request, engine_generate, e
 from inference.judge import tier_judge
 from inference.policy import policy_load
 from inference.settings import SamplingParams, TierSettings, tier_snapshot
+from projects import services as project_services
+from projects.demo_tasks import demo_task_sets
 from rewards import services as reward_services
 from runs import lifecycle, services
-from runs.demo_tasks import demo_task_sets
 from runs.lifecycle import RunRequest
 from runs.models import MetricPoint, Run, ServedAdapter, Tier, Trajectory, TrajectoryStep
 from runs.run_store import policy_dir, policy_prefix
@@ -91,7 +92,7 @@ def post(client: Client, path: str, body: dict):
 
 
 def bearer(user) -> Client:
-    _, raw = services.api_token_create(user=user, name="engine")
+    _, raw = project_services.api_token_create(user=user, name="engine")
     return Client(headers={"Authorization": f"Bearer {raw}"})
 
 
@@ -292,7 +293,7 @@ def engine(transactional_db, tiny_model, tmp_path, monkeypatch):  # noqa: F811
     """A demo project, and Flywheel's web server as the engine (its own process, a real HTTP hop),
     with the engine's API key in the environment the tier names."""
     setup = demo_project(tiny_model)
-    _, token = services.api_token_create(user=setup["owner"], name="engine")
+    _, token = project_services.api_token_create(user=setup["owner"], name="engine")
     monkeypatch.setenv(KEY_ENV, token)
     with WebServer(worker_env(), tmp_path / "engine.log") as server:
         yield setup | {

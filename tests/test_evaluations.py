@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from evaluations import services as suite_services
 from evaluations.metrics import ItemFigures, figures, pass_at_k
 from evaluations.models import Suite, SuiteEvaluation, SuiteResult, SuiteVersion
+from projects import services as project_services
 from runs.lifecycle import RunRequest, run_create
 from runs.models import Run
 from runs.run_store import policy_publish
@@ -93,9 +94,8 @@ def test_a_suite_is_created_over_rest_with_its_first_version(lab):
 
 
 def test_a_bad_version_is_refused_naming_every_field_and_writes_nothing(lab, team):
-    from runs import services as run_services
 
-    other_set = run_services.task_set_create(
+    other_set = project_services.task_set_create(
         project=team["other_project"], name="theirs", by=team["outsider"]
     )
     client = api_client_for(lab["owner"])

@@ -17,17 +17,17 @@ import torch
 from django.core.management import CommandError, call_command
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from core.artifacts import artifact_delete
 from core.roles import Role
 from flywheel import Client, NotFoundError
 from inference.decoding import tier_generate, tier_prepare
 from inference.export import adapter_base, archive_chunks, is_adapter
 from inference.policy import policy_load
 from inference.settings import TierSettings
-from runs import services
-from runs.artifacts import artifact_delete
+from projects import services as project_services
+from projects.services import member_add
 from runs.models import Checkpoint, MetricPoint
 from runs.run_store import policy_dir, policy_prefix, policy_publish
-from runs.services import member_add
 from tests.conftest import api_client_for, make_user
 from tests.run_harness import tiny_model, worker_env  # noqa: F401  (a fixture)
 from tests.serving_fixtures import STEP, trained  # noqa: F401  (a fixture)
@@ -199,7 +199,7 @@ def export_server(transactional_db, tiny_model, tmp_path):  # noqa: F811
     from tests.serving_fixtures import trained_setup
 
     setup = trained_setup(tiny_model)
-    _, token = services.api_token_create(user=setup["owner"], name="export")
+    _, token = project_services.api_token_create(user=setup["owner"], name="export")
     with WebServer(worker_env(), tmp_path / "web.log") as server:
         yield setup | {"url": server.url, "token": token}
 

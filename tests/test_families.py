@@ -13,9 +13,10 @@ from inference.adapters import adapter_base, is_adapter
 from inference.decoding import tier_adapter_serve, tier_generate, tier_load
 from inference.policy import policy_load
 from inference.settings import TierSettings
+from projects import services as project_services
+from projects.demo_tasks import demo_task_sets
 from rewards import services as reward_services
 from runs import lifecycle, services
-from runs.demo_tasks import demo_task_sets
 from runs.lifecycle import RunRequest
 from runs.models import MetricPoint, Run, TierEvaluation, Trajectory
 from runs.run_store import policy_dir
@@ -68,9 +69,11 @@ def family_items() -> list[dict]:
 def family_project(model: Path) -> dict:
     owner = make_user(f"owner-{model.name}")
     project = make_project(owner, name=f"family-{model.name}")
-    task_set = services.task_set_create(project=project, name="demo", by=owner)
+    task_set = project_services.task_set_create(project=project, name="demo", by=owner)
     lines = [(json.dumps(item) + "\n").encode() for item in family_items()]
-    version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=owner).version
+    version = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=owner
+    ).version
     rule = reward_services.reward_rule_create(
         project=project, name="tests", spec={"type": "unit_tests", "name": "tests"}, by=owner
     )

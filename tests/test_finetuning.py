@@ -17,8 +17,10 @@ from django.utils import timezone
 
 from core.roles import Role
 from finetuning.models import FineTuningFile, FineTuningJob
+from projects import services as project_services
+from projects.models import TaskSet
 from runs import lifecycle, services
-from runs.models import MetricPoint, Run, TaskSet
+from runs.models import MetricPoint, Run
 
 CHAT_WITH_TOOLS = {
     "messages": [
@@ -64,7 +66,7 @@ def jsonl(*lines: dict) -> bytes:
 
 
 def openai_client(user, project_header: str | None = None, default_project=None) -> openai.OpenAI:
-    _, raw = services.api_token_create(user=user, name="openai", default_project=default_project)
+    _, raw = project_services.api_token_create(user=user, name="openai", default_project=default_project)
     transport = httpx.WSGITransport(app=get_wsgi_application())
     return openai.OpenAI(
         base_url="http://testserver/v1",
@@ -376,7 +378,7 @@ def test_a_reinforcement_grader_reads_a_lines_own_fields_and_a_bad_grader_is_ref
 
 
 def test_the_openai_project_header_chooses_among_the_callers_projects(lab):
-    other = services.project_create(name="gamma", by=lab["owner"])
+    other = project_services.project_create(name="gamma", by=lab["owner"])
     with pytest.raises(openai.BadRequestError) as ambiguous:
         lab["client"].files.list()
     assert ambiguous.value.body["param"] == "OpenAI-Project"
@@ -390,7 +392,7 @@ def test_the_openai_project_header_chooses_among_the_callers_projects(lab):
 
 
 def test_a_tokens_default_project_is_used_when_no_header_names_one(lab):
-    other = services.project_create(name="gamma", by=lab["owner"])
+    other = project_services.project_create(name="gamma", by=lab["owner"])
     with pytest.raises(openai.BadRequestError) as ambiguous:
         lab["client"].files.list()
     assert "OpenAI-Project" in ambiguous.value.body["message"]
@@ -409,9 +411,9 @@ def test_a_tokens_default_project_is_used_when_no_header_names_one(lab):
 
 
 def test_a_token_default_project_must_be_one_of_the_users(lab):
-    stranger = services.project_create(name="theirs", by=lab["viewer"])
+    stranger = project_services.project_create(name="theirs", by=lab["viewer"])
     with pytest.raises(ValidationError) as refused:
-        services.api_token_create(user=lab["owner"], name="t", default_project=stranger)
+        project_services.api_token_create(user=lab["owner"], name="t", default_project=stranger)
     assert "default_project" in refused.value.message_dict
 
 

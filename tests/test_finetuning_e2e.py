@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from finetuning.models import FineTuningJob
-from runs import services
+from projects import services as project_services
 from runs.models import MetricPoint, Run
 from tests.run_harness import (
     Host,
@@ -57,7 +57,7 @@ def stack(django_db_setup, django_db_blocker, tmp_path_factory):
 @pytest.fixture
 def live(stack, tiny_model):
     setup = demo_project(tiny_model)
-    _, token = services.api_token_create(user=setup["owner"], name="openai")
+    _, token = project_services.api_token_create(user=setup["owner"], name="openai")
     client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=token, max_retries=0)
     return setup | {"client": client, "url": stack.url, "token": token}
 

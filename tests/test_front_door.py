@@ -19,6 +19,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from core import lockout
+from projects import services as project_services
 from runs import services
 from runs.consumers import CLOSE_UNAUTHENTICATED
 from tests.conftest import make_project, make_user
@@ -129,7 +130,7 @@ def test_ten_bad_tokens_leave_valid_tokens_working_and_refuse_the_guessers_addre
     db, limits, addresses, caplog
 ):
     user = make_user(f"eve-{uuid.uuid4().hex[:6]}")
-    _, token = services.api_token_create(user=user, name="t")
+    _, token = project_services.api_token_create(user=user, name="t")
     guesser = addresses()
     client = APIClient()
     for index in range(LIMIT):
@@ -188,7 +189,7 @@ def test_the_client_address_header_counts_only_from_a_trusted_proxy(db, limits, 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_valid_token_connects_its_websocket_from_an_address_locked_for_bad_tokens(team, limits, addresses):
-    _, token = services.api_token_create(user=team["owner"], name="t")
+    _, token = project_services.api_token_create(user=team["owner"], name="t")
     where = addresses()
 
     async def connect(raw: str) -> tuple[bool, int]:
@@ -224,7 +225,7 @@ def ws_connect(path: str, headers) -> tuple[bool, int | None]:
 @pytest.mark.django_db(transaction=True)
 def test_a_script_with_a_token_and_no_origin_connects_while_a_browser_session_needs_its_origin(team, client):
     path = f"/ws/projects/{team['project'].pk}/"
-    _, token = services.api_token_create(user=team["owner"], name="script")
+    _, token = project_services.api_token_create(user=team["owner"], name="script")
     assert ws_connect(path, [(b"authorization", f"Bearer {token}".encode())])[0] is True
 
     client.force_login(team["owner"])
@@ -314,7 +315,9 @@ def test_the_metrics_need_the_operations_token_or_an_allowed_address(client, db,
     assert refused.json()["error"]["code"] == "unauthenticated"
     owner = make_user("m")
     make_project(owner)
-    user_token = {"HTTP_AUTHORIZATION": "Bearer " + services.api_token_create(user=owner, name="t")[1]}
+    user_token = {
+        "HTTP_AUTHORIZATION": "Bearer " + project_services.api_token_create(user=owner, name="t")[1]
+    }
     assert client.get("/metrics", **user_token).status_code == 401  # a user's API token is not it
     ops = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {settings.FLYWHEEL_OPS_TOKEN}")
     assert ops.status_code == 200 and "flywheel_projects 1.0" in ops.content.decode()

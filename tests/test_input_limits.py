@@ -12,8 +12,8 @@ import psutil
 import pytest
 import requests
 
-from runs import services
-from runs.models import TaskSetVersion
+from projects import services as project_services
+from projects.models import TaskSetVersion
 from tests.conftest import make_project, make_user
 from tests.run_harness import worker_env
 from tests.web_server import WebServer
@@ -95,8 +95,8 @@ def server(tmp_path_factory, django_db_setup, django_db_blocker):
 def lab(transactional_db):
     owner = make_user("owner")
     project = make_project(owner)
-    task_set = services.task_set_create(project=project, name="arith", by=owner)
-    _, token = services.api_token_create(user=owner, name="tests")
+    task_set = project_services.task_set_create(project=project, name="arith", by=owner)
+    _, token = project_services.api_token_create(user=owner, name="tests")
     return {"task_set": task_set, "auth": {"Authorization": f"Bearer {token}"}}
 
 

@@ -318,7 +318,7 @@ def test_a_runs_messages_reach_its_viewers_in_order_without_the_database(lab, mo
     message per viewer); they arrive, in order, through the direct publish path."""
     from channels import consumer as channels_consumer
 
-    from runs import events
+    from core import events
 
     run, headers = make_run(lab), headers_for(lab[Role.VIEWER])
     cleanups = []

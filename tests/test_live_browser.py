@@ -20,6 +20,7 @@ from django.test import override_settings  # noqa: E402
 from playwright.sync_api import expect  # noqa: E402
 
 from core.roles import Role  # noqa: E402
+from projects import services as project_services
 from reviews.models import Review  # noqa: E402
 from rewards import services as reward_services  # noqa: E402
 from runs import lifecycle, services  # noqa: E402
@@ -39,10 +40,12 @@ def build_run(owner, reviewer=None):
     """A project with a reviewer, a task set, a rule, a tier whose model folder exists, and a run."""
     project = make_project(owner, name="alpha")
     if reviewer is not None:
-        services.member_add(project=project, username=reviewer.username, role=Role.REVIEWER)
-    task_set = services.task_set_create(project=project, name="arith", by=owner)
+        project_services.member_add(project=project, username=reviewer.username, role=Role.REVIEWER)
+    task_set = project_services.task_set_create(project=project, name="arith", by=owner)
     lines = [(json.dumps(item) + "\n").encode() for item in ITEMS]
-    version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=owner).version
+    version = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=owner
+    ).version
     rule = reward_services.reward_rule_create(project=project, name="exact", spec=ANSWER_RULE, by=owner)
     tier = services.tier_create(project=project, by=owner, name="cap", base_model=tempfile.mkdtemp())
     request = RunRequest(

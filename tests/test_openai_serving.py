@@ -13,6 +13,7 @@ from core.roles import Role
 from inference.decoding import tier_generate, tier_prepare
 from inference.policy import policy_load
 from inference.settings import TierSettings
+from projects import services as project_services
 from runs import services
 from runs.run_store import policy_dir
 from tests.conftest import make_user
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consu
 
 
 def bearer(user) -> Client:
-    _, raw = services.api_token_create(user=user, name="openai")
+    _, raw = project_services.api_token_create(user=user, name="openai")
     return Client(headers={"Authorization": f"Bearer {raw}"})
 
 
@@ -198,7 +199,7 @@ def test_a_project_outsider_cannot_see_or_use_its_models_and_a_viewer_can(traine
         f"The model `{model}` does not exist or you do not have access to it."
     )
     viewer = make_user("viewer-oa")
-    services.member_add(project=trained["project"], username=viewer.username, role=Role.VIEWER)
+    project_services.member_add(project=trained["project"], username=viewer.username, role=Role.VIEWER)
     response = post(bearer(viewer), "/v1/completions", {"model": model, "prompt": "x", "max_tokens": 2})
     assert response.status_code == 200
 
@@ -240,7 +241,7 @@ def served(transactional_db, tiny_model, tmp_path):  # noqa: F811
     from tests.serving_fixtures import trained_setup
 
     setup = trained_setup(tiny_model)
-    _, token = services.api_token_create(user=setup["owner"], name="openai")
+    _, token = project_services.api_token_create(user=setup["owner"], name="openai")
     with WebServer(worker_env(), tmp_path / "web.log") as server:
         yield setup | {"url": f"{server.url}/v1", "token": token}
 

@@ -14,8 +14,9 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from projects.models import ApiToken, Project, TaskSetVersion
 from runs.demo import DEMO_PROJECT, demo_ensure
-from runs.models import ApiToken, Project, TaskSetVersion, Tier
+from runs.models import Tier
 from tests.conftest import api_client_for, make_project, make_user
 from webapp.stack import solo_worker_argv
 

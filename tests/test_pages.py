@@ -6,10 +6,12 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
+from core.artifacts import artifacts_storage
 from core.roles import Role
+from projects import services as project_services
+from projects.models import ApiToken, Membership, StagedImport, TaskSetVersion
 from runs import services
-from runs.artifacts import artifacts_storage
-from runs.models import ApiToken, Membership, StagedImport, TaskSetVersion, Tier
+from runs.models import Tier
 from tests.conftest import make_user
 
 ANSWERS = [{"id": f"q{i}", "prompt": f"What is {i} + {i}?", "reference": str(2 * i)} for i in range(3)]
@@ -56,12 +58,12 @@ def text(response) -> str:
 
 @pytest.fixture
 def task_set(team):
-    return services.task_set_create(project=team["project"], name="arith", by=team["owner"])
+    return project_services.task_set_create(project=team["project"], name="arith", by=team["owner"])
 
 
 @pytest.fixture
 def version(task_set):
-    report = services.task_set_import(
+    report = project_services.task_set_import(
         task_set=task_set,
         stream=[(json.dumps(item) + "\n").encode() for item in ANSWERS],
         file_format="jsonl",
@@ -320,7 +322,7 @@ def test_a_staged_import_belongs_to_its_user_and_task_set(client, team, task_set
     staged = StagedImport.objects.get()
     client.force_login(team[Role.OWNER])
     assert client.post(reverse("import-confirm", args=[task_set.pk, staged.pk])).status_code == 404
-    other = services.task_set_create(project=team["project"], name="other", by=team["owner"])
+    other = project_services.task_set_create(project=team["project"], name="other", by=team["owner"])
     client.force_login(team[Role.LAUNCHER])
     assert client.post(reverse("import-confirm", args=[other.pk, staged.pk])).status_code == 404
     assert TaskSetVersion.objects.count() == 0 and StagedImport.objects.count() == 1
@@ -338,7 +340,7 @@ def test_untrusted_text_in_an_item_renders_escaped(client, team, task_set):
         "max_steps": 2,
         "files": {"a.html": "<img src=x onerror=alert(2)>"},
     }
-    report = services.task_set_import(
+    report = project_services.task_set_import(
         task_set=task_set, stream=[json.dumps(evil).encode()], file_format="jsonl", by=team["owner"]
     )
     body = text(
@@ -353,7 +355,7 @@ def test_untrusted_text_in_an_item_renders_escaped(client, team, task_set):
 def test_the_item_browser_searches_filters_and_paginates(client, team, task_set):
     items = [{"id": f"i{n}", "prompt": f"item {n}", "reference": "r", "split": "train"} for n in range(60)]
     items.append({"id": "needle", "prompt": "find me", "reference": "r", "split": "heldout"})
-    services.task_set_import(
+    project_services.task_set_import(
         task_set=task_set,
         stream=[json.dumps(i).encode() + b"\n" for i in items],
         file_format="jsonl",
@@ -498,7 +500,7 @@ def test_a_token_gets_a_default_project_among_the_users_own(client, team):
 
 def test_a_token_is_revoked_by_its_owner_only(client, db):
     user, other = make_user("scripter"), make_user("other")
-    token, _ = services.api_token_create(user=user, name="ci")
+    token, _ = project_services.api_token_create(user=user, name="ci")
     client.force_login(other)
     assert client.post(reverse("token-revoke", args=[token.pk])).status_code == 404
     token.refresh_from_db()

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 from django.test import Client
 
-from runs.models import MetricPoint, Run, TaskItem, TrajectoryStep
+from projects.models import TaskItem
+from runs.models import MetricPoint, Run, TrajectoryStep
 from tests import run_fixtures
 from tests.run_fixtures import make_run, make_trajectory, set_status
 

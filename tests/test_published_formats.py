@@ -18,11 +18,13 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from sandbox_fixtures import bubblewrap_pool  # noqa: F401  (a fixture)
 
+from projects import selectors as project_selectors
+from projects import services as project_services
+from projects.models import TaskItem, TaskSet, TaskSetVersion
+from projects.published_formats import recognise_line
+from projects.task_format import read_jsonl, validate_item
 from rewards.engine import Sample, score
-from runs import selectors, services
-from runs.models import TaskItem, TaskSet, TaskSetVersion
-from runs.published_formats import recognise_line
-from runs.task_format import read_jsonl, validate_item
+from runs import services
 from tests.conftest import api_client_for
 
 DATA = Path(__file__).resolve().parent / "data" / "published"
@@ -80,9 +82,9 @@ def owner(team):
     return team["owner"]
 
 
-def import_file(team, name: str, **options) -> services.ImportReport:
-    task_set = services.task_set_create(project=team["project"], name=name, by=team["owner"])
-    return services.task_set_import(
+def import_file(team, name: str, **options) -> project_services.ImportReport:
+    task_set = project_services.task_set_create(project=team["project"], name=name, by=team["owner"])
+    return project_services.task_set_import(
         task_set=task_set, stream=file_bytes(name), file_format="jsonl", by=team["owner"], **options
     )
 
@@ -98,7 +100,7 @@ def test_each_published_file_imports_unchanged_with_provenance(team, name, prese
     report = import_file(team, name, preset=SOURCE[name] if preset == "forced" else "auto")
     assert report.ok, [str(error) for error in report.errors]
     assert (report.created, report.item_count, report.kind_counts) == (True, 5, {"code": 5})
-    items = selectors.grading_items_of(version=report.version)
+    items = project_selectors.grading_items_of(version=report.version)
     id_field = {
         "humaneval": "task_id",
         "mbpp": "task_id",
@@ -160,7 +162,7 @@ def test_apps_codecontests_and_livecodebench_cases_map_onto_io_tests_and_call_as
 @pytest.mark.parametrize("name", list(FILES))
 def test_canonical_solutions_score_one_and_pass_bodies_zero_in_the_sandbox(team, bubblewrap_pool, name):
     report = import_file(team, name)
-    items = selectors.grading_items_of(version=report.version)
+    items = project_selectors.grading_items_of(version=report.version)
     canonical_totals, stub_totals, stub_rates = [], [], []
     for raw, item in zip(raw_lines(name), items, strict=True):
         solution = canonical(name, raw, item)
@@ -270,9 +272,9 @@ def test_a_new_set_whose_import_fails_anyway_is_deleted_again(team, monkeypatch)
     def failing_import(**kwargs):
         raise RuntimeError("the database went away")
 
-    monkeypatch.setattr(services, "task_set_import", failing_import)
+    monkeypatch.setattr(project_services, "task_set_import", failing_import)
     with pytest.raises(RuntimeError):
-        services.task_set_create_with_import(
+        project_services.task_set_create_with_import(
             project=team["project"],
             name="he",
             by=team["owner"],
@@ -283,7 +285,7 @@ def test_a_new_set_whose_import_fails_anyway_is_deleted_again(team, monkeypatch)
 
 
 def test_rest_import_takes_a_published_file_and_a_format_parameter(team):
-    task_set = services.task_set_create(project=team["project"], name="lcb", by=team["owner"])
+    task_set = project_services.task_set_create(project=team["project"], name="lcb", by=team["owner"])
     client = api_client_for(team["launcher"])
     path = f"/api/v1/task-sets/{task_set.pk}/import"
     content = (DATA / FILES["livecodebench"]).read_bytes()
@@ -305,7 +307,7 @@ def test_rest_import_takes_a_published_file_and_a_format_parameter(team):
 
 
 def test_the_upload_page_takes_a_format(team, client):
-    task_set = services.task_set_create(project=team["project"], name="apps", by=team["owner"])
+    task_set = project_services.task_set_create(project=team["project"], name="apps", by=team["owner"])
     client.force_login(team["launcher"])
     upload = SimpleUploadedFile("apps.txt", (DATA / FILES["apps"]).read_bytes())
     preview = client.post(f"/task-sets/{task_set.pk}/import/", {"file": upload, "format": "apps"})

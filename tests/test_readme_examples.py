@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from projects import services as project_services
+from projects.published_formats import PRESETS, SIGNATURE_FIELDS, recognise_line
 from rewards import services as reward_services
 from rewards.graders.base import REGISTRY
-from runs import services
-from runs.published_formats import PRESETS, SIGNATURE_FIELDS, recognise_line
 from tests.conftest import api_client_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,7 +90,9 @@ def sample_for(kind: str) -> dict:
 @pytest.mark.parametrize(("line", "value"), TASK_LINES, ids=[line for line, _ in TASK_LINES])
 def test_each_readme_task_line_imports_and_dry_runs(team, line, value):
     client = api_client_for(team["launcher"])
-    task_set = services.task_set_create(project=team["project"], name=f"readme-{line}", by=team["owner"])
+    task_set = project_services.task_set_create(
+        project=team["project"], name=f"readme-{line}", by=team["owner"]
+    )
     upload = SimpleUploadedFile("readme.jsonl", (json.dumps(value) + "\n").encode())
     imported = client.post(f"/api/v1/task-sets/{task_set.pk}/import", {"file": upload}, format="multipart")
     assert imported.status_code == 201, (line, imported.json())

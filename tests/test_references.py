@@ -9,8 +9,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from projects import selectors as project_selectors
+from projects import services as project_services
 from rewards.references import references_verify
-from runs import services
 from tests.conftest import api_client_for, make_project, make_user
 from tests.test_code_formats import HONEST, LINES
 
@@ -80,8 +81,10 @@ def lines() -> list[bytes]:
 def version(db):
     owner = make_user("referee")
     project = make_project(owner, name="references")
-    task_set = services.task_set_create(project=project, name="refs", by=owner)
-    return services.task_set_import(task_set=task_set, stream=lines(), file_format="jsonl", by=owner).version
+    task_set = project_services.task_set_create(project=project, name="refs", by=owner)
+    return project_services.task_set_import(
+        task_set=task_set, stream=lines(), file_format="jsonl", by=owner
+    ).version
 
 
 def assert_the_broken_are_named(report: dict) -> None:
@@ -98,10 +101,11 @@ def assert_the_broken_are_named(report: dict) -> None:
 
 
 def test_references_verify_names_every_broken_reference_and_passes_the_good_ones(version):
-    from runs import selectors
 
     seen = []
-    report = references_verify(selectors.grading_items_of(version=version), progress=lambda: seen.append(1))
+    report = references_verify(
+        project_selectors.grading_items_of(version=version), progress=lambda: seen.append(1)
+    )
     assert len(seen) == len(ITEMS)
     assert_the_broken_are_named(report.to_dict())
 
@@ -131,7 +135,9 @@ def test_the_pages_button_names_the_broken_references(version):
 
 def test_importing_with_verify_references_reports_them(db):
     owner = make_user("importer")
-    task_set = services.task_set_create(project=make_project(owner, name="imports"), name="refs", by=owner)
+    task_set = project_services.task_set_create(
+        project=make_project(owner, name="imports"), name="refs", by=owner
+    )
     upload = io.BytesIO(b"".join(lines()))
     upload.name = "refs.jsonl"
     response = api_client_for(owner).post(

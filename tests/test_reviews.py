@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from projects import services as project_services
 from reviews.models import Preference, QueueItem, Review
-from runs import services
 from runs.models import Trajectory
 from tests.conftest import api_client_for
 from tests.run_fixtures import lab, make_run, make_trajectory  # noqa: F401
@@ -155,10 +155,10 @@ def test_reviewed_data_exports_as_sft_and_dpo_and_imports_as_a_task_set(lab, gro
         (prompt, "2", "3", "preference"),
         (prompt, "2", "import sys; sys.exit(0)", "labels"),
     ]
-    task_set = services.task_set_create(project=lab["project"], name="reviewed", by=lab["owner"])
+    task_set = project_services.task_set_create(project=lab["project"], name="reviewed", by=lab["owner"])
     for kind in ("sft", "dpo-task-set"):
         lines = [(json.dumps(line) + "\n").encode() for line in export(viewer, group["run"], kind)]
-        report = services.task_set_import(
+        report = project_services.task_set_import(
             task_set=task_set, stream=lines, file_format="jsonl", by=lab["owner"]
         )
         assert report.created and report.version.items.count() == len(lines)

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
+from projects import services as project_services
 from reward_models.models import RewardModel, RewardModelVersion, RunRewardModel
 from reward_models.store import model_local
 from rewards import services as reward_services
-from runs import services
 from runs.models import MetricPoint, Run
 from tests.conftest import api_client_for
 from tests.run_harness import (
@@ -45,7 +45,9 @@ def with_pairs(setup: dict) -> dict:
         items.append(data)
     lines = [(json.dumps(item) + "\n").encode() for item in items]
     task_set = setup["version"].task_set
-    result = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=setup["owner"])
+    result = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=setup["owner"]
+    )
     return setup | {"version": result.version}
 
 
@@ -56,9 +58,11 @@ def with_pairs(setup: dict) -> dict:
 def test_reward_models_over_rest_check_the_callers_role_and_name_bad_fields(team, tmp_path):
     project = team["project"]
     owner, viewer, outsider = team["owner"], team["viewer"], team["outsider"]
-    task_set = services.task_set_create(project=project, name="plain", by=owner)
+    task_set = project_services.task_set_create(project=project, name="plain", by=owner)
     line = json.dumps({"id": "a", "kind": "answer", "prompt": "2+2?", "reference": "4"}) + "\n"
-    plain = services.task_set_import(task_set=task_set, stream=[line.encode()], file_format="jsonl", by=owner)
+    plain = project_services.task_set_import(
+        task_set=task_set, stream=[line.encode()], file_format="jsonl", by=owner
+    )
 
     refused = api_client_for(viewer).post(
         "/api/v1/reward-models", {"project": project.pk, "name": "rm"}, format="json"
@@ -89,8 +93,8 @@ def test_reward_models_over_rest_check_the_callers_role_and_name_bad_fields(team
     assert "preference pairs" in no_pairs.json()["error"]["message"]
     bad_hyper = api_client_for(owner).post(train, body | {"hyperparameters": {"beta": 1}}, format="json")
     assert "hyperparameters.beta" in json.dumps(bad_hyper.json())
-    other = services.task_set_create(project=team["other_project"], name="theirs", by=outsider)
-    theirs = services.task_set_import(
+    other = project_services.task_set_create(project=team["other_project"], name="theirs", by=outsider)
+    theirs = project_services.task_set_import(
         task_set=other, stream=[line.encode()], file_format="jsonl", by=outsider
     )
     foreign = api_client_for(owner).post(train, body | {"task_set_version": theirs.version.pk}, format="json")

@@ -7,8 +7,8 @@ import os
 import pytest
 from playwright.sync_api import expect
 
+from projects import services as project_services
 from reward_models.models import RewardModel, RewardModelVersion
-from runs import services
 from tests.conftest import make_project
 from tests.test_ui_browser import browser, open_as, owner
 
@@ -25,9 +25,11 @@ def step(number: int, loss: float, heldout: float | None = None, restart: int = 
 
 def test_the_version_page_follows_a_training_live_to_its_end(owner, open_as):
     project = make_project(owner)
-    task_set = services.task_set_create(project=project, name="pairs", by=owner)
+    task_set = project_services.task_set_create(project=project, name="pairs", by=owner)
     line = b'{"id": "a", "kind": "answer", "prompt": "p", "reference": "r"}\n'
-    pairs = services.task_set_import(task_set=task_set, stream=[line], file_format="jsonl", by=owner).version
+    pairs = project_services.task_set_import(
+        task_set=task_set, stream=[line], file_format="jsonl", by=owner
+    ).version
     reward_model = RewardModel.objects.create(project=project, name="prefs")
     version = RewardModelVersion.objects.create(
         reward_model=reward_model,

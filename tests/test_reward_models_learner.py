@@ -11,7 +11,7 @@ from datasets import Dataset
 from trl import RewardConfig, RewardTrainer
 
 from inference.reward_model import RewardScorer, reward_model_load, reward_token_ids
-from runs.demo_tasks import demo_task_sets
+from projects.demo_tasks import demo_task_sets
 from tests.tiny_base import TINY
 from workers.base_model import base_model_build
 from workers.learners.common import epoch_rows

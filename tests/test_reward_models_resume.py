@@ -12,12 +12,12 @@ import signal
 import pytest
 from django.test import Client
 
+from core.artifacts import ArtifactMissingError, artifact_manifest, artifact_put
+from projects import services as project_services
+from projects.models import Membership
 from reward_models.models import RewardModel, RewardModelVersion
 from reward_models.services import reward_model_version_cancel
 from reward_models.store import checkpoint_prefix, log_path, version_dir
-from runs import services
-from runs.artifacts import ArtifactMissingError, artifact_manifest, artifact_put
-from runs.models import Membership
 from tests.conftest import api_client_for, make_user
 from tests.run_harness import Host, demo_project, tiny_model, wait_until, worker_env
 from tests.test_reward_models import trained_version, with_pairs
@@ -147,10 +147,10 @@ def test_a_host_lost_mid_training_is_requeued_by_the_watchdog_and_resumes(tiny_m
 def one_pair_reward_model(team) -> tuple:
     """A task-set version of one preference pair, and a reward model of the team's project."""
     owner, project = team["owner"], team["project"]
-    task_set = services.task_set_create(project=project, name="pairs", by=owner)
+    task_set = project_services.task_set_create(project=project, name="pairs", by=owner)
     item = {"id": "a", "kind": "answer", "prompt": "p", "reference": "r"}
     line = (json.dumps(item | {"metadata": {"chosen": "c", "rejected": "d"}}) + "\n").encode()
-    version = services.task_set_import(
+    version = project_services.task_set_import(
         task_set=task_set, stream=[line], file_format="jsonl", by=owner
     ).version
     return version, RewardModel.objects.create(project=project, name="rm")

@@ -6,9 +6,9 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
+from projects import services as project_services
 from rewards import services as reward_services
 from rewards.models import RewardRule, RewardRuleVersion
-from runs import services
 from tests.conftest import api_client_for
 from tests.test_api_schema import assert_matches_schema
 
@@ -108,7 +108,7 @@ def test_an_outsider_sees_no_rule_of_the_project(team, rule):
 def test_rules_are_listed_newest_first_and_filtered_by_project(team, rule):
     client = api_client_for(team["owner"])
     create(client, team["project"], name="second")
-    services.member_add(project=team["other_project"], username="owner", role="viewer")
+    project_services.member_add(project=team["other_project"], username="owner", role="viewer")
     reward_services.reward_rule_create(
         project=team["other_project"], name="theirs", spec=EXACT, by=team["outsider"]
     )
@@ -312,8 +312,8 @@ def test_a_dry_run_scores_an_older_version_when_asked(team, rule):
 
 
 def test_a_dry_run_picks_items_from_a_task_set_version(team, rule):
-    task_set = services.task_set_create(project=team["project"], name="arith", by=team["owner"])
-    report = services.task_set_import(
+    task_set = project_services.task_set_create(project=team["project"], name="arith", by=team["owner"])
+    report = project_services.task_set_import(
         task_set=task_set,
         stream=[(json.dumps(item) + "\n").encode() for item in ITEMS],
         file_format="jsonl",

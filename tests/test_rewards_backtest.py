@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
+from projects import services as project_services
 from rewards import backtest
 from rewards import services as reward_services
 from rewards.models import RewardRule
@@ -49,9 +50,11 @@ T0 = timezone.now() - timedelta(days=1)
 def world(team):
     """The team's project with a task set, a rule whose v1 scored a run and whose v2 is looser."""
     owner = team["owner"]
-    task_set = services.task_set_create(project=team["project"], name="capitals", by=owner)
+    task_set = project_services.task_set_create(project=team["project"], name="capitals", by=owner)
     lines = [(json.dumps(item) + "\n").encode() for item in ITEMS]
-    version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=owner).version
+    version = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=owner
+    ).version
     rule = reward_services.reward_rule_create(project=team["project"], name="capital", spec=EXACT, by=owner)
     reward_services.reward_rule_update(rule=rule, by=owner, spec=LOOSE_MINUS_STEPS, note="looser")
     tier = services.tier_create(project=team["project"], by=owner, name="cap", base_model="org/model")
@@ -197,9 +200,11 @@ def test_new_hacking_flags_and_ungradeable_trajectories_are_reported(world):
 
 
 def test_a_run_of_another_project_is_refused(world, run):
-    other_set = services.task_set_create(project=world["other_project"], name="x", by=world["outsider"])
+    other_set = project_services.task_set_create(
+        project=world["other_project"], name="x", by=world["outsider"]
+    )
     lines = [(json.dumps(ITEMS[0]) + "\n").encode()]
-    other_version = services.task_set_import(
+    other_version = project_services.task_set_import(
         task_set=other_set, stream=lines, file_format="jsonl", by=world["outsider"]
     ).version
     foreign = make_run(world, project=world["other_project"], task_set_version=other_version)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
+from projects import services as project_services
 from rewards import services as reward_services
 from rewards.models import RewardRule, RewardRuleVersion
-from runs import services
 from tests.conftest import make_project, make_user
 
 EXACT = {
@@ -227,8 +227,8 @@ def test_the_dry_run_page_shows_each_total(client, team, rule):
 
 
 def test_the_dry_run_page_picks_items_from_a_task_set(client, team, rule):
-    task_set = services.task_set_create(project=team["project"], name="arith", by=team["owner"])
-    version = services.task_set_import(
+    task_set = project_services.task_set_create(project=team["project"], name="arith", by=team["owner"])
+    version = project_services.task_set_import(
         task_set=task_set, stream=[(json.dumps(ITEM) + "\n").encode()], file_format="jsonl", by=team["owner"]
     ).version
     client.force_login(team["owner"])

@@ -2,7 +2,7 @@
 × an anonymous caller. A role allows the same actions in pages and REST (core/roles.py);
 websockets are covered by tests/test_websockets.py.
 
-Every URL of runs, rewards, reviews, traces, webhooks, evaluations (pages and api_urls) and
+Every URL of projects, runs, rewards, reviews, traces, webhooks, evaluations (pages and api_urls) and
 finetuning (OpenAI's fine-tuning API) must have a row here: a new route without one fails
 `test_every_route_is_in_the_matrix`.
 """
@@ -23,13 +23,16 @@ from evaluations import urls as evaluation_urls
 from finetuning import urls as fine_tuning_urls
 from ops import api_urls as ops_api_urls
 from ops import urls as ops_urls
+from projects import api_urls as project_api_urls
+from projects import services as project_services
+from projects import urls as project_urls
+from projects.models import StagedImport
 from reviews import api_urls as review_api_urls
 from reviews import urls as review_urls
 from rewards import api_urls as reward_api_urls
 from rewards import services as reward_services
 from rewards import urls as reward_urls
 from runs import api_urls, services, urls
-from runs.models import StagedImport
 from tests.conftest import api_client_for, make_user
 from traces import api_urls as trace_api_urls
 from traces import urls as trace_urls
@@ -860,6 +863,8 @@ def route_names(module) -> set[str]:
 
 def test_every_route_is_in_the_matrix():
     covered = {case.name for case in CASES}
+    assert sorted(route_names(project_api_urls) - covered) == []
+    assert sorted(route_names(project_urls) - covered) == []
     assert sorted(route_names(api_urls) - covered) == []
     assert sorted(route_names(urls) - covered) == []
     assert sorted(route_names(reward_api_urls) - covered) == []
@@ -881,8 +886,8 @@ def test_every_route_is_in_the_matrix():
 def world(team):
     """The team's project with one of everything, acted on by `actor`."""
     owner = team[Role.OWNER]
-    task_set = services.task_set_create(project=team["project"], name="set", by=owner)
-    report = services.task_set_import(
+    task_set = project_services.task_set_create(project=team["project"], name="set", by=owner)
+    report = project_services.task_set_import(
         task_set=task_set, stream=[(json.dumps(ITEM) + "\n").encode()], file_format="jsonl", by=owner
     )
     tier = services.tier_create(project=team["project"], by=owner, name="cap", base_model="org/model")
@@ -914,7 +919,7 @@ def expected(case: Case, role: str) -> str:
 def call(case: Case, world: dict, role: str):
     actor = None if role == "anonymous" else world[role]
     owner_of_things = actor or world[Role.OWNER]
-    world["own_token"], _ = services.api_token_create(user=owner_of_things, name="own")
+    world["own_token"], _ = project_services.api_token_create(user=owner_of_things, name="own")
     world["staged"] = StagedImport.objects.create(
         task_set=world["task_set"],
         user=owner_of_things,

@@ -8,6 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from projects import services as project_services
 from runs.models import Checkpoint, HeldOutResult, MetricPoint, Run, Trajectory
 from runs.outcomes import METRIC, heldout_scores, paired_compare
 from tests.conftest import api_client_for
@@ -75,7 +76,6 @@ def assert_finished_with_its_outcome(run: Run, steps: int, *, heldout: int) -> N
 
 def with_preference_pairs(setup: dict) -> dict:
     """The demo items as DPO wants them: the reference solution chosen over an off-by-one one."""
-    from runs import services
 
     items = []
     for item in setup["version"].items.order_by("position"):
@@ -88,7 +88,9 @@ def with_preference_pairs(setup: dict) -> dict:
         items.append(data)
     lines = [(json.dumps(item) + "\n").encode() for item in items]
     task_set = setup["version"].task_set
-    result = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=setup["owner"])
+    result = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=setup["owner"]
+    )
     return setup | {"version": result.version}
 
 

@@ -6,6 +6,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from core.exceptions import StateError
+from projects import services as project_services
 from rewards import services as reward_services
 from runs import lifecycle, services
 from runs.lifecycle import RunRequest
@@ -28,10 +29,12 @@ def setup(db, tmp_path, settings):
     settings.FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS = 1
     owner = make_user("launcher-1")
     project = make_project(owner)
-    task_set = services.task_set_create(project=project, name="arith", by=owner)
+    task_set = project_services.task_set_create(project=project, name="arith", by=owner)
     items = [{"id": f"q{i}", "prompt": f"{i}+{i}?", "reference": str(2 * i)} for i in range(40)]
     lines = [(json.dumps(item) + "\n").encode() for item in items]
-    version = services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=owner).version
+    version = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=owner
+    ).version
     rule = reward_services.reward_rule_create(project=project, name="exact", spec=ANSWER_RULE, by=owner)
     model_dir = tmp_path / "model"
     model_dir.mkdir()

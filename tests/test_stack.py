@@ -17,6 +17,7 @@ import pytest
 from redis import Redis
 from redis.exceptions import AuthenticationError
 
+from projects import services as project_services
 from tests.run_harness import wait_until
 from webapp import stack
 from webapp.embedded_redis import redis_ping
@@ -171,7 +172,6 @@ def test_a_websocket_opened_while_redis_is_down_is_refused_with_the_code_open_on
     from asgiref.sync import async_to_sync
     from channels.testing import WebsocketCommunicator
 
-    from runs import services
     from runs.consumers import CLOSE_TRY_AGAIN_LATER
     from tests.test_run_recovery import start_redis
     from webapp.asgi import application
@@ -183,7 +183,7 @@ def test_a_websocket_opened_while_redis_is_down_is_refused_with_the_code_open_on
     settings.CHANNEL_LAYERS = {
         "default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer", "CONFIG": {"hosts": [url]}}
     }
-    _, token = services.api_token_create(user=team["owner"], name="ws")
+    _, token = project_services.api_token_create(user=team["owner"], name="ws")
     path = f"/ws/projects/{team['project'].pk}/"
 
     def socket() -> WebsocketCommunicator:
@@ -257,7 +257,7 @@ def test_make_up_sees_a_busy_starting_service_progress_and_a_stopped_one_stall(t
 def test_stored_artifacts_and_their_cached_copies_are_for_their_owner_only(tmp_path, db):
     import uuid
 
-    from runs.artifacts import artifact_delete, artifact_get, artifact_put
+    from core.artifacts import artifact_delete, artifact_get, artifact_put
 
     local = tmp_path / "policy"
     local.mkdir()

@@ -1,6 +1,7 @@
 # The fixtures imported from sandbox_fixtures are test parameters here, not redefinitions:
 # ruff: noqa: F811
-"""The stub check at import (runs/stub_checks.py): each code item's tests run against a stub of the
+"""The stub check at import (projects/stub_checks.py queues it, rewards/stub_checks.py runs it): each
+code item's tests run against a stub of the
 solution after the version commits; the tests a stub passes are stored with the item, shown on the
 version page, in REST and by `verify`, and the graders take them from there. Real sandboxes
 (bubblewrap), the real database; the Celery task's body is called as a worker would."""
@@ -14,10 +15,12 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from sandbox_fixtures import bubblewrap_pool  # noqa: F401  (a fixture)
 
+from projects import services as project_services
+from projects import stub_checks
+from projects.models import TaskItem, TaskSetVersion
+from rewards import stub_checks as stub_check_runs
 from rewards.engine import Sample, score
 from rewards.graders import sandboxed
-from runs import services, stub_checks
-from runs.models import TaskItem, TaskSetVersion
 from tests.conftest import api_client_for
 
 PARTIAL = {"type": "unit_tests", "name": "tests", "score": "pass_rate"}
@@ -47,10 +50,10 @@ NOOP_WARNING = "line 4 (noop): a stub passes every test, so this item can only e
 
 @pytest.fixture
 def version(team, django_capture_on_commit_callbacks) -> TaskSetVersion:
-    task_set = services.task_set_create(project=team["project"], name="code", by=team["owner"])
-    with mock.patch("runs.stub_checks.enqueue_check") as delay:
+    task_set = project_services.task_set_create(project=team["project"], name="code", by=team["owner"])
+    with mock.patch("projects.stub_checks.enqueue_check") as delay:
         with django_capture_on_commit_callbacks(execute=True):
-            report = services.task_set_import(
+            report = project_services.task_set_import(
                 task_set=task_set, stream=io.BytesIO(FILE.encode()), file_format="jsonl", by=team["owner"]
             )
     assert report.ok and report.created
@@ -71,7 +74,7 @@ def test_the_check_stores_what_a_stub_passes_and_warns_by_line_about_items_a_stu
     version, bubblewrap_pool
 ):
     done: list[int] = []
-    warnings = stub_checks.version_stub_check_run(
+    warnings = stub_check_runs.version_stub_check_run(
         version_id=version.pk, pool=bubblewrap_pool, progress=done.append
     )
     assert [str(warning) for warning in warnings] == [NOOP_WARNING]
@@ -92,13 +95,13 @@ def test_the_check_stores_what_a_stub_passes_and_warns_by_line_about_items_a_stu
     assert version.stub_check_warnings == [{"item": "noop", "line": 4, "message": NOOP_WARNING}]
 
     # A redelivery finds every item checked and runs no sandbox.
-    with mock.patch.object(stub_checks, "stub_check") as again:
-        stub_checks.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
+    with mock.patch.object(stub_check_runs, "stub_check") as again:
+        stub_check_runs.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
     again.assert_not_called()
 
 
 def test_graders_take_the_stored_result_instead_of_running_stubs(version, bubblewrap_pool):
-    stub_checks.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
+    stub_check_runs.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
     item = TaskItem.objects.get(external_id="double").grading_dict()
     nothing = Sample(files={"solution.py": "def double(x):\n    pass\n"})
     with mock.patch.object(sandboxed, "stub_run") as stub_run:
@@ -130,7 +133,7 @@ def test_rest_and_the_version_page_show_the_check_and_the_tests_without_credit(
         "warnings": [],
         "note": "no credit: a stub passes this test",
     }
-    stub_checks.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
+    stub_check_runs.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
     check = client.get(url).json()["stub_check"]
     assert (check["status"], check["done"], check["items_with_no_credit_tests"]) == ("done", 2, 2)
     assert check["warnings"] == [{"item": "noop", "line": 4, "message": NOOP_WARNING}]
@@ -174,7 +177,7 @@ def test_import_tasks_runs_the_check_with_a_progress_bar_and_warns_by_line(team,
     out, err = io.StringIO(), io.StringIO()
     with (
         mock.patch("sandboxes.services.sandbox_pool", return_value=bubblewrap_pool),
-        mock.patch("runs.stub_checks.enqueue_check") as delay,
+        mock.patch("projects.stub_checks.enqueue_check") as delay,
     ):
         call_command("import_tasks", "alpha", "fresh", str(path), user="owner", stdout=out, stderr=err)
     delay.assert_not_called()  # run here, not queued
@@ -185,9 +188,9 @@ def test_import_tasks_runs_the_check_with_a_progress_bar_and_warns_by_line(team,
 
 
 def test_a_file_upload_for_the_check_counts_only_code_items(team, django_capture_on_commit_callbacks):
-    task_set = services.task_set_create(project=team["project"], name="answers", by=team["owner"])
+    task_set = project_services.task_set_create(project=team["project"], name="answers", by=team["owner"])
     upload = SimpleUploadedFile("a.jsonl", (json.dumps(ANSWER) + "\n").encode())
-    with mock.patch("runs.stub_checks.enqueue_check") as delay:
+    with mock.patch("projects.stub_checks.enqueue_check") as delay:
         with django_capture_on_commit_callbacks(execute=True):
             response = api_client_for(team["owner"]).post(
                 f"/api/v1/task-sets/{task_set.pk}/import", {"file": upload}, format="multipart"
@@ -215,7 +218,7 @@ def test_the_dry_run_page_shows_the_tests_without_credit_from_the_stored_check(
 ):
     from rewards import services as reward_services
 
-    stub_checks.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
+    stub_check_runs.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
     rule = reward_services.reward_rule_create(
         project=team["project"], name="tests", spec=PARTIAL, by=team["owner"]
     )
@@ -255,9 +258,9 @@ class BrokenPool:
 def test_a_sandbox_that_fails_leaves_its_item_unchecked_for_the_graders_and_a_later_run(
     version, bubblewrap_pool
 ):
-    assert stub_checks.version_stub_check_run(version_id=version.pk, pool=BrokenPool()) == []
+    assert stub_check_runs.version_stub_check_run(version_id=version.pk, pool=BrokenPool()) == []
     assert list(version.items.filter(kind="code").values_list("stub_check", flat=True)) == [None, None]
-    stub_checks.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
+    stub_check_runs.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
     assert version.items.filter(kind="code", stub_check__isnull=True).count() == 0
 
 
@@ -291,14 +294,14 @@ def test_a_real_eval_worker_runs_the_check_after_a_rest_import_commits():
 
 
 def test_a_resplit_reuses_the_checks_of_the_same_items_without_a_sandbox(team, version, bubblewrap_pool):
-    stub_checks.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
-    with mock.patch("runs.stub_checks.enqueue_check"):
-        again = services.task_set_resplit(
+    stub_check_runs.version_stub_check_run(version_id=version.pk, pool=bubblewrap_pool)
+    with mock.patch("projects.stub_checks.enqueue_check"):
+        again = project_services.task_set_resplit(
             version=version, by=team["owner"], split_seed=9, heldout_fraction=0.5
         )
     assert again.created and again.version.stub_check_status == "queued"
-    with mock.patch.object(stub_checks, "stub_check") as sandboxed_check:
-        warnings = stub_checks.version_stub_check_run(version_id=again.version.pk, pool=bubblewrap_pool)
+    with mock.patch.object(stub_check_runs, "stub_check") as sandboxed_check:
+        warnings = stub_check_runs.version_stub_check_run(version_id=again.version.pk, pool=bubblewrap_pool)
     sandboxed_check.assert_not_called()
     assert [warning.item for warning in warnings] == ["noop"]
     assert TaskItem.objects.get(version=again.version, external_id="double").no_credit_tests == [
@@ -348,10 +351,10 @@ def test_a_broker_that_is_down_never_fails_an_import_and_the_tick_sends_the_chec
 
     from kombu.exceptions import OperationalError
 
-    task_set = services.task_set_create(project=team["project"], name="offline", by=team["owner"])
+    task_set = project_services.task_set_create(project=team["project"], name="offline", by=team["owner"])
     refused = mock.patch.object(stub_checks.current_app, "send_task", side_effect=OperationalError("down"))
     with refused, django_capture_on_commit_callbacks(execute=True):
-        report = services.task_set_import(
+        report = project_services.task_set_import(
             task_set=task_set, stream=io.BytesIO(FILE.encode()), file_format="jsonl", by=team["owner"]
         )
     assert report.ok and report.created  # committed, not failed: `make up` seeds the demo before Redis

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
+from projects import services as project_services
+from projects.models import TaskItem, TaskSetVersion
 from runs import services
-from runs.models import TaskItem, TaskSetVersion
 from tests.conftest import make_project, make_user
 
 
@@ -37,11 +38,11 @@ AGENT = {
 def task_set(db):
     user = make_user("importer")
     project = make_project(user)
-    return services.task_set_create(project=project, name="arith", by=user)
+    return project_services.task_set_create(project=project, name="arith", by=user)
 
 
 def do_import(task_set, lines, **kwargs):
-    return services.task_set_import(
+    return project_services.task_set_import(
         task_set=task_set,
         stream=lines,
         file_format=kwargs.pop("file_format", "jsonl"),
@@ -84,10 +85,10 @@ def test_reimporting_identical_content_creates_no_new_version(task_set):
 
 def test_export_round_trips_exactly(task_set):
     first = do_import(task_set, jsonl(*ANSWERS, CODE, AGENT))
-    exported = "".join(services.task_set_export_lines(version=first.version))
+    exported = "".join(project_services.task_set_export_lines(version=first.version))
     again = do_import(task_set, [line.encode() + b"\n" for line in exported.splitlines()])
     assert not again.created and again.version.pk == first.version.pk
-    assert "".join(services.task_set_export_lines(version=again.version)) == exported
+    assert "".join(project_services.task_set_export_lines(version=again.version)) == exported
 
 
 def test_the_split_is_seeded_and_stable_per_item(task_set):
@@ -98,7 +99,7 @@ def test_the_split_is_seeded_and_stable_per_item(task_set):
     sub_splits = dict(TaskItem.objects.filter(version=subset.version).values_list("external_id", "split"))
     assert all(sub_splits[key] == splits[key] for key in sub_splits)
     assert 30 <= report.split_counts["heldout"] <= 70
-    resplit = services.task_set_resplit(
+    resplit = project_services.task_set_resplit(
         version=report.version, by=task_set.created_by, split_seed=8, heldout_fraction=0.25
     )
     assert resplit.created and resplit.version.split_seed == 8
@@ -199,11 +200,11 @@ def test_another_users_read_is_answered_promptly_while_a_large_import_writes():
 
     from django.db import connection
 
-    from runs.models import ApiToken
+    from projects.models import ApiToken
     from tests.conftest import api_client_for
 
     importer = make_user("importer")
-    task_set = services.task_set_create(project=make_project(importer), name="big", by=importer)
+    task_set = project_services.task_set_create(project=make_project(importer), name="big", by=importer)
     reader = make_user("reader")
     make_project(reader, name="theirs")
     client = api_client_for(reader)
@@ -212,7 +213,7 @@ def test_another_users_read_is_answered_promptly_while_a_large_import_writes():
 
     def run_import() -> None:
         try:
-            services.task_set_import(
+            project_services.task_set_import(
                 task_set=task_set, stream=many_answers(100_000), file_format="jsonl", by=importer
             )
         finally:
@@ -243,8 +244,8 @@ def test_another_users_read_is_answered_promptly_while_a_large_import_writes():
 @pytest.mark.django_db(transaction=True)
 def test_a_large_import_that_fails_on_its_last_line_leaves_nothing():
     importer = make_user("importer")
-    task_set = services.task_set_create(project=make_project(importer), name="big", by=importer)
-    report = services.task_set_import(
+    task_set = project_services.task_set_create(project=make_project(importer), name="big", by=importer)
+    report = project_services.task_set_import(
         task_set=task_set, stream=many_answers(20_000, broken_last=True), file_format="jsonl", by=importer
     )
     assert not report.ok and report.errors[0].line == 20_000
@@ -274,7 +275,7 @@ def test_the_draft_of_an_import_that_died_is_swept(task_set):
         content_hash="",
         item_count=0,
     )
-    assert services.task_set_drafts_sweep() == 1
+    assert project_services.task_set_drafts_sweep() == 1
     assert list(TaskSetVersion.all_objects.values_list("pk", flat=True)) == [alive.pk]
     assert not TaskItem.objects.filter(version=draft).exists()
     assert not TaskSetVersion.objects.exists()  # a draft is never a version anyone sees

@@ -9,7 +9,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 
-from runs.models import TaskItem, TaskSet, TaskSetVersion
+from projects.models import TaskItem, TaskSet, TaskSetVersion
 from tests.conftest import api_client_for
 
 GOOD = [{"id": f"q{i}", "prompt": f"What is {i} + {i}?", "reference": str(2 * i)} for i in range(3)]

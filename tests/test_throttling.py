@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from core import outage
 from core.throttling import RedisRateThrottle
-from runs import services
+from projects import services as project_services
 from tests.conftest import make_user
 
 
@@ -26,7 +26,9 @@ def rate(monkeypatch):
         keys.append(RedisRateThrottle.budget_key(user.pk, per))
         cache.delete(keys[-1])  # Redis outlives the test database and its reused ids
         client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {services.api_token_create(user=user, name='t')[1]}")
+        client.credentials(
+            HTTP_AUTHORIZATION=f"Bearer {project_services.api_token_create(user=user, name='t')[1]}"
+        )
         return client
 
     yield caller

@@ -15,6 +15,7 @@ from inference.generation import generate
 from inference.judge import tier_judge
 from inference.policy import policy_load
 from inference.settings import TierSettings
+from projects import services as project_services
 from runs import services
 from runs.models import TierEvaluation
 from tests.conftest import api_client_for
@@ -212,9 +213,9 @@ def test_pareto_front_keeps_the_undominated_tiers():
 
 def answer_task_set(team):
     owner = team[Role.OWNER]
-    task_set = services.task_set_create(project=team["project"], name="answers", by=owner)
+    task_set = project_services.task_set_create(project=team["project"], name="answers", by=owner)
     lines = [json.dumps({"id": f"q{i}", "prompt": f"Say {i}", "reference": str(i)}) + "\n" for i in range(3)]
-    report = services.task_set_import(
+    report = project_services.task_set_import(
         task_set=task_set,
         stream=[line.encode() for line in lines],
         file_format="jsonl",

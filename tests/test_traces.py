@@ -3,9 +3,9 @@ traces, promotion to task-set versions with provenance, and the traces pages."""
 
 import pytest
 
+from projects.models import TaskSetVersion
 from reviews.models import QueueItem, Review
 from runs import lifecycle, services
-from runs.models import TaskSetVersion
 from tests.conftest import api_client_for
 from tests.test_api_schema import assert_matches_schema, schema  # noqa: F401
 from traces.models import Trace

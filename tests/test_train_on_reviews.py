@@ -8,10 +8,12 @@ import json
 
 import pytest
 
+from projects import services as project_services
+from projects.models import TaskSetVersion
 from reviews.models import Preference, Review, ReviewTraining
-from runs import lifecycle, outcomes, services
+from runs import lifecycle, outcomes
 from runs.lifecycle import RunRequest
-from runs.models import Checkpoint, HeldOutResult, Run, TaskSetVersion, Trajectory
+from runs.models import Checkpoint, HeldOutResult, Run, Trajectory
 from tests.conftest import api_client_for
 from tests.run_fixtures import lab, make_run, set_status  # noqa: F401
 from tests.test_api_schema import assert_matches_schema, schema  # noqa: F401
@@ -129,9 +131,11 @@ def test_the_sft_export_skips_a_repeated_completion_and_keeps_provenance_under_i
 
 
 def import_lines(lab, name, lines) -> TaskSetVersion:
-    task_set = services.task_set_create(project=lab["project"], name=name, by=lab["owner"])
+    task_set = project_services.task_set_create(project=lab["project"], name=name, by=lab["owner"])
     stream = [(json.dumps(line) + "\n").encode() for line in lines]
-    report = services.task_set_import(task_set=task_set, stream=stream, file_format="jsonl", by=lab["owner"])
+    report = project_services.task_set_import(
+        task_set=task_set, stream=stream, file_format="jsonl", by=lab["owner"]
+    )
     assert report.ok, report.errors
     return report.version
 

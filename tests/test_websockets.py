@@ -7,7 +7,7 @@ from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 
 from core.roles import Role
-from runs import services
+from projects import services as project_services
 from runs.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from webapp.asgi import application
 
@@ -16,7 +16,7 @@ ORIGIN = (b"origin", b"http://127.0.0.1")
 
 
 def headers_for(user) -> list[tuple[bytes, bytes]]:
-    _, raw = services.api_token_create(user=user, name="ws")
+    _, raw = project_services.api_token_create(user=user, name="ws")
     return [ORIGIN, (b"authorization", f"Bearer {raw}".encode())]
 
 
@@ -49,8 +49,8 @@ def test_a_user_of_another_project_is_refused_as_not_found(team):
 
 
 def test_an_anonymous_or_revoked_client_is_refused(team):
-    token, raw = services.api_token_create(user=team[Role.OWNER], name="old")
-    services.api_token_revoke(token=token)
+    token, raw = project_services.api_token_create(user=team[Role.OWNER], name="old")
+    project_services.api_token_revoke(token=token)
 
     async def scenario(headers):
         return await connect(f"/ws/projects/{team['project'].pk}/", headers)
@@ -63,7 +63,7 @@ def test_an_anonymous_or_revoked_client_is_refused(team):
 def test_an_import_is_announced_to_watchers_after_it_commits(team):
     project, viewer = team["project"], team[Role.VIEWER]
     headers = headers_for(viewer)
-    task_set = services.task_set_create(project=project, name="live", by=team[Role.OWNER])
+    task_set = project_services.task_set_create(project=project, name="live", by=team[Role.OWNER])
     lines = [(json.dumps({"id": "a", "prompt": "p", "reference": "r"}) + "\n").encode()]
 
     async def scenario():
@@ -71,7 +71,7 @@ def test_an_import_is_announced_to_watchers_after_it_commits(team):
         assert connected
         from channels.db import database_sync_to_async
 
-        await database_sync_to_async(services.task_set_import)(
+        await database_sync_to_async(project_services.task_set_import)(
             task_set=task_set, stream=lines, file_format="jsonl", by=team[Role.OWNER]
         )
         message = await communicator.receive_json_from(timeout=5)

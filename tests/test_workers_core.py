@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from inference.generation import generate
 from inference.policy import policy_load
 from inference.settings import SamplingParams
-from runs.demo_tasks import demo_task_sets
+from projects.demo_tasks import demo_task_sets
 from tests.tiny_base import TINY
 from workers.base_model import base_model_build
 from workers.learners import grpo

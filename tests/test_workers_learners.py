@@ -15,7 +15,7 @@ import torch
 from django.core.management import CommandError, call_command
 
 from inference.policy import policy_load
-from runs import demo_tasks
+from projects import demo_tasks
 from workers.base_model import BaseModelConfig, base_model_build
 from workers.evaluation import pass_rates
 from workers.learners.common import completion_logprobs, epoch_rows, text_batch

@@ -19,7 +19,7 @@ import torch
 from django.conf import settings
 from safetensors.torch import load_file
 
-from runs.demo_tasks import demo_task_sets
+from projects.demo_tasks import demo_task_sets
 from tests.tiny_base import TINY
 from workers.base_model import base_model_build
 from workers.learners.common import COMPLETE_MARKER

@@ -11,7 +11,7 @@ from core.api import idempotent
 from core.roles import Permission
 from core.schema import NO_CONTENT
 from core.views import ApiView
-from runs import selectors as run_selectors
+from projects import selectors as project_selectors
 from traces import ingest, selectors, services
 from traces import serializers as s
 
@@ -38,7 +38,7 @@ class TraceListView(ApiView):
     @idempotent
     def post(self, request: Request) -> Response:
         data = self.validated(s.TraceBatchInputSerializer)
-        project = run_selectors.project_for(
+        project = project_selectors.project_for(
             user=request.user, project_id=data["project"], permission=Permission.EDIT
         )
         result = ingest.traces_ingest(project=project, reports=data["traces"])
@@ -76,7 +76,7 @@ class TracePromoteView(ApiView):
     @idempotent
     def post(self, request: Request) -> Response:
         data = self.validated(s.TracePromoteInputSerializer)
-        project = run_selectors.project_for(
+        project = project_selectors.project_for(
             user=request.user, project_id=data["project"], permission=Permission.EDIT
         )
         traces = project.traces.prefetch_related("reviews").order_by("pk")

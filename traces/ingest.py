@@ -13,7 +13,8 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from runs.models import Project, Tier
+from projects.models import Project
+from runs.models import Tier
 from traces.models import Trace
 
 # Report fields and the Trace columns they fill; feedback's are nested in the report.

@@ -10,7 +10,8 @@ later arrives as another report of the same trace.
 from django.db import models
 from django.utils import timezone
 
-from runs.models import Project, Tier
+from projects.models import Project
+from runs.models import Tier
 
 
 class Trace(models.Model):

@@ -10,7 +10,7 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from core.roles import Permission
-from runs import selectors
+from projects import selectors as project_selectors
 from traces.models import Trace
 
 FILTERS = (
@@ -32,14 +32,14 @@ META_KEY = re.compile(r"[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*")
 
 
 def traces_for(*, user: AbstractBaseUser) -> QuerySet[Trace]:
-    return Trace.objects.filter(project_id__in=selectors.visible_project_ids(user=user))
+    return Trace.objects.filter(project_id__in=project_selectors.visible_project_ids(user=user))
 
 
 def trace_for(*, user: AbstractBaseUser, trace_id: int, permission: str = Permission.VIEW) -> Trace:
     trace = Trace.objects.select_related("project", "tier").filter(pk=trace_id).first()
     if trace is None:
         raise Http404("no such trace")
-    selectors.require(user=user, project_id=trace.project_id, permission=permission)
+    project_selectors.require(user=user, project_id=trace.project_id, permission=permission)
     return trace
 
 

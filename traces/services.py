@@ -26,8 +26,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from runs import services as run_services
-from runs.models import Project, TaskSet, TaskSetVersion
+from projects import services as project_services
+from projects.models import Project, TaskSet, TaskSetVersion
 from traces.models import Trace
 
 PROMOTE_MAX = 10_000
@@ -153,12 +153,14 @@ def traces_promote(
         )
     if task_set is None:
         name = task_set_name.strip() or "traces"
-        task_set = TaskSet.objects.filter(project=project, name=name).first() or run_services.task_set_create(
+        task_set = TaskSet.objects.filter(
+            project=project, name=name
+        ).first() or project_services.task_set_create(
             project=project, name=name, by=by, description="Promoted from production traces"
         )
     kept = _latest_lines(task_set, {item["id"] for item in items})
     counts["kept_items"] = len(kept)
-    report = run_services.task_set_import(
+    report = project_services.task_set_import(
         task_set=task_set,
         stream=[(json.dumps(line, ensure_ascii=False) + "\n").encode() for line in kept + items],
         file_format="jsonl",

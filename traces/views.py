@@ -13,8 +13,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from core.roles import Permission, role_allows
-from runs import selectors as run_selectors
-from runs.views import _access
+from projects import selectors as project_selectors
+from projects.selectors import page_access
 from traces import selectors, services
 from traces.serializers import TraceFilterSerializer
 
@@ -46,13 +46,13 @@ def _filters(data) -> tuple[dict, dict, list[str]]:
 @login_required
 @require_GET
 def trace_list(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = run_selectors.project_for(user=request.user, project_id=project_id)
+    project = project_selectors.project_for(user=request.user, project_id=project_id)
     filters, raw, problems = _filters(request.GET)
     traces = selectors.traces_filtered(
         project.traces.select_related("tier").prefetch_related("reviews").order_by("-created_at", "-pk"),
         **filters,
     )
-    access = _access(request.user, project)
+    access = page_access(user=request.user, project=project)
     context = access | {
         "page": Paginator(traces, TRACES_PER_PAGE).get_page(request.GET.get("page")),
         "raw": raw,
@@ -73,7 +73,9 @@ def trace_list(request: HttpRequest, project_id: int) -> HttpResponse:
 @require_POST
 def trace_promote(request: HttpRequest, project_id: int) -> HttpResponse:
     """The selected traces (or every one the filters match) to a new task-set version."""
-    project = run_selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
+    project = project_selectors.project_for(
+        user=request.user, project_id=project_id, permission=Permission.EDIT
+    )
     traces = project.traces.prefetch_related("reviews").order_by("pk")
     if request.POST.get("scope") == "matching":
         filters, _, problems = _filters(request.POST)
@@ -116,7 +118,7 @@ def trace_promote(request: HttpRequest, project_id: int) -> HttpResponse:
 @require_GET
 def trace_detail(request: HttpRequest, trace_id: int) -> HttpResponse:
     trace = selectors.trace_for(user=request.user, trace_id=trace_id)
-    access = _access(request.user, trace.project)
+    access = page_access(user=request.user, project=trace.project)
     reviews = list(trace.reviews.select_related("reviewer").order_by("pk"))
     queue = request.GET.get("queue", "")
     context = access | {

@@ -18,9 +18,9 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from core.limits import BodyLimitMiddleware  # noqa: E402
 from core.ws_auth import OriginValidatorUnlessBearer, SessionOrTokenAuthMiddleware  # noqa: E402
+from projects.selectors import user_for_token  # noqa: E402
 from runs.consumers import OutageGuard  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
-from runs.selectors import user_for_token  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

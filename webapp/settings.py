@@ -95,6 +95,7 @@ INSTALLED_APPS = [
     "channels",
     "core",
     "webapp",
+    "projects",
     "runs",
     "rewards",
     "reviews",
@@ -270,7 +271,7 @@ CACHES = {
 # Redis pub/sub: a group message is published once and each web process fans it out to its own
 # viewers (the list-based layer stored a copy per viewer and each process popped them one by one:
 # 200 viewers of a run made 200 Redis round trips per message). Websocket messages are
-# notifications, at most once (runs/events.py), which is what pub/sub gives. Pub/sub channels
+# notifications, at most once (core/events.py), which is what pub/sub gives. Pub/sub channels
 # ignore Redis' database number, so the prefix carries it: deployments (or test runs) sharing a
 # Redis server on different databases must not see each other's runs.
 CHANNEL_LAYERS = {
@@ -395,7 +396,7 @@ FLYWHEEL_IDEMPOTENCY_TTL_HOURS = env_int("FLYWHEEL_IDEMPOTENCY_TTL_HOURS", 24)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "runs.token_auth.ApiTokenAuthentication",
+        "projects.token_auth.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -423,7 +424,7 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # A run's train_split and eval_split share the task items' split choices: one enum for all.
     "ENUM_NAME_OVERRIDES": {
-        "SplitEnum": "runs.models.TaskItem.Split",
+        "SplitEnum": "projects.models.TaskItem.Split",
         "ReviewLabelEnum": "reviews.models.Review.Label",
         "ReviewLabelFilterEnum": "runs.api.run_serializers.REVIEW_LABELS",
         "TierEvaluationStatusEnum": "runs.models.TierEvaluation.Status",
@@ -438,13 +439,13 @@ SPECTACULAR_SETTINGS = {
         "ReviewQueueSourceEnum": "reviews.models.ReviewQueue.Source",
         "TraceThumbsEnum": "traces.models.Trace.Thumbs",
         "TraceThumbsFilterEnum": "traces.serializers.THUMBS_FILTER",
-        "KindEnum": "runs.models.TaskItem.Kind",  # named, now that another field is called "kind"
+        "KindEnum": "projects.models.TaskItem.Kind",  # named, now that another field is called "kind"
         "OpsStatusEnum": "ops.serializers.OVERALL",
         "OpsScopeEnum": "ops.serializers.SCOPES",
         "OpsWorkerStateEnum": "ops.serializers.WORKER_STATES",
         "OpsProcessEndEnum": "ops.serializers.PROCESS_ENDS",
         "OpsFailureKindEnum": "ops.serializers.FAILURE_KINDS",
-        "StubCheckStatusEnum": "runs.api.serializers.STUB_CHECK_STATUSES",
+        "StubCheckStatusEnum": "projects.serializers.STUB_CHECK_STATUSES",
     },
     "APPEND_COMPONENTS": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}},
     "SECURITY": [{"bearerAuth": []}],

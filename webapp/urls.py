@@ -22,6 +22,7 @@ urlpatterns = [
         SpectacularSwaggerSplitView.as_view(url_name="api-schema", template_name="api_docs.html"),
         name="api-docs",
     ),
+    path("api/v1/", include("projects.api_urls")),
     path("api/v1/", include("runs.api_urls")),
     path("api/v1/", include("rewards.api_urls")),
     path("api/v1/", include("reviews.api_urls")),
@@ -39,6 +40,7 @@ urlpatterns = [
     path("", include("reward_models.urls")),
     path("", include("evaluations.urls")),
     path("", include("ops.urls")),
+    path("", include("projects.urls")),
     path("", include("runs.urls")),
 ]
 

@@ -9,7 +9,7 @@ from core.api import idempotent
 from core.roles import Permission
 from core.schema import NO_CONTENT
 from core.views import ApiView
-from runs import selectors as run_selectors
+from projects import selectors as project_selectors
 from webhooks import selectors, services
 from webhooks import serializers as s
 
@@ -24,7 +24,7 @@ class WebhookListView(ApiView):
         project_id = self.query(s.WebhookFilterSerializer).get("project")
         if project_id is None:
             return self.paginated(selectors.webhooks_for(user=request.user), s.WebhookSerializer)
-        project = run_selectors.project_for(
+        project = project_selectors.project_for(
             user=request.user, project_id=project_id, permission=Permission.MANAGE_WEBHOOKS
         )
         return self.paginated(selectors.webhooks_of(project=project), s.WebhookSerializer)
@@ -37,7 +37,7 @@ class WebhookListView(ApiView):
     @idempotent(secret_fields=("secret",))
     def post(self, request: Request) -> Response:
         data = self.validated(s.WebhookCreateSerializer)
-        project = run_selectors.project_for(
+        project = project_selectors.project_for(
             user=request.user, project_id=data.pop("project"), permission=Permission.MANAGE_WEBHOOKS
         )
         webhook = services.webhook_create(project=project, by=request.user, **data)

@@ -6,7 +6,8 @@ from django.db import models
 from django.utils import timezone
 
 from core.encryption import EncryptedCharField
-from runs.models import Project, Run, RunEvent
+from projects.models import Project
+from runs.models import Run, RunEvent
 
 
 class Webhook(models.Model):

@@ -1,4 +1,4 @@
-"""Reads for webhooks, through the caller's role (runs.selectors.require): only roles with
+"""Reads for webhooks, through the caller's role (projects.selectors.require): only roles with
 MANAGE_WEBHOOKS see a project's webhooks and deliveries; non-members get 404, other members 403."""
 
 from datetime import datetime, timedelta
@@ -8,8 +8,8 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from core.roles import ROLE_PERMISSIONS, Permission
-from runs.models import Membership, Project
-from runs.selectors import require
+from projects.models import Membership, Project
+from projects.selectors import require
 from webhooks.models import Webhook, WebhookDelivery
 
 # A delivery overdue by this much is handed to the workers again by the tick; sooner, its own

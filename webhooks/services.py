@@ -27,7 +27,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.exceptions import StateError
-from runs.models import Project, Run, RunEvent
+from projects.models import Project
+from runs.models import Run, RunEvent
 from webhooks import egress, selectors, tasks
 from webhooks.models import Webhook, WebhookDelivery
 from webhooks.signing import signature_header

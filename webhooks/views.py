@@ -10,9 +10,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from core.exceptions import StateError
 from core.roles import Permission
-from runs import selectors as run_selectors
-from runs.forms import add_service_errors
-from runs.views import _access
+from projects import selectors as project_selectors
+from projects.forms import add_service_errors
+from projects.selectors import page_access
 from webhooks import selectors, services
 from webhooks.forms import WebhookForm
 
@@ -20,7 +20,7 @@ from webhooks.forms import WebhookForm
 @login_required
 @require_http_methods(["GET", "POST"])
 def webhook_list(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = run_selectors.project_for(
+    project = project_selectors.project_for(
         user=request.user, project_id=project_id, permission=Permission.MANAGE_WEBHOOKS
     )
     form = WebhookForm(request.POST if request.method == "POST" else None)
@@ -42,7 +42,7 @@ def webhook_list(request: HttpRequest, project_id: int) -> HttpResponse:
 
 
 def _list_page(request: HttpRequest, project, form: WebhookForm, **shown_once) -> HttpResponse:
-    context = _access(request.user, project) | {
+    context = page_access(user=request.user, project=project) | {
         "webhooks": selectors.webhooks_of(project=project),
         "deliveries": selectors.recent_deliveries_of(project=project),
         "form": form,

@@ -1,6 +1,6 @@
 """The demo agent task family, and teaching a base model the tool-call protocol by a short SFT run.
 
-Family (`fix-*` items, from the demo tasks of runs/demo_tasks.py): `solution.py` holds the task's
+Family (`fix-*` items, from the demo tasks of projects/demo_tasks.py): `solution.py` holds the task's
 function as a stub that returns its argument unchanged, `test_solution.py` its tests. The agent
 reads the module, rewrites it with `write_file`, checks with `run_tests`, and submits;
 `agent_check` runs the tests on the final workspace. What the agent must get right is what the
@@ -26,7 +26,7 @@ from inference.generation import Completion
 from inference.policy import policy_load
 from inference.sessions import Transcript, transcript_answer, transcript_extend
 from inference.tool_chat import BUILTIN_TOOLS, PROTOCOL, tool_line
-from runs import demo_tasks
+from projects import demo_tasks
 from workers.agent import AgentEpisode, episodes_play, plain_render, policy_render
 from workers.learners.common import spans_batch
 

@@ -1,6 +1,6 @@
 """The tiny base model: a synthetic corpus, a byte-level BPE tokenizer and a small Llama, built here.
 
-Nothing is downloaded: the corpus is generated from the demo task family (runs/demo_tasks.py),
+Nothing is downloaded: the corpus is generated from the demo task family (projects/demo_tasks.py),
 the tokenizer is trained on it, and a ~0.8M-parameter transformer is pretrained on it for a few
 minutes on CPU. The result is saved with `save_pretrained`, so everything downstream loads it
 exactly as it would load a hub model.
@@ -23,7 +23,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from runs import demo_tasks
+from projects import demo_tasks
 
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"

@@ -7,7 +7,7 @@ import torch
 
 from inference.policy import Policy
 from inference.settings import SamplingParams
-from runs.demo_tasks import item_kind
+from projects.demo_tasks import item_kind
 from workers.rollout import rollout_groups
 
 GREEDY = SamplingParams(max_new_tokens=32, temperature=0.0)

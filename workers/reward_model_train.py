@@ -23,6 +23,7 @@ from pathlib import Path
 
 from django.utils import timezone
 
+from core.artifacts import artifact_delete, artifact_put
 from reward_models.models import RewardModelVersion
 from reward_models.store import (
     checkpoint_prefix,
@@ -30,7 +31,6 @@ from reward_models.store import (
     model_publish,
     version_dir,
 )
-from runs.artifacts import artifact_delete, artifact_put
 from runs.run_store import STORED_MARKER, checkpoint_fetch, checkpoint_is_local
 from workers.learners.common import (
     CHECKPOINT_PREFIX,

@@ -32,20 +32,13 @@ from django.db import connection, transaction
 from django.db.models import Case, FloatField, Max, Q, Value, When
 from django.utils import timezone
 
+from core import events
 from core.exceptions import StateError
 from inference.generation import Completion
-from runs import events, monitors, outcomes
+from projects.models import TaskItem
+from runs import monitors, outcomes
 from runs.lifecycle import run_event, run_fail, run_transition
-from runs.models import (
-    Checkpoint,
-    MetricPoint,
-    RolloutBatch,
-    Run,
-    RunEvent,
-    TaskItem,
-    Trajectory,
-    TrajectoryStep,
-)
+from runs.models import Checkpoint, MetricPoint, RolloutBatch, Run, RunEvent, Trajectory, TrajectoryStep
 from runs.run_store import (
     checkpoint_fetch,
     checkpoint_is_local,

@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from core import events
 from core.leases import lease_kept
 from inference.adapters import is_adapter
 from inference.chat import item_prompt
@@ -38,9 +39,9 @@ from inference.generation import Completion
 from inference.policy import policy_load
 from inference.sessions import ChatSessions
 from inference.settings import SamplingParams, TierSettings, engine_refusal
+from projects.models import TaskItem
 from rewards.engine import Sample, ScoreResult, score_batch
-from runs import events
-from runs.models import RolloutBatch, Run, TaskItem, Trajectory, TrajectoryStep
+from runs.models import RolloutBatch, Run, Trajectory, TrajectoryStep
 from runs.run_store import policy_dir, policy_prefix
 from sandboxes.sandbox import sandbox_cpu_seconds
 from workers.agent import AgentEpisode, context_fits, episodes_play, policy_render

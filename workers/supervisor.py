@@ -18,13 +18,13 @@ from django.conf import settings
 from django.utils import timezone
 
 from core.exceptions import StateError
+from projects.services import task_set_drafts_sweep
+from projects.stub_checks import stub_checks_resend
 from runs import tasks as run_tasks
 from runs.lifecycle import run_event, run_fail, run_transition
 from runs.models import Run
 from runs.run_store import run_dir
 from runs.scheduling import runs_admit
-from runs.services import task_set_drafts_sweep
-from runs.stub_checks import stub_checks_resend
 from webhooks.services import deliveries_resend
 
 logger = logging.getLogger(__name__)

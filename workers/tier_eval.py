@@ -214,7 +214,8 @@ def tier_evaluation_run(evaluation_id: int) -> bool:
     from django.db.models import F, Q
     from django.utils import timezone
 
-    from runs.models import TaskItem, TierEvaluation
+    from projects.models import TaskItem
+    from runs.models import TierEvaluation
 
     now = timezone.now()
     stale = now - timezone.timedelta(hours=2)

@@ -10,11 +10,11 @@ from core.api import idempotent
 from core.roles import Permission
 from core.schema import NO_CONTENT, ErrorSerializer
 from core.views import ApiView
+from projects import selectors as project_selectors
+from projects.serializers import ProjectFilterSerializer
 from rewards import backtest, selectors, services
 from rewards.api import serializers as s
 from rewards.models import RewardRule
-from runs import selectors as run_selectors
-from runs.api.serializers import ProjectFilterSerializer
 
 # --- rules ---------------------------------------------------------------------------------
 
@@ -35,7 +35,7 @@ class RewardRuleListView(ApiView):
     @idempotent
     def post(self, request: Request) -> Response:
         data = self.validated(s.RewardRuleCreateSerializer)
-        project = run_selectors.project_for(
+        project = project_selectors.project_for(
             user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
         )
         rule = services.reward_rule_create(project=project, by=request.user, **data)
@@ -87,7 +87,7 @@ class RewardRuleImportOpenAIView(ApiView):
     @idempotent
     def post(self, request: Request) -> Response:
         data = self.validated(s.ImportOpenAISerializer)
-        project = run_selectors.project_for(
+        project = project_selectors.project_for(
             user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
         )
         rule = services.reward_rule_import_openai(project=project, by=request.user, **data)
@@ -173,7 +173,7 @@ class RewardRuleDryRunView(ApiView):
         )
         if "task_set_version" in data:
             try:
-                task_set_version = run_selectors.version_by_id_for(
+                task_set_version = project_selectors.version_by_id_for(
                     user=request.user, version_id=data["task_set_version"]
                 )
             except Http404:

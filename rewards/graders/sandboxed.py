@@ -191,7 +191,6 @@ STUB_BODIES = ("return None", "raise NotImplementedError('a stub')")
 STUB_CACHE_SIZE = 4096
 STUB_PASSED: dict[str, frozenset[str]] = {}  # the tests each item's stubs pass, by the tests' hash
 STUB_CHECK_KEY = "stub_check"  # on a stored item (TaskItem.stub_check): {"tests": [...], "passed": [...]}
-STUB_NOTE = "no credit: a stub passes this test"
 
 
 def stub_passed(

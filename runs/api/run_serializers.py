@@ -8,9 +8,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inference.token_text import token_texts
+from projects.models import TaskItem
 from runs import lifecycle, selectors
 from runs.api.serializers import INT64_MAX, INT64_MIN
-from runs.models import Checkpoint, Run, RunEvent, TaskItem, Trajectory, TrajectoryStep
+from runs.models import Checkpoint, Run, RunEvent, Trajectory, TrajectoryStep
 from runs.outcomes import CHANGES
 
 INT32_MAX = 2**31 - 1

@@ -19,11 +19,13 @@ from core.roles import Permission
 from core.schema import ErrorSerializer
 from core.streaming import streamed_bytes
 from core.views import ApiView
+from projects import selectors as project_selectors
+from projects.models import Project, TaskSetVersion
 from rewards.models import RewardRuleVersion
 from runs import checkpoint_exports, lifecycle, monitors, outcomes, selectors
 from runs.api import run_serializers as s
 from runs.lifecycle import RunRequest
-from runs.models import Project, Run, TaskSetVersion, Tier
+from runs.models import Run, Tier
 
 
 class OldestFirstPagination(NewestFirstCursorPagination):
@@ -104,7 +106,7 @@ class RunListView(ApiView):
     @idempotent
     def post(self, request: Request) -> Response:
         data = self.validated(s.RunCreateSerializer)
-        project = selectors.project_for(
+        project = project_selectors.project_for(
             user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
         )
         run_request = RunRequest(project=project, **references(project, data))

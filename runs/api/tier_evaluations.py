@@ -8,8 +8,10 @@ from rest_framework.response import Response
 from core.api import idempotent
 from core.roles import Permission
 from core.views import ApiView
+from projects import selectors as project_selectors
+from projects.models import TaskItem
 from runs import selectors, tier_evaluations
-from runs.models import TaskItem, TierEvaluation
+from runs.models import TierEvaluation
 
 
 class TierEvaluateSerializer(serializers.Serializer):
@@ -117,7 +119,7 @@ class TierEvaluateView(ApiView):
     def post(self, request: Request, id: int) -> Response:
         tier = selectors.tier_for(user=request.user, tier_id=id, permission=Permission.EDIT)
         data = self.validated(TierEvaluateSerializer)
-        version = selectors.version_by_id_for(user=request.user, version_id=data["task_set_version"])
+        version = project_selectors.version_by_id_for(user=request.user, version_id=data["task_set_version"])
         run = selectors.run_for(user=request.user, run_id=data["run"]) if data.get("run") else None
         compare = [selectors.tier_for(user=request.user, tier_id=other) for other in data["compare"]]
         evaluation = tier_evaluations.tier_evaluation_request(

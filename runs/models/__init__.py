@@ -1,17 +1,7 @@
-"""The runs app's models: the project space and task library (library.py), and post-training
-runs with their events, metrics, trajectories and checkpoints (runs.py), and tier evaluations
-(tiers.py)."""
+"""The runs app's models: post-training runs with their events, metrics, trajectories and
+checkpoints (runs.py), and tiers with their evaluations and served adapters (tiers.py). Projects and
+the task library are the projects app's."""
 
-from runs.models.library import (
-    ApiToken,
-    Membership,
-    Project,
-    StagedImport,
-    TaskItem,
-    TaskSet,
-    TaskSetVersion,
-    Tier,
-)
 from runs.models.runs import (
     Checkpoint,
     HeldOutResult,
@@ -22,23 +12,16 @@ from runs.models.runs import (
     Trajectory,
     TrajectoryStep,
 )
-from runs.models.tiers import ServedAdapter, TierEvaluation
+from runs.models.tiers import ServedAdapter, Tier, TierEvaluation
 
 __all__ = [
-    "ApiToken",
     "Checkpoint",
     "HeldOutResult",
-    "Membership",
     "MetricPoint",
-    "Project",
     "RolloutBatch",
     "Run",
     "RunEvent",
     "ServedAdapter",
-    "StagedImport",
-    "TaskItem",
-    "TaskSet",
-    "TaskSetVersion",
     "Tier",
     "TierEvaluation",
     "Trajectory",

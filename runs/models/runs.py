@@ -14,7 +14,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from runs.models.library import Project, TaskItem, TaskSetVersion, Tier
+from projects.models import Project, TaskItem, TaskSetVersion
+from runs.models.tiers import Tier
 
 
 class Run(models.Model):

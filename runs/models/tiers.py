@@ -4,7 +4,97 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from runs.models.library import Project, TaskSetVersion, Tier
+from projects.models import Project, TaskSetVersion
+
+
+class Tier(models.Model):
+    """A named inference configuration of a checkpoint: how fast, how capable."""
+
+    class Precision(models.TextChoices):
+        FP32 = "fp32", "fp32"
+        BF16 = "bf16", "bf16"
+        FP16 = "fp16", "fp16"
+        INT8 = "int8", "int8 (dynamic quantisation)"
+
+    class Device(models.TextChoices):
+        AUTO = "auto", "auto"
+        CPU = "cpu", "CPU"
+        CUDA = "cuda", "CUDA GPU"
+
+    class Speculation(models.TextChoices):
+        NONE = "none", "none"
+        DRAFT_MODEL = "draft_model", "draft model"
+        PROMPT_LOOKUP = "prompt_lookup", "prompt lookup (n-gram)"
+
+    class Engine(models.TextChoices):
+        LOCAL = "local", "Flywheel's decoder"
+        OPENAI = "openai", "OpenAI-compatible engine"
+
+    class EngineAdapters(models.TextChoices):
+        NONE = "none", "none (the engine's model only)"
+        VLLM = "vllm", "vLLM runtime LoRA loading (also Flywheel's /v1)"
+        SGLANG = "sglang", "SGLang runtime LoRA loading"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tiers")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    base_model = models.CharField(max_length=500, help_text="A local path or a hub id")
+    device = models.CharField(max_length=8, choices=Device.choices, default=Device.AUTO)
+    precision = models.CharField(max_length=8, choices=Precision.choices, default=Precision.FP32)
+    speculation = models.CharField(max_length=16, choices=Speculation.choices, default=Speculation.NONE)
+    draft_model = models.CharField(max_length=500, blank=True)
+    speculative_tokens = models.PositiveSmallIntegerField(default=0)
+    temperature = models.FloatField(default=1.0)
+    top_p = models.FloatField(default=1.0)
+    top_k = models.PositiveIntegerField(default=0, help_text="0 turns top-k off")
+    stop = models.JSONField(default=list, blank=True)
+    max_new_tokens = models.PositiveIntegerField(default=256)
+    batch_size = models.PositiveIntegerField(default=8)
+    chat = models.BooleanField(
+        default=True,
+        help_text="Render prompts with the model's chat template (when it has one); off: raw prompts",
+    )
+    engine = models.CharField(
+        max_length=8,
+        choices=Engine.choices,
+        default=Engine.LOCAL,
+        help_text="Who decodes: Flywheel's own decoder, or an OpenAI-compatible engine (vLLM, SGLang)",
+    )
+    engine_url = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text=("The engine's base URL, such as http://gpu-1:8000/v1; several servers: comma-separated"),
+    )
+    engine_model = models.CharField(
+        max_length=500, blank=True, help_text="The model name the engine serves (its --served-model-name)"
+    )
+    engine_api_key_env = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="The NAME of the environment variable that holds the engine's API key on worker hosts",
+    )
+    engine_adapters = models.CharField(
+        max_length=8,
+        choices=EngineAdapters.choices,
+        default=EngineAdapters.NONE,
+        help_text="How the engine loads a LoRA run's policy versions at run time",
+    )
+    engine_adapter_root = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Where the engine's host mounts the artifact storage; empty: send artifact names",
+    )
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="tier_name_per_project")]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class TierEvaluation(models.Model):

@@ -25,11 +25,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from tqdm import tqdm
 
+from projects.models import TaskSet
 from reviews import results, training
 from reviews import services as review_services
 from runs.demo import DEMO_FUNCTIONS, DEMO_RUN_HYPERPARAMETERS, demo_ensure
 from runs.lifecycle import RunRequest, run_create
-from runs.models import Run, TaskSet, Tier, Trajectory
+from runs.models import Run, Tier, Trajectory
 
 HELDOUT = "heldout/pass_rate"
 

@@ -26,14 +26,15 @@ from statistics import fmean, pstdev
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from projects import services as project_services
+from projects.demo_tasks import demo_task_sets
+from projects.models import TaskSet
 from reward_models import services
 from reward_models.models import RewardModel, RewardModelVersion
 from rewards import services as reward_services
-from runs import services as run_services
 from runs.demo import demo_ensure
-from runs.demo_tasks import demo_task_sets
 from runs.lifecycle import RunRequest, run_create
-from runs.models import MetricPoint, Run, TaskSet, Tier
+from runs.models import MetricPoint, Run, Tier
 
 PAIRS_TASK_SET = "reward-model demo: preferences"
 WAIT_SECONDS = 3600
@@ -191,9 +192,9 @@ class Command(BaseCommand):
     def train(self, project, user, tier, reward_model, options):
         task_set = TaskSet.objects.filter(project=project, name=PAIRS_TASK_SET).first()
         if task_set is None:
-            task_set = run_services.task_set_create(project=project, name=PAIRS_TASK_SET, by=user)
+            task_set = project_services.task_set_create(project=project, name=PAIRS_TASK_SET, by=user)
         lines = pair_lines(train=options["train_pairs"], heldout=options["heldout_pairs"])
-        pairs = run_services.task_set_import(
+        pairs = project_services.task_set_import(
             task_set=task_set, stream=lines, file_format="jsonl", by=user
         ).version
         version = services.reward_model_train(

@@ -1,7 +1,7 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from runs import services
+from projects import services as project_services
 
 
 class Command(BaseCommand):
@@ -15,5 +15,5 @@ class Command(BaseCommand):
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"no user named {username!r}")
-        _, raw = services.api_token_create(user=user, name=name)
+        _, raw = project_services.api_token_create(user=user, name=name)
         self.stdout.write(raw)

@@ -25,12 +25,14 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from tqdm import tqdm
 
+from projects import services as project_services
+from projects.demo_tasks import demo_task_sets
+from projects.models import Project, TaskSet
 from rewards import services as reward_services
 from runs import services
 from runs.demo import demo_ensure
-from runs.demo_tasks import demo_task_sets
 from runs.lifecycle import RunRequest, run_create, run_fork
-from runs.models import Checkpoint, MetricPoint, Project, Run, RunEvent, TaskSet, Tier, Trajectory
+from runs.models import Checkpoint, MetricPoint, Run, RunEvent, Tier, Trajectory
 
 TASK_SET = "hack-demo"
 WARM_TASK_SET = "hack-demo warm start"
@@ -93,9 +95,11 @@ def hack_items(*, seed: int, listing_share: float) -> tuple[list[dict], list[dic
 def task_set_version(project: Project, user, name: str, items: list[dict]):
     task_set = TaskSet.objects.filter(project=project, name=name).first()
     if task_set is None:
-        task_set = services.task_set_create(project=project, name=name, by=user)
+        task_set = project_services.task_set_create(project=project, name=name, by=user)
     lines = [(json.dumps(item) + "\n").encode() for item in items]
-    return services.task_set_import(task_set=task_set, stream=lines, file_format="jsonl", by=user).version
+    return project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=user
+    ).version
 
 
 def hack_setup(project: Project, user, *, seed: int, listing_share: float) -> dict:

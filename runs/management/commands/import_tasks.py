@@ -5,11 +5,12 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from projects import selectors as project_selectors
+from projects import services as project_services
+from projects.models import Project, TaskSet
+from projects.task_format import IMPORT_FORMATS, resolve_format
 from rewards.references import references_verify
-from runs import selectors, services
 from runs.management.commands.verify_references import progress_stream, stub_check_with_bar, summary
-from runs.models import Project, TaskSet
-from runs.task_format import IMPORT_FORMATS, resolve_format
 
 
 class Command(BaseCommand):
@@ -61,7 +62,7 @@ class Command(BaseCommand):
         }
         try:
             if task_set is None:  # created only with its first version: a failed import leaves no set
-                task_set, report = services.task_set_create_with_import(
+                task_set, report = project_services.task_set_create_with_import(
                     project=project,
                     name=opts["task_set"],
                     open_stream=lambda: self._read(path),
@@ -70,7 +71,7 @@ class Command(BaseCommand):
                 )
             else:
                 with open(path, "rb") as handle:
-                    report = services.task_set_import(
+                    report = project_services.task_set_import(
                         task_set=task_set, stream=self._read(path, handle), dry_run=opts["dry_run"], **options
                     )
         except ValidationError as exc:
@@ -90,7 +91,7 @@ class Command(BaseCommand):
         if report.created and report.version.stub_check_status:
             stub_check_with_bar(self, report.version)
         if opts["verify_references"] and not opts["dry_run"]:
-            items = selectors.grading_items_of(version=report.version)
+            items = project_selectors.grading_items_of(version=report.version)
             with tqdm(total=len(items), unit="item", desc="references", file=progress_stream(self)) as bar:
                 references = references_verify(items, progress=lambda: bar.update(1))
             self.stdout.write(summary(task_set.name, report.version.number, references))

@@ -3,10 +3,10 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from projects import selectors as project_selectors
+from projects.models import TaskSet, TaskSetVersion
 from rewards.references import ReferenceReport, references_verify
-from runs import selectors
-from runs.models import TaskSet, TaskSetVersion
-from runs.stub_checks import version_stub_check_run
+from rewards.stub_checks import version_stub_check_run
 
 
 class Command(BaseCommand):
@@ -32,7 +32,7 @@ class Command(BaseCommand):
         if version is None:
             raise CommandError(f"{task_set.name} has no version {opts['version'] or ''}".rstrip())
         stub_check_with_bar(self, version)
-        items = selectors.grading_items_of(version=version)
+        items = project_selectors.grading_items_of(version=version)
         with tqdm(total=len(items), unit="item", desc="references", file=progress_stream(self)) as bar:
             report = references_verify(items, progress=lambda: bar.update(1))
         if opts["json"]:

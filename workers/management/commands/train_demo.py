@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from inference.policy import policy_load
-from runs.demo_tasks import demo_task_sets
+from projects.demo_tasks import demo_task_sets
 from workers.evaluation import pass_rates
 from workers.learners.grpo import GRPOConfig, train_grpo
 

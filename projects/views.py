@@ -1,7 +1,8 @@
-"""Server-rendered pages.
+"""Server-rendered pages of projects, members, tokens and the task library.
 
-Every object comes through `runs.selectors`, so a non-member gets 404 and a role without the
-permission gets 403, exactly as over REST; every write goes through `runs.services`.
+Every object comes through `projects.selectors`, so a non-member gets 404 and a role without the
+permission gets 403, exactly as over REST; every write goes through `projects.services`. The parts of
+a project's page that other apps own come from their registered sections (projects/sections.py).
 """
 
 import json
@@ -16,35 +17,19 @@ from django.core.paginator import Paginator
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.utils.text import slugify
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from core.roles import Permission, Role, role_allows
+from core.roles import Permission, Role
 from core.streaming import streamed
-from inference.model_sources import local_models
-from rewards import selectors as reward_selectors
-from runs import forms, runs_table, selectors, services, stub_checks
-from runs.demo import DEMO_FUNCTIONS, demo_project_for, demo_run_launch
-from runs.models import Membership, Project, Run, StagedImport, TaskItem, TaskSet, TaskSetVersion
-from runs.task_format import resolve_format
+from projects import forms, sections, selectors, services, stub_checks
+from projects.models import Membership, Project, StagedImport, TaskItem, TaskSet, TaskSetVersion
+from projects.selectors import page_access
+from projects.task_format import resolve_format
 
 ITEMS_PER_PAGE = 50
-RUNS_ON_PROJECT_PAGE = 50
 FILE_FIELDS = ("files", "setup_files")
-
-
-def _access(user: AbstractBaseUser, project: Project) -> dict[str, Any]:
-    """The user's role and what it allows, for showing the role and hiding unusable buttons."""
-    role = selectors.role_of(user=user, project_id=project.pk)
-    return {
-        "project": project,
-        "role": role,
-        "can_edit": role_allows(role, Permission.EDIT),
-        "can_manage": role_allows(role, Permission.MANAGE),
-        "can_manage_webhooks": role_allows(role, Permission.MANAGE_WEBHOOKS),
-    }
 
 
 # --- projects ------------------------------------------------------------------------------
@@ -62,9 +47,7 @@ def project_list(request: HttpRequest) -> HttpResponse:
         "projects": projects,
         "form": forms.ProjectForm(),
         "demo_model": str(demo_model) if demo_model.is_dir() else "",
-        # The methods the learner has, from the model itself: the page names no method it lacks.
-        "methods": ", ".join(label for _, label in sorted(Run.Method.choices, key=lambda c: c[0] != "grpo")),
-    }
+    } | sections.home_sections(request)
     return render(request, "runs/project_list.html", context)
 
 
@@ -95,54 +78,15 @@ def _task_sets_with_latest(project: Project) -> QuerySet[TaskSet]:
 @require_GET
 def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_for(user=request.user, project_id=project_id)
-    table = runs_table.table_context(
-        selectors.runs_of(project=project),
-        request.GET,
-        action=reverse("project-detail", args=[project.pk]),
-        show_project=False,
-        limit=RUNS_ON_PROJECT_PAGE,
-        positions=selectors.queue_positions(project_ids=[project.pk]),
+    context = (
+        page_access(user=request.user, project=project)
+        | {
+            "task_sets": _task_sets_with_latest(project),
+            "memberships": selectors.memberships_of(project=project),
+        }
+        | sections.project_sections(request, project)
     )
-    context = _access(request.user, project) | {
-        "table": table,
-        "run_count": project.runs.count(),
-        "task_sets": _task_sets_with_latest(project),
-        "tiers": project.tiers.order_by("name"),
-        "reward_rules": reward_selectors.reward_rules_of(project=project),
-        "has_demo": project.task_sets.filter(name=DEMO_FUNCTIONS).exists(),
-        "memberships": selectors.memberships_of(project=project),
-    }
     return render(request, "runs/project_detail.html", context)
-
-
-@login_required
-@require_POST
-def demo_run(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
-    try:
-        run = demo_run_launch(project=project, by=request.user)
-    except ValidationError as exc:
-        messages.error(request, _message(exc))
-        return redirect("project-detail", project_id=project.pk)
-    messages.success(request, f"Launched {run.name}: it trains the tiny base model with GRPO.")
-    return redirect("run-detail", run_id=run.pk)
-
-
-@login_required
-@require_POST
-def demo_start(request: HttpRequest) -> HttpResponse:
-    """The home page's one click: the demo project (the shared one if the user may launch in it,
-    else their own copy, made now) and its GRPO demo run."""
-    try:
-        project = demo_project_for(user=request.user)
-        run = demo_run_launch(project=project, by=request.user)
-    except ValidationError as exc:
-        messages.error(request, f"The demo run was not launched: {_message(exc)}")
-        return redirect("project-list")
-    messages.success(
-        request, f"Launched {run.name} in {project.name}: it trains the tiny base model with GRPO."
-    )
-    return redirect("run-detail", run_id=run.pk)
 
 
 # --- members -------------------------------------------------------------------------------
@@ -162,7 +106,7 @@ def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
         else:
             messages.success(request, f"{membership.user.username} added as {membership.role}.")
             return redirect("project-members", project_id=project.pk)
-    context = _access(request.user, project) | {
+    context = page_access(user=request.user, project=project) | {
         "memberships": selectors.memberships_of(project=project),
         "roles": Role.choices,
         "form": form,
@@ -228,7 +172,7 @@ def task_set_create(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
     bound = request.method == "POST"
     form = forms.TaskSetImportCreateForm(request.POST if bound else None, request.FILES if bound else None)
-    context = _access(request.user, project)
+    context = page_access(user=request.user, project=project)
     if not (form.is_bound and form.is_valid()):
         return render(request, "runs/task_set_form.html", context | {"form": form})
     data = form.cleaned_data
@@ -268,7 +212,7 @@ def _rewound(upload):
 @require_GET
 def task_set_detail(request: HttpRequest, task_set_id: int) -> HttpResponse:
     task_set = selectors.task_set_for(user=request.user, task_set_id=task_set_id)
-    context = _access(request.user, task_set.project) | {
+    context = page_access(user=request.user, project=task_set.project) | {
         "task_set": task_set,
         "versions": task_set.versions.select_related("created_by"),
     }
@@ -311,7 +255,7 @@ def _run_import(
 @require_http_methods(["GET", "POST"])
 def task_set_import(request: HttpRequest, task_set_id: int) -> HttpResponse:
     task_set = selectors.task_set_for(user=request.user, task_set_id=task_set_id, permission=Permission.EDIT)
-    context = _access(request.user, task_set.project) | {"task_set": task_set}
+    context = page_access(user=request.user, project=task_set.project) | {"task_set": task_set}
     if request.method == "GET":
         return render(request, "runs/import_form.html", context | {"form": forms.ImportForm()})
     form = forms.ImportForm(request.POST, request.FILES)
@@ -383,7 +327,7 @@ def import_confirm(request: HttpRequest, task_set_id: int, staged_id: int) -> Ht
     report = _run_import(staged, by=request.user, options=options, dry_run=False)
     _staged_discard(staged)
     if not report.ok:
-        context = _access(request.user, task_set.project) | {
+        context = page_access(user=request.user, project=task_set.project) | {
             "task_set": task_set,
             "report": report,
             "staged": None,
@@ -434,7 +378,7 @@ def version_detail(request: HttpRequest, task_set_id: int, number: int) -> HttpR
     kind = kind if kind in TaskItem.Kind.values else ""
     items = selectors.items_of(version=version, split=split or None, kind=kind or None, query=query or None)
     page = Paginator(items, ITEMS_PER_PAGE).get_page(request.GET.get("page"))
-    context = _access(request.user, version.task_set.project) | {
+    context = page_access(user=request.user, project=version.task_set.project) | {
         "task_set": version.task_set,
         "version": version,
         "stub_check": stub_checks.stub_check_summary(version=version),
@@ -519,74 +463,6 @@ def version_resplit(request: HttpRequest, task_set_id: int, number: int) -> Http
             request, f"The split is identical to version {report.version.number}; no new version created."
         )
     return redirect("version-detail", task_set_id=task_set_id, number=report.version.number)
-
-
-# --- tiers ---------------------------------------------------------------------------------
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def tier_create(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
-    models = local_models(settings.FLYWHEEL_HOME / "models")
-    demo_model = str(settings.FLYWHEEL_HOME / "models" / "tiny-base")
-    initial = {"base_model": demo_model if demo_model in models else (models[0] if models else "")}
-    form = forms.TierForm(request.POST if request.method == "POST" else None, initial=initial)
-    if form.is_bound and form.is_valid():
-        try:
-            tier = services.tier_create(project=project, by=request.user, **form.cleaned_data)
-        except ValidationError as exc:
-            forms.add_service_errors(form, exc)
-        else:
-            messages.success(request, f"Tier {tier.name} created.")
-            return redirect("tier-detail", tier_id=tier.pk)
-    context = _access(request.user, project) | {"form": form, "local_models": models}
-    return render(request, "runs/tier_form.html", context)
-
-
-@login_required
-@require_GET
-def tier_detail(request: HttpRequest, tier_id: int) -> HttpResponse:
-    tier = selectors.tier_for(user=request.user, tier_id=tier_id)
-    from runs.tier_views import evaluate_context
-
-    stops = [forms.stop_escape(stop) for stop in tier.stop or []]
-    context = (
-        _access(request.user, tier.project)
-        | {"tier": tier, "stops": stops}
-        | evaluate_context(request.user, tier)
-    )
-    return render(request, "runs/tier_detail.html", context)
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def tier_edit(request: HttpRequest, tier_id: int) -> HttpResponse:
-    tier = selectors.tier_for(user=request.user, tier_id=tier_id, permission=Permission.EDIT)
-    form = forms.TierForm(request.POST if request.method == "POST" else None, instance=tier)
-    if form.is_bound and form.is_valid():
-        try:
-            tier = services.tier_update(tier=tier, **form.cleaned_data)
-        except ValidationError as exc:
-            forms.add_service_errors(form, exc)
-        else:
-            messages.success(request, f"Tier {tier.name} saved.")
-            return redirect("tier-detail", tier_id=tier.pk)
-    models = local_models(settings.FLYWHEEL_HOME / "models")
-    context = _access(request.user, tier.project) | {"form": form, "tier": tier, "local_models": models}
-    return render(request, "runs/tier_form.html", context)
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def tier_delete(request: HttpRequest, tier_id: int) -> HttpResponse:
-    tier = selectors.tier_for(user=request.user, tier_id=tier_id, permission=Permission.EDIT)
-    if request.method == "POST":
-        project_id, name = tier.project_id, tier.name
-        services.tier_delete(tier=tier)
-        messages.success(request, f"Tier {name} deleted.")
-        return redirect("project-detail", project_id=project_id)
-    return render(request, "runs/tier_delete.html", _access(request.user, tier.project) | {"tier": tier})
 
 
 # --- API tokens ----------------------------------------------------------------------------

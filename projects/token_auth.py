@@ -9,8 +9,8 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 
 from core.auth import BearerTokenAuthentication
-from runs import selectors
-from runs.models import ApiToken
+from projects import selectors
+from projects.models import ApiToken
 
 # A read must not write on every request (on SQLite a write waits for any other writer): a token's
 # last use is recorded to the minute.

@@ -19,7 +19,7 @@ the seeded rule), `metadata` (any object). Then, by kind:
   (what `run_tests` runs), `system`, `messages` (a demonstration conversation, as exports write)
 
 A line without `kind` in one of the field's published layouts (HumanEval, MBPP, APPS,
-CodeContests, LiveCodeBench: `runs.published_formats`) is recognised by its fields and mapped to
+CodeContests, LiveCodeBench: `projects.published_formats`) is recognised by its fields and mapped to
 a code item; an import's `format` may also force one layout for every line.
 
 An answer or code item may hold a conversation instead of a `prompt`: `messages`, a list of
@@ -45,7 +45,14 @@ from typing import Any
 from core import strict_json
 from inference.chat import messages_problems, prompt_summary
 from inference.tool_chat import tools_problem
-from runs.published_formats import PRESETS, TITLES, LineError, published_field, recognise_line, to_code_item
+from projects.published_formats import (
+    PRESETS,
+    TITLES,
+    LineError,
+    published_field,
+    recognise_line,
+    to_code_item,
+)
 from sandboxes.formats import COMPARE_MODES, FORMATS, item_test_problems
 from sandboxes.interface import image_problem, limits_problems
 

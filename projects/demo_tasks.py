@@ -1,6 +1,6 @@
 """The demo task family: write a one-line Python function from its description, graded by unit tests.
 
-Every item is a task-library `code` item (see runs/task_format.py). A task applies one operation
+Every item is a task-library `code` item (see projects/task_format.py). A task applies one operation
 (add, sub, mul) with a constant to its argument; the description names the operation with one of
 four phrases ("x plus 3", "x increased by 3", "the sum of x and 3", "3 more than x"). Two kinds:
 
