@@ -24,7 +24,6 @@ from projects.models import TaskItem, TaskSet, TaskSetVersion
 from projects.published_formats import recognise_line
 from projects.task_format import read_jsonl, validate_item
 from rewards.engine import Sample, score
-from runs import services
 from tests.conftest import api_client_for
 
 DATA = Path(__file__).resolve().parent / "data" / "published"
