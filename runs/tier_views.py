@@ -23,7 +23,7 @@ from projects.forms import add_service_errors
 from projects.models import TaskItem, TaskSetVersion
 from projects.selectors import page_access
 from runs import selectors, services, tier_evaluations
-from runs.forms import TierForm
+from runs.forms import TierForm, stop_escape
 from runs.models import Run, Tier
 
 METRICS = (
@@ -233,7 +233,7 @@ def tier_detail(request: HttpRequest, tier_id: int) -> HttpResponse:
     tier = selectors.tier_for(user=request.user, tier_id=tier_id)
     from runs.tier_views import evaluate_context
 
-    stops = [forms.stop_escape(stop) for stop in tier.stop or []]
+    stops = [stop_escape(stop) for stop in tier.stop or []]
     context = (
         page_access(user=request.user, project=tier.project)
         | {"tier": tier, "stops": stops}

@@ -19,8 +19,8 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from core import lockout
+from core.tokens import token_digest
 from projects import services as project_services
-from runs import services
 from runs.consumers import CLOSE_UNAUTHENTICATED
 from tests.conftest import make_project, make_user
 from tests.run_harness import wait_until, worker_env
@@ -158,7 +158,7 @@ def test_one_bad_token_repeated_from_many_addresses_is_locked_itself(db, limits,
     assert response.status_code == 429
     response = client.get("/api/v1/me", HTTP_AUTHORIZATION="Bearer fw_other", REMOTE_ADDR=addresses())
     assert response.status_code == 401  # another address with another token: counted afresh
-    lockout.token_forget("", services.token_digest("fw_revoked-one"))
+    lockout.token_forget("", token_digest("fw_revoked-one"))
 
 
 def test_the_client_address_header_counts_only_from_a_trusted_proxy(db, limits, addresses, settings):

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from core.leases import process_identity
 from projects import services as project_services
 from projects.models import TaskItem, TaskSetVersion
-from runs import services
 from tests.conftest import make_project, make_user
 
 
@@ -271,7 +271,7 @@ def test_the_draft_of_an_import_that_died_is_swept(task_set):
         task_set=task_set,
         number=None,
         published=False,
-        draft_owner=services.process_identity(),
+        draft_owner=process_identity(),
         content_hash="",
         item_count=0,
     )

@@ -42,10 +42,10 @@ class RecordCollector(Collector):
     """Counts read from the database at scrape time."""
 
     GAUGES = (
-        ("flywheel_projects", "Project", "Projects"),
-        ("flywheel_task_sets", "TaskSet", "Task sets"),
-        ("flywheel_task_items", "TaskItem", "Task items over all versions"),
-        ("flywheel_tiers", "Tier", "Tiers"),
+        ("flywheel_projects", "projects.Project", "Projects"),
+        ("flywheel_task_sets", "projects.TaskSet", "Task sets"),
+        ("flywheel_task_items", "projects.TaskItem", "Task items over all versions"),
+        ("flywheel_tiers", "runs.Tier", "Tiers"),
     )
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
@@ -57,7 +57,7 @@ class RecordCollector(Collector):
         from django.apps import apps
 
         for name, model_name, doc in self.GAUGES:
-            model = apps.get_model("runs", model_name)
+            model = apps.get_model(model_name)
             yield GaugeMetricFamily(name, doc, value=model.objects.count())
 
 
