@@ -3,6 +3,12 @@ called (rollout groups, a tier plain or speculative, greedy or seeded sampling, 
 batches, shared prefixes, the serving listener), recorded from the code before the two decoders
 became one (tests/data/decoder_pins.json) and compared token for token.
 
+One change was made on purpose and re-recorded: a tier without speculation that samples
+(`tier_sampled_group`, `tier_sampled_unshared`) now draws with the rollouts' rule
+(`generation.sample_next`, one uniform per row) instead of `torch.multinomial`, the same
+distribution drawn differently, so a seed gives a tier what it gives a rollout. Greedy decoding,
+rollouts and every speculative case are exactly what they were.
+
 Re-record only on purpose, when decoding is meant to change: `python tests/test_decoder_pins.py`.
 """
 
@@ -15,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from inference.decoding import decode, tier_prepare  # noqa: E402
+from inference.decoding import decode, policy_tier, tier_prepare  # noqa: E402
 from inference.policy import Policy, policy_load  # noqa: E402
 from inference.settings import SamplingParams, TierSettings  # noqa: E402
 from workers.base_model import BaseModelConfig, base_model_build  # noqa: E402
@@ -52,10 +58,8 @@ def _rows(completions) -> list[dict]:
 
 def _plain(policy: Policy, prompts: list[str], params: SamplingParams, seed: int | None = None) -> list[dict]:
     """What rollout groups decode: the policy's own model, no tier precision or speculation."""
-    from workers.rollout import policy_decode
-
     generator = None if seed is None else torch.Generator().manual_seed(seed)
-    return _rows(policy_decode(policy, prompts, params, generator=generator))
+    return _rows(decode(policy_tier(policy, params), prompts, generator=generator))
 
 
 def _tier(policy: Policy, prompts: list[str], settings: TierSettings, seed=None, draft=None, events=None):
@@ -78,7 +82,9 @@ def outputs(model_dir: Path) -> dict:
     cases["rollout_sampled_group"] = _plain(policy, group, SAMPLED.sampling_params(), seed=4)
     stop = cases["rollout_greedy"][0]["text"][4:6]
     cases["stop"] = stop
-    cases["rollout_stop"] = _plain(policy, prompts, SamplingParams(max_new_tokens=12, temperature=0, stop=(stop,)))
+    cases["rollout_stop"] = _plain(
+        policy, prompts, SamplingParams(max_new_tokens=12, temperature=0, stop=(stop,))
+    )
     cases["tier_greedy"] = _tier(policy, prompts, GREEDY.with_(batch_size=2))
     cases["tier_stop"] = _tier(policy, prompts, GREEDY.with_(stop=(stop,)))
     cases["tier_sampled_group"] = _tier(policy, group, SAMPLED, seed=7)

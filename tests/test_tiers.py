@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from core.roles import Role
-from inference.decoding import GenerationStats, is_quantised, lookup_draft, tier_generate, tier_prepare
-from inference.generation import generate
+from inference.decoding import GenerationStats, decode, is_quantised, lookup_draft, policy_tier, tier_prepare
 from inference.judge import tier_judge
 from inference.policy import policy_load
 from inference.settings import TierSettings
@@ -83,7 +82,7 @@ def noisy_draft(model_dir: Path) -> torch.nn.Module:
 def run(model_dir, prompts, settings, *, draft=None, seed=0):
     tier = tier_prepare(policy_load(model_dir), settings, draft=draft)
     stats = GenerationStats()
-    completions = tier_generate(tier, prompts, generator=torch.Generator().manual_seed(seed), stats=stats)
+    completions = decode(tier, prompts, generator=torch.Generator().manual_seed(seed), stats=stats)
     return tier, completions, stats
 
 
@@ -101,7 +100,7 @@ def test_int8_quantises_every_linear_layer_and_bf16_casts(model_dir, prompts):
 @pytest.mark.parametrize("mode", ["draft_model", "prompt_lookup"])
 def test_speculative_greedy_decoding_returns_exactly_the_greedy_tokens(model_dir, prompts, mode, batch_size):
     policy = policy_load(model_dir)
-    reference = generate(policy.model, policy.tokenizer, prompts, GREEDY.sampling_params())
+    reference = decode(policy_tier(policy, GREEDY.sampling_params()), prompts)
     settings = GREEDY.with_(batch_size=batch_size, speculation=mode, speculative_tokens=3)
     draft = noisy_draft(model_dir) if mode == "draft_model" else None
     _, completions, stats = run(model_dir, prompts, settings, draft=draft)
