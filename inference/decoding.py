@@ -49,6 +49,7 @@ from inference.generation import (
     sample_next,
     stop_position,
     stop_token_ids,
+    stopped_rows,
 )
 from inference.lean_llama import LeanLlama, lean_llama
 from inference.policy import Policy, PolicyLoadError, policy_load
@@ -665,9 +666,7 @@ def _plain_accept(batch: _Plain) -> torch.Tensor:
     if params.stop:
         active = torch.zeros_like(batch.finished)
         active[alive] = running & ~stopped
-        stopped |= _stopped_rows(batch.tier.tokenizer, batch.tokens, batch.lengths, active, params.stop)[
-            alive
-        ]
+        stopped |= stopped_rows(batch.tier.tokenizer, batch.tokens, batch.lengths, active, params.stop)[alive]
     batch.finished[alive] |= stopped
     for row in alive[stopped].tolist():
         batch.done[row] = _plain_completion(batch, row)
@@ -751,21 +750,6 @@ def _plain_completion(batch: _Plain, row: int) -> Completion:
         batch.prompt_ids[row],
         frozenset(batch.stops.tolist()),
     )
-
-
-def _stopped_rows(
-    tokenizer: PreTrainedTokenizerBase,
-    tokens: torch.Tensor,
-    lengths: torch.Tensor,
-    candidates: torch.Tensor,
-    stops: tuple[str, ...],
-) -> torch.Tensor:
-    """Rows whose text so far holds a stop sequence; only the still-running rows are decoded."""
-    stopped = torch.zeros_like(candidates)
-    for row in candidates.nonzero().flatten().tolist():
-        text = tokenizer.decode(tokens[row, : int(lengths[row])].tolist())
-        stopped[row] = stop_position(text, stops) is not None
-    return stopped
 
 
 # --- a speculative batch ------------------------------------------------------------------------

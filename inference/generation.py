@@ -116,6 +116,21 @@ def stop_position(text: str, stops: tuple[str, ...]) -> int | None:
     return min(positions) if positions else None
 
 
+def stopped_rows(
+    tokenizer: PreTrainedTokenizerBase,
+    tokens: torch.Tensor,
+    lengths: torch.Tensor,
+    candidates: torch.Tensor,
+    stops: tuple[str, ...],
+) -> torch.Tensor:
+    """Rows whose text so far holds a stop sequence; only the still-running rows are decoded."""
+    stopped = torch.zeros_like(candidates)
+    for row in candidates.nonzero().flatten().tolist():
+        text = tokenizer.decode(tokens[row, : int(lengths[row])].tolist())
+        stopped[row] = stop_position(text, stops) is not None
+    return stopped
+
+
 def completion_build(
     tokenizer: PreTrainedTokenizerBase,
     token_ids: list[int],
