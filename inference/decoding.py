@@ -543,10 +543,10 @@ class _Plain:
     lengths: torch.Tensor
     finished: torch.Tensor
     alive: torch.Tensor  # the rows still decoding, as indices into the batch
+    ended: torch.Tensor  # all rows: the step a stop token or sequence ended the row at, or -1
     step: int = 0
     done: dict[int, Completion] = field(default_factory=dict)
-    first_at: float | None = None  # seconds from `started`
-    done_at: dict[int, float] = field(default_factory=dict)
+    step_seconds: list[float] = field(default_factory=list)  # each step's end, from `started`
     next_tokens: torch.Tensor | None = None  # over `alive`: the tokens the last accept sampled
 
 
@@ -646,6 +646,7 @@ def _plain_prefill(
         lengths=torch.zeros(size, dtype=torch.long, device=device),
         finished=torch.zeros(size, dtype=torch.bool, device=device),
         alive=torch.arange(size, device=device),
+        ended=torch.full((size,), -1, dtype=torch.long, device=device),
     )
 
 
@@ -658,8 +659,7 @@ def _plain_accept(batch: _Plain) -> torch.Tensor:
     batch.tokens[alive, step] = torch.where(running, next_tokens, batch.tokens[alive, step])
     batch.logprobs[alive, step] = torch.where(running, next_logprobs, batch.logprobs[alive, step])
     batch.lengths[alive] += running.long()
-    if batch.first_at is None:
-        batch.first_at = time.perf_counter() - batch.started
+    batch.step_seconds.append(time.perf_counter() - batch.started)
     if batch.listener is not None:
         _plain_tell(batch, next_tokens, next_logprobs, running)
     stopped = running & torch.isin(next_tokens, batch.stops)
@@ -668,9 +668,10 @@ def _plain_accept(batch: _Plain) -> torch.Tensor:
         active[alive] = running & ~stopped
         stopped |= stopped_rows(batch.tier.tokenizer, batch.tokens, batch.lengths, active, params.stop)[alive]
     batch.finished[alive] |= stopped
-    for row in alive[stopped].tolist():
-        batch.done[row] = _plain_completion(batch, row)
-        if batch.on_finished is not None:
+    batch.ended[alive] = torch.where(stopped, step, batch.ended[alive])
+    if batch.on_finished is not None:  # only then: building a completion costs a sync per row
+        for row in alive[stopped].tolist():
+            batch.done[row] = _plain_completion(batch, row)
             batch.on_finished(row, batch.done[row])
     batch.next_tokens = next_tokens
     return running & ~stopped & (step + 1 < params.max_new_tokens)
@@ -728,19 +729,19 @@ def _plain_finish(batch: _Plain) -> list[Completion]:
     completions = [
         batch.done[row] if row in batch.done else _plain_completion(batch, row) for row in range(size)
     ]
-    ended = time.perf_counter() - batch.started
     for row in range(size):
         if row not in batch.done and batch.on_finished is not None:
             batch.on_finished(row, completions[row])
     stats = batch.stats
     stats.generated_tokens += int(batch.lengths.sum())
-    stats.first_token_seconds += [batch.first_at or 0.0] * size
-    stats.latency_seconds += [batch.done_at.get(row, ended) for row in range(size)]
+    stats.first_token_seconds += [batch.step_seconds[0]] * size
+    stats.latency_seconds += [
+        batch.step_seconds[step] if step >= 0 else batch.step_seconds[-1] for step in batch.ended.tolist()
+    ]
     return completions
 
 
 def _plain_completion(batch: _Plain, row: int) -> Completion:
-    batch.done_at[row] = time.perf_counter() - batch.started
     count = int(batch.lengths[row])
     return completion_build(
         batch.tier.tokenizer,
