@@ -124,6 +124,24 @@ def test_every_caller_decodes_exactly_what_it_did_before_the_decoders_became_one
             assert mine["logprobs"] == pytest.approx(theirs["logprobs"], abs=1e-5), case
 
 
+def test_a_tier_without_speculation_decodes_exactly_what_a_rollout_does(model_dir):
+    """One decoder: a seed gives a tier (fp32, one batch) the tokens and log-probs it gives a
+    policy's rollout with the same sampling parameters."""
+    prompts = [policy_load(model_dir).prompt_text(prompt) for prompt in PROMPTS[:2] for _ in range(3)]
+    settings = SAMPLED.with_(batch_size=len(prompts))
+    tier = decode(
+        tier_prepare(policy_load(model_dir), settings), prompts, generator=torch.Generator().manual_seed(3)
+    )
+    rollout = decode(
+        policy_tier(policy_load(model_dir), settings.sampling_params()),
+        prompts,
+        generator=torch.Generator().manual_seed(3),
+    )
+    assert [c.token_ids for c in tier] == [c.token_ids for c in rollout]
+    assert [c.logprobs for c in tier] == [c.logprobs for c in rollout]
+    assert len({tuple(c.token_ids) for c in tier}) > 2  # sampled, not all alike
+
+
 if __name__ == "__main__":
     import os
     import tempfile

@@ -12,6 +12,7 @@ import torch
 from core.roles import Role
 from inference.decoding import GenerationStats, decode, is_quantised, lookup_draft, policy_tier, tier_prepare
 from inference.judge import tier_judge
+from inference.lean_llama import lean_llama
 from inference.policy import policy_load
 from inference.settings import TierSettings
 from projects import services as project_services
@@ -89,6 +90,7 @@ def run(model_dir, prompts, settings, *, draft=None, seed=0):
 def test_int8_quantises_every_linear_layer_and_bf16_casts(model_dir, prompts):
     tier, completions, _ = run(model_dir, prompts, GREEDY.with_(precision="int8"))
     assert is_quantised(tier.model)
+    assert lean_llama(tier.model) is None  # the lean path reads float weights; int8 runs the model's own
     assert all(len(c.logprobs) == len(c.token_ids) >= 1 for c in completions)
     plain, _, _ = run(model_dir, prompts, GREEDY)
     assert not is_quantised(plain.model)
