@@ -45,7 +45,7 @@ django.setup()
 import torch  # noqa: E402
 from django.conf import settings as django_settings  # noqa: E402
 
-from inference.decoding import tier_generate, tier_prepare  # noqa: E402
+from inference.decoding import decode, tier_prepare  # noqa: E402
 from inference.policy import policy_load  # noqa: E402
 from inference.settings import TierSettings  # noqa: E402
 from projects.demo_tasks import demo_task_sets  # noqa: E402
@@ -264,12 +264,12 @@ def main() -> None:
         hf = baselines[tier.batch_size]
         draft = policy_load(args.draft) if tier.speculation == "draft_model" else None
         prepared = tier_prepare(policy_load(args.model), tier, draft=draft)
-        tier_generate(prepared, prompts[:2], tier.with_(max_new_tokens=2))  # warm-up
+        decode(prepared, prompts[:2], tier.with_(max_new_tokens=2))  # warm-up
         runs = [tier_measure(prepared, items, grade=False) for _ in range(args.repeats)]
         texts = runs[0]["texts"]
         same = None
         if hf[0] is not UNMEASURED:  # one more pass, for its token ids: only with something to compare
-            completions = tier_generate(prepared, prompts, tier)
+            completions = decode(prepared, prompts, tier)
             same = sum(c.token_ids == ids for c, ids in zip(completions, hf[0]["token_ids"], strict=False))
         pass_rate = None
         if not args.no_grade:

@@ -34,7 +34,7 @@ django.setup()
 import torch  # noqa: E402
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
-from inference.decoding import TierError, resolve_device, tier_generate, tier_load  # noqa: E402
+from inference.decoding import TierError, decode, resolve_device, tier_load  # noqa: E402
 from inference.settings import TierSettings  # noqa: E402
 from tests.model_families import FAMILIES, tokenizer_build  # noqa: E402
 from workers.learners.common import learner_create, sequence_batch  # noqa: E402
@@ -83,10 +83,10 @@ def generation(path: Path, device: str, precision: str, batch: int, tokens: int)
     )
     tier = tier_load(settings)
     prompts = [tier.prompt_text(f"Write a function that returns x plus {n}.") for n in range(batch)]
-    tier_generate(tier, prompts[:1], settings.with_(max_new_tokens=4))  # warm-up
+    decode(tier, prompts[:1], settings.with_(max_new_tokens=4))  # warm-up
     synchronise(device)
     started = time.perf_counter()
-    completions = tier_generate(tier, prompts, settings, generator=torch.Generator().manual_seed(0))
+    completions = decode(tier, prompts, settings, generator=torch.Generator().manual_seed(0))
     synchronise(device)
     seconds = time.perf_counter() - started
     generated = sum(len(c.token_ids) for c in completions)
@@ -163,7 +163,7 @@ def precision_checks(path: Path, device: str) -> dict:
             checks[precision] = {"refused": str(refused)}
             continue
         prompts = [tier.prompt_text(f"Write f(x) returning x plus {n}.") for n in range(4)]
-        completions = tier_generate(tier, prompts, settings)
+        completions = decode(tier, prompts, settings)
         finite = all(
             all(value == value and abs(value) != float("inf") for value in c.logprobs) for c in completions
         )

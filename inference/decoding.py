@@ -1,4 +1,4 @@
-"""Decoding the way a tier says, wherever a tier generates (rollouts, evaluation, judges).
+"""The one decoder: decoding the way a tier says, wherever anything generates.
 
 A tier's settings all change how generation runs:
 
@@ -13,10 +13,18 @@ A tier's settings all change how generation runs:
   prompt) are prefilled once and their cache is copied to every row of the group;
 - batching (`batch_size` rows decode together), decoding parameters and the token budget.
 
-The decoder keeps one KV cache per model over a batch whose rows advance by different amounts:
-each cache slot is masked in or out per row and position ids count only a row's valid slots, so
-rejected draft tokens are simply masked out. Every emitted token carries its log-prob under the
-tier's model, as `inference.generation.generate` records it.
+`decode` is the one entry point. A batch is prefilled, then each step proposes tokens, verifies
+them with the tier's model and accepts some, until every row has finished. Without speculation
+nothing is proposed: a step verifies each running row's last token and accepts one sampled token,
+in tensors (`_Plain`; a plain Llama through inference/lean_llama.py). With speculation the decoder
+keeps one KV cache per model over a batch whose rows advance by different amounts: each cache
+slot is masked in or out per row and position ids count only a row's valid slots, so rejected
+draft tokens are simply masked out. Every emitted token carries its log-prob under the tier's
+model (log-softmax of the temperature-scaled logits; greedy at temperature 1).
+
+Rollouts (a policy mid-training decodes as `policy_tier(policy, params)`), evaluation, tiers,
+judges, serving, the playground and agents decode through `decode`; multi-turn sessions
+(sessions.py) keep each conversation's cache between turns and share its sampling step.
 """
 
 import copy
@@ -38,9 +46,12 @@ from inference.generation import (
     completion_build,
     filter_logits,
     prompts_encode,
+    sample_next,
     stop_position,
     stop_token_ids,
+    stopped_rows,
 )
+from inference.lean_llama import LeanLlama, lean_llama
 from inference.policy import Policy, PolicyLoadError, policy_load
 from inference.settings import PRECISIONS, SamplingParams, TierSettings, model_source
 
@@ -380,36 +391,99 @@ def _logprob(logits: torch.Tensor, token: int, params: SamplingParams) -> float:
     return float(_log_distribution(logits, params)[token])
 
 
-# --- generation ----------------------------------------------------------------------------------
+# --- the decoder ---------------------------------------------------------------------------------
+
+# Told as each row's completion ends: (row in the call's prompts, its completion). A caller can
+# score a completion while the longer ones are still decoding.
+FinishListener = Callable[[int, Completion], None]
+
+
+def policy_tier(policy: Policy, params: SamplingParams) -> TierModel:
+    """A policy decoded as it stands, with no tier: its model at its own device and precision (a
+    learner's model mid-training), no speculation, every prompt in one batch, `params` as given."""
+    settings = TierSettings(
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k,
+        stop=tuple(params.stop),
+        max_new_tokens=params.max_new_tokens,
+        batch_size=1 << 30,
+        chat=policy.chat,
+    )
+    return TierModel(
+        model=policy.model, tokenizer=policy.tokenizer, settings=settings, version=policy.version
+    )
 
 
 @torch.no_grad()
-def tier_generate(
-    tier: TierModel,
+def decode(
+    tier: "TierModel | EngineTier",
     prompts: list[str],
     settings: TierSettings | None = None,
     *,
     generator: torch.Generator | None = None,
     stats: GenerationStats | None = None,
     listener: TokenListener | None = None,
+    on_finished: FinishListener | None = None,
 ) -> list[Completion]:
-    """One completion per prompt (repeat a prompt for a group), in `batch_size` chunks. An
-    engine tier's completions come from its engine (inference/engines.py)."""
+    """The one decoder: one completion per prompt (repeat a prompt for a group), in `batch_size`
+    chunks, each chunk prefilled, then proposed, verified and accepted step by step until every
+    row has finished. Rollouts, evaluation, tiers, judges, serving and the playground all decode
+    here; an engine tier's completions come from its engine (inference/engines.py).
+
+    `listener` hears every token as it is emitted; `on_finished(row, completion)` hears each row
+    exactly once, as it ends (speculative batches: when the batch ends)."""
     settings = settings or tier.settings
     stats = stats if stats is not None else GenerationStats()
     started = time.perf_counter()
     if isinstance(tier, EngineTier):
-        return _engine_generate(tier, prompts, settings, generator, stats, started)
+        completions = _engine_generate(tier, prompts, settings, generator, stats, started)
+        for row, completion in enumerate(completions):
+            if on_finished is not None:
+                on_finished(row, completion)
+        return completions
     completions: list[Completion] = []
     size = max(1, int(settings.batch_size))
     for start in range(0, len(prompts), size):
-        chunk_listener = None
-        if listener is not None:
-            chunk_listener = lambda row, *told, start=start: listener(start + row, *told)  # noqa: E731
-        completions += _generate_batch(
-            tier, prompts[start : start + size], settings, generator, stats, chunk_listener
+        chunk = prompts[start : start + size]
+        completions += _decode_batch(
+            tier, chunk, settings, generator, stats, _shifted(listener, start), _shifted(on_finished, start)
         )
     stats.seconds += time.perf_counter() - started
+    return completions
+
+
+def _shifted(callback: Callable | None, start: int) -> Callable | None:
+    """A chunk's callback, its rows numbered as in the whole call."""
+    if callback is None:
+        return None
+    return lambda row, *told: callback(start + row, *told)
+
+
+def _decode_batch(
+    tier: TierModel,
+    prompts: list[str],
+    settings: TierSettings,
+    generator: torch.Generator | None,
+    stats: GenerationStats,
+    listener: TokenListener | None,
+    on_finished: FinishListener | None,
+) -> list[Completion]:
+    """Decode one batch. With speculation, each step proposes draft tokens per row and the tier's
+    model verifies them in one pass (a ragged cache, per-row Python). Without, nothing is proposed
+    and a step is one forward of every running row's last token, kept in tensors (`_Plain`)."""
+    if not settings.speculative:
+        return _plain_decode(tier, prompts, settings, generator, stats, listener, on_finished)
+    batch = _prefill(tier, prompts, settings, generator, stats, listener)
+    while not all(batch.finished):
+        stats.steps += 1
+        proposal = _propose(batch)
+        verified = _verify(batch, proposal)
+        _accept(batch, proposal, verified)
+    completions = _finish(batch)
+    for row, completion in enumerate(completions):
+        if on_finished is not None:
+            on_finished(row, completion)
     return completions
 
 
@@ -435,22 +509,251 @@ def _engine_generate(
     return completions
 
 
-def _generate_batch(
+# --- a batch without speculation ------------------------------------------------------------------
+
+
+@dataclass
+class _Plain:
+    """A batch decoding one token per step, all in tensors: moving each step to Python costs more
+    than a tiny model's forward pass. A plain Llama runs through the lean path
+    (inference/lean_llama.py: the same function, a fraction of the Python per token); any other
+    model through its own forward with a Hugging Face cache.
+
+    Finished rows leave the batch (their cache rows dropped) once a quarter of it has finished,
+    so the stragglers' steps cost what the stragglers need, not what the whole batch did."""
+
+    tier: TierModel
+    params: SamplingParams
+    generator: torch.Generator | None
+    stats: GenerationStats
+    listener: TokenListener | None
+    on_finished: FinishListener | None
+    started: float
+    lean: LeanLlama | None
+    cache: DynamicCache | None
+    width: int  # prompt positions (left-padded)
+    pad_id: int
+    stops: torch.Tensor  # the stop token ids
+    prompt_ids: list[list[int]]
+    logits: torch.Tensor  # rows still decoding × vocabulary: the next token's
+    key_mask: torch.Tensor  # rows still decoding × every key position a step can see
+    positions: torch.Tensor  # rows still decoding × 1: the next token's position
+    tokens: torch.Tensor  # all rows × budget
+    logprobs: torch.Tensor
+    lengths: torch.Tensor
+    finished: torch.Tensor
+    alive: torch.Tensor  # the rows still decoding, as indices into the batch
+    ended: torch.Tensor  # all rows: the step a stop token or sequence ended the row at, or -1
+    step: int = 0
+    done: dict[int, Completion] = field(default_factory=dict)
+    step_seconds: list[float] = field(default_factory=list)  # each step's end, from `started`
+    next_tokens: torch.Tensor | None = None  # over `alive`: the tokens the last accept sampled
+
+
+def _plain_decode(
     tier: TierModel,
     prompts: list[str],
     settings: TierSettings,
     generator: torch.Generator | None,
     stats: GenerationStats,
-    listener: TokenListener | None = None,
+    listener: TokenListener | None,
+    on_finished: FinishListener | None,
 ) -> list[Completion]:
-    """Decode one batch: prefill, then propose, verify and accept until every row has finished."""
-    batch = _prefill(tier, prompts, settings, generator, stats, listener)
-    while not all(batch.finished):
+    """Prefill, then per step accept one sampled token per running row and verify (run) it."""
+    batch = _plain_prefill(tier, prompts, settings, generator, stats, listener, on_finished)
+    while True:
+        running = _plain_accept(batch)
+        if not bool(running.any()):
+            break
         stats.steps += 1
-        proposal = _propose(batch)
-        verified = _verify(batch, proposal)
-        _accept(batch, proposal, verified)
-    return _completions(batch)
+        _plain_verify(batch, running)
+    return _plain_finish(batch)
+
+
+def _plain_prefill(
+    tier: TierModel,
+    prompts: list[str],
+    settings: TierSettings,
+    generator: torch.Generator | None,
+    stats: GenerationStats,
+    listener: TokenListener | None,
+    on_finished: FinishListener | None,
+) -> _Plain:
+    """Each distinct prompt through the model once (its cache copied to the rows that repeat it
+    when prefixes are shared); the logits of every row's first token."""
+    started = time.perf_counter()
+    model, tokenizer, params = tier.model, tier.tokenizer, settings.sampling_params()
+    device = tier.device
+    if settings.prefix_cache:
+        unique = list(dict.fromkeys(prompts))
+        index = {prompt: row for row, prompt in enumerate(unique)}
+        rows = torch.tensor([index[prompt] for prompt in prompts], device=device)
+    else:
+        unique, rows = list(prompts), torch.arange(len(prompts), device=device)
+    encoded = {name: tensor.to(device) for name, tensor in prompts_encode(tokenizer, unique).items()}
+    lean = lean_llama(model)
+    cache = None
+    width = encoded["input_ids"].size(1)
+    if lean is not None:
+        logits = lean.prefill(encoded["input_ids"], encoded["attention_mask"], width + params.max_new_tokens)
+    else:
+        cache = DynamicCache()
+        logits = (
+            model(
+                input_ids=encoded["input_ids"],
+                attention_mask=encoded["attention_mask"],
+                position_ids=(encoded["attention_mask"].cumsum(-1) - 1).clamp(min=0),
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            .logits[:, -1]
+            .float()
+        )
+    prefilled = int(encoded["attention_mask"].sum())
+    stats.target_forwards += 1
+    stats.prefill_positions += prefilled
+    stats.target_positions += prefilled
+    if len(unique) < len(prompts):
+        if lean is not None:
+            lean.select(rows)
+        else:
+            cache.batch_select_indices(rows)
+    encoded = {name: tensor[rows] for name, tensor in encoded.items()}
+    size = len(prompts)
+    mask = encoded["attention_mask"]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    key_mask = torch.cat([mask, mask.new_ones(size, params.max_new_tokens)], dim=-1)
+    return _Plain(
+        tier=tier,
+        params=params,
+        generator=generator,
+        stats=stats,
+        listener=listener,
+        on_finished=on_finished,
+        started=started,
+        lean=lean,
+        cache=cache,
+        width=width,
+        pad_id=pad_id,
+        stops=torch.tensor(sorted(stop_token_ids(model, tokenizer)), device=device),
+        prompt_ids=[ids[m.bool()].tolist() for ids, m in zip(encoded["input_ids"], mask, strict=True)],
+        logits=logits[rows],
+        key_mask=key_mask.bool() if lean is not None else key_mask,
+        positions=(mask.cumsum(-1) - 1).clamp(min=0)[:, -1:],
+        tokens=torch.full((size, params.max_new_tokens), pad_id, dtype=torch.long, device=device),
+        logprobs=torch.zeros((size, params.max_new_tokens), device=device),
+        lengths=torch.zeros(size, dtype=torch.long, device=device),
+        finished=torch.zeros(size, dtype=torch.bool, device=device),
+        alive=torch.arange(size, device=device),
+        ended=torch.full((size,), -1, dtype=torch.long, device=device),
+    )
+
+
+def _plain_accept(batch: _Plain) -> torch.Tensor:
+    """Sample each running row's next token, record it with its log-prob, and end the rows it
+    stops (a stop token or sequence). The rows still running, over `batch.alive`."""
+    params, alive, step = batch.params, batch.alive, batch.step
+    next_tokens, next_logprobs = sample_next(batch.logits, params, batch.generator)
+    running = ~batch.finished[alive]
+    batch.tokens[alive, step] = torch.where(running, next_tokens, batch.tokens[alive, step])
+    batch.logprobs[alive, step] = torch.where(running, next_logprobs, batch.logprobs[alive, step])
+    batch.lengths[alive] += running.long()
+    batch.step_seconds.append(time.perf_counter() - batch.started)
+    if batch.listener is not None:
+        _plain_tell(batch, next_tokens, next_logprobs, running)
+    stopped = running & torch.isin(next_tokens, batch.stops)
+    if params.stop:
+        active = torch.zeros_like(batch.finished)
+        active[alive] = running & ~stopped
+        stopped |= stopped_rows(batch.tier.tokenizer, batch.tokens, batch.lengths, active, params.stop)[alive]
+    batch.finished[alive] |= stopped
+    batch.ended[alive] = torch.where(stopped, step, batch.ended[alive])
+    if batch.on_finished is not None:  # only then: building a completion costs a sync per row
+        for row in alive[stopped].tolist():
+            batch.done[row] = _plain_completion(batch, row)
+            batch.on_finished(row, batch.done[row])
+    batch.next_tokens = next_tokens
+    return running & ~stopped & (step + 1 < params.max_new_tokens)
+
+
+def _plain_tell(batch: _Plain, tokens: torch.Tensor, logprobs: torch.Tensor, running: torch.Tensor) -> None:
+    """Hand the listener each running row's token, its log-prob and the vocabulary's log-probs."""
+    distributions = _log_distribution(batch.logits, batch.params)
+    for position, row in enumerate(batch.alive.tolist()):
+        if running[position]:
+            batch.listener(row, int(tokens[position]), float(logprobs[position]), distributions[position])
+
+
+def _plain_verify(batch: _Plain, running: torch.Tensor) -> None:
+    """Run each running row's new token through the model: the logits of the token after it. The
+    finished rows leave first when enough have."""
+    tokens = batch.next_tokens
+    if int(running.sum()) <= len(batch.alive) * 3 // 4:
+        keep = running.nonzero().flatten()
+        batch.alive, batch.positions, batch.key_mask = (
+            batch.alive[keep],
+            batch.positions[keep],
+            batch.key_mask[keep],
+        )
+        tokens, running = tokens[keep], running[keep]
+        if batch.lean is not None:
+            batch.lean.select(keep)
+        else:
+            batch.cache.batch_select_indices(keep)
+    batch.positions = batch.positions + 1
+    next_input = tokens.masked_fill(~running, batch.pad_id)[:, None]
+    batch.stats.target_forwards += 1
+    batch.stats.target_positions += int(running.sum())
+    if batch.lean is not None:
+        batch.logits = batch.lean.forward(next_input, batch.positions, batch.key_mask)
+    else:
+        batch.logits = (
+            batch.tier.model(
+                input_ids=next_input,
+                attention_mask=batch.key_mask[:, : batch.width + batch.step + 1],
+                position_ids=batch.positions,
+                cache=batch.cache,
+                use_cache=True,
+            )
+            .logits[:, -1]
+            .float()
+        )
+    batch.step += 1
+
+
+def _plain_finish(batch: _Plain) -> list[Completion]:
+    """Every row's completion; the rows the token budget ended are reported now. Tokens and
+    per-request timings are counted in the stats."""
+    size = batch.tokens.size(0)
+    completions = [
+        batch.done[row] if row in batch.done else _plain_completion(batch, row) for row in range(size)
+    ]
+    for row in range(size):
+        if row not in batch.done and batch.on_finished is not None:
+            batch.on_finished(row, completions[row])
+    stats = batch.stats
+    stats.generated_tokens += int(batch.lengths.sum())
+    stats.first_token_seconds += [batch.step_seconds[0]] * size
+    stats.latency_seconds += [
+        batch.step_seconds[step] if step >= 0 else batch.step_seconds[-1] for step in batch.ended.tolist()
+    ]
+    return completions
+
+
+def _plain_completion(batch: _Plain, row: int) -> Completion:
+    count = int(batch.lengths[row])
+    return completion_build(
+        batch.tier.tokenizer,
+        batch.tokens[row, :count].tolist(),
+        batch.logprobs[row, :count].tolist(),
+        batch.params,
+        batch.prompt_ids[row],
+        frozenset(batch.stops.tolist()),
+    )
+
+
+# --- a speculative batch ------------------------------------------------------------------------
 
 
 @dataclass
@@ -711,7 +1014,7 @@ def _accept(batch: _Batch, proposal: _Proposal, verified: _Verified) -> None:
             batch.pending_draft[row] = batch.pending_draft[row] + [new_token]
 
 
-def _completions(batch: _Batch) -> list[Completion]:
+def _finish(batch: _Batch) -> list[Completion]:
     """The batch's completions, its tokens and per-request timings counted in its stats."""
     stats = batch.stats
     stats.generated_tokens += sum(len(row_tokens) for row_tokens in batch.tokens)

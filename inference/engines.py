@@ -2,7 +2,7 @@
 (vLLM, SGLang, or another Flywheel's /v1) instead of Flywheel's own decoder.
 
 Rollouts, held-out evaluation and judges decode through `engine_generate` exactly as they do through
-`inference.decoding.tier_generate` (which hands engine tiers here): one `/completions` request per
+`inference.decoding.decode` (which hands engine tiers here): one `/completions` request per
 distinct prompt, with `n` samples, the tier's temperature, top_p, top_k, stop and token budget, and
 `logprobs: 0` with `return_tokens_as_token_ids: true` (vLLM's flag, which Flywheel's /v1 serves
 too), so every generated token comes back as `token_id:<n>` with its log-prob: what GRPO needs as

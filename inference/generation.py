@@ -1,4 +1,5 @@
-"""Batched generation with a KV cache, recording the log-probability of every generated token.
+"""What decoding is made of: completions, prompt encoding, stop tokens, sampling with recorded log-probs
+(the decoder itself is `inference.decoding.decode`).
 
 The learner needs the behaviour policy's log-probs to form importance ratios, and the replay view
 shows them, so every completion carries them. They are log-softmax of the logits divided by the
@@ -6,14 +7,12 @@ temperature (the distribution sampled from before top-k / top-p truncation, whic
 learner recomputes); greedy decoding records them at temperature 1.
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from inference.chat import has_chat_template, turn_end_text
-from inference.lean_llama import lean_llama
 from inference.settings import SamplingParams
 
 
@@ -117,144 +116,7 @@ def stop_position(text: str, stops: tuple[str, ...]) -> int | None:
     return min(positions) if positions else None
 
 
-@torch.no_grad()
-def generate(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    prompts: list[str],
-    params: SamplingParams,
-    *,
-    generator: torch.Generator | None = None,
-    on_finished: Callable[[int, Completion], None] | None = None,
-) -> list[Completion]:
-    """One completion per prompt (repeat a prompt for a group), decoded together with a KV cache.
-    A prompt that repeats is prefilled once and its cache copied to its rows.
-
-    `on_finished(row, completion)` is called as each row's completion ends (its stop token or
-    sequence), while the others still decode, so a caller can score it meanwhile; rows that ran
-    out of tokens are reported at the end. Every row is reported exactly once."""
-    device = next(model.parameters()).device
-    unique = list(dict.fromkeys(prompts))
-    encoded = {name: tensor.to(device) for name, tensor in prompts_encode(tokenizer, unique).items()}
-    stops = torch.tensor(sorted(stop_token_ids(model, tokenizer)), device=device)
-    # A plain Llama decodes through the lean path (inference/lean_llama.py: the same function,
-    # a fraction of the Python per token); any other model through its own forward.
-    lean = lean_llama(model)
-    width = encoded["input_ids"].size(1)
-    if lean is not None:
-        logits = lean.prefill(encoded["input_ids"], encoded["attention_mask"], width + params.max_new_tokens)
-    else:
-        cache = DynamicCache()
-        logits = (
-            model(
-                input_ids=encoded["input_ids"],
-                attention_mask=encoded["attention_mask"],
-                position_ids=(encoded["attention_mask"].cumsum(-1) - 1).clamp(min=0),
-                cache=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            .logits[:, -1]
-            .float()
-        )
-    index = {prompt: row for row, prompt in enumerate(unique)}
-    rows = torch.tensor([index[prompt] for prompt in prompts], device=device)
-    if len(unique) < len(prompts):
-        if lean is not None:
-            lean.select(rows)
-        else:
-            cache.batch_select_indices(rows)
-    encoded = {name: tensor[rows] for name, tensor in encoded.items()}
-    logits = logits[rows]
-    batch = len(prompts)
-    # Every key position a decode step can see: the prompt's (padding masked), then the new tokens.
-    key_mask = torch.cat(
-        [encoded["attention_mask"], encoded["attention_mask"].new_ones(batch, params.max_new_tokens)], dim=-1
-    )
-    positions = (encoded["attention_mask"].cumsum(-1) - 1).clamp(min=0)[:, -1:]
-    if lean is not None:
-        key_mask = key_mask.bool()
-    # Tokens and log-probs stay tensors until the end: moving each step to Python costs more
-    # than the tiny models' forward passes.
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    tokens = torch.full((batch, params.max_new_tokens), pad_id, dtype=torch.long, device=device)
-    logprobs = torch.zeros((batch, params.max_new_tokens), device=device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=device)
-    lengths = torch.zeros(batch, dtype=torch.long, device=device)
-    prompt_ids = [
-        ids[mask.bool()].tolist()
-        for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"], strict=True)
-    ]
-    stop_ids = frozenset(stops.tolist())
-    done: dict[int, Completion] = {}
-
-    def build(row: int) -> Completion:
-        count = int(lengths[row])
-        return completion_build(
-            tokenizer,
-            tokens[row, :count].tolist(),
-            logprobs[row, :count].tolist(),
-            params,
-            prompt_ids[row],
-            stop_ids,
-        )
-
-    # The rows still decoding, as indices into the batch: finished rows leave the batch (their
-    # cache rows dropped) once a quarter of it has finished, so the stragglers' steps cost what
-    # the stragglers need, not what the whole batch did.
-    alive = torch.arange(batch, device=device)
-    for step in range(params.max_new_tokens):
-        next_tokens, next_logprobs = sample_next(logits, params, generator)
-        running = ~finished[alive]
-        tokens[alive, step] = torch.where(running, next_tokens, tokens[alive, step])
-        logprobs[alive, step] = torch.where(running, next_logprobs, logprobs[alive, step])
-        lengths[alive] += running.long()
-        stopped = running & torch.isin(next_tokens, stops)
-        if params.stop:
-            active = torch.zeros_like(finished)
-            active[alive] = running & ~stopped
-            stopped |= _stopped_rows(tokenizer, tokens, lengths, active, params.stop)[alive]
-        finished[alive] |= stopped
-        if on_finished is not None:
-            for row in alive[stopped].tolist():
-                done[row] = build(row)
-                on_finished(row, done[row])
-        running &= ~stopped
-        if not bool(running.any()):
-            break
-        if int(running.sum()) <= len(alive) * 3 // 4:
-            keep = running.nonzero().flatten()
-            alive, positions, key_mask = alive[keep], positions[keep], key_mask[keep]
-            next_tokens, running = next_tokens[keep], running[keep]
-            if lean is not None:
-                lean.select(keep)
-            else:
-                cache.batch_select_indices(keep)
-        positions = positions + 1
-        next_input = next_tokens.masked_fill(~running, pad_id)[:, None]
-        if lean is not None:
-            logits = lean.forward(next_input, positions, key_mask)
-            continue
-        logits = (
-            model(
-                input_ids=next_input,
-                attention_mask=key_mask[:, : width + step + 1],
-                position_ids=positions,
-                cache=cache,
-                use_cache=True,
-            )
-            .logits[:, -1]
-            .float()
-        )
-    completions = [done[row] if row in done else build(row) for row in range(batch)]
-    if on_finished is not None:
-        for row in range(batch):
-            if row not in done:
-                on_finished(row, completions[row])
-    return completions
-
-
-def _stopped_rows(
+def stopped_rows(
     tokenizer: PreTrainedTokenizerBase,
     tokens: torch.Tensor,
     lengths: torch.Tensor,

@@ -80,7 +80,7 @@ def tier_judge(tier_config: Mapping | object, *, tier_model: "TierModel | None" 
             raise JudgeError(f"no tier named {tier_ref!r} to judge with; known: {', '.join(sorted(configs))}")
         import torch  # only once a model is about to run
 
-        from inference.decoding import tier_generate, tier_load
+        from inference.decoding import decode, tier_load
 
         with lock:  # graders run in threads; one model generates one request at a time
             if key not in loaded:
@@ -89,7 +89,7 @@ def tier_judge(tier_config: Mapping | object, *, tier_model: "TierModel | None" 
             generator = torch.Generator().manual_seed(int(params["seed"])) if "seed" in params else None
             prompt = judge_prompt(model.tokenizer, messages)
             settings = judge_settings(model.settings, params)
-            [completion] = tier_generate(model, [prompt], settings, generator=generator)
+            [completion] = decode(model, [prompt], settings, generator=generator)
         return completion.text
 
     return judge

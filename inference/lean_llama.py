@@ -42,7 +42,7 @@ def lean_llama(model: torch.nn.Module) -> "LeanLlama | None":
         and getattr(config, "hidden_act", "silu") == "silu"
         and getattr(config, "pretraining_tp", 1) == 1
         and (getattr(config, "attention_dropout", 0.0) == 0.0 or not model.training)
-        and model.get_output_embeddings() is not None
+        and isinstance(model.get_output_embeddings(), torch.nn.Linear)  # not int8-quantised
         and model.get_output_embeddings().bias is None
     )
     return LeanLlama(model) if plain else None

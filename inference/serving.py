@@ -16,7 +16,7 @@ import torch
 
 from inference.adapters import AdapterError, adapter_activate
 from inference.chat import chat_render
-from inference.decoding import TierError, TierModel, tier_generate, tier_load
+from inference.decoding import TierError, TierModel, decode, tier_load
 from inference.generation import Completion
 from inference.openai_protocol import OpenAIError, ServeRequest, Token
 from inference.settings import TierSettings
@@ -172,7 +172,7 @@ def serve_generate(prepared: Prepared, request: ServeRequest, sink: TokenSink) -
         plain = prepared.adapter is None and served.adapter is not None
         # The base model's own requests skip the adapter its layers hold.
         with served.tier.model.disable_adapter() if plain else contextlib.nullcontext():
-            return tier_generate(
+            return decode(
                 served.tier, prepared.prompts, prepared.settings, generator=generator, listener=listener
             )
 

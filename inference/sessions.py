@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from inference.generation import Completion, completion_build, sample_next, stop_position
+from inference.generation import Completion, completion_build, sample_next, stopped_rows
 from inference.lean_llama import lean_llama
 from inference.settings import SamplingParams
 
@@ -225,7 +225,7 @@ class ChatSessions:
             lengths += running.long()
             stopped = running & (next_tokens == self.tokenizer.eos_token_id)
             if params.stop:
-                stopped |= self._stopped(tokens[:, : step + 1], running & ~stopped)
+                stopped |= stopped_rows(self.tokenizer, tokens, lengths, running & ~stopped, params.stop)
             finished |= stopped
             if step == params.max_new_tokens - 1 or bool(finished.all()):
                 break
@@ -248,11 +248,3 @@ class ChatSessions:
             transcript_answer(transcript, completion.text, row_tokens, self.tokenizer.eos_token_id)
             completions.append(completion)
         return completions
-
-    def _stopped(self, tokens: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
-        """Rows (of `candidates`) whose text so far holds a stop sequence."""
-        stopped = torch.zeros_like(candidates)
-        for row in candidates.nonzero().flatten().tolist():
-            text = self.tokenizer.decode(tokens[row].tolist())
-            stopped[row] = stop_position(text, self.params.stop) is not None
-        return stopped

@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from inference.chat import item_prompt
-from inference.decoding import TierError, tier_generate, tier_load, tier_prepare
+from inference.decoding import TierError, decode, tier_load, tier_prepare
 from inference.engines import EngineTier, completion_request, engine_generate, engine_tier_load
 from inference.judge import tier_judge
 from inference.policy import policy_load
@@ -257,7 +257,7 @@ def test_v1_answers_token_ids_for_token_id_prompts_and_loads_adapters_by_artifac
     answer = json.loads(
         b"".join(post(client, "/v1/completions", body | {"return_tokens_as_token_ids": True}))
     )
-    (expected,) = tier_generate(
+    (expected,) = decode(
         tier_prepare(
             policy, TierSettings.from_config(run.tier_config).with_(temperature=0.0, max_new_tokens=6)
         ),
@@ -322,8 +322,8 @@ def _decode_and_compare(engine: dict, urls: str) -> None:
     local = tier_load(local_settings)
     prompts = [remote.prompt_text(p) for p in ("add 3 to x", "Write f(x) that returns x times 2.")]
     prompts = [prompts[0], prompts[0], prompts[1]]  # a group of two: one request with n=2
-    from_engine = tier_generate(remote, prompts)
-    from_local = tier_generate(local, prompts)
+    from_engine = decode(remote, prompts)
+    from_local = decode(local, prompts)
     for got, want in zip(from_engine, from_local, strict=True):
         assert got.token_ids == want.token_ids and got.text == want.text
         assert got.finish_reason == want.finish_reason
@@ -338,9 +338,7 @@ def _decode_and_compare(engine: dict, urls: str) -> None:
     settings_local = local_settings.with_(temperature=0.8, top_p=0.9, top_k=30)
 
     (sample,) = engine_generate(remote, [prompts[1]], sampled, seeds=[seed])
-    (want,) = tier_generate(
-        local, [prompts[1]], settings_local, generator=torch.Generator().manual_seed(seed)
-    )
+    (want,) = decode(local, [prompts[1]], settings_local, generator=torch.Generator().manual_seed(seed))
     assert sample.token_ids == want.token_ids
     assert sample.logprobs == pytest.approx(want.logprobs, abs=1e-4)
 
@@ -349,7 +347,7 @@ def _decode_and_compare(engine: dict, urls: str) -> None:
     measured = tier_measure(remote, items, grade=False)
     assert measured["model_mb"] == 0 and measured["requests"] == 3
     assert measured["texts"] == [
-        c.text for c in tier_generate(local, [local.prompt_text(item_prompt(i)) for i in items])
+        c.text for c in decode(local, [local.prompt_text(item_prompt(i)) for i in items])
     ]
     with pytest.raises(TierError, match="^engine: this tier decodes on its engine's model"):
         tier_run(tier_snapshot(tier), "/elsewhere/checkpoint", items)
@@ -422,8 +420,8 @@ def test_a_lora_grpo_run_rolls_out_through_the_engine_swapping_each_versions_ada
     outputs = {}
     for name, source in ((engine_adapter_name(run, 3), policy_dir(run.pk, 3)), (None, tiny_model)):
         remote = engine_tier_load(greedy, served_model=name)
-        (got,) = outputs[name] = tier_generate(remote, [prompt])
-        (want,) = tier_generate(tier_load(greedy.with_(engine="local"), source), [prompt])
+        (got,) = outputs[name] = decode(remote, [prompt])
+        (want,) = decode(tier_load(greedy.with_(engine="local"), source), [prompt])
         assert got.token_ids == want.token_ids
         assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
 
@@ -435,7 +433,7 @@ def test_a_lora_grpo_run_rolls_out_through_the_engine_swapping_each_versions_ada
         headers={"Authorization": f"Bearer {engine['token']}"},
     )
     assert gone.status_code == 200 and not ServedAdapter.objects.filter(name=served.served_model).exists()
-    (again,) = tier_generate(served, [prompt])
+    (again,) = decode(served, [prompt])
     assert again.token_ids == outputs[served.served_model][0].token_ids  # the adapter's, reloaded
     assert ServedAdapter.objects.filter(name=served.served_model).exists()
 

@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from core.artifacts import artifact_delete
 from core.roles import Role
 from flywheel import Client, NotFoundError
-from inference.decoding import tier_generate, tier_prepare
+from inference.decoding import decode, tier_prepare
 from inference.export import adapter_base, archive_chunks, is_adapter
 from inference.policy import policy_load
 from inference.settings import TierSettings
@@ -61,7 +61,7 @@ def tier_texts(trained, source: Path) -> list[tuple[list[int], str]]:  # noqa: F
     """What the run's tier generates greedily from the checkpoint's own files: tokens and text."""
     settings = TierSettings.from_config(trained["run"].tier_config).with_(temperature=0.0)
     tier = tier_prepare(policy_load(source), settings)
-    completions = tier_generate(tier, [tier.prompt_text(p) for p in PROMPTS], settings)
+    completions = decode(tier, [tier.prompt_text(p) for p in PROMPTS], settings)
     return [(c.token_ids, c.text) for c in completions]
 
 

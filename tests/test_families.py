@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from inference.adapters import adapter_base, is_adapter
-from inference.decoding import tier_adapter_serve, tier_generate, tier_load
+from inference.decoding import decode, tier_adapter_serve, tier_load
 from inference.policy import policy_load
 from inference.settings import TierSettings
 from projects import services as project_services
@@ -177,7 +177,7 @@ def test_generation_stops_at_any_of_the_generation_configs_end_ids(family_dirs, 
         tier.model.lm_head.weight.zero_()
         tier.model.lm_head.bias.zero_()
         tier.model.lm_head.bias[second] = 10.0
-    [completion] = tier_generate(tier, [tier.prompt_text("hi")])
+    [completion] = decode(tier, [tier.prompt_text("hi")])
     assert (completion.token_ids, completion.finish_reason, completion.text) == ([second], "stop", "")
     # A rendered prompt that opens with BOS gets no second one.
     assert completion.prompt_token_ids.count(tier.tokenizer.bos_token_id) <= 1
@@ -243,4 +243,4 @@ def test_a_lora_run_publishes_adapters_that_the_workers_swap_into_a_resident_bas
     served = tier_adapter_serve(settings, policy_dir(grpo.pk, 2), version=2)
     loaded = tier_load(settings, policy_dir(grpo.pk, 2))
     prompt = served.prompt_text("Write f(x).")
-    assert tier_generate(served, [prompt])[0].token_ids == tier_generate(loaded, [prompt])[0].token_ids
+    assert decode(served, [prompt])[0].token_ids == decode(loaded, [prompt])[0].token_ids

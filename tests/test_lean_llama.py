@@ -7,8 +7,9 @@ import pytest
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
-import inference.generation as generation
-from inference.generation import generate, sample_next
+import inference.decoding as decoding
+from inference.decoding import decode, policy_tier
+from inference.generation import sample_next
 from inference.lean_llama import lean_llama
 from inference.policy import policy_load
 from inference.settings import SamplingParams
@@ -91,9 +92,9 @@ def test_generation_is_the_same_through_the_lean_path_and_the_model_forward(tiny
     ]
     prompts += ["def", "x"]
     greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
-    lean = generate(tiny_policy.model, tiny_policy.tokenizer, prompts, greedy)
-    monkeypatch.setattr(generation, "lean_llama", lambda model: None)
-    plain = generate(tiny_policy.model, tiny_policy.tokenizer, prompts, greedy)
+    lean = decode(policy_tier(tiny_policy, greedy), prompts)
+    monkeypatch.setattr(decoding, "lean_llama", lambda model: None)
+    plain = decode(policy_tier(tiny_policy, greedy), prompts)
     assert [c.token_ids for c in lean] == [c.token_ids for c in plain]
     assert [c.text for c in lean] == [c.text for c in plain]
     for one, other in zip(lean, plain, strict=True):
@@ -112,15 +113,13 @@ def test_rows_that_finish_early_leave_the_batch_without_changing_the_others(tiny
     # The barely trained model never ends a completion of its own: make the first token it
     # writes for "def" and the fourth it writes for "return" its ends of sequence, so that rows
     # end at different steps (1, 4, and the token budget).
-    first = generate(tiny_policy.model, tiny_policy.tokenizer, prompts, greedy)
+    first = decode(policy_tier(tiny_policy, greedy), prompts)
     config = tiny_policy.model.generation_config
     monkeypatch.setattr(config, "eos_token_id", [first[2].token_ids[0], first[4].token_ids[3]])
     reported: list[int] = []
-    together = generate(
-        tiny_policy.model,
-        tiny_policy.tokenizer,
+    together = decode(
+        policy_tier(tiny_policy, greedy),
         prompts,
-        greedy,
         on_finished=lambda row, completion: reported.append(row),
     )
     assert len({len(c.token_ids) for c in together}) > 2  # rows did end at different steps
@@ -128,7 +127,7 @@ def test_rows_that_finish_early_leave_the_batch_without_changing_the_others(tiny
     lengths = [len(together[row].token_ids) for row in reported]
     assert lengths == sorted(lengths)  # reported as they finished
     for prompt, completion in zip(prompts, together, strict=True):
-        alone = generate(tiny_policy.model, tiny_policy.tokenizer, [prompt], greedy)[0]
+        alone = decode(policy_tier(tiny_policy, greedy), [prompt])[0]
         assert completion.token_ids == alone.token_ids
         assert completion.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
 
@@ -151,11 +150,7 @@ def test_sampling_draws_each_token_at_its_probability_and_never_a_filtered_one()
 def test_same_seed_same_samples(tiny_policy):
     prompts = [tiny_policy.prompt_text("Write a Python function `f(x)` that returns x plus 3.")] * 8
     params = SamplingParams(max_new_tokens=10, temperature=1.0)
-    first = generate(
-        tiny_policy.model, tiny_policy.tokenizer, prompts, params, generator=torch.Generator().manual_seed(4)
-    )
-    again = generate(
-        tiny_policy.model, tiny_policy.tokenizer, prompts, params, generator=torch.Generator().manual_seed(4)
-    )
+    first = decode(policy_tier(tiny_policy, params), prompts, generator=torch.Generator().manual_seed(4))
+    again = decode(policy_tier(tiny_policy, params), prompts, generator=torch.Generator().manual_seed(4))
     assert [c.token_ids for c in first] == [c.token_ids for c in again]
     assert len({tuple(c.token_ids) for c in first}) > 1

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from core.roles import Role
-from inference.decoding import tier_generate, tier_prepare
+from inference.decoding import decode, tier_prepare
 from inference.policy import policy_load
 from inference.settings import TierSettings
 from projects import services as project_services
@@ -33,7 +33,7 @@ def bearer(user) -> Client:
 
 def greedy(source, config: dict, prompts: list[str], **changes) -> list:
     settings = TierSettings.from_config(config).with_(temperature=0.0, **changes)
-    return tier_generate(tier_prepare(policy_load(source), settings), prompts, settings)
+    return decode(tier_prepare(policy_load(source), settings), prompts, settings)
 
 
 def post(client: Client, path: str, body: dict):

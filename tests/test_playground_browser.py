@@ -16,7 +16,7 @@ from django.conf import settings  # noqa: E402
 from django.test import Client  # noqa: E402
 from playwright.sync_api import expect  # noqa: E402
 
-from inference.decoding import tier_generate, tier_prepare  # noqa: E402
+from inference.decoding import decode, tier_prepare  # noqa: E402
 from inference.policy import policy_load  # noqa: E402
 from inference.settings import TierSettings  # noqa: E402
 from runs.models import Run  # noqa: E402
@@ -38,7 +38,7 @@ PROMPT = "add 3 to x"
 def chat_completion(source, config: dict, max_new_tokens: int):
     settings = TierSettings.from_config(config).with_(temperature=0.0, max_new_tokens=max_new_tokens)
     tier = tier_prepare(policy_load(source), settings)
-    return tier_generate(tier, [tier.prompt_text(PROMPT)], settings)[0]
+    return decode(tier, [tier.prompt_text(PROMPT)], settings)[0]
 
 
 def test_the_playground_streams_one_prompt_to_a_tier_and_a_checkpoint_side_by_side(

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from core.roles import Role
-from inference.decoding import GenerationStats, is_quantised, lookup_draft, tier_generate, tier_prepare
-from inference.generation import generate
+from inference.decoding import GenerationStats, decode, is_quantised, lookup_draft, policy_tier, tier_prepare
 from inference.judge import tier_judge
+from inference.lean_llama import lean_llama
 from inference.policy import policy_load
 from inference.settings import TierSettings
 from projects import services as project_services
@@ -83,13 +83,14 @@ def noisy_draft(model_dir: Path) -> torch.nn.Module:
 def run(model_dir, prompts, settings, *, draft=None, seed=0):
     tier = tier_prepare(policy_load(model_dir), settings, draft=draft)
     stats = GenerationStats()
-    completions = tier_generate(tier, prompts, generator=torch.Generator().manual_seed(seed), stats=stats)
+    completions = decode(tier, prompts, generator=torch.Generator().manual_seed(seed), stats=stats)
     return tier, completions, stats
 
 
 def test_int8_quantises_every_linear_layer_and_bf16_casts(model_dir, prompts):
     tier, completions, _ = run(model_dir, prompts, GREEDY.with_(precision="int8"))
     assert is_quantised(tier.model)
+    assert lean_llama(tier.model) is None  # the lean path reads float weights; int8 runs the model's own
     assert all(len(c.logprobs) == len(c.token_ids) >= 1 for c in completions)
     plain, _, _ = run(model_dir, prompts, GREEDY)
     assert not is_quantised(plain.model)
@@ -101,7 +102,7 @@ def test_int8_quantises_every_linear_layer_and_bf16_casts(model_dir, prompts):
 @pytest.mark.parametrize("mode", ["draft_model", "prompt_lookup"])
 def test_speculative_greedy_decoding_returns_exactly_the_greedy_tokens(model_dir, prompts, mode, batch_size):
     policy = policy_load(model_dir)
-    reference = generate(policy.model, policy.tokenizer, prompts, GREEDY.sampling_params())
+    reference = decode(policy_tier(policy, GREEDY.sampling_params()), prompts)
     settings = GREEDY.with_(batch_size=batch_size, speculation=mode, speculative_tokens=3)
     draft = noisy_draft(model_dir) if mode == "draft_model" else None
     _, completions, stats = run(model_dir, prompts, settings, draft=draft)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from inference.generation import generate
+from inference.decoding import decode, policy_tier
 from inference.policy import policy_load
 from inference.settings import SamplingParams
 from projects.demo_tasks import demo_task_sets
@@ -46,9 +46,7 @@ def test_generation_logprobs_are_the_ones_the_learner_recomputes(tmp_path: Path)
     policy = policy_load(tmp_path)
     prompts = [policy.prompt_text("Write a Python function `f(x)` that returns x plus 3."), "def"]
     params = SamplingParams(max_new_tokens=6, temperature=1.0)
-    completions = generate(
-        policy.model, policy.tokenizer, prompts, params, generator=torch.Generator().manual_seed(0)
-    )
+    completions = decode(policy_tier(policy, params), prompts, generator=torch.Generator().manual_seed(0))
     assert all(len(c.logprobs) == len(c.token_ids) >= 1 for c in completions)
     batch = sequence_batch(
         [c.prompt_token_ids for c in completions],
@@ -79,11 +77,9 @@ def test_rows_that_share_a_prompt_get_the_same_logprobs_and_gradients_as_compute
     prompts = [
         policy.prompt_text(f"Write a Python function `f(x)` that returns x plus {n}.") for n in (1, 22)
     ]
-    completions = generate(
-        policy.model,
-        policy.tokenizer,
+    completions = decode(
+        policy_tier(policy, SamplingParams(max_new_tokens=8, temperature=1.0)),
         [prompt for prompt in prompts for _ in range(3)],
-        SamplingParams(max_new_tokens=8, temperature=1.0),
         generator=torch.Generator().manual_seed(1),
     )
     batch = sequence_batch(

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import torch
 
 from inference.chat import item_prompt
-from inference.generation import Completion, generate
+from inference.decoding import decode, policy_tier
+from inference.generation import Completion
 from inference.policy import Policy
 from inference.settings import SamplingParams
 from rewards.engine import Sample, score, score_batch
@@ -107,11 +108,9 @@ def rollout_groups(
     prompts = [policy.prompt_text(item_prompt(item)) for item in items for _ in range(group_size)]
     expanded = [item for item in items for _ in range(group_size)]
     with GradingStream(pool) as grading:
-        completions = generate(
-            policy.model,
-            policy.tokenizer,
+        completions = decode(
+            policy_tier(policy, params),
             prompts,
-            params,
             generator=generator,
             on_finished=lambda row, completion: grading.submit(expanded[row], completion.text),
         )

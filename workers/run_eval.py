@@ -14,7 +14,7 @@ from statistics import fmean
 from django.db import transaction
 
 from inference.chat import item_prompt
-from inference.decoding import tier_generate
+from inference.decoding import decode
 from rewards.engine import ScoreResult
 from runs.lifecycle import run_event
 from runs.models import HeldOutResult, MetricPoint, Run, RunEvent
@@ -57,7 +57,7 @@ def held_out_grades(
     short = [index for index, item in enumerate(items) if item["kind"] != "agent"]
     if short:
         prompts = [policy.prompt_text(item_prompt(items[index])) for index in short]
-        completions = [completion.text for completion in tier_generate(policy, prompts, settings)]
+        completions = [completion.text for completion in decode(policy, prompts, settings)]
         graded = grade(
             spec, [items[i] for i in short], completions, judge=judge, reward_models=run_reward_models(run)
         )
@@ -68,7 +68,7 @@ def held_out_grades(
     if agents:
         episodes = episodes_play(
             [items[index] for index in agents],
-            lambda prompts: tier_generate(policy, prompts, settings),
+            lambda prompts: decode(policy, prompts, settings),
             rule=spec,
             render=policy_render(policy, chat=settings.chat),
             fits=context_fits(policy, settings.max_new_tokens),

@@ -26,7 +26,7 @@ from core import events
 from core.leases import lease_kept
 from inference.adapters import is_adapter
 from inference.chat import item_prompt
-from inference.decoding import TierError, TierModel, tier_adapter_serve, tier_generate, tier_prepare
+from inference.decoding import TierError, TierModel, decode, tier_adapter_serve, tier_prepare
 from inference.engines import (
     Engine,
     EngineError,
@@ -198,7 +198,7 @@ def _rollout(batch: RolloutBatch) -> int:
 
     def generate(prompts: list[str]) -> list[Completion]:
         began = time.monotonic()
-        completions = tier_generate(policy, prompts, settings, generator=generator)
+        completions = decode(policy, prompts, settings, generator=generator)
         clock["generate"] += time.monotonic() - began
         return completions
 

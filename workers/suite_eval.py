@@ -5,7 +5,7 @@ The target is loaded once: a run's policy version (or checkpoint) prepared the r
 or a tier as it is (its base model under its settings, an engine tier on its engine). Then, entry by
 entry, each item is sampled n times at the suite's temperature (greedy by default) with the same
 generation, agent and grading code as the rollouts and the held-out evaluation
-(`inference.decoding.tier_generate`, `workers.agent.episodes_play`, `workers.run_rollout.grade`),
+(`inference.decoding.decode`, `workers.agent.episodes_play`, `workers.run_rollout.grade`),
 scored by the entry's reward rule, and kept per item: samples, passes, rewards, each grader's mean,
 tokens, invalid actions and the first completions. The figures (evaluations/metrics.py) are
 stored per entry and overall.
@@ -23,7 +23,7 @@ from evaluations import services
 from evaluations.metrics import ItemFigures, figures
 from evaluations.models import SuiteEntry, SuiteEvaluation, SuiteResult
 from inference.chat import item_prompt
-from inference.decoding import tier_generate, tier_load
+from inference.decoding import decode, tier_load
 from inference.settings import TierSettings
 from rewards.engine import ScoreResult
 from rewards.services import project_judge, project_reward_models
@@ -78,7 +78,7 @@ def samples_of(
     if short:
         repeated = [index for index in short for _ in range(n)]
         prompts = [policy.prompt_text(item_prompt(items[index])) for index in repeated]
-        completions = tier_generate(policy, prompts, settings, generator=generator)
+        completions = decode(policy, prompts, settings, generator=generator)
         texts = [completion.text for completion in completions]
         grades = grade(spec, [items[i] for i in repeated], texts, judge=judge, reward_models=reward_models)
         for index, completion, result in zip(repeated, completions, grades, strict=True):
@@ -88,7 +88,7 @@ def samples_of(
         repeated = [index for index in agents for _ in range(n)]
         episodes = episodes_play(
             [items[index] for index in repeated],
-            lambda prompts: tier_generate(policy, prompts, settings, generator=generator),
+            lambda prompts: decode(policy, prompts, settings, generator=generator),
             rule=spec,
             render=policy_render(policy, chat=settings.chat),
             fits=context_fits(policy, settings.max_new_tokens),

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from inference.chat import item_prompt
-from inference.decoding import GenerationStats, model_bytes, tier_generate, tier_load
+from inference.decoding import GenerationStats, decode, model_bytes, tier_load
 from inference.settings import TierSettings
 from rewards.engine import Sample, score_batch
 
@@ -136,7 +136,7 @@ def tier_measure(
     stats = GenerationStats()
     generator = torch.Generator().manual_seed(seed)
     with PeakRss() as memory:
-        completions = tier_generate(tier_model, prompts, settings, generator=generator, stats=stats)
+        completions = decode(tier_model, prompts, settings, generator=generator, stats=stats)
     # An engine tier holds no weights on this host: its memory is the engine's.
     weights = (model_bytes(tier_model.model) if tier_model.model is not None else 0) + (
         model_bytes(tier_model.draft) if tier_model.draft else 0
@@ -179,9 +179,7 @@ def tier_run(config: dict, checkpoint: str | Path, items: list[dict], *, spec=No
     started = time.perf_counter()
     tier_model = tier_load(settings, checkpoint)
     load_seconds = time.perf_counter() - started
-    tier_generate(
-        tier_model, [tier_model.prompt_text(item_prompt(items[0]))], settings.with_(max_new_tokens=2)
-    )
+    decode(tier_model, [tier_model.prompt_text(item_prompt(items[0]))], settings.with_(max_new_tokens=2))
     result = tier_measure(tier_model, items, settings=settings, spec=spec, pool=pool)
     result.pop("texts")
     return result | {"load_seconds": round(load_seconds, 3)}
