@@ -7,7 +7,6 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from core import strict_json
-from rewards.backtest import BACKTEST_DEFAULT_LIMIT, BACKTEST_MAX_LIMIT
 from rewards.services import DRY_RUN_MAX_PAIRS
 
 SPEC_ROWS = 24
@@ -120,23 +119,6 @@ class DryRunForm(forms.Form):
         if data.get("source") == "paste" and "items" in data and not data["items"]:
             self.add_error("items", "paste at least one item")
         return data
-
-
-class BacktestForm(forms.Form):
-    run = forms.TypedChoiceField(coerce=int, label="Past run")
-    version = forms.TypedChoiceField(coerce=int, label="Rule version to try")
-    limit = forms.IntegerField(
-        min_value=1,
-        max_value=BACKTEST_MAX_LIMIT,
-        required=False,
-        label="At most",
-        help_text=f"Trajectories to rescore, the newest first; empty: {BACKTEST_DEFAULT_LIMIT}",
-    )
-
-    def __init__(self, *args: Any, runs: list[tuple[int, str]], versions: list[int], **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["run"].choices = runs
-        self.fields["version"].choices = [(n, f"v{n}") for n in versions]
 
 
 # --- the form editor -----------------------------------------------------------------------
