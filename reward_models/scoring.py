@@ -10,15 +10,15 @@ process, and stay loaded.
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 
 from django.db import IntegrityError, transaction
 
+from core.exceptions import StateError
 from reward_models import selectors
 from reward_models.models import RewardModelVersion, RunRewardModel
 from reward_models.store import model_local
+from rewards.graders.reward_model import Scorer
 
-Scorer = Callable[[str, int | None, list, list], list[float]]
 LOADED_MAX = 4
 _loaded: OrderedDict[str, object] = OrderedDict()
 _load_lock = threading.Lock()
@@ -102,8 +102,6 @@ def version_score(
 ):
     """REST's scoring: raw scores of `texts` ({prompt, completion}), or each pair of `pairs` ranked
     ({prompt, chosen, rejected}), with the trained version (loaded once per process)."""
-    from core.exceptions import StateError
-
     if version.status != RewardModelVersion.Status.SUCCEEDED or not version.path:
         raise StateError(f"version {version.number} is {version.status}; only a trained version scores")
     scorer = loaded_scorer(model_local(version.path))

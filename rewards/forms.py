@@ -7,6 +7,9 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from core import strict_json
+from rewards import engine
+from rewards.graders import MULTI, grader_kind
+from rewards.graders.base import MESSAGES, TEXT
 from rewards.services import DRY_RUN_MAX_PAIRS
 
 SPEC_ROWS = 24
@@ -157,8 +160,6 @@ CODE_FIELDS = {"source"}
 
 def _editor_kind(name: str, field: Any) -> str:
     """How the editor edits a registry field: a select, a template or text line, code, a number, JSON."""
-    from rewards.graders.base import MESSAGES, TEXT
-
     types = set(field.types) if isinstance(field.types, tuple) else {field.types}
     if field.choices:
         return "select"
@@ -174,9 +175,6 @@ def _editor_kind(name: str, field: Any) -> str:
 def grader_types() -> list[dict[str, Any]]:
     """Every grader type of the engine's catalog with the fields the form editor shows, OpenAI's
     types first; multi's sub-graders have their own editor, so only its formula is a field."""
-    from rewards import engine
-    from rewards.graders import MULTI, grader_kind
-
     types = []
     for entry in sorted(engine.grader_catalog(), key=lambda entry: (not entry["openai"], entry["type"])):
         kind = grader_kind(entry["type"])
