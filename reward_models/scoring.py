@@ -82,7 +82,7 @@ def reward_models_scorer(project_id: int, *, run_id: int | None = None) -> Score
                         return use.version
                 version = selectors.trained_version(project_id=project_id, name=name, number=number)
                 if version is None:
-                    which = f"version {number} of " if number is not None else "a trained version of "
+                    which = f"version {number} of " if number is not None else "trained version of "
                     raise RewardModelMissingError(f"the project has no {which}reward model {name!r}")
                 if run_id is not None:
                     pinned = _pinned(run_id, version)  # a rule naming its version gets exactly that one
