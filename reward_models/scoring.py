@@ -10,15 +10,15 @@ process, and stay loaded.
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 
 from django.db import IntegrityError, transaction
 
+from core.exceptions import StateError
 from reward_models import selectors
 from reward_models.models import RewardModelVersion, RunRewardModel
 from reward_models.store import model_local
+from rewards.graders.reward_model import Scorer
 
-Scorer = Callable[[str, int | None, list, list], list[float]]
 LOADED_MAX = 4
 _loaded: OrderedDict[str, object] = OrderedDict()
 _load_lock = threading.Lock()
@@ -82,7 +82,7 @@ def reward_models_scorer(project_id: int, *, run_id: int | None = None) -> Score
                         return use.version
                 version = selectors.trained_version(project_id=project_id, name=name, number=number)
                 if version is None:
-                    which = f"version {number} of " if number is not None else "a trained version of "
+                    which = f"version {number} of " if number is not None else "trained version of "
                     raise RewardModelMissingError(f"the project has no {which}reward model {name!r}")
                 if run_id is not None:
                     pinned = _pinned(run_id, version)  # a rule naming its version gets exactly that one
@@ -102,8 +102,6 @@ def version_score(
 ):
     """REST's scoring: raw scores of `texts` ({prompt, completion}), or each pair of `pairs` ranked
     ({prompt, chosen, rejected}), with the trained version (loaded once per process)."""
-    from core.exceptions import StateError
-
     if version.status != RewardModelVersion.Status.SUCCEEDED or not version.path:
         raise StateError(f"version {version.number} is {version.status}; only a trained version scores")
     scorer = loaded_scorer(model_local(version.path))

@@ -32,9 +32,4 @@ urlpatterns = [
     path(
         "reward-rules/<int:id>/dry-run", views.RewardRuleDryRunView.as_view(), name="api-reward-rule-dry-run"
     ),
-    path(
-        "reward-rules/<int:id>/backtest",
-        views.RewardRuleBacktestView.as_view(),
-        name="api-reward-rule-backtest",
-    ),
 ]

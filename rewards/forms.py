@@ -7,7 +7,9 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from core import strict_json
-from rewards.backtest import BACKTEST_DEFAULT_LIMIT, BACKTEST_MAX_LIMIT
+from rewards import engine
+from rewards.graders import MULTI, grader_kind
+from rewards.graders.base import MESSAGES, TEXT
 from rewards.services import DRY_RUN_MAX_PAIRS
 
 SPEC_ROWS = 24
@@ -122,23 +124,6 @@ class DryRunForm(forms.Form):
         return data
 
 
-class BacktestForm(forms.Form):
-    run = forms.TypedChoiceField(coerce=int, label="Past run")
-    version = forms.TypedChoiceField(coerce=int, label="Rule version to try")
-    limit = forms.IntegerField(
-        min_value=1,
-        max_value=BACKTEST_MAX_LIMIT,
-        required=False,
-        label="At most",
-        help_text=f"Trajectories to rescore, the newest first; empty: {BACKTEST_DEFAULT_LIMIT}",
-    )
-
-    def __init__(self, *args: Any, runs: list[tuple[int, str]], versions: list[int], **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["run"].choices = runs
-        self.fields["version"].choices = [(n, f"v{n}") for n in versions]
-
-
 # --- the form editor -----------------------------------------------------------------------
 # What the browser's form editor offers for each grader type, read from the engine's registry so
 # a new grader appears without touching the page. Display only: the engine's validate_rule decides
@@ -175,8 +160,6 @@ CODE_FIELDS = {"source"}
 
 def _editor_kind(name: str, field: Any) -> str:
     """How the editor edits a registry field: a select, a template or text line, code, a number, JSON."""
-    from rewards.graders.base import MESSAGES, TEXT
-
     types = set(field.types) if isinstance(field.types, tuple) else {field.types}
     if field.choices:
         return "select"
@@ -192,9 +175,6 @@ def _editor_kind(name: str, field: Any) -> str:
 def grader_types() -> list[dict[str, Any]]:
     """Every grader type of the engine's catalog with the fields the form editor shows, OpenAI's
     types first; multi's sub-graders have their own editor, so only its formula is a field."""
-    from rewards import engine
-    from rewards.graders import MULTI, grader_kind
-
     types = []
     for entry in sorted(engine.grader_catalog(), key=lambda entry: (not entry["openai"], entry["type"])):
         kind = grader_kind(entry["type"])

@@ -2,15 +2,13 @@
 project the user is not in is reported as absent (404), a role without the permission gets 403."""
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import ValidationError
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Count, Max, QuerySet
 from django.http import Http404
 
 from core.roles import Permission
 from projects.models import Project, TaskSetVersion
 from projects.selectors import require, visible_project_ids
 from rewards.models import RewardRule, RewardRuleVersion
-from runs.models import Run, Trajectory
 
 
 def _with_latest(rules: QuerySet[RewardRule]) -> QuerySet[RewardRule]:
@@ -62,24 +60,3 @@ def task_set_versions_of(*, project: Project) -> QuerySet[TaskSetVersion]:
         .select_related("task_set")
         .order_by("task_set__name", "-number")
     )
-
-
-def backtest_runs_of(*, project: Project) -> QuerySet[Run]:
-    """The project's runs a backtest may rescore, newest first, each with its trajectory counts."""
-    return (
-        project.runs.select_related("reward_rule_version__rule")
-        .annotate(
-            scored_count=Count("trajectories", filter=Q(trajectories__outcome=Trajectory.Outcome.SCORED)),
-            errored_count=Count("trajectories", filter=Q(trajectories__outcome=Trajectory.Outcome.ERRORED)),
-        )
-        .order_by("-created_at", "-pk")
-    )
-
-
-def backtest_run_of(*, rule: RewardRule, run_id: int) -> Run:
-    """A run of the rule's project; any other id is a bad `run` (400), whether it exists elsewhere
-    or not, so the answer says nothing about other projects."""
-    run = Run.objects.select_related("reward_rule_version__rule").filter(pk=run_id).first()
-    if run is None or run.project_id != rule.project_id:
-        raise ValidationError({"run": f"no run {run_id} in the project of {rule.name}"})
-    return run

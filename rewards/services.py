@@ -23,6 +23,7 @@ from projects.models import Project, TaskItem, TaskSetVersion
 from projects.published_formats import recognise_line
 from projects.task_format import validate_item
 from rewards import engine, openai_format
+from rewards.graders.reward_model import project_scorer
 from rewards.models import RewardRule, RewardRuleVersion
 
 DRY_RUN_MAX_PAIRS = 500
@@ -404,9 +405,7 @@ def project_judge(project: Project) -> engine.Judge:
 def project_reward_models(project: Project):
     """The scorer of `reward_model` graders: the project's trained reward models by name. Models (and
     torch) load on the first score only."""
-    from reward_models.scoring import reward_models_scorer
-
-    return reward_models_scorer(project.pk)
+    return project_scorer(project.pk)
 
 
 def score_pairs(

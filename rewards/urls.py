@@ -15,7 +15,6 @@ urlpatterns = [
     path("reward-rules/<int:rule_id>/delete/", views.reward_rule_delete, name="reward-rule-delete"),
     path("reward-rules/<int:rule_id>/diff/", views.reward_rule_diff, name="reward-rule-diff"),
     path("reward-rules/<int:rule_id>/dry-run/", views.reward_rule_dry_run, name="reward-rule-dry-run"),
-    path("reward-rules/<int:rule_id>/backtest/", views.reward_rule_backtest, name="reward-rule-backtest"),
     path(
         "reward-rules/<int:rule_id>/versions/<int:number>/",
         views.reward_rule_version,

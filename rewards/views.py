@@ -17,7 +17,7 @@ from core.exceptions import StateError
 from core.roles import Permission
 from projects import selectors as project_selectors
 from projects.selectors import page_access
-from rewards import backtest, forms, selectors, services
+from rewards import forms, selectors, services
 from rewards.models import RewardRule, RewardRuleVersion
 
 
@@ -265,104 +265,3 @@ def _result_rows(result: services.DryRun) -> list[dict[str, Any]]:
         }
         for pair in result.pairs
     ]
-
-
-# --- backtest ------------------------------------------------------------------------------
-
-
-def _backtest_form(
-    request: HttpRequest, rule: RewardRule, versions: list[RewardRuleVersion]
-) -> forms.BacktestForm:
-    runs = [
-        (
-            run.pk,
-            f"{run.name} #{run.pk} · {run.status} · {run.scored_count} scored · "
-            f"{run.reward_rule_version.rule.name} v{run.reward_rule_version.number}",
-        )
-        for run in selectors.backtest_runs_of(project=rule.project)
-    ]
-    return forms.BacktestForm(
-        request.POST if request.method == "POST" else None,
-        initial={"version": versions[0].number},
-        runs=runs,
-        versions=[version.number for version in versions],
-    )
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def reward_rule_backtest(request: HttpRequest, rule_id: int) -> HttpResponse:
-    rule = selectors.reward_rule_for(user=request.user, rule_id=rule_id, permission=Permission.EDIT)
-    versions = list(selectors.versions_of(rule=rule))
-    form = _backtest_form(request, rule, versions)
-    result = None
-    if form.is_bound and form.is_valid():
-        data = form.cleaned_data
-        version = selectors.version_of(rule=rule, number=data["version"])
-        try:
-            run = selectors.backtest_run_of(rule=rule, run_id=data["run"])
-            result = backtest.reward_rule_backtest(run=run, version=version, limit=data["limit"])
-        except ValidationError as exc:
-            for name, field_messages in exc.message_dict.items():
-                for message in field_messages:
-                    form.add_error(name if name in form.fields else None, message)
-        except StateError as exc:
-            form.add_error(None, str(exc))
-    context = page_access(user=request.user, project=rule.project) | {
-        "rule": rule,
-        "form": form,
-        "result": result,
-    }
-    if result is not None:
-        top = max([*result.histogram.old, *result.histogram.new, 1])
-        context["charts"] = [
-            {"title": f"{result.old_version.rule.name} v{result.old_version.number} (the run)", "side": "old"}
-            | histogram_chart(result.histogram.edges, result.histogram.old, top),
-            {"title": f"{rule.name} v{result.version.number} (backtest)", "side": "new"}
-            | histogram_chart(result.histogram.edges, result.histogram.new, top),
-        ]
-    return render(request, "rewards/backtest.html", context)
-
-
-CHART_WIDTH, CHART_HEIGHT = 360, 190
-CHART_LEFT, CHART_RIGHT, CHART_TOP, CHART_BOTTOM = 34, 8, 10, 26
-MAX_AXIS_LABELS = 6
-
-
-def histogram_chart(edges: list[float], counts: list[int], top: int) -> dict[str, Any]:
-    """An SVG bar chart's geometry, in viewBox units. Both charts of a backtest share `top` (the
-    largest count of either side), so bar heights compare across them."""
-    plot_width = CHART_WIDTH - CHART_LEFT - CHART_RIGHT
-    plot_height = CHART_HEIGHT - CHART_TOP - CHART_BOTTOM
-    baseline = CHART_TOP + plot_height
-    width = plot_width / len(counts) if counts else plot_width
-    bars = []
-    for index, count in enumerate(counts):
-        height = plot_height * count / top
-        bars.append(
-            {
-                "x": round(CHART_LEFT + index * width + 1, 2),
-                "y": round(baseline - height, 2),
-                "width": round(max(width - 2, 1), 2),
-                "height": round(height, 2),
-                "count": count,
-                "low": f"{edges[index]:.4g}",
-                "high": f"{edges[index + 1]:.4g}",
-            }
-        )
-    step = max(1, -(-(len(edges) - 1) // (MAX_AXIS_LABELS - 1)))
-    shown = sorted({*range(0, len(edges), step), len(edges) - 1}) if edges else []
-    return {
-        "width": CHART_WIDTH,
-        "height": CHART_HEIGHT,
-        "left": CHART_LEFT,
-        "right": CHART_WIDTH - CHART_RIGHT,
-        "top": CHART_TOP,
-        "baseline": baseline,
-        "bars": bars,
-        "x_labels": [
-            {"x": round(CHART_LEFT + index * width, 2), "text": f"{edges[index]:.3g}"} for index in shown
-        ],
-        "y_labels": [{"y": baseline, "text": "0"}, {"y": CHART_TOP, "text": str(top)}],
-        "label_y": baseline + 16,
-    }

@@ -2,9 +2,16 @@
 
 from django.urls import path
 
+from runs import backtest_views
 from runs.api import runs, tier_evaluations, views
 
 urlpatterns = [
+    # A backtest rescores a run: served from runs, under the reward rule's URL.
+    path(
+        "reward-rules/<int:id>/backtest",
+        backtest_views.RewardRuleBacktestView.as_view(),
+        name="api-reward-rule-backtest",
+    ),
     path("tiers", views.TierListView.as_view(), name="api-tiers"),
     path("tiers/<int:id>", views.TierDetailView.as_view(), name="api-tier"),
     path("tiers/<int:id>/evaluate", tier_evaluations.TierEvaluateView.as_view(), name="api-tier-evaluate"),

@@ -24,11 +24,10 @@ from projects.models import Project, TaskSetVersion
 from rewards import engine as reward_engine
 from rewards.models import RewardRuleVersion
 from rewards.services import reward_rule_version_mark_used
+from runs import listeners, tasks
 from runs import monitors as run_monitors
-from runs import tasks
 from runs.hyperparameters import resolve
 from runs.models import Checkpoint, Run, RunEvent, Tier
-from webhooks.services import deliveries_enqueue
 
 S = Run.Status
 CONFIG_FIELDS = (
@@ -293,7 +292,7 @@ def run_create(
     reward_rule_version_mark_used(version=request.reward_rule_version)
     origin = f" from checkpoint {checkpoint.step} of run {parent.pk}" if checkpoint else ""
     event = run_event(run, "status", f"queued{origin}", data={"status": S.QUEUED})
-    deliveries_enqueue(run=run, event=event, status=S.QUEUED)
+    listeners.status_changed(run=run, event=event, status=S.QUEUED)
     _schedule_after_commit()
     return run
 
@@ -403,7 +402,7 @@ def run_transition(
     event = run_event(
         run, "status", message or to, level=level, data={"status": to, **({"error": error} if error else {})}
     )
-    deliveries_enqueue(run=run, event=event, status=to)
+    listeners.status_changed(run=run, event=event, status=to)
     events.run_event(run.pk, "status", {"status": to})
     return run
 

@@ -26,7 +26,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db.models import Count
 
+from core.exceptions import StateError
 from rewards.detectors import raises_alert
+from runs import listeners
 from runs.models import MetricPoint, Run, RunEvent, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -533,9 +535,7 @@ def _escalated(alert: Alert, previous: Mapping[str, Any]) -> bool:
 
 def _act(run: Run, event: RunEvent, data: dict[str, Any]) -> None:
     """Pause the run when the monitor says so, and tell the project's webhooks either way."""
-    from core.exceptions import StateError
-    from runs.lifecycle import run_pause
-    from webhooks.services import alert_deliveries_enqueue
+    from runs.lifecycle import run_pause  # lifecycle imports this module for thresholds
 
     done = "stopped" if data["action"] == "stop" else "none"  # the learner ends the run (run_learner)
     if data["action"] == "pause":
@@ -544,7 +544,7 @@ def _act(run: Run, event: RunEvent, data: dict[str, Any]) -> None:
             done = "paused"
         except StateError as exc:  # already pausing, paused or ending: nothing more to do
             done = f"not paused: {exc}"
-    alert_deliveries_enqueue(run=Run.objects.get(pk=run.pk), event=event, alert=data, done=done)
+    listeners.alert_raised(run=Run.objects.get(pk=run.pk), event=event, alert=data, done=done)
 
 
 def run_monitors_set(

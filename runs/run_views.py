@@ -22,8 +22,7 @@ from core.exceptions import StateError
 from core.roles import Permission, role_allows
 from projects import selectors as project_selectors
 from projects.selectors import page_access
-from reward_models import selectors as reward_model_selectors
-from runs import forms, lifecycle, monitors, outcomes, runs_table, selectors
+from runs import forms, lifecycle, monitors, outcomes, run_page, runs_table, selectors
 from runs.demo import demo_project_for, demo_run_launch
 from runs.lifecycle import RunRequest
 from runs.models import Run, Trajectory
@@ -185,8 +184,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             for name, action in monitors.actions_of(run).items()
         ],
         "live": _live_config(run),
-        "reward_model_uses": reward_model_selectors.uses_of_run(run=run),
     }
+    context |= run_page.run_sections(request, run)
     return render(request, "runs/run_detail.html", context)
 
 
@@ -381,20 +380,7 @@ def _next_url(trajectory: Trajectory, queue_id: int | None, user) -> str | None:
     """Where "next" goes: the queue's next open item after this one, or else the run's next older
     trajectory."""
     if queue_id is not None:
-        from reviews.models import QueueItem  # reviews builds on runs; read at request time
-
-        here = (
-            QueueItem.objects.filter(queue_id=queue_id, trajectory=trajectory)
-            .values_list("position", flat=True)
-            .first()
-        )
-        after = QueueItem.objects.filter(
-            queue_id=queue_id, done_at__isnull=True, trajectory__isnull=False, position__gt=here or 0
-        ).exclude(trajectory=trajectory)
-        item = after.filter(Q(assignee=user) | Q(assignee__isnull=True)).order_by("position").first()
-        if item is not None:
-            return f"{reverse('trajectory-detail', args=[item.trajectory_id])}?queue={queue_id}"
-        return None
+        return run_page.queue_next(trajectory, queue_id, user)
     older = (
         trajectory.run.trajectories.filter(pk__lt=trajectory.pk).order_by("-pk").values_list("pk", flat=True)
     )
@@ -544,7 +530,7 @@ def trajectory_group(request: HttpRequest, trajectory_id: int) -> HttpResponse:
     trajectory = selectors.trajectory_for(user=request.user, trajectory_id=trajectory_id)
     group = list(selectors.group_of(trajectory=trajectory).select_related("item").prefetch_related("reviews"))
     access = page_access(user=request.user, project=trajectory.run.project)
-    _mark_preferences(group, trajectory)
+    run_page.group_mark(group, trajectory)
     context = access | {
         "run": trajectory.run,
         "trajectory": trajectory,
@@ -553,27 +539,6 @@ def trajectory_group(request: HttpRequest, trajectory_id: int) -> HttpResponse:
         "can_review": role_allows(access["role"], Permission.REVIEW),
     }
     return render(request, "runs/trajectory_group.html", context)
-
-
-def _mark_preferences(group: list[Trajectory], current: Trajectory) -> None:
-    """Each card's preferences already given, so a reviewer sees what is recorded: `won` and
-    `lost` (the other trajectory's id and the reviewer), and `versus_current` (the chosen id,
-    when a preference between it and the page's trajectory exists)."""
-    from reviews.models import Preference  # reviews builds on runs; read here, at request time
-
-    ids = [member.pk for member in group]
-    preferences = Preference.objects.filter(chosen_id__in=ids, rejected_id__in=ids).select_related("reviewer")
-    for member in group:
-        member.won, member.lost, member.versus_current = [], [], None
-    by_id = {member.pk: member for member in group}
-    for preference in preferences.order_by("pk"):
-        who = preference.reviewer.get_username()
-        by_id[preference.chosen_id].won.append((preference.rejected_id, who))
-        by_id[preference.rejected_id].lost.append((preference.chosen_id, who))
-        pair = {preference.chosen_id, preference.rejected_id}
-        if current.pk in pair and len(pair) == 2:
-            other = by_id[(pair - {current.pk}).pop()]
-            other.versus_current = preference.chosen_id
 
 
 # --- the runs page ------------------------------------------------------------------------

@@ -1,8 +1,14 @@
 from django.urls import path
 
-from runs import docs_views, playground, run_views, tier_views
+from runs import backtest_views, docs_views, playground, run_views, tier_views
 
 urlpatterns = [
+    # A backtest rescores a run: served from runs, under the reward rule's URL.
+    path(
+        "reward-rules/<int:rule_id>/backtest/",
+        backtest_views.reward_rule_backtest,
+        name="reward-rule-backtest",
+    ),
     path("playground/", playground.playground, name="playground"),
     path("demo/", run_views.demo_start, name="demo-start"),
     path("readme/", docs_views.readme, name="readme"),

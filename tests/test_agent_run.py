@@ -13,8 +13,8 @@ from projects import services as project_services
 from reviews import exports
 from reviews.models import Review
 from rewards import services as reward_services
-from rewards.backtest import reward_rule_backtest
 from runs import lifecycle, services
+from runs.backtest import reward_rule_backtest
 from runs.lifecycle import RunRequest
 from runs.models import RolloutBatch, Run, Trajectory, TrajectoryStep
 from runs.run_store import policy_publish

@@ -230,6 +230,63 @@ def test_no_import_cycle_joins_two_packages_except_through_a_task():
     assert ["webhooks.services", "webhooks.tasks"] in cycles(graph)
 
 
+# The packages bottom to top; a package imports its own layer's or lower ones (only task modules
+# reach workers). The apps built on runs hook into it through the registries runs declares
+# (runs.listeners, runs.run_page, runs.served_models), rewards through its grader's scorer registry.
+LAYERS = (
+    ("inference", "sandboxes"),
+    ("core",),
+    ("projects",),
+    ("rewards",),
+    ("runs",),
+    ("reviews", "traces", "reward_models", "evaluations", "webhooks", "finetuning", "ops"),
+    ("workers",),
+    ("webapp",),
+)
+
+
+def layer_violations(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...]) -> list[str]:
+    rank = {package: index for index, layer in enumerate(layers) for package in layer}
+    return [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        if not is_task_module(module)
+        for target in sorted(targets)
+        if rank[app(target)] > rank[app(module)]
+    ]
+
+
+def package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Cycles of the package graph (an edge when any module imports another package's), task
+    modules set aside."""
+    packages: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if not is_task_module(module):
+            packages.setdefault(app(module), set()).update(
+                app(t) for t in targets if not is_task_module(t) and app(t) != app(module)
+            )
+    return cycles(packages)
+
+
+def test_packages_import_only_their_layer_or_lower_ones():
+    graph = import_graph(ROOT, tuple(package for layer in LAYERS for package in layer))
+    assert layer_violations(graph, LAYERS) == []
+    assert package_cycles(graph) == []
+
+
+def test_the_layer_check_names_an_import_up_from_runs_and_the_cycle_it_makes():
+    graph = {
+        "runs.lifecycle": {"webhooks.services", "runs.models"},
+        "runs.models": set(),
+        "runs.tasks": {"workers.driver"},
+        "webhooks.services": {"runs.models"},
+        "workers.driver": set(),
+    }
+    layers = (("runs",), ("webhooks",), ("workers",))
+    assert layer_violations(graph, layers) == ["runs.lifecycle imports webhooks.services"]
+    assert package_cycles(graph) == [["runs", "webhooks"]]
+
+
 def test_every_celery_task_module_sits_beside_a_service_or_drives_runs():
     graph = import_graph(ROOT, APPLICATIONS)
     assert sorted(m for m in graph if is_task_module(m)) == [

@@ -6,6 +6,7 @@ import back as a task set."""
 import json
 
 import pytest
+from django.test import Client
 
 from projects import services as project_services
 from reviews.models import Preference, QueueItem, Review
@@ -162,3 +163,43 @@ def test_reviewed_data_exports_as_sft_and_dpo_and_imports_as_a_task_set(lab, gro
             task_set=task_set, stream=lines, file_format="jsonl", by=lab["owner"]
         )
         assert report.created and report.version.items.count() == len(lines)
+
+
+def page_client(user):
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_trajectory_page_walks_the_reviewers_queue_and_the_group_page_shows_preferences(lab, group):
+    """The parts of the run pages reviews owns (registered into runs.run_page): "next" in a queue
+    skips items dealt to someone else, and a group's cards show the preferences already given."""
+    owner, reviewer = api_client_for(lab["owner"]), api_client_for(lab["reviewer"])
+    queue = owner.post(
+        "/api/v1/review-queues",
+        {"run": group["run"].pk, "name": "passing", "filters": {"min_reward": 1.0}},
+        format="json",
+    ).json()
+    owner.post(
+        f"/api/v1/review-queues/{queue['id']}/assign",
+        {"reviewers": [lab["reviewer"].pk, lab["owner"].pk]},
+        format="json",
+    )
+    items = list(QueueItem.objects.filter(queue_id=queue["id"]).order_by("position"))
+    assert [item.assignee_id for item in items] == [lab["reviewer"].pk, lab["owner"].pk, lab["reviewer"].pk]
+    first, mine_next = items[0].trajectory_id, items[2].trajectory_id
+    page = page_client(lab["reviewer"]).get(f"/trajectories/{first}/?queue={queue['id']}")
+    assert page.context["next_url"] == f"/trajectories/{mine_next}/?queue={queue['id']}"
+    last = page_client(lab["reviewer"]).get(f"/trajectories/{mine_next}/?queue={queue['id']}")
+    assert last.context["next_url"] is None  # the end of the queue, not the run's next trajectory
+
+    chosen, rejected = group["samples"][0], group["samples"][1]
+    reviewer.post("/api/v1/preferences", {"chosen": chosen.pk, "rejected": rejected.pk}, format="json")
+    cards = page_client(lab["viewer"]).get(f"/trajectories/{chosen.pk}/group/").context["group"]
+    marks = {card.pk: (card.won, card.lost, card.versus_current) for card in cards}
+    who = lab["reviewer"].get_username()
+    assert marks == {
+        chosen.pk: ([(rejected.pk, who)], [], None),
+        rejected.pk: ([], [(chosen.pk, who)], chosen.pk),
+        group["samples"][2].pk: ([], [], None),
+    }

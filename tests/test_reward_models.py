@@ -263,3 +263,29 @@ def test_reward_model_pages_check_the_role_and_create_from_the_form(team):
     browser.force_login(outsider)
     assert browser.get(f"/reward-models/{reward_model.pk}/").status_code == 404
     assert browser.get(f"/projects/{project.pk}/reward-models/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_rewards_scores_reward_model_graders_through_the_scorer_reward_models_registers(team):
+    """rewards imports nothing of reward_models: a dry-run reaches the project's reward models through
+    the scorer registered at startup, whose answer for a name with no trained version is its own."""
+    rule = reward_services.reward_rule_create(
+        project=team["project"],
+        name="learned",
+        spec={"type": "reward_model", "name": "rm", "model": "absent"},
+        by=team["owner"],
+    )
+    body = (
+        api_client_for(team["owner"])
+        .post(
+            f"/api/v1/reward-rules/{rule.pk}/dry-run",
+            {"items": [{"id": "q1", "kind": "answer", "prompt": "1+1=", "reference": "2"}], "samples": ["2"]},
+            format="json",
+        )
+        .json()
+    )
+    result = body["results"][0]["result"]
+    assert body["summary"]["errored"] == 1
+    assert [error["message"] for error in result["errors"]] == [
+        "the project has no trained version of reward model 'absent'"
+    ]

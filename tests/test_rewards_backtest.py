@@ -11,10 +11,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from projects import services as project_services
-from rewards import backtest
 from rewards import services as reward_services
 from rewards.models import RewardRule
-from runs import services
+from runs import backtest, services
 from runs.models import Run, Trajectory, TrajectoryStep
 from tests.conftest import api_client_for
 from tests.test_api_schema import assert_matches_schema

@@ -6,7 +6,6 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from rewards.backtest import BACKTEST_DEFAULT_LIMIT, BACKTEST_MAX_LIMIT, HISTOGRAM_BINS, MAX_HISTOGRAM_BINS
 from rewards.models import RewardRule, RewardRuleVersion
 from rewards.services import DRY_RUN_MAX_PAIRS
 
@@ -253,82 +252,3 @@ class DryRunResultSerializer(serializers.Serializer):
     components = serializers.ListField(child=serializers.CharField())
     summary = ScoreSummarySerializer()
     results = ScoredPairSerializer(many=True, source="pairs")
-
-
-# --- backtest ------------------------------------------------------------------------------
-
-
-class BacktestInputSerializer(serializers.Serializer):
-    run = serializers.IntegerField(min_value=1, help_text="A past run of the rule's project")
-    version = serializers.IntegerField(required=False, min_value=1, help_text="Default: the latest")
-    limit = serializers.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=BACKTEST_MAX_LIMIT,
-        help_text=f"Rescore at most this many scored trajectories, the newest first; "
-        f"default {BACKTEST_DEFAULT_LIMIT}",
-    )
-    bins = serializers.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=MAX_HISTOGRAM_BINS,
-        help_text=f"Histogram bins; default {HISTOGRAM_BINS}",
-    )
-
-
-class RuleVersionRefSerializer(serializers.Serializer):
-    rule = serializers.IntegerField(source="rule_id")
-    name = serializers.CharField(source="rule.name")
-    version = serializers.IntegerField(source="number")
-
-
-class HistogramSerializer(serializers.Serializer):
-    edges = serializers.ListField(
-        child=serializers.FloatField(),
-        help_text="Shared bin edges: bin i is [edges[i], edges[i+1]), the last closed; empty when no rewards",
-    )
-    old = serializers.ListField(child=serializers.IntegerField(), help_text="Counts of the run's rewards")
-    new = serializers.ListField(child=serializers.IntegerField(), help_text="Counts of the new rewards")
-
-
-class ChangedTrajectorySerializer(serializers.Serializer):
-    trajectory = serializers.IntegerField()
-    item_id = serializers.CharField()
-    old = serializers.FloatField()
-    new = serializers.FloatField()
-    delta = serializers.FloatField(help_text="new - old")
-    old_components = serializers.DictField(child=serializers.FloatField(allow_null=True))
-    new_components = serializers.DictField(child=serializers.FloatField(allow_null=True))
-    errors = GraderErrorSerializer(many=True, help_text="The new scoring's grader errors")
-    flags = serializers.ListField(child=serializers.CharField(), help_text="Detectors that flag it now")
-    completion = serializers.CharField(allow_blank=True, help_text="The start of the completion text")
-
-
-class BacktestResultSerializer(serializers.Serializer):
-    run = serializers.IntegerField(source="run.pk")
-    rule = serializers.IntegerField(source="version.rule_id")
-    version = serializers.IntegerField(source="version.number")
-    old_version = RuleVersionRefSerializer(help_text="The rule version the run scored with")
-    total = serializers.IntegerField(help_text="The run's scored trajectories")
-    count = serializers.IntegerField(help_text="How many were rescored")
-    limit = serializers.IntegerField()
-    limited = serializers.BooleanField(help_text="The run has more scored trajectories than `limit`")
-    skipped_errored = serializers.IntegerField(
-        help_text="Errored in the run (no reward): reported, not rescored"
-    )
-    skipped_cancelled = serializers.IntegerField()
-    old_mean = serializers.FloatField(allow_null=True)
-    new_mean = serializers.FloatField(allow_null=True)
-    old_scored = serializers.IntegerField(help_text="Rescored trajectories with a stored reward")
-    new_scored = serializers.IntegerField(help_text="Rescored trajectories with a new total")
-    errored = serializers.IntegerField(help_text="The new scoring hit an infrastructure failure")
-    ungradeable = serializers.IntegerField(help_text="The new rule cannot judge them (no total)")
-    changed_count = serializers.IntegerField(help_text="Rewards known on both sides that differ")
-    histogram = HistogramSerializer()
-    changed = ChangedTrajectorySerializer(many=True, help_text="The largest |delta| first")
-    newly_flagged = serializers.IntegerField(
-        help_text="Trajectories with a hacking flag the run did not record"
-    )
-    new_flags = serializers.DictField(
-        child=serializers.IntegerField(), help_text="Detector -> trajectories it newly flags"
-    )

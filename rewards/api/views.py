@@ -12,7 +12,7 @@ from core.schema import NO_CONTENT, ErrorSerializer
 from core.views import ApiView
 from projects import selectors as project_selectors
 from projects.serializers import ProjectFilterSerializer
-from rewards import backtest, selectors, services
+from rewards import selectors, services
 from rewards.api import serializers as s
 from rewards.models import RewardRule
 
@@ -183,29 +183,3 @@ class RewardRuleDryRunView(ApiView):
             items = services.pasted_items(data["items"])
         run = services.reward_rule_dry_run(version=version, items=items, samples=data["samples"])
         return Response(s.DryRunResultSerializer(run).data)
-
-
-# --- backtest ------------------------------------------------------------------------------
-
-
-class RewardRuleBacktestView(ApiView):
-    @extend_schema(
-        request=s.BacktestInputSerializer,
-        responses=s.BacktestResultSerializer,
-        summary="Rescore a past run's scored trajectories with a version: both reward histograms "
-        "and the trajectories that changed most; stores nothing. A run of another project answers 400",
-    )
-    def post(self, request: Request, id: int) -> Response:
-        rule = selectors.reward_rule_for(user=request.user, rule_id=id, permission=Permission.EDIT)
-        data = self.validated(s.BacktestInputSerializer)
-        number = data.get("version")
-        version = (
-            selectors.latest_version_of(rule=rule)
-            if number is None
-            else selectors.version_of(rule=rule, number=number)
-        )
-        run = selectors.backtest_run_of(rule=rule, run_id=data["run"])
-        result = backtest.reward_rule_backtest(
-            run=run, version=version, limit=data.get("limit"), bins=data.get("bins", backtest.HISTOGRAM_BINS)
-        )
-        return Response(s.BacktestResultSerializer(result).data)

@@ -14,9 +14,29 @@ sample; the model loads on the first score in each process, and torch with it, n
 scorer here, or no trained version of that name: an infrastructure problem, the sample is errored.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from rewards.graders.base import TEXT, Field, GradingError, grader
+
+# scorer(name, version, prompts, completions) -> scores
+Scorer = Callable[[str, "int | None", list, list], list[float]]
+# (project id, run id or None) -> the project's scorer. The reward_models app, built above rewards,
+# registers its factory in its AppConfig.ready; rewards imports nothing of it.
+SCORER_FACTORIES: list[Callable[..., Scorer]] = []
+
+
+def scorer_factory_register(factory: Callable[..., Scorer]) -> None:
+    if factory not in SCORER_FACTORIES:
+        SCORER_FACTORIES.append(factory)
+
+
+def project_scorer(project_id: int, *, run_id: int | None = None) -> Scorer | None:
+    """The registered scorer for the project's reward models; None when no app provides one (the
+    grader then errors the sample as an infrastructure problem)."""
+    for factory in SCORER_FACTORIES:
+        return factory(project_id, run_id=run_id)
+    return None
 
 
 def check_version(spec: dict) -> list[tuple[str, str]]:

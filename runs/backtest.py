@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Count
+from django.db.models import Count, Q, QuerySet
 
 from core.exceptions import StateError
+from projects.models import Project
 from rewards import engine
-from rewards.models import RewardRuleVersion
+from rewards.models import RewardRule, RewardRuleVersion
 from rewards.services import item_dict, project_judge, project_reward_models
 from runs.models import Run, Trajectory
 
@@ -227,3 +228,27 @@ def new_flag_counts(trajectories: list[Trajectory], results: list[engine.ScoreRe
         recorded = {flag.get("detector") for flag in t.flags or [] if isinstance(flag, dict)}
         out.append({flag.detector for flag in result.flags} - recorded)
     return out
+
+
+# --- reads -----------------------------------------------------------------------------------
+
+
+def backtest_runs_of(*, project: Project) -> QuerySet[Run]:
+    """The project's runs a backtest may rescore, newest first, each with its trajectory counts."""
+    return (
+        project.runs.select_related("reward_rule_version__rule")
+        .annotate(
+            scored_count=Count("trajectories", filter=Q(trajectories__outcome=Trajectory.Outcome.SCORED)),
+            errored_count=Count("trajectories", filter=Q(trajectories__outcome=Trajectory.Outcome.ERRORED)),
+        )
+        .order_by("-created_at", "-pk")
+    )
+
+
+def backtest_run_of(*, rule: RewardRule, run_id: int) -> Run:
+    """A run of the rule's project; any other id is a bad `run` (400), whether it exists elsewhere
+    or not, so the answer says nothing about other projects."""
+    run = Run.objects.select_related("reward_rule_version__rule").filter(pk=run_id).first()
+    if run is None or run.project_id != rule.project_id:
+        raise ValidationError({"run": f"no run {run_id} in the project of {rule.name}"})
+    return run
