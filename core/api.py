@@ -21,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from core.exceptions import StateError
+from core.exceptions import StateError, error_body
 from core.leases import lease_kept, process_gone, process_identity
 from core.models import IdempotencyKey
 
@@ -63,37 +63,6 @@ class NewestFirstCursorPagination(CursorPagination):
 
 
 # --- errors --------------------------------------------------------------------------------
-
-CODES = {
-    400: "invalid_request",
-    401: "unauthenticated",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    406: "not_acceptable",
-    409: "conflict",
-    415: "unsupported_media_type",
-    422: "unprocessable",
-    429: "rate_limited",
-    503: "service_unavailable",
-}
-
-
-def error_body(
-    status_code: int,
-    message: str,
-    param: str | None = None,
-    details: list | None = None,
-    code: str | None = None,
-) -> dict:
-    return {
-        "error": {
-            "code": code or CODES.get(status_code, "error"),
-            "message": message,
-            "param": param,
-            "details": details or [],
-        }
-    }
 
 
 def _flatten(detail: Any, prefix: str = "") -> list[dict[str, Any]]:

@@ -23,6 +23,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from redis import Redis
 from redis.exceptions import RedisError
 
+from core.exceptions import error_body
+
 logger = logging.getLogger(__name__)
 BREAKER_SECONDS = 2.0
 RETRY_AFTER_SECONDS = 5
@@ -152,8 +154,6 @@ def outage_response(request: HttpRequest) -> HttpResponse:
         "Retry shortly."
     )
     if request.path.startswith("/api/"):
-        from core.api import error_body
-
         response: HttpResponse = JsonResponse(
             error_body(503, message, code="service_unavailable"), status=503
         )

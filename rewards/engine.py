@@ -60,6 +60,7 @@ from rewards.graders.base import (
 )
 from rewards.templating import Template, TemplateRenderError, compile_template, template_problems
 from sandboxes.interface import InfrastructureError
+from sandboxes.services import sandbox_pool
 
 __all__ = [
     "GraderError",
@@ -527,8 +528,6 @@ def score_batch(
             for (item, sample), context in zip(pairs, contexts, strict=True)
         ]
     if rule.uses_sandbox and pool is None:
-        from sandboxes.services import sandbox_pool
-
         pool = sandbox_pool()
     workers = max_workers or (pool.max_sandboxes if pool is not None else 8)
     with ThreadPoolExecutor(max_workers=min(workers, len(pairs)), thread_name_prefix="score") as executor:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from rewards.engine import Sample, ScoreResult, score
 from rewards.graders.sandboxed import stored_stub_passes
+from sandboxes.services import sandbox_pool
 
 REFERENCE_RULE = {"type": "unit_tests", "name": "reference", "score": "all_pass"}
 
@@ -104,8 +105,6 @@ def references_verify(
     if not todo:
         return report
     if pool is None:
-        from sandboxes.services import sandbox_pool
-
         pool = sandbox_pool()
     workers = max(1, min(max_workers or pool.max_sandboxes, len(todo)))
     checks: list[tuple[ReferenceCheck, bool]] = []

@@ -18,6 +18,7 @@ from projects.stub_checks import MAX_WARNINGS_KEPT, STUB_BATCH, StubWarning, stu
 from rewards.graders.sandboxed import stub_check
 from rewards.references import ReferenceReport, references_verify
 from sandboxes.interface import InfrastructureError
+from sandboxes.services import sandbox_pool
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +45,6 @@ def version_stub_check_run(
     )
     if todo:
         if pool is None:
-            from sandboxes.services import sandbox_pool
-
             pool = sandbox_pool()
         workers = max(1, min(max_workers or pool.max_sandboxes, len(todo)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="stub-check") as executor:

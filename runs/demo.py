@@ -10,9 +10,11 @@ from django.db import transaction
 
 from core.roles import Permission, Role, role_allows
 from projects import services as project_services
+from projects.demo_tasks import demo_task_sets
 from projects.models import Membership, Project, TaskSet
 from rewards import services as reward_services
 from runs import services
+from runs.lifecycle import RunRequest, run_create
 from runs.models import Tier
 
 DEMO_PROJECT = "Demo"
@@ -186,7 +188,6 @@ def _demo_contents_ensure(project: Project, user: AbstractBaseUser) -> None:
 
 
 def demo_function_lines() -> list[bytes]:
-    from projects.demo_tasks import demo_task_sets
 
     sets = demo_task_sets(seed=0, train_size=100_000, heldout_size=160, kinds=("scalar",))
     return [(json.dumps(item) + "\n").encode() for item in sets["train"] + sets["heldout"]]
@@ -209,7 +210,6 @@ def _demo_functions_ensure(project: Project, user: AbstractBaseUser) -> None:
 
 def demo_run_launch(*, project: Project, by: AbstractBaseUser):
     """The one-click demo: GRPO of the tiny base model on the demo functions, unit-test rewards."""
-    from runs.lifecycle import RunRequest, run_create
 
     task_set = TaskSet.objects.filter(project=project, name=DEMO_FUNCTIONS).first()
     rule = project.reward_rules.filter(name="unit-tests").first()

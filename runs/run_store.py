@@ -19,11 +19,11 @@ from core.artifacts import (
     artifacts_under,
     cache_root,
 )
+from runs.models import Run
 
 
 def run_name(run_id: int) -> str:
     """Named by the run's key, not its id: a fresh database that reuses ids never meets old files."""
-    from runs.models import Run
 
     key = Run.objects.filter(pk=run_id).values_list("key", flat=True).get()
     return f"{run_id}-{key}"

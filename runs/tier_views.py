@@ -231,7 +231,6 @@ def tier_create(request: HttpRequest, project_id: int) -> HttpResponse:
 @require_GET
 def tier_detail(request: HttpRequest, tier_id: int) -> HttpResponse:
     tier = selectors.tier_for(user=request.user, tier_id=tier_id)
-    from runs.tier_views import evaluate_context
 
     stops = [stop_escape(stop) for stop in tier.stop or []]
     context = (

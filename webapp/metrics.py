@@ -17,6 +17,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from core.api import error_body
+from core.ops_access import ops_allowed
+from ops.selectors import cluster_read
+
 REQUESTS = Counter("flywheel_http_requests_total", "HTTP requests served", ["method", "view", "status"])
 LATENCY = Histogram(
     "flywheel_http_request_duration_seconds", "Time to serve an HTTP request", ["method", "view"]
@@ -69,7 +73,6 @@ class OpsCollector(Collector):
         return iter(())  # read only at scrape time: Redis may be down when this registers
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from ops.selectors import cluster_read
 
         cluster = cluster_read()
         cluster.pop("client")
@@ -136,8 +139,6 @@ def scrape_registry() -> CollectorRegistry:
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    from core.api import error_body
-    from core.ops_access import ops_allowed
 
     if not ops_allowed(request):
         message = "the metrics need the operations token (Authorization: Bearer <FLYWHEEL_OPS_TOKEN>)"

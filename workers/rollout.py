@@ -19,6 +19,7 @@ from inference.generation import Completion
 from inference.policy import Policy
 from inference.settings import SamplingParams
 from rewards.engine import Sample, score, score_batch
+from sandboxes.services import sandbox_pool
 
 UNIT_TESTS_RULE = {"type": "unit_tests", "name": "tests"}
 
@@ -69,8 +70,6 @@ class GradingStream:
 
     def __init__(self, pool=None) -> None:
         if pool is None:
-            from sandboxes.services import sandbox_pool
-
             pool = sandbox_pool()
         self.pool = pool
         self.executor = ThreadPoolExecutor(max_workers=pool.max_sandboxes, thread_name_prefix="grade")

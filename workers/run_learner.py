@@ -34,6 +34,8 @@ from django.utils import timezone
 
 from core import events
 from core.exceptions import StateError
+from evaluations import services as suites
+from evaluations import tasks as suite_tasks
 from inference.generation import Completion
 from projects.models import TaskItem
 from runs import monitors, outcomes
@@ -661,8 +663,6 @@ def resume(run: Run, learner, config) -> int:
 
 
 def evaluate_later(run_id: int, version: int) -> None:
-    from evaluations import services as suites
-    from evaluations import tasks as suite_tasks
     from workers import tasks
 
     _send(tasks.eval_policy, run_id, version)

@@ -40,7 +40,10 @@ from inference.policy import policy_load
 from inference.sessions import ChatSessions
 from inference.settings import SamplingParams, TierSettings, engine_refusal
 from projects.models import TaskItem
+from reward_models.scoring import reward_models_scorer
 from rewards.engine import Sample, ScoreResult, score_batch
+from rewards.services import project_judge
+from runs.lifecycle import run_event
 from runs.models import RolloutBatch, Run, Trajectory, TrajectoryStep
 from runs.run_store import policy_dir, policy_prefix
 from sandboxes.sandbox import sandbox_cpu_seconds
@@ -347,7 +350,6 @@ def agent_steps(episode: AgentEpisode) -> list[tuple[str, dict]]:
 def rollout_batch_fail(batch: RolloutBatch, why: str) -> None:
     """Give the batch back for another attempt, or, after the last, end it: every episode it
     has not stored yet is stored as errored (masked from learning), so its step can close."""
-    from runs.lifecycle import run_event
 
     if batch.attempts < MAX_ATTEMPTS:
         released = RolloutBatch.objects.filter(
@@ -413,7 +415,6 @@ def run_judge(run: Run):
 
 @lru_cache(maxsize=4)
 def _run_judge(run_id: int, key: str):  # the key: ids are reused by other databases
-    from rewards.services import project_judge
 
     return project_judge(Run.objects.select_related("project").get(pk=run_id).project)
 
@@ -426,7 +427,6 @@ def run_reward_models(run: Run):
 
 @lru_cache(maxsize=4)
 def _run_reward_models(run_id: int, key: str, project_id: int):  # the key: ids are reused by other databases
-    from reward_models.scoring import reward_models_scorer
 
     return reward_models_scorer(project_id, run_id=run_id)
 

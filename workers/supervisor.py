@@ -26,6 +26,7 @@ from runs.models import Run
 from runs.run_store import run_dir
 from runs.scheduling import runs_admit
 from webhooks.services import deliveries_resend
+from workers.reward_model_supervisor import reward_models_watchdog
 
 logger = logging.getLogger(__name__)
 S = Run.Status
@@ -230,7 +231,6 @@ def runs_tick() -> None:
     """The periodic pass: restart what died (runs' learners and reward-model trainings), start what
     the quotas allow, send again the webhook deliveries and stub checks whose messages were lost,
     and delete the drafts of imports that died."""
-    from workers.reward_model_supervisor import reward_models_watchdog
 
     runs_watchdog()
     reward_models_watchdog()

@@ -21,7 +21,9 @@ import torch
 from inference.chat import item_prompt
 from inference.decoding import GenerationStats, decode, model_bytes, tier_load
 from inference.settings import TierSettings
+from projects.models import TaskItem
 from rewards.engine import Sample, score_batch
+from runs.models import TierEvaluation
 
 logger = logging.getLogger(__name__)
 
@@ -211,9 +213,6 @@ def tier_evaluation_run(evaluation_id: int) -> bool:
     """The eval-queue task's body: claim the evaluation, run every tier, store the results."""
     from django.db.models import F, Q
     from django.utils import timezone
-
-    from projects.models import TaskItem
-    from runs.models import TierEvaluation
 
     now = timezone.now()
     stale = now - timezone.timedelta(hours=2)

@@ -51,6 +51,7 @@ from sandboxes.interface import (
     TestRunResult,
     task_spec,
 )
+from sandboxes.services import sandbox_pool
 
 DEFAULT_SECONDS = 10.0
 SCORE_MODES = ("pass_rate", "all_pass")
@@ -64,7 +65,6 @@ def limits(seconds: float | None) -> Limits:
 def pool_of(context: Any):
     if context.pool is not None:
         return context.pool
-    from sandboxes.services import sandbox_pool
 
     return sandbox_pool()
 

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from sandboxes.config import BACKENDS, sandbox_settings
 from sandboxes.services import SandboxCheck, sandbox_check
+from webapp.health import sandbox_check_record
 
 
 def describe(check: SandboxCheck) -> str:
@@ -41,8 +42,6 @@ class Command(BaseCommand):
             for check in checks:
                 self.stdout.write(describe(check))
         if options["record"]:
-            from webapp.health import sandbox_check_record
-
             sandbox_check_record(options["record"], [check.as_dict() for check in checks])
         failed = [check.backend for check in checks if not check.ok]
         if failed:
