@@ -247,8 +247,9 @@ def reports(request: trace_service_pb2.ExportTraceServiceRequest) -> tuple[list[
         tools = [(s, a) for s, a, _ in spans if a.get("gen_ai.operation.name") == "execute_tool"]
         chats = [(s, a) for s, a, _ in spans if a.get("gen_ai.operation.name") != "execute_tool"]
         messages = _conversation(chats, tools)
-        if not messages:
-            raise OtlpError(400, f"trace {trace_id}: its GenAI spans carry no messages")
+        if not messages:  # tool spans alone (an exporter that sends spans as they end): nothing to store
+            skipped += len(spans)
+            continue
         start = min(s.start_time_unix_nano for s, _, _ in spans)
         end = max(s.end_time_unix_nano for s, _, _ in spans)
         model = next(
@@ -310,7 +311,8 @@ def _export(request: HttpRequest, as_json: bool) -> HttpResponse:
         raise OtlpError(429, str(exc.detail)) from exc
     if found is None:
         raise OtlpError(401, "Authorization: send a Flywheel API token as 'Bearer <token>'")
-    user, token = found
+    user, digest = found  # the authentication answers the token's digest
+    token = project_selectors.token_for(digest=digest)
     if int(request.headers.get("Content-Length") or 0) > BODY_MAX:
         raise OtlpError(413, f"body: at most {BODY_MAX} bytes")
     export = parse_request(request.body, request.content_type, request.headers.get("Content-Encoding", ""))
@@ -330,7 +332,5 @@ def _export(request: HttpRequest, as_json: bool) -> HttpResponse:
         ingest.traces_ingest(project=project, reports=batch.validated_data["traces"])
     if skipped:
         response.partial_success.rejected_spans = skipped
-        response.partial_success.error_message = (
-            f"{skipped} spans carried no gen_ai attributes or events: skipped"
-        )
+        response.partial_success.error_message = f"{skipped} spans carried no GenAI conversation: skipped"
     return _answer(response, 200, as_json)
