@@ -209,3 +209,53 @@ def test_bad_input_is_otlps_400_naming_what_is_wrong_and_writes_nothing(team):
     )
     assert (outsider.status_code, viewer.status_code) == (404, 403)
     assert not Trace.objects.exists()
+
+
+def _attrs(**values) -> list[dict]:
+    return [{"key": key.replace("__", "."), "value": {"stringValue": value}} for key, value in values.items()]
+
+
+@pytest.mark.django_db
+def test_older_events_and_execute_tool_spans_make_the_conversation(team):
+    trace_id = "8b8efff798038103d269b633813fc60c"
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    chat = {
+        "traceId": trace_id,
+        "spanId": "0000000000000001",
+        "name": "chat m",
+        "startTimeUnixNano": "1",
+        "attributes": _attrs(gen_ai__operation__name="chat", gen_ai__request__model="m"),
+        "events": [
+            {"name": "gen_ai.system.message", "attributes": _attrs(content="Be brief.")},
+            {"name": "gen_ai.user.message", "attributes": _attrs(content="Look it up.")},
+            {
+                "name": "gen_ai.choice",
+                "attributes": _attrs(message=json.dumps({"content": None, "tool_calls": [call]})),
+            },
+        ],
+    }
+    tool = {
+        "traceId": trace_id,
+        "spanId": "0000000000000002",
+        "name": "execute_tool lookup",
+        "startTimeUnixNano": "2",
+        "attributes": _attrs(
+            gen_ai__operation__name="execute_tool",
+            gen_ai__tool__name="lookup",
+            gen_ai__tool__call__id="c1",
+            gen_ai__tool__call__result="found",
+        ),
+    }
+    response = _client(_token(team["launcher"], team["project"])).post(
+        "/otlp/v1/traces", json.dumps(_json_request(spans=[chat, tool])), content_type="application/json"
+    )
+    assert response.status_code == 200, response.content
+    assert response.json() == {}
+    trace = Trace.objects.get(external_id=trace_id)
+    assert trace.model == "m"
+    assert trace.messages == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Look it up."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "name": "lookup", "content": "found"},
+    ]
