@@ -176,6 +176,15 @@ def test_bad_input_is_otlps_400_naming_what_is_wrong_and_writes_nothing(team):
     assert garbage.status_code == 400
     status = Status.FromString(garbage.content)
     assert status.message.startswith("body: not an ExportTraceServiceRequest in protobuf")
+    not_gzip = client.post(
+        "/otlp/v1/traces",
+        json.dumps(_json_request()),
+        content_type="application/json",
+        HTTP_CONTENT_ENCODING="gzip",
+        HTTP_X_FLYWHEEL_PROJECT=project,
+    )
+    assert not_gzip.status_code == 400
+    assert not_gzip.json()["message"].startswith("body: Content-Encoding is gzip but the body is not gzip")
     good = _json_request()["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     bad = good | {
         "traceId": "7b8efff798038103d269b633813fc60c",

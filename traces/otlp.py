@@ -11,12 +11,14 @@ A request is checked whole before anything is written.
 """
 
 import base64
-import gzip
 import json
+import zlib
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from google.protobuf import json_format
@@ -33,7 +35,6 @@ from traces import ingest
 from traces.serializers import TraceBatchInputSerializer
 
 PROTOBUF = "application/x-protobuf"
-BODY_MAX = 20 * 1024 * 1024
 PROJECT_ATTRIBUTE = "flywheel.project"
 PROJECT_HEADER = "X-Flywheel-Project"
 CHAT_OPERATIONS = {"chat", "text_completion", "generate_content", "invoke_agent"}
@@ -68,14 +69,24 @@ def _hex_ids(value: Any) -> Any:
     return value
 
 
+def _gunzip(body: bytes) -> bytes:
+    """The body inflated, refused past the server's body limit (a small gzip can inflate hugely)."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    inflater = zlib.decompressobj(wbits=31)  # gzip framing
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise OtlpError(400, f"body: Content-Encoding is gzip but the body is not gzip ({exc})") from exc
+    if len(out) > limit:
+        raise OtlpError(413, f"body: inflates past {limit} bytes; export smaller batches")
+    return out
+
+
 def parse_request(
     body: bytes, content_type: str, encoding: str
 ) -> trace_service_pb2.ExportTraceServiceRequest:
     if encoding == "gzip":
-        try:
-            body = gzip.decompress(body)
-        except (OSError, EOFError) as exc:
-            raise OtlpError(400, f"body: Content-Encoding is gzip but the body is not gzip ({exc})") from exc
+        body = _gunzip(body)
     elif encoding not in ("", "identity"):
         raise OtlpError(415, f"Content-Encoding {encoding!r} is not supported: send gzip or none")
     request = trace_service_pb2.ExportTraceServiceRequest()
@@ -313,9 +324,11 @@ def _export(request: HttpRequest, as_json: bool) -> HttpResponse:
         raise OtlpError(401, "Authorization: send a Flywheel API token as 'Bearer <token>'")
     user, digest = found  # the authentication answers the token's digest
     token = project_selectors.token_for(digest=digest)
-    if int(request.headers.get("Content-Length") or 0) > BODY_MAX:
-        raise OtlpError(413, f"body: at most {BODY_MAX} bytes")
-    export = parse_request(request.body, request.content_type, request.headers.get("Content-Encoding", ""))
+    try:
+        body = request.body
+    except RequestDataTooBig as exc:  # Django's DATA_UPLOAD_MAX_MEMORY_SIZE (FLYWHEEL_MAX_BODY_MB)
+        raise OtlpError(413, f"body: larger than this server takes ({exc}); export smaller batches") from exc
+    export = parse_request(body, request.content_type, request.headers.get("Content-Encoding", ""))
     traces, skipped, named = reports(export)
     project_id = _project_id(request, token, named)
     try:
