@@ -35,6 +35,7 @@ from rewards import urls as reward_urls
 from runs import api_urls, services, urls
 from tests.conftest import api_client_for, make_user
 from traces import api_urls as trace_api_urls
+from traces import otlp_urls as trace_otlp_urls
 from traces import urls as trace_urls
 from webhooks import api_urls as webhook_api_urls
 from webhooks import urls as webhook_urls
@@ -67,10 +68,27 @@ class Case:
 
     @property
     def api(self) -> bool:
-        return self.name.startswith("api-")
+        """Called with a bearer token: the REST API, and OTLP (its errors are a google.rpc.Status)."""
+        return self.name.startswith(("api-", "otlp-"))
 
     def __str__(self) -> str:
         return f"{self.method} {self.name}"
+
+
+def otlp_export(w):
+    """An OTLP/JSON export of one GenAI chat span, naming the world's project."""
+    attributes = [
+        {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+        {"key": "gen_ai.prompt", "value": {"stringValue": "2+2?"}},
+        {"key": "gen_ai.completion", "value": {"stringValue": "4"}},
+    ]
+    span = {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174", "name": "chat"}
+    resource = {"attributes": [{"key": "flywheel.project", "value": {"intValue": str(w["project"].pk)}}]}
+    return {
+        "resourceSpans": [
+            {"resource": resource, "scopeSpans": [{"spans": [span | {"attributes": attributes}]}]}
+        ]
+    }
 
 
 def project(w):
@@ -667,6 +685,8 @@ def trace_id(w):
 
 
 TRACE_CASES = [
+    # OTLP/HTTP trace export (traces/otlp_urls.py): a bearer token, the project named by a resource attribute.
+    Case("otlp-traces", "post", "edit", body=otlp_export),
     Case("api-traces", "get", SELF, query=lambda w: {"project": w["project"].pk}),
     Case(
         "api-traces",
@@ -875,6 +895,7 @@ def test_every_route_is_in_the_matrix():
     assert sorted(route_names(webhook_urls) - covered) == []
     assert sorted(route_names(trace_api_urls) - covered) == []
     assert sorted(route_names(trace_urls) - covered) == []
+    assert sorted(route_names(trace_otlp_urls) - covered) == []
     assert sorted(route_names(evaluation_api_urls) - covered) == []
     assert sorted(route_names(evaluation_urls) - covered) == []
     assert sorted(route_names(fine_tuning_urls) - covered) == []
@@ -961,7 +982,9 @@ def outcome(case: Case, response) -> str:
 def test_role_matrix(world, case, role):
     response = call(case, world, role)
     assert (outcome(case, response), response.status_code) == (expected(case, role), response.status_code)
-    if case.api and response.status_code in (401, 403, 404):
+    if case.name.startswith("otlp-") and response.status_code in (401, 403, 404):
+        assert set(response.json()) == {"code", "message"}
+    elif case.api and response.status_code in (401, 403, 404):
         assert set(response.json()["error"]) == {"code", "message", "param", "details"}
 
 

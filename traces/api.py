@@ -102,6 +102,7 @@ class TracePromoteView(ApiView):
             by=request.user,
             task_set=task_set,
             task_set_name=data.get("task_set_name", ""),
+            split=data.get("split", "train"),
         )
         version = promotion.version
         body = {

@@ -41,10 +41,24 @@ def storable(text: str) -> str:
 
 
 def message_text(content: Any) -> str:
-    """A message's text: a string, or the text parts of OpenAI's list-of-parts content."""
+    """A message's text: a string, or the text parts of OpenAI's list-of-parts content (null: none)."""
+    if content is None:
+        return ""
     if isinstance(content, str):
         return content
     return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
+def message_line(message: dict) -> str:
+    """A message as one transcript line; tool calls are written out so a search finds them."""
+    text = message_text(message.get("content"))
+    calls = [
+        f"{(call.get('function') or {}).get('name', '')}({(call.get('function') or {}).get('arguments', '')})"
+        for call in message.get("tool_calls") or []
+        if isinstance(call, dict)
+    ]
+    role = message["role"] + (f" {message['name']}" if message.get("name") else "")
+    return f"{role}: {' '.join(filter(None, [text, *(f'[call {c}]' for c in calls)]))}"
 
 
 def conversation_split(messages: list[dict]) -> tuple[str, str | None]:
@@ -59,12 +73,12 @@ def conversation_split(messages: list[dict]) -> tuple[str, str | None]:
     ('hi', 'hello')
     """
     answer = None
-    if messages and messages[-1].get("role") == "assistant":
+    if messages and messages[-1].get("role") == "assistant" and not messages[-1].get("tool_calls"):
         answer, messages = message_text(messages[-1]["content"]), messages[:-1]
     turns = [m for m in messages if m.get("role") != "system"]
     if len(turns) == 1 and turns[0].get("role") == "user":
         return message_text(turns[0]["content"]), answer
-    return "\n".join(f"{m['role']}: {message_text(m['content'])}" for m in messages), answer
+    return "\n".join(message_line(m) for m in messages), answer
 
 
 def _columns(report: dict[str, Any]) -> dict[str, Any]:

@@ -17,15 +17,36 @@ TEXT_MAX = 1_000_000
 
 
 class MessageSerializer(serializers.Serializer):
+    """An OpenAI chat message taken whole: an assistant's `tool_calls` (its content may then be null
+    or empty), a tool result's `tool_call_id`, and `name` are kept as they came."""
+
     role = serializers.CharField(max_length=40, help_text="system, user, assistant, tool, ...")
-    content = serializers.JSONField(help_text="A string, or OpenAI's list of parts (text parts are read)")
+    content = serializers.JSONField(
+        allow_null=True, help_text="A string, OpenAI's list of parts (text parts are read), or null"
+    )
+    tool_calls = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="An assistant's tool calls, as OpenAI gives them",
+    )
+    tool_call_id = serializers.CharField(
+        max_length=200, required=False, help_text="The call a tool message answers"
+    )
+    name = serializers.CharField(max_length=200, required=False)
 
     def validate_content(self, value):
-        if isinstance(value, str):
+        if value is None or isinstance(value, str):
             return value
         if isinstance(value, list) and all(isinstance(part, dict) for part in value):
             return value
-        raise serializers.ValidationError("must be a string or a list of content parts")
+        raise serializers.ValidationError("must be a string, a list of content parts, or null")
+
+    def validate(self, data: dict) -> dict:
+        if data.get("content") is None and not data.get("tool_calls"):
+            raise serializers.ValidationError(
+                {"content": "may be null only in an assistant message with tool_calls"}
+            )
+        return data
 
 
 class FeedbackInputSerializer(serializers.Serializer):
@@ -126,6 +147,11 @@ class TracePromoteInputSerializer(serializers.Serializer):
     task_set = serializers.IntegerField(min_value=1, required=False, help_text="A task set id of the project")
     task_set_name = serializers.CharField(
         max_length=100, required=False, help_text='Or a name: the set is made if missing (default "traces")'
+    )
+    split = serializers.ChoiceField(
+        choices=("train", "heldout", "auto"),
+        default="train",
+        help_text="Where promoted items land: train (default), heldout, or auto (the set's seeded rule)",
     )
 
     def validate(self, data: dict) -> dict:

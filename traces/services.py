@@ -12,7 +12,7 @@ Promotion turns each selected trace into what it can teach:
 - anything else holds no right answer to learn from and is skipped, and counted.
 
 The new version keeps the task set's latest items and adds the promoted ones (an item of the same
-id is replaced), splits by the set's seeded rule, and says in `metadata.provenance` which trace
+id is replaced), in the training split unless asked otherwise, and says in `metadata.provenance` which trace
 each item came from.
 """
 
@@ -80,7 +80,9 @@ def provenance(trace: Trace, verdict: str | None) -> dict[str, Any]:
     }
 
 
-def trace_item(trace: Trace, labels: set[str], skipped: Counter) -> dict[str, Any] | None:
+def trace_item(
+    trace: Trace, labels: set[str], skipped: Counter, split: str = "train"
+) -> dict[str, Any] | None:
     """The task item a trace teaches, or None (the reason counted in `skipped`)."""
     if not trace.prompt.strip():
         skipped["no_prompt"] += 1
@@ -96,13 +98,16 @@ def trace_item(trace: Trace, labels: set[str], skipped: Counter) -> dict[str, An
     else:
         skipped["no_reference"] += 1
         return None
-    return {
+    if trace.messages:  # the conversation whole, tool calls and results kept, for chat training
+        metadata["messages"] = trace.messages
+    item = {
         "kind": "answer",
         "id": item_id(trace),
         "prompt": trace.prompt,
         "reference": reference,
         "metadata": metadata,
     }
+    return item if split == "auto" else item | {"split": split}
 
 
 def _labels(traces: list[Trace]) -> dict[int, set[str]]:
@@ -131,15 +136,19 @@ def traces_promote(
     by: AbstractBaseUser,
     task_set: TaskSet | None = None,
     task_set_name: str = "",
+    split: str = "train",
 ) -> Promotion:
     """A new version of `task_set` (or of the project's task set named `task_set_name`, made if
     missing) holding its latest items and what the traces teach. Refused whole when no trace
-    teaches anything."""
+    teaches anything. Promoted items land in `split` (train, heldout, or "auto": the set's seeded
+    rule); corrections are training data, so train unless asked otherwise."""
+    if split not in ("train", "heldout", "auto"):
+        raise ValidationError({"split": f"must be train, heldout or auto; got {split!r}"})
     if len(traces) > PROMOTE_MAX:
         raise ValidationError({"traces": f"promote at most {PROMOTE_MAX} traces at once; got {len(traces)}"})
     skipped: Counter = Counter()
     labels = _labels(traces)
-    items = [item for trace in traces if (item := trace_item(trace, labels[trace.pk], skipped))]
+    items = [item for trace in traces if (item := trace_item(trace, labels[trace.pk], skipped, split))]
     pairs = sum("chosen" in item["metadata"] for item in items)
     counts = {
         "traces": len(traces),

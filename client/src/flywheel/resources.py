@@ -740,11 +740,18 @@ class Traces(Resource):
         filters: JSON | None = None,
         task_set: int | None = None,
         task_set_name: str | None = None,
+        split: str | None = None,
         idempotency_key: str | None = None,
     ) -> Record:
-        """Traces (by id, or every one matching `filters`) to a new task-set version."""
+        """Traces (by id, or every one matching `filters`) to a new task-set version; the items land
+        in `split` (train by default, heldout, or auto for the set's seeded rule)."""
         body = _body(
-            project=project, traces=traces, filters=filters, task_set=task_set, task_set_name=task_set_name
+            project=project,
+            traces=traces,
+            filters=filters,
+            task_set=task_set,
+            task_set_name=task_set_name,
+            split=split,
         )
         return self._post("/api/v1/traces/promote", body, idempotency_key=idempotency_key)
 
