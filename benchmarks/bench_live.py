@@ -131,7 +131,7 @@ def flywheel_ingest(run) -> dict:
     from django.db import transaction
 
     from runs.models import MetricPoint
-    from workers.run_learner import metrics_write
+    from runs.services import metrics_write
 
     names = metric_names()
     started = time.perf_counter()

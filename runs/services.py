@@ -7,11 +7,14 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.utils import timezone
 
+from core import events
 from inference.model_sources import local_path_problem, model_source_problem
 from inference.settings import TIER_FIELDS, tier_problems, tier_snapshot
 from projects.models import Project
-from runs.models import Tier
+from runs.models import MetricPoint, Run, Tier
 
 User = get_user_model()
 IMPORT_BATCH_SIZE = 2000
@@ -92,3 +95,23 @@ def demo_user_ensure(*, username: str, password: str) -> AbstractBaseUser:
         user.set_password(password)
         user.save(update_fields=["password"])
     return user
+
+
+# --- metric points -------------------------------------------------------------------------
+
+
+def metrics_write(run: Run, step: int, values: dict[str, float]) -> None:
+    """A step's metrics in one statement and one transaction, then the live viewers told after
+    commit. Every learner step and evaluation writes here: building a model instance per point
+    cost the ORM two thirds of this call (0.87 ms against 0.29 ms for 20 points, bench-live)."""
+    created_at = connection.ops.adapt_datetimefield_value(timezone.now())
+    rows = [(run.pk, name, step, float(value), created_at) for name, value in values.items()]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(_metric_insert(), rows)
+        events.run_event(run.pk, "metrics", {"step": step, "values": values})
+
+
+def _metric_insert() -> str:
+    quote, meta = connection.ops.quote_name, MetricPoint._meta
+    columns = [quote(meta.get_field(name).column) for name in ("run", "name", "step", "value", "created_at")]
+    return f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * 5)})"

@@ -68,7 +68,7 @@ def test_an_anonymous_client_is_refused_as_unauthenticated(lab):
 
 def write_metrics(run, step: int, values: dict[str, float]) -> None:
     """The learner's own write: one insert, then a notification on commit."""
-    from workers.run_learner import metrics_write
+    from runs.services import metrics_write
 
     metrics_write(run, step, values)
 

@@ -62,7 +62,7 @@ def build_run(owner, reviewer=None):
 
 def emit(run, step: int) -> None:
     """The learner's own metrics_write: one insert, then the notification after commit."""
-    from workers.run_learner import metrics_write
+    from runs.services import metrics_write
 
     values = {"reward/mean": step / 10, "reward/min": 0.0, "reward/max": 1.0, "episodes/errored_rate": 0.0}
     metrics_write(run, step, values)

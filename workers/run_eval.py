@@ -18,8 +18,9 @@ from inference.decoding import decode
 from rewards.engine import ScoreResult
 from runs.lifecycle import run_event
 from runs.models import HeldOutResult, MetricPoint, Run, RunEvent
+from runs.services import metrics_write
 from workers.agent import AgentEpisode, context_fits, episodes_play, policy_render
-from workers.run_learner import held_out_items, metrics_write
+from workers.run_learner import held_out_items
 from workers.run_rollout import (
     agent_sessions,
     grade,

@@ -28,7 +28,7 @@ from pathlib import Path
 from statistics import fmean, pstdev
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Case, FloatField, Max, Q, Value, When
 from django.utils import timezone
 
@@ -50,6 +50,7 @@ from runs.run_store import (
     policy_dir,
     policy_publish,
 )
+from runs.services import metrics_write
 from runs.tier_evaluations import run_final_evaluate
 from workers.learner_group import (
     group_batch,
@@ -617,23 +618,6 @@ def sampled_entropy(episodes: list[Episode]) -> float:
         value for episode in episodes for completion in episode.completions for value in completion.logprobs
     ]
     return -fmean(logprobs) if logprobs else 0.0
-
-
-def metrics_write(run: Run, step: int, values: dict[str, float]) -> None:
-    """A step's metrics in one statement and one transaction, then the live viewers told after
-    commit. Every learner step and evaluation writes here: building a model instance per point
-    cost the ORM two thirds of this call (0.87 ms against 0.29 ms for 20 points, bench-live)."""
-    created_at = connection.ops.adapt_datetimefield_value(timezone.now())
-    rows = [(run.pk, name, step, float(value), created_at) for name, value in values.items()]
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.executemany(_metric_insert(), rows)
-        events.run_event(run.pk, "metrics", {"step": step, "values": values})
-
-
-def _metric_insert() -> str:
-    quote, meta = connection.ops.quote_name, MetricPoint._meta
-    columns = [quote(meta.get_field(name).column) for name in ("run", "name", "step", "value", "created_at")]
-    return f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * 5)})"
 
 
 def checkpoint(run: Run, learner, config: GRPOConfig, step: int) -> None:

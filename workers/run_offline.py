@@ -14,6 +14,7 @@ from typing import Any
 from inference.chat import item_prompt
 from runs.models import Run
 from runs.run_store import learner_dir
+from runs.services import metrics_write
 from workers.learners.common import (
     Learner,
     epoch_rows,
@@ -31,7 +32,6 @@ from workers.run_learner import (
     evaluate_later,
     finish,
     mark_running,
-    metrics_write,
     publish,
     resume,
     rollback_to,
