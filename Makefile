@@ -95,6 +95,7 @@ docs-serve: docs
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 format: venv
 	$(VENV)/bin/ruff check --fix .

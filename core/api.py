@@ -46,8 +46,9 @@ def bounded_integers(serializer: serializers.Serializer) -> serializers.Serializ
                 field.min_value = INT64_MIN
                 message = field.error_messages["min_value"].format(min_value=INT64_MIN)
                 field.validators.append(MinValueValidator(INT64_MIN, message=message))
-        if isinstance(getattr(field, "child", None), serializers.Field):
-            pending.append(field.child)
+        child = getattr(field, "child", None)
+        if isinstance(child, serializers.Field):
+            pending.append(child)
         if isinstance(field, serializers.Serializer):
             pending.extend(field.fields.values())
     return serializer
@@ -58,7 +59,7 @@ class NewestFirstCursorPagination(CursorPagination):
     page_size_query_param = "limit"
 
     @property
-    def max_page_size(self) -> int:  # read at request time so tests can change the setting
+    def max_page_size(self) -> int:  # type: ignore[override]  # read at request time: tests change it
         return settings.FLYWHEEL_API_MAX_LIMIT
 
 
@@ -104,8 +105,8 @@ def error_handler(exc: Exception, context: dict) -> Response | None:
             error_body(503, f"Redis is unreachable: {exc}", code="service_unavailable"), status=503
         )
     if isinstance(exc, DjangoValidationError):
-        detail = exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
-        return validation_response(detail)
+        invalid = exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
+        return validation_response(invalid)
     if isinstance(exc, StateError):
         return Response(error_body(409, str(exc)), status=409)
     if isinstance(exc, Http404):
@@ -117,7 +118,7 @@ def error_handler(exc: Exception, context: dict) -> Response | None:
         return None
     if isinstance(exc, exceptions.ValidationError):
         return validation_response(exc.detail, response.status_code)
-    detail = getattr(exc, "detail", str(exc))
+    detail: Any = exc.detail if hasattr(exc, "detail") else str(exc)
     message = str(detail.get("detail", detail)) if isinstance(detail, dict) else str(detail)
     response.data = error_body(response.status_code, message)
     return response

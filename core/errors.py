@@ -30,7 +30,7 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     if is_api(request):
         message = str(exception) if isinstance(exception, SuspiciousOperation) and str(exception) else ""
         return JsonResponse(error_body(400, message or "bad request"), status=400)
-    return html_bad_request(request, exception)
+    return html_bad_request(request, exception)  # type: ignore[arg-type]  # Django always passes one
 
 
 def server_error(request: HttpRequest) -> HttpResponse:

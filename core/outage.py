@@ -114,7 +114,8 @@ class FailOpenRedisCache(RedisCache):
 
     @property
     def _cache(self) -> RedisCacheClient:
-        return shared_client(self._servers, self._options)
+        # Set by RedisCache.__init__, which django-stubs does not declare.
+        return shared_client(self._servers, self._options)  # type: ignore[attr-defined]
 
     get_many = _fail_open({})(RedisCache.get_many)
     has_key = _fail_open(False)(RedisCache.has_key)

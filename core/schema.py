@@ -1,5 +1,7 @@
 """OpenAPI details shared by every view: the one error shape, declared on every operation."""
 
+from typing import Literal
+
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
@@ -48,7 +50,7 @@ class FlywheelAutoSchema(AutoSchema):
             codes.append("422")
         return codes
 
-    def _get_response_bodies(self, direction: str = "response") -> dict:
+    def _get_response_bodies(self, direction: Literal["request", "response"] = "response") -> dict:
         responses = super()._get_response_bodies(direction)
         for code in self._error_codes():
             if code not in responses:

@@ -38,7 +38,7 @@ def streamed_bytes(request: HttpRequest, chunks: Iterable[bytes]) -> Iterator[by
     iterator = iter(chunks)
 
     async def pull() -> AsyncIterator[bytes]:
-        while chunk := await sync_to_async(next, thread_sensitive=False)(iterator, b""):
+        while chunk := await sync_to_async(next, thread_sensitive=False)(iterator, b""):  # type: ignore[call-arg]  # asgiref types next() with one argument
             yield chunk
 
     return pull()

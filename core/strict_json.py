@@ -10,6 +10,7 @@ Used for request bodies (the REST parser), each line of an import, and JSON type
 
 import json
 import math
+from collections.abc import Iterable
 from typing import Any
 
 MAX_DEPTH = 100
@@ -103,6 +104,7 @@ def depth(value: Any) -> int:
     """
     deepest = 0
     stack = [(value, 1)]
+    children: Iterable[Any]
     while stack:
         node, level = stack.pop()
         if isinstance(node, dict):

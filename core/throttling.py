@@ -45,6 +45,10 @@ class RedisRateThrottle(UserRateThrottle):
     """`UserRateThrottle`'s rate, scope and identity (the user, or the address when anonymous),
     kept by GCRA in Redis."""
 
+    # Set by SimpleRateThrottle.__init__ from the rate; DRF's stubs do not declare them.
+    duration: int
+    num_requests: int
+
     _script = None
 
     def allow_request(self, request: Request, view) -> bool:

@@ -171,7 +171,7 @@ def jobs(request: HttpRequest) -> HttpResponse:
         for key, value in request.GET.items()
         if key.startswith("metadata[") and key.endswith("]")
     }
-    listed = list(selectors.jobs_of(project=project, metadata=metadata))
+    listed = list(selectors.jobs_of(project=project, metadata={k: str(v) for k, v in metadata.items()}))
     page, more = _page(listed, request, ident=lambda j: j.id, default=20, most=10000)
     return _list([serializers.job_object(services.job_results_ensure(job=j)) for j in page], more)
 

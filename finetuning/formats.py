@@ -293,7 +293,7 @@ def _prompt_of(messages: list[dict]) -> list[dict]:
     return rendered
 
 
-def tool_chat_of(raw: dict, index: int) -> dict[str, Any] | None:
+def tool_chat_of(raw: dict, index: int | None) -> dict[str, Any] | None:
     """For a supervised line that declares tools or holds tool calls: the conversation before the
     trained reply, the reply and the tools, in the shape chat templates take (`tools=`, assistant
     `tool_calls` with arguments as objects, `tool` messages), so that the SFT learner renders them

@@ -41,7 +41,7 @@ def schema_name(schema: Mapping) -> str:
     if schema.get("type") == "array":
         return f"array of {schema_name(schema.get('items', {}))}"
     if "allOf" in schema or "oneOf" in schema:
-        parts = schema.get("allOf") or schema.get("oneOf")
+        parts = schema.get("allOf") or schema.get("oneOf") or []
         return " or ".join(schema_name(part) for part in parts)
     return str(schema.get("type", "object"))
 

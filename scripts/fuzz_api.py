@@ -69,6 +69,7 @@ def seed(home: Path) -> dict:
     version = project_services.task_set_import(
         task_set=task_set, stream=lines, file_format="jsonl", by=owner
     ).version
+    assert version is not None, "the fuzz fixture's import failed"
     spec = {"type": "string_check", "input": "{{ sample.output_text }}", "reference": "{{ item.reference }}"}
     rule = reward_services.reward_rule_create(
         project=project, name="exact", spec=spec | {"operation": "eq"}, by=owner
@@ -87,6 +88,7 @@ def seed(home: Path) -> dict:
     )
     run = lifecycle.run_create(request=request, by=owner)
     item = version.items.order_by("position").first()
+    assert item is not None
     Trajectory.objects.create(
         run=run, item=item, sample_index=0, policy_version=0, outcome="scored", reward=1.0
     )

@@ -2,6 +2,7 @@
 of each rollout and eval worker work (each checks them when it starts: `manage.py check_sandboxes`)."""
 
 import json
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
@@ -68,7 +69,7 @@ def sandbox_checks(workers: list[str]) -> dict[str, dict]:
     if not workers:
         return {}
     values = redis_client().mget([SANDBOX_CHECK_KEY.format(worker=worker) for worker in workers])
-    pending = {"ok": None, "backends": []}
+    pending: dict[str, Any] = {"ok": None, "backends": []}
     checks = zip(workers, values, strict=True)
     return {worker: json.loads(value) if value else pending for worker, value in checks}
 

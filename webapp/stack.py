@@ -42,7 +42,7 @@ def stack_env() -> dict[str, str]:
     return {STACK_MARK: str(settings.FLYWHEEL_HOME)}
 
 
-def stack_processes(home: Path, exclude: set[int] = frozenset()) -> list[int]:
+def stack_processes(home: Path, exclude: frozenset[int] | set[int] = frozenset()) -> list[int]:
     """Live processes of this user that carry the mark of the stack of `home`, however deep they
     were started and whoever their parent is now."""
     mark = f"{STACK_MARK}={home}".encode()
@@ -60,7 +60,7 @@ def stack_processes(home: Path, exclude: set[int] = frozenset()) -> list[int]:
 
 
 def stack_processes_stop(
-    home: Path, exclude: set[int] = frozenset(), timeout: float = STOP_GRACE_SECONDS
+    home: Path, exclude: frozenset[int] | set[int] = frozenset(), timeout: float = STOP_GRACE_SECONDS
 ) -> list[int]:
     """TERM every marked process (but `exclude`), KILL those left after `timeout`, and wait until
     none is left; returns the pids it found."""
