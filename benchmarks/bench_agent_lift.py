@@ -33,8 +33,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from projects import services as project_services
-
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = [int(seed) for seed in os.environ.get("BENCH_AGENT_LIFT_SEEDS", "0").split(",")]
 STEPS = int(os.environ.get("BENCH_AGENT_LIFT_STEPS", "16"))
@@ -149,6 +147,7 @@ def start_workers(env: dict[str, str]) -> list[subprocess.Popen]:
 
 
 def run_launch(owner, items: dict, model: Path, seed: int):
+    from projects import services as project_services
     from rewards import services as reward_services
     from runs import services
     from runs.lifecycle import RunRequest, run_create

@@ -17,8 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from projects import services as project_services
-
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (10_000, 100_000)
 REPEATS = 3
@@ -49,6 +47,7 @@ def child(mode: str, path: str) -> None:
     django.setup()
     from django.core.management import call_command
 
+    from projects import services as project_services
     from projects.task_format import read_items
     from runs import services
 

@@ -36,8 +36,6 @@ import threading
 import time
 from pathlib import Path
 
-from projects import services as project_services
-
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 2000
 METRICS_PER_STEP = 20  # about what record_metrics writes for a GRPO step
@@ -91,6 +89,7 @@ def django_setup():
 
 def make_run():
     """A run row with what its foreign keys need, made through the ORM (the bench's own data)."""
+    from projects import services as project_services
     from rewards import services as reward_services
     from runs import services
     from runs.models import Run
@@ -361,6 +360,8 @@ def delivery(user, run, workdir: Path) -> dict:
 
     import uvloop
     from django.conf import settings
+
+    from projects import services as project_services
 
     _, token = project_services.api_token_create(user=user, name="bench")
     port = free_port()

@@ -39,8 +39,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from projects import services as project_services
-
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = int(os.environ.get("BENCH_RUNS_STEPS", "8"))
 REPEATS = int(os.environ.get("BENCH_RUNS_REPEATS", "3"))
@@ -102,6 +100,7 @@ def heavy(item: dict, index: int) -> dict:
 
 
 def workload(model: Path):
+    from projects import services as project_services
     from projects.demo_tasks import demo_task_sets
     from rewards import services as reward_services
     from runs import services

@@ -40,8 +40,6 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
-from projects import services as project_services
-
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = int(os.environ.get("BENCH_TRACES_ROUNDS", "5"))
 TRACES_PER_ROUND = int(os.environ.get("BENCH_TRACES_PER_ROUND", "600"))
@@ -84,6 +82,7 @@ def django_setup() -> None:
 
 
 def project_and_token() -> tuple[int, str]:
+    from projects import services as project_services
     from runs import services
 
     user = services.User.objects.create_user(username=f"bench-{uuid.uuid4().hex[:8]}")

@@ -22,8 +22,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from projects import services as project_services
-
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = "not_a_server_error,response_schema_conformance,content_type_conformance"
 PHASES = "examples,coverage,fuzzing"
@@ -51,6 +49,7 @@ def seed(home: Path) -> dict:
     from django.core.management import call_command
 
     from core.roles import Role
+    from projects import services as project_services
     from reviews import services as review_services
     from rewards import services as reward_services
     from runs import lifecycle, services
