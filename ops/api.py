@@ -5,6 +5,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.callers import caller
 from core.views import ApiView
 from ops import selectors
 from ops import serializers as s
@@ -18,6 +19,6 @@ class OverviewView(ApiView):
         summary="Workers, queues, Redis, the database, sandboxes and recent failures (owners and staff)",
     )
     def get(self, request: Request) -> Response:
-        if not selectors.ops_may_view(request.user):
+        if not selectors.ops_may_view(caller(request)):
             raise PermissionDenied(REFUSED)
-        return Response(selectors.ops_overview(user=request.user))
+        return Response(selectors.ops_overview(user=caller(request)))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
 from django.utils import timezone
 from redis import Redis
@@ -43,7 +43,7 @@ BATCH_TASKS = ("workers.rollout.batch",)
 SANDBOX_COUNTS = ("live", "busy", "idle", "replaced")
 
 
-def ops_may_view(user: AbstractBaseUser | AnonymousUser) -> bool:
+def ops_may_view(user: User | AnonymousUser) -> bool:
     """Staff, and the owners of any project: the people who run Flywheel for a team."""
     if not user.is_authenticated:
         return False
@@ -58,7 +58,7 @@ class Viewer:
     project_ids: frozenset[int]
 
     @classmethod
-    def of(cls, user: AbstractBaseUser) -> "Viewer":
+    def of(cls, user: User) -> "Viewer":
         if user.is_staff:
             return cls(everything=True, project_ids=frozenset())
         projects = Membership.objects.filter(user=user).values_list("project_id", flat=True)
@@ -107,9 +107,14 @@ def _failure(exc: BaseException) -> str:
 # --- workers -----------------------------------------------------------------------------------
 
 
+def _text(value: bytes | str) -> str:
+    """A Redis reply as text (the client answers bytes unless told to decode)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def workers_read(client: Redis) -> list[dict]:
     """Every worker with a record, alive or not, by name; forgetting those whose records lapsed."""
-    names = sorted(name.decode() for name in client.smembers(WORKERS_KEY))
+    names = sorted(_text(name) for name in client.smembers(WORKERS_KEY))
     if not names:
         return []
     pipe = client.pipeline()
@@ -137,7 +142,7 @@ def workers_read(client: Redis) -> list[dict]:
 
 def sandboxes_read(client: Redis, worker: str) -> dict[str, int]:
     """The sum of the worker's processes' pool counts (a process that died has dropped out)."""
-    pids = sorted(pid.decode() for pid in client.smembers(SANDBOX_PIDS_KEY.format(name=worker)))
+    pids = sorted(_text(pid) for pid in client.smembers(SANDBOX_PIDS_KEY.format(name=worker)))
     total = _no_sandboxes()
     if not pids:
         return total
@@ -179,8 +184,8 @@ def queues_read(client: Redis, workers: list[dict]) -> list[dict]:
     for index, name in enumerate(names):
         chunk = replies[index * per_queue : (index + 1) * per_queue]
         waiting = sum(chunk[0::2])
-        sent = [_sent_at(message) for message in chunk[1::2] if message is not None]
-        sent = [value for value in sent if value is not None]
+        sent_at = (_sent_at(message) for message in chunk[1::2] if message is not None)
+        sent = [value for value in sent_at if value is not None]
         serving = [w for w in workers if w["state"] == "alive" and name in w.get("queues", [])]
         queues.append(
             {
@@ -362,7 +367,7 @@ def cluster_read() -> dict:
     }
 
 
-def ops_overview(*, user: AbstractBaseUser) -> dict:
+def ops_overview(*, user: User) -> dict:
     viewer = Viewer.of(user)
     cluster = cluster_read()
     client = cluster.pop("client")

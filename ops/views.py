@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_GET
 
+from core.callers import caller
 from ops import selectors
 from ops.api import REFUSED
 
@@ -26,9 +27,9 @@ KIND_LABELS = {
 @login_required
 @require_GET
 def ops_page(request: HttpRequest) -> HttpResponse:
-    if not selectors.ops_may_view(request.user):
+    if not selectors.ops_may_view(caller(request)):
         raise PermissionDenied(REFUSED)
-    overview = shown(selectors.ops_overview(user=request.user))
+    overview = shown(selectors.ops_overview(user=caller(request)))
     context = {"ops": overview, "refresh_seconds": REFRESH_SECONDS}
     return render(request, "ops/ops.html", context)
 
@@ -67,4 +68,4 @@ def _datetime(value: str | None) -> datetime | None:
 
 def ops_link(request: HttpRequest) -> dict:
     """For the navigation: whether to show the operations link (asked only when a page shows it)."""
-    return {"may_operate": lambda: selectors.ops_may_view(request.user)}
+    return {"may_operate": lambda: selectors.ops_may_view(caller(request))}

@@ -8,6 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api import idempotent
+from core.callers import caller
 from core.roles import Permission
 from core.schema import NO_CONTENT
 from core.views import ApiView
@@ -24,7 +25,7 @@ class TraceListView(ApiView):
     )
     def get(self, request: Request) -> Response:
         filters = dict(self.query(s.TraceFilterSerializer))
-        traces = selectors.traces_for(user=request.user).prefetch_related("reviews")
+        traces = selectors.traces_for(user=caller(request)).prefetch_related("reviews")
         if (project := filters.pop("project", None)) is not None:
             traces = traces.filter(project_id=project)
         return self.paginated(selectors.traces_filtered(traces, **filters), s.TraceSerializer)
@@ -39,7 +40,7 @@ class TraceListView(ApiView):
     def post(self, request: Request) -> Response:
         data = self.validated(s.TraceBatchInputSerializer)
         project = project_selectors.project_for(
-            user=request.user, project_id=data["project"], permission=Permission.EDIT
+            user=caller(request), project_id=data["project"], permission=Permission.EDIT
         )
         result = ingest.traces_ingest(project=project, reports=data["traces"])
         body = {
@@ -56,12 +57,12 @@ class TraceListView(ApiView):
 class TraceDetailView(ApiView):
     @extend_schema(responses=s.TraceSerializer)
     def get(self, request: Request, id: int) -> Response:
-        return Response(s.TraceSerializer(selectors.trace_for(user=request.user, trace_id=id)).data)
+        return Response(s.TraceSerializer(selectors.trace_for(user=caller(request), trace_id=id)).data)
 
     @extend_schema(responses=NO_CONTENT, summary="Delete a trace and its reviews (owners and launchers)")
     def delete(self, request: Request, id: int) -> Response:
         services.trace_delete(
-            trace=selectors.trace_for(user=request.user, trace_id=id, permission=Permission.EDIT)
+            trace=selectors.trace_for(user=caller(request), trace_id=id, permission=Permission.EDIT)
         )
         return Response(status=204)
 
@@ -77,7 +78,7 @@ class TracePromoteView(ApiView):
     def post(self, request: Request) -> Response:
         data = self.validated(s.TracePromoteInputSerializer)
         project = project_selectors.project_for(
-            user=request.user, project_id=data["project"], permission=Permission.EDIT
+            user=caller(request), project_id=data["project"], permission=Permission.EDIT
         )
         traces = project.traces.prefetch_related("reviews").order_by("pk")
         if "traces" in data:
@@ -99,7 +100,7 @@ class TracePromoteView(ApiView):
         promotion = services.traces_promote(
             project=project,
             traces=list(traces[: services.PROMOTE_MAX + 1]),
-            by=request.user,
+            by=caller(request),
             task_set=task_set,
             task_set_name=data.get("task_set_name", ""),
             split=data.get("split", "train"),

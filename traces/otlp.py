@@ -328,7 +328,7 @@ def _export(request: HttpRequest, as_json: bool) -> HttpResponse:
         body = request.body
     except RequestDataTooBig as exc:  # Django's DATA_UPLOAD_MAX_MEMORY_SIZE (FLYWHEEL_MAX_BODY_MB)
         raise OtlpError(413, f"body: larger than this server takes ({exc}); export smaller batches") from exc
-    export = parse_request(body, request.content_type, request.headers.get("Content-Encoding", ""))
+    export = parse_request(body, request.content_type or "", request.headers.get("Content-Encoding", ""))
     traces, skipped, named = reports(export)
     project_id = _project_id(request, token, named)
     try:

@@ -4,7 +4,7 @@ the traces page, REST and review queues share."""
 import re
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 from django.http import Http404
@@ -31,11 +31,11 @@ FILTERS = (
 META_KEY = re.compile(r"[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*")
 
 
-def traces_for(*, user: AbstractBaseUser) -> QuerySet[Trace]:
+def traces_for(*, user: User) -> QuerySet[Trace]:
     return Trace.objects.filter(project_id__in=project_selectors.visible_project_ids(user=user))
 
 
-def trace_for(*, user: AbstractBaseUser, trace_id: int, permission: str = Permission.VIEW) -> Trace:
+def trace_for(*, user: User, trace_id: int, permission: str = Permission.VIEW) -> Trace:
     trace = Trace.objects.select_related("project", "tier").filter(pk=trace_id).first()
     if trace is None:
         raise Http404("no such trace")

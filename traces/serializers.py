@@ -102,7 +102,8 @@ class TraceInputSerializer(serializers.Serializer):
 
 class TraceBatchInputSerializer(serializers.Serializer):
     project = serializers.IntegerField(min_value=1)
-    traces = TraceInputSerializer(many=True, allow_empty=False, max_length=BATCH_MAX)
+    # DRF passes max_length on to the list serializer `many=True` makes; its stubs do not say so.
+    traces = TraceInputSerializer(many=True, allow_empty=False, max_length=BATCH_MAX)  # type: ignore[call-arg]
 
 
 class TraceFilterSerializer(serializers.Serializer):
@@ -120,7 +121,8 @@ class TraceFilterSerializer(serializers.Serializer):
     max_score = serializers.FloatField(required=False)
     since = serializers.DateTimeField(required=False, help_text="Happened at or after")
     until = serializers.DateTimeField(required=False, help_text="Happened before")
-    label = serializers.ChoiceField(
+    # A declared field named like Field.label: DRF's metaclass takes it out of the class attributes.
+    label = serializers.ChoiceField(  # type: ignore[assignment]
         choices=REVIEW_LABELS,
         required=False,
         help_text="A review label, or unreviewed",

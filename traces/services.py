@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
@@ -38,7 +38,7 @@ ID_UNSAFE = re.compile(r"[^A-Za-z0-9._:-]+")
 
 @dataclass
 class Promotion:
-    version: TaskSetVersion | None
+    version: TaskSetVersion
     created: bool
     counts: dict[str, Any] = field(default_factory=dict)
 
@@ -133,7 +133,7 @@ def traces_promote(
     *,
     project: Project,
     traces: list[Trace],
-    by: AbstractBaseUser,
+    by: User,
     task_set: TaskSet | None = None,
     task_set_name: str = "",
     split: str = "train",
@@ -176,6 +176,6 @@ def traces_promote(
         by=by,
         source_name=f"{len(items)} promoted traces",
     )
-    if not report.ok:
+    if not report.ok or report.version is None:
         raise ValidationError({"traces": "; ".join(str(error) for error in report.errors)})
     return Promotion(version=report.version, created=report.created, counts=counts)

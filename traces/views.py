@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from core.callers import caller
 from core.roles import Permission, role_allows
 from projects import selectors as project_selectors
 from projects.selectors import page_access
@@ -46,13 +47,13 @@ def _filters(data) -> tuple[dict, dict, list[str]]:
 @login_required
 @require_GET
 def trace_list(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = project_selectors.project_for(user=request.user, project_id=project_id)
+    project = project_selectors.project_for(user=caller(request), project_id=project_id)
     filters, raw, problems = _filters(request.GET)
     traces = selectors.traces_filtered(
         project.traces.select_related("tier").prefetch_related("reviews").order_by("-created_at", "-pk"),
         **filters,
     )
-    access = page_access(user=request.user, project=project)
+    access = page_access(user=caller(request), project=project)
     context = access | {
         "page": Paginator(traces, TRACES_PER_PAGE).get_page(request.GET.get("page")),
         "raw": raw,
@@ -74,7 +75,7 @@ def trace_list(request: HttpRequest, project_id: int) -> HttpResponse:
 def trace_promote(request: HttpRequest, project_id: int) -> HttpResponse:
     """The selected traces (or every one the filters match) to a new task-set version."""
     project = project_selectors.project_for(
-        user=request.user, project_id=project_id, permission=Permission.EDIT
+        user=caller(request), project_id=project_id, permission=Permission.EDIT
     )
     traces = project.traces.prefetch_related("reviews").order_by("pk")
     if request.POST.get("scope") == "matching":
@@ -96,7 +97,7 @@ def trace_promote(request: HttpRequest, project_id: int) -> HttpResponse:
         promotion = services.traces_promote(
             project=project,
             traces=list(traces[: services.PROMOTE_MAX + 1]),
-            by=request.user,
+            by=caller(request),
             task_set=task_set,
             task_set_name=request.POST.get("task_set_name", "")[:100],
         )
@@ -117,14 +118,14 @@ def trace_promote(request: HttpRequest, project_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def trace_detail(request: HttpRequest, trace_id: int) -> HttpResponse:
-    trace = selectors.trace_for(user=request.user, trace_id=trace_id)
-    access = page_access(user=request.user, project=trace.project)
+    trace = selectors.trace_for(user=caller(request), trace_id=trace_id)
+    access = page_access(user=caller(request), project=trace.project)
     reviews = list(trace.reviews.select_related("reviewer").order_by("pk"))
     queue = request.GET.get("queue", "")
     context = access | {
         "trace": trace,
         "reviews": reviews,
-        "my_review": next((r for r in reviews if r.reviewer_id == request.user.pk), None),
+        "my_review": next((r for r in reviews if r.reviewer_id == caller(request).pk), None),
         "can_review": role_allows(access["role"], Permission.REVIEW),
         "labels": LABELS,
         "queue": int(queue) if queue.isdigit() else None,

@@ -6,6 +6,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api import idempotent
+from core.callers import caller
 from core.roles import Permission
 from core.schema import NO_CONTENT
 from core.views import ApiView
@@ -23,9 +24,9 @@ class WebhookListView(ApiView):
     def get(self, request: Request) -> Response:
         project_id = self.query(s.WebhookFilterSerializer).get("project")
         if project_id is None:
-            return self.paginated(selectors.webhooks_for(user=request.user), s.WebhookSerializer)
+            return self.paginated(selectors.webhooks_for(user=caller(request)), s.WebhookSerializer)
         project = project_selectors.project_for(
-            user=request.user, project_id=project_id, permission=Permission.MANAGE_WEBHOOKS
+            user=caller(request), project_id=project_id, permission=Permission.MANAGE_WEBHOOKS
         )
         return self.paginated(selectors.webhooks_of(project=project), s.WebhookSerializer)
 
@@ -38,16 +39,16 @@ class WebhookListView(ApiView):
     def post(self, request: Request) -> Response:
         data = self.validated(s.WebhookCreateSerializer)
         project = project_selectors.project_for(
-            user=request.user, project_id=data.pop("project"), permission=Permission.MANAGE_WEBHOOKS
+            user=caller(request), project_id=data.pop("project"), permission=Permission.MANAGE_WEBHOOKS
         )
-        webhook = services.webhook_create(project=project, by=request.user, **data)
+        webhook = services.webhook_create(project=project, by=caller(request), **data)
         return Response(s.WebhookCreatedSerializer(webhook).data, status=201)
 
 
 class WebhookDetailView(ApiView):
     @extend_schema(responses=s.WebhookSerializer)
     def get(self, request: Request, id: int) -> Response:
-        return Response(s.WebhookSerializer(selectors.webhook_for(user=request.user, webhook_id=id)).data)
+        return Response(s.WebhookSerializer(selectors.webhook_for(user=caller(request), webhook_id=id)).data)
 
     @extend_schema(
         request=s.WebhookUpdateSerializer,
@@ -55,13 +56,13 @@ class WebhookDetailView(ApiView):
         summary="Change the URL, description, statuses or active flag (owners)",
     )
     def patch(self, request: Request, id: int) -> Response:
-        webhook = selectors.webhook_for(user=request.user, webhook_id=id)
+        webhook = selectors.webhook_for(user=caller(request), webhook_id=id)
         data = self.validated(s.WebhookUpdateSerializer, partial=True)
         return Response(s.WebhookSerializer(services.webhook_update(webhook=webhook, **data)).data)
 
     @extend_schema(responses=NO_CONTENT, summary="Remove a webhook and its deliveries (owners)")
     def delete(self, request: Request, id: int) -> Response:
-        services.webhook_delete(webhook=selectors.webhook_for(user=request.user, webhook_id=id))
+        services.webhook_delete(webhook=selectors.webhook_for(user=caller(request), webhook_id=id))
         return Response(status=204)
 
 
@@ -72,7 +73,7 @@ class WebhookDeliveryListView(ApiView):
         summary="The webhook's deliveries, newest first, with their attempts and last answer",
     )
     def get(self, request: Request, id: int) -> Response:
-        webhook = selectors.webhook_for(user=request.user, webhook_id=id)
+        webhook = selectors.webhook_for(user=caller(request), webhook_id=id)
         status = self.query(s.DeliveryFilterSerializer).get("status")
         return self.paginated(
             selectors.deliveries_of(webhook=webhook, status=status), s.WebhookDeliverySerializer
@@ -86,7 +87,7 @@ class WebhookRedeliverView(ApiView):
         summary="Send a delivered or failed delivery again (same id and body); a pending one answers 409",
     )
     def post(self, request: Request, id: int, delivery_id: int) -> Response:
-        webhook = selectors.webhook_for(user=request.user, webhook_id=id)
+        webhook = selectors.webhook_for(user=caller(request), webhook_id=id)
         delivery = selectors.delivery_for(webhook=webhook, delivery_id=delivery_id)
         delivery = services.delivery_redeliver(delivery=delivery)
         return Response(s.WebhookDeliverySerializer(delivery).data, status=202)
@@ -99,7 +100,7 @@ class WebhookPingView(ApiView):
         summary="Send a test event (type ping) to the webhook; an inactive one answers 409",
     )
     def post(self, request: Request, id: int) -> Response:
-        webhook = selectors.webhook_for(user=request.user, webhook_id=id)
+        webhook = selectors.webhook_for(user=caller(request), webhook_id=id)
         return Response(s.WebhookDeliverySerializer(services.webhook_ping(webhook=webhook)).data, status=202)
 
 
@@ -111,6 +112,6 @@ class WebhookSecretRotateView(ApiView):
     )
     @idempotent(secret_fields=("secret",))
     def post(self, request: Request, id: int) -> Response:
-        webhook = selectors.webhook_for(user=request.user, webhook_id=id)
+        webhook = selectors.webhook_for(user=caller(request), webhook_id=id)
         secret = services.webhook_secret_rotate(webhook=webhook)
         return Response(s.WebhookSecretSerializer({"webhook": webhook, "secret": secret}).data)

@@ -53,14 +53,18 @@ def literal_address_problem(host: str) -> str | None:
     return f"points to {address}, a private address (FLYWHEEL_WEBHOOK_ALLOW_PRIVATE=true allows those)"
 
 
+# http.client passes this sentinel for "no timeout given"; the stubs keep it private.
+_DEFAULT_TIMEOUT: Any = getattr(socket, "_GLOBAL_DEFAULT_TIMEOUT")  # noqa: B009
+
+
 def checked_connection(
-    address: tuple[str, int], timeout: Any = socket._GLOBAL_DEFAULT_TIMEOUT, source_address: Any = None
+    address: tuple[str, int], timeout: Any = _DEFAULT_TIMEOUT, source_address: Any = None
 ) -> socket.socket:
     """`socket.create_connection`, to a checked address of the host only."""
     host, port = address
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     for *_, sockaddr in infos:
-        resolved = ipaddress.ip_address(sockaddr[0].split("%", 1)[0])
+        resolved = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
         if not address_allowed(resolved):
             raise AddressRefusedError(
                 f"{host} resolves to {resolved}, a private address; webhooks go to public ones "
@@ -70,7 +74,7 @@ def checked_connection(
     for family, kind, proto, _, sockaddr in infos:
         sock = socket.socket(family, kind, proto)
         try:
-            if timeout is not socket._GLOBAL_DEFAULT_TIMEOUT:
+            if timeout is not _DEFAULT_TIMEOUT:
                 sock.settimeout(timeout)
             if source_address:
                 sock.bind(source_address)
@@ -101,7 +105,7 @@ class _CheckedHTTPHandler(urllib.request.HTTPHandler):
 
 class _CheckedHTTPSHandler(urllib.request.HTTPSHandler):
     def https_open(self, req: urllib.request.Request) -> Any:
-        return self.do_open(_CheckedHTTPSConnection, req, context=self._context)
+        return self.do_open(_CheckedHTTPSConnection, req, context=self._context)  # type: ignore[attr-defined]
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):

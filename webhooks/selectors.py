@@ -3,7 +3,7 @@ MANAGE_WEBHOOKS see a project's webhooks and deliveries; non-members get 404, ot
 
 from datetime import datetime, timedelta
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import Http404
 
@@ -18,7 +18,7 @@ RESEND_AFTER_SECONDS = 60
 RESEND_BATCH = 500
 
 
-def webhooks_for(*, user: AbstractBaseUser) -> QuerySet[Webhook]:
+def webhooks_for(*, user: User) -> QuerySet[Webhook]:
     """The webhooks of every project where the user's role manages them."""
     roles = [role for role, allowed in ROLE_PERMISSIONS.items() if Permission.MANAGE_WEBHOOKS in allowed]
     projects = Membership.objects.filter(user=user, role__in=roles).values("project_id")
@@ -29,7 +29,7 @@ def webhooks_of(*, project: Project) -> QuerySet[Webhook]:
     return project.webhooks.order_by("-created_at", "-id")
 
 
-def webhook_for(*, user: AbstractBaseUser, webhook_id: int) -> Webhook:
+def webhook_for(*, user: User, webhook_id: int) -> Webhook:
     webhook = Webhook.objects.select_related("project").filter(pk=webhook_id).first()
     if webhook is None:
         raise Http404("no such webhook")

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F
@@ -101,7 +101,7 @@ def secret_generate() -> str:
 def webhook_create(
     *,
     project: Project,
-    by: AbstractBaseUser,
+    by: User,
     url: str,
     description: str = "",
     statuses: list[str] | None = None,

@@ -8,6 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from core.callers import caller
 from core.exceptions import StateError
 from core.roles import Permission
 from projects import selectors as project_selectors
@@ -21,13 +22,13 @@ from webhooks.forms import WebhookForm
 @require_http_methods(["GET", "POST"])
 def webhook_list(request: HttpRequest, project_id: int) -> HttpResponse:
     project = project_selectors.project_for(
-        user=request.user, project_id=project_id, permission=Permission.MANAGE_WEBHOOKS
+        user=caller(request), project_id=project_id, permission=Permission.MANAGE_WEBHOOKS
     )
     form = WebhookForm(request.POST if request.method == "POST" else None)
     created = None
     if form.is_bound and form.is_valid():
         try:
-            created = services.webhook_create(project=project, by=request.user, **form.cleaned_data)
+            created = services.webhook_create(project=project, by=caller(request), **form.cleaned_data)
         except ValidationError as exc:
             add_service_errors(form, exc)
         else:
@@ -42,7 +43,7 @@ def webhook_list(request: HttpRequest, project_id: int) -> HttpResponse:
 
 
 def _list_page(request: HttpRequest, project, form: WebhookForm, **shown_once) -> HttpResponse:
-    context = page_access(user=request.user, project=project) | {
+    context = page_access(user=caller(request), project=project) | {
         "webhooks": selectors.webhooks_of(project=project),
         "deliveries": selectors.recent_deliveries_of(project=project),
         "form": form,
@@ -55,7 +56,7 @@ def _list_page(request: HttpRequest, project, form: WebhookForm, **shown_once) -
 @require_POST
 def webhook_rotate(request: HttpRequest, webhook_id: int) -> HttpResponse:
     """A new signing secret, shown in this response only (so no redirect)."""
-    webhook = selectors.webhook_for(user=request.user, webhook_id=webhook_id)
+    webhook = selectors.webhook_for(user=caller(request), webhook_id=webhook_id)
     secret = services.webhook_secret_rotate(webhook=webhook)
     return _list_page(request, webhook.project, WebhookForm(), rotated={"webhook": webhook, "secret": secret})
 
@@ -63,7 +64,7 @@ def webhook_rotate(request: HttpRequest, webhook_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def webhook_delete(request: HttpRequest, webhook_id: int) -> HttpResponse:
-    webhook = selectors.webhook_for(user=request.user, webhook_id=webhook_id)
+    webhook = selectors.webhook_for(user=caller(request), webhook_id=webhook_id)
     services.webhook_delete(webhook=webhook)
     messages.success(request, f"Webhook {webhook.url} removed; it gets no more events.")
     return redirect("webhook-list", project_id=webhook.project_id)
@@ -72,7 +73,7 @@ def webhook_delete(request: HttpRequest, webhook_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def webhook_ping(request: HttpRequest, webhook_id: int) -> HttpResponse:
-    webhook = selectors.webhook_for(user=request.user, webhook_id=webhook_id)
+    webhook = selectors.webhook_for(user=caller(request), webhook_id=webhook_id)
     try:
         delivery = services.webhook_ping(webhook=webhook)
     except StateError as exc:
@@ -87,7 +88,7 @@ def webhook_ping(request: HttpRequest, webhook_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def delivery_redeliver(request: HttpRequest, webhook_id: int, delivery_id: int) -> HttpResponse:
-    webhook = selectors.webhook_for(user=request.user, webhook_id=webhook_id)
+    webhook = selectors.webhook_for(user=caller(request), webhook_id=webhook_id)
     delivery = selectors.delivery_for(webhook=webhook, delivery_id=delivery_id)
     try:
         services.delivery_redeliver(delivery=delivery)
