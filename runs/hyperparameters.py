@@ -98,6 +98,14 @@ GRPO = {
     "kl_coef": Param(float, 0.0, 0.0, 10.0, help="weight of the KL penalty to the reference policy"),
     "loss_aggregation": Param(str, "token_mean", choices=("token_mean", "sequence_mean", "dr_grpo")),
     "scale_rewards": Param(str, "group", choices=("group", "none")),
+    "tis_cap": Param(
+        float,
+        0.0,
+        0.0,
+        100.0,
+        help="truncated importance sampling: weigh each token by min(learner p / decoder p, this), "
+        "correcting for a decoder in another precision or engine (2 is common); 0: off",
+    ),
     "episode_deadline_seconds": Param(float, 120.0, 1.0, 86400.0, help="stragglers are cut off here"),
 }
 

@@ -47,6 +47,7 @@ DEFAULTS: dict[str, float] = {
     "hacking_share_min": 0.05,  # ...when they are at least this share of the window's episodes
     "flagged_rate_max": 0.25,  # share of a step's episodes flagged by the detectors above this fires
     "nothing_learned_steps": 5,  # this many steps in a row with no episode learned from fires
+    "mismatch_kl_max": 0.05,  # KL(decoder ‖ learner) on the sampled tokens above this, window mean, fires
     "cooldown_steps": 10,
 }
 HELP: dict[str, str] = {
@@ -61,6 +62,7 @@ HELP: dict[str, str] = {
     "hacking_share_min": "share of the window's episodes those flagged trajectories must reach to fire",
     "flagged_rate_max": "share of a step's episodes flagged by the reward-hacking detectors that fires",
     "nothing_learned_steps": "steps in a row without a single learnable episode that fire",
+    "mismatch_kl_max": "KL between the decoder's and the learner's log-probs (recent window mean) that fires",
     "cooldown_steps": "steps before the same monitor may fire again",
 }
 INTEGER = {"window", "hacking_flags_min", "cooldown_steps", "nothing_learned_steps"}
@@ -75,6 +77,7 @@ LEARNED = "episodes/learned"
 FLAGGED = "episodes/flagged_rate"
 DROPPED_ERRORED = "dropped/errored"
 DROPPED_STALE = "dropped/stale"
+MISMATCH = "learner/mismatch_kl"
 WATCHED = (
     ERRORED,
     REWARD,
@@ -86,6 +89,7 @@ WATCHED = (
     FLAGGED,
     DROPPED_ERRORED,
     DROPPED_STALE,
+    MISMATCH,
 )
 
 
@@ -124,6 +128,7 @@ MONITORS: dict[str, str] = {
     "reward_hacking": "a share of recent trajectories newly flagged by the reward-hacking detectors",
     "hacking_rate": "the share of a step's episodes that the reward-hacking detectors flag",
     "nothing_to_learn": "steps in a row in which no episode could be learned from",
+    "logprob_mismatch": "the decoder's and the learner's log-probs of the sampled tokens drifting apart",
 }
 ACTIONS = ("alert", "pause", "stop")
 DEFAULT_ACTIONS: dict[str, str] = {"nothing_to_learn": "stop"}
@@ -379,6 +384,24 @@ def _hacking(window: FlaggedWindow | None, t: Mapping[str, float]) -> Alert | No
     )
 
 
+def _mismatch(series: Mapping[str, Series], t: Mapping[str, float]) -> Alert | None:
+    points = list(series.get(MISMATCH) or [])[-int(t["window"]) :]
+    if not points:
+        return None
+    recent = _mean(points)
+    if recent <= t["mismatch_kl_max"]:
+        return None
+    return Alert(
+        "logprob_mismatch",
+        f"the decoder and the learner disagree on the sampled tokens (KL {recent:.4f} over the last "
+        f"{len(points)} steps, above {t['mismatch_kl_max']:g}): the updates are off-policy in a way the "
+        "loss does not see; match their precision, or set tis_cap to correct for it",
+        recent,
+        t["mismatch_kl_max"],
+        {"recent": _points(points), "metric": MISMATCH},
+    )
+
+
 def alerts_for(
     series: Mapping[str, Series], thresholds: Mapping[str, float], *, flagged: FlaggedWindow | None = None
 ) -> list[Alert]:
@@ -401,6 +424,7 @@ def alerts_for(
         _hacking(flagged, t),
         _hacking_rate(series, t),
         _nothing_learned(series, t),
+        _mismatch(series, t),
     ]
     return [alert for alert in checks if alert is not None]
 

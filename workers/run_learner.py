@@ -123,6 +123,7 @@ def grpo_config(run: Run) -> GRPOConfig:
         beta=hyper["kl_coef"],
         loss_aggregation=hyper["loss_aggregation"],
         scale_rewards=hyper["scale_rewards"] == "group",
+        tis_cap=hyper.get("tis_cap", 0.0),
         max_staleness=hyper["staleness"],
         max_new_tokens=tier["max_new_tokens"],
         temperature=tier["temperature"],
