@@ -25,7 +25,7 @@ from rewards import engine as reward_engine
 from rewards.models import RewardRuleVersion
 from rewards.services import reward_rule_version_mark_used
 from runs import listeners, tasks
-from runs import monitors as run_monitors
+from runs import monitor_settings as run_monitors
 from runs.hyperparameters import resolve
 from runs.models import Checkpoint, Run, RunEvent, Tier
 
