@@ -13,6 +13,7 @@ The loss is TRL's for the same settings (tests/test_workers_parity.py): "sequenc
 import contextlib
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -416,6 +417,41 @@ def _proximal(
     return batch.proximal_logprobs[rows][:, :width]
 
 
+# -- as a run's learner (workers/run_learner.py reads these for every online algorithm) ---------
+
+
+def run_config(run: Any, common: dict[str, Any]) -> GRPOConfig:
+    """The run's GRPO settings: the common ones, its hyperparameters, its tier's sampling."""
+    hyper, tier = run.resolved, run.tier_config
+    return GRPOConfig(
+        **common,
+        group_size=hyper["group_size"],
+        prompts_per_step=hyper["batch_size"],
+        epsilon_low=hyper["clip_epsilon"],
+        epsilon_high=hyper["clip_epsilon"],
+        beta=hyper["kl_coef"],
+        loss_aggregation=hyper["loss_aggregation"],
+        scale_rewards=hyper["scale_rewards"] == "group",
+        tis_cap=hyper.get("tis_cap", 0.0),
+        max_staleness=hyper["staleness"],
+        max_new_tokens=tier["max_new_tokens"],
+        temperature=tier["temperature"],
+        top_p=tier["top_p"],
+        top_k=tier["top_k"],
+    )
+
+
+def reference_for(config: GRPOConfig, learner: Learner) -> torch.nn.Module | None:
+    """The frozen starting policy the KL penalty needs; none without one."""
+    return reference_create(config, learner) if config.beta else None
+
+
+def learn_batch(
+    learner: Learner, batch: GRPOBatch, config: GRPOConfig, reference: torch.nn.Module | None
+) -> dict[str, float]:
+    return learn_on_batch(learner, batch, config, reference)
+
+
 def train_grpo(config: GRPOConfig, items: list[dict], *, pool=None, log: Log = print) -> TrainResult:
     """Train with GRPO on `items` (code task items graded by their unit tests); resumes if it can."""
     learner, policy = learner_create(config)
@@ -469,3 +505,8 @@ def train_grpo(config: GRPOConfig, items: list[dict], *, pool=None, log: Log = p
     final_save(learner, config)
     result.steps, result.seconds = learner.state.step, time.monotonic() - started
     return result
+
+
+# `manage.py train_learner grpo`: trained outside a run, from a JSONL file.
+CONFIG = GRPOConfig
+train_standalone = train_grpo
