@@ -4,8 +4,8 @@ Three line formats, one per method (OpenAI's published formats):
 
 - supervised: `{"messages": [...], "tools"?: [...], "parallel_tool_calls"?: bool, "functions"?: [...]}`;
   messages may carry `tool_calls`, `function_call`, `tool_call_id`, `name` and, on assistant
-  messages, `weight` (0 or 1). Flywheel trains the last assistant message whose weight is not 0,
-  on the conversation before it; earlier assistant messages are context.
+  messages, `weight` (0 or 1). As OpenAI does, Flywheel trains every assistant message whose
+  weight is not 0, each on the conversation before it; a weight-0 one is context only.
 - dpo: `{"input": {"messages": [...], "tools"?: ...}, "preferred_output": [assistant message],
   "non_preferred_output": [assistant message]}`.
 - reinforcement: `{"messages": [...], ...}` where every other field is the item's own, reached by a
@@ -86,10 +86,15 @@ def line_problems(line: int, raw: Any, method: str) -> list[LineError]:
     if method == SUPERVISED:
         if _trained_index(raw["messages"]) is None:
             return [LineError(line, "messages", "holds no assistant message with a weight of 1 to train on")]
-        index = _trained_index(raw["messages"])
-        if not _reply_text(raw["messages"][index]).strip():
-            return [LineError(line, f"messages[{index}].content", "the trained assistant reply is empty")]
-        prompt = _prompt_of(raw["messages"][:index])
+        empty = [i for i in _trained_indices(raw["messages"]) if not _reply_text(raw["messages"][i]).strip()]
+        if empty:
+            where = f"messages[{empty[0]}].content"
+            return [
+                LineError(
+                    line, where, "a trained assistant reply is empty (give it weight 0 to keep it as context)"
+                )
+            ]
+        prompt = _prompt_of(raw["messages"][: _trained_index(raw["messages"])])
     else:
         prompt = _prompt_of(raw["messages"])
     return [
@@ -251,12 +256,19 @@ def _text_of(content: Any) -> str | None:
     return None
 
 
+def _trained_indices(messages: list[dict]) -> list[int]:
+    """Every assistant message with a weight other than 0: the replies Flywheel trains, in order."""
+    return [
+        index
+        for index, message in enumerate(messages)
+        if message["role"] == "assistant" and message.get("weight", 1) != 0
+    ]
+
+
 def _trained_index(messages: list[dict]) -> int | None:
-    """The last assistant message with a weight other than 0: the reply Flywheel trains."""
-    for index in range(len(messages) - 1, -1, -1):
-        if messages[index]["role"] == "assistant" and messages[index].get("weight", 1) != 0:
-            return index
-    return None
+    """The last trained reply: the item's own `reference` (the others are its `earlier_turns`)."""
+    indices = _trained_indices(messages)
+    return indices[-1] if indices else None
 
 
 def _reply_text(message: dict) -> str:
@@ -355,14 +367,10 @@ def item_data(raw: dict, method: str) -> dict[str, Any]:
         metadata = {"chosen": chosen, "rejected": rejected, "openai_line": raw}
         return {"messages": _prompt_of(raw["input"]["messages"]), "reference": chosen, "metadata": metadata}
     if method == SUPERVISED:
-        index = _trained_index(raw["messages"])
-        data = {
-            "messages": _prompt_of(raw["messages"][:index]),
-            "reference": _reply_text(raw["messages"][index]),
-            "metadata": {"openai_line": raw},
-        }
-        if (tool_chat := tool_chat_of(raw, index)) is not None:
-            data["tool_chat"] = tool_chat
+        *earlier, index = _trained_indices(raw["messages"])
+        data = _supervised_turn(raw, index) | {"metadata": {"openai_line": raw}}
+        if earlier:  # trained too, each on its own context (workers/learners/sft.py expands them)
+            data["earlier_turns"] = [_supervised_turn(raw, turn) for turn in earlier]
         return data
     extras = {key: value for key, value in raw.items() if key not in ("messages", "tools")}
     reference = next((raw[key] for key in REFERENCE_FIELDS if key in raw), "")
@@ -372,6 +380,18 @@ def item_data(raw: dict, method: str) -> dict[str, Any]:
         "reference": reference if isinstance(reference, str) else json.dumps(reference),
         "metadata": extras | {"openai_line": raw},
     }
+
+
+def _supervised_turn(raw: dict, index: int) -> dict[str, Any]:
+    """One trained reply of a supervised line: the conversation before it, the reply, and (for a
+    line with tools) the same as chat templates take it."""
+    turn: dict[str, Any] = {
+        "messages": _prompt_of(raw["messages"][:index]),
+        "reference": _reply_text(raw["messages"][index]),
+    }
+    if (tool_chat := tool_chat_of(raw, index)) is not None:
+        turn["tool_chat"] = tool_chat
+    return turn
 
 
 ITEM_REFERENCE = re.compile(r"\bitem\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*['\"]([A-Za-z_]\w*)['\"]\s*\])")

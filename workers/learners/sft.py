@@ -138,17 +138,19 @@ def run_config(run: Any, common: dict[str, Any]) -> SFTConfig:
 
 
 def run_data(run: Any, items: list[dict]) -> list[dict]:
-    """The train split's items as examples: each one's reference (a code item's solution)."""
-    return sft_examples(
-        [
-            {
-                "prompt": item_prompt(item),
-                "completion": item.get("reference_solution") or item.get("reference"),
-                "tool_chat": item.get("tool_chat"),
-            }
-            for item in items
-        ]
-    )
+    """The train split's items as examples: each one's reference (a code item's solution), after
+    the earlier trained turns of a multi-turn conversation (an OpenAI line's weight-1 replies)."""
+    records = []
+    for item in items:
+        for turn in [*item.get("earlier_turns", []), item]:
+            records.append(
+                {
+                    "prompt": item_prompt(turn),
+                    "completion": turn.get("reference_solution") or turn.get("reference"),
+                    "tool_chat": turn.get("tool_chat"),
+                }
+            )
+    return sft_examples(records)
 
 
 def reference_for(config: SFTConfig, learner: Learner) -> None:
