@@ -17,7 +17,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from core import strict_json
 from core.tokens import token_digest
-from finetuning import graders, selectors, serializers, services
+from finetuning import graders, permissions, selectors, serializers, services
 from finetuning.errors import ApiError
 from inference import openai_protocol as protocol
 from inference.openai_protocol import OpenAIError
@@ -218,6 +218,33 @@ def job_checkpoints(request: HttpRequest, job_id: str) -> HttpResponse:
     page, more = _page(checkpoints, request, ident=lambda c: f"ftckpt-{c.pk}", default=10, most=10000)
     metrics = selectors.step_metrics(job.run)
     return _list([serializers.checkpoint_object(job, c, metrics.get(c.step, {})) for c in page], more)
+
+
+# --- checkpoint permissions ------------------------------------------------------------------
+
+
+@openai_api("GET", "POST")
+def checkpoint_permissions(request: HttpRequest, checkpoint: str) -> HttpResponse:
+    user = caller(request)
+    if request.method == "POST":
+        body = _json_body(request)
+        project_ids = body.get("project_ids") if isinstance(body, dict) else None
+        made = permissions.permissions_create(user=user, name=checkpoint, project_ids=project_ids)
+        return _list([serializers.permission_object(p) for p in made], False)
+    order = request.GET.get("order", "descending")
+    if order not in ("ascending", "descending"):
+        raise ApiError(400, "order: ascending or descending", "order", "invalid_value")
+    found = permissions.permissions_of(
+        user=user, name=checkpoint, project_id=request.GET.get("project_id"), descending=order == "descending"
+    )
+    page, more = _page(found, request, ident=lambda p: p.id, default=10, most=100)
+    return _list([serializers.permission_object(p) for p in page], more)
+
+
+@openai_api("DELETE")
+def checkpoint_permission(request: HttpRequest, checkpoint: str, permission_id: str) -> HttpResponse:
+    gone = permissions.permission_delete(user=caller(request), name=checkpoint, permission_id=permission_id)
+    return JsonResponse({"id": gone, "object": "checkpoint.permission", "deleted": True})
 
 
 # --- graders -----------------------------------------------------------------------------------

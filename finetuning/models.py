@@ -9,7 +9,7 @@ from django.db import models
 from django.utils import timezone
 
 from projects.models import Project, TaskSetVersion
-from runs.models import Run
+from runs.models import Checkpoint, Run
 
 
 def file_id() -> str:
@@ -72,3 +72,30 @@ class FineTuningJob(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+def permission_id() -> str:
+    return f"cp_{secrets.token_hex(12)}"
+
+
+class CheckpointPermission(models.Model):
+    """Another project's use of a job's checkpoint (OpenAI's `checkpoint.permission`): its members
+    may then sample it on /v1 by the checkpoint's name, as they do their own models."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=permission_id, editable=False)
+    job = models.ForeignKey(FineTuningJob, on_delete=models.CASCADE, related_name="checkpoint_permissions")
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["checkpoint", "project"], name="one_permission_per_project")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id}: checkpoint {self.checkpoint_id} for project {self.project_id}"

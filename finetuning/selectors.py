@@ -10,7 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Max, Min, QuerySet
 
 from core.roles import Permission
-from finetuning.models import FineTuningFile, FineTuningJob
+from finetuning.models import CheckpointPermission, FineTuningFile, FineTuningJob
 from projects import selectors as project_selectors
 from projects.models import ApiToken, Project
 from runs import selectors
@@ -206,7 +206,7 @@ def fine_tuned_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool =
         step = int(match["step"])
     name = match["model"] if match else model_id
     job = FineTuningJob.objects.filter(fine_tuned_model=name).select_related("run__project").first()
-    if job is None or not _can(user, job.project_id, Permission.VIEW):
+    if job is None:
         return None
     checkpoints = Checkpoint.objects.filter(run=job.run).select_related("run__project")
     if step is None:
@@ -217,7 +217,16 @@ def fine_tuned_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool =
         checkpoint = checkpoints.filter(step=step).first()
     if checkpoint is None:
         return None
+    if not _can(user, job.project_id, Permission.VIEW) and not shared_with(user=user, checkpoint=checkpoint):
+        return None
     return dataclasses.replace(checkpoint_model(checkpoint, fetch=fetch), id=model_id)
+
+
+def shared_with(*, user: AbstractBaseUser, checkpoint: Checkpoint) -> bool:
+    """Whether one of the caller's projects was granted the checkpoint (a checkpoint permission)."""
+    return CheckpointPermission.objects.filter(
+        checkpoint=checkpoint, project__memberships__user=user
+    ).exists()
 
 
 def fine_tuned_models_for(*, user: AbstractBaseUser) -> list[ServedModel]:
@@ -231,4 +240,10 @@ def fine_tuned_models_for(*, user: AbstractBaseUser) -> list[ServedModel]:
         )
         if checkpoint is not None:
             models.append(dataclasses.replace(checkpoint_model(checkpoint), id=job.fine_tuned_model))
+    shared = CheckpointPermission.objects.filter(project__memberships__user=user).select_related(
+        "job", "checkpoint__run__project"
+    )
+    for permission in shared.order_by("-created_at"):
+        name = f"{permission.job.fine_tuned_model}:ckpt-step-{permission.checkpoint.step}"
+        models.append(dataclasses.replace(checkpoint_model(permission.checkpoint), id=name))
     return models

@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any
 
 from finetuning import selectors
-from finetuning.models import FineTuningFile, FineTuningJob
+from finetuning.models import CheckpointPermission, FineTuningFile, FineTuningJob
 from runs.models import Checkpoint, Run
 
 S = Run.Status
@@ -116,4 +116,13 @@ def checkpoint_object(
         "fine_tuning_job_id": job.id,
         "metrics": selectors.openai_metrics(checkpoint.step, metrics),
         "step_number": checkpoint.step,
+    }
+
+
+def permission_object(permission: CheckpointPermission) -> dict[str, Any]:
+    return {
+        "id": permission.id,
+        "object": "checkpoint.permission",
+        "created_at": seconds(permission.created_at),
+        "project_id": str(permission.project_id),
     }

@@ -31,4 +31,14 @@ urlpatterns = [
         api.job_checkpoints,
         name="openai-fine-tuning-checkpoints",
     ),
+    re_path(
+        r"^fine_tuning/checkpoints/(?P<checkpoint>ft:[^/]{1,500})/permissions$",
+        api.checkpoint_permissions,
+        name="openai-checkpoint-permissions",
+    ),
+    re_path(
+        rf"^fine_tuning/checkpoints/(?P<checkpoint>ft:[^/]{{1,500}})/permissions/{ID.format('permission_id')}$",
+        api.checkpoint_permission,
+        name="openai-checkpoint-permission",
+    ),
 ]

@@ -112,6 +112,9 @@ ARGUMENTS = {
     "training_file": "file-missing",
     "grader": {"type": "string_check", "name": "x", "input": "a", "reference": "a", "operation": "eq"},
     "model_sample": "a",
+    "fine_tuned_model_checkpoint": "ft:small:missing:ckpt-step-1",
+    "permission_id": "cp_missing",
+    "project_ids": ["1"],
 }
 
 
@@ -132,6 +135,7 @@ def test_every_route_of_the_clients_files_fine_tuning_jobs_and_graders_resources
         "fine_tuning.jobs": client.fine_tuning.jobs,
         "fine_tuning.jobs.checkpoints": client.fine_tuning.jobs.checkpoints,
         "fine_tuning.alpha.graders": client.fine_tuning.alpha.graders,
+        "fine_tuning.checkpoints.permissions": client.fine_tuning.checkpoints.permissions,
     }
     called = []
     for resource_name, resource in resources.items():
@@ -154,7 +158,10 @@ def test_every_route_of_the_clients_files_fine_tuning_jobs_and_graders_resources
         "fine_tuning.jobs.checkpoints.list",
     } <= set(called)
     assert {"fine_tuning.alpha.graders.run", "fine_tuning.alpha.graders.validate"} <= set(called)
-    assert len(called) >= 16
+    assert {
+        f"fine_tuning.checkpoints.permissions.{m}" for m in ("create", "retrieve", "list", "delete")
+    } <= set(called)
+    assert len(called) >= 20
 
 
 # --- files -------------------------------------------------------------------------------------
@@ -505,3 +512,47 @@ def test_a_failed_jobs_error_says_what_failed_where(lab):
         "out of memory at step 3 (in the learner)",
         None,
     )
+
+
+# --- checkpoint permissions ----------------------------------------------------------------------
+
+
+def test_an_owner_shares_a_checkpoint_with_another_project_whose_members_then_see_it(lab):
+    from runs.models import Checkpoint
+
+    client = lab["client"]
+    job = client.fine_tuning.jobs.create(model="small", training_file=upload(client, jsonl(WEIGHTED)).id)
+    stored = FineTuningJob.objects.get(pk=job.id)
+    Checkpoint.objects.create(run=stored.run, step=2, policy_version=2, path="x")
+    name = f"{stored.fine_tuned_model}:ckpt-step-2"
+    permissions = client.fine_tuning.checkpoints.permissions
+    outsider = openai_client(lab["outsider"])
+    assert name not in {model.id for model in outsider.models.list()}
+
+    other = str(lab["other_project"].pk)
+    made = list(permissions.create(name, project_ids=[other, other]))
+    assert [(p.object, p.project_id) for p in made] == [("checkpoint.permission", other)]
+    again = list(permissions.create(name, project_ids=[other]))
+    assert [p.id for p in again] == [made[0].id]  # granted once, not twice
+    listed = permissions.retrieve(name)
+    assert ([p.id for p in listed.data], listed.has_more) == ([made[0].id], False)
+    assert permissions.retrieve(name, project_id="999999").data == []
+    assert name in {model.id for model in outsider.models.list()}
+
+    with pytest.raises(openai.BadRequestError) as unknown:
+        permissions.create(name, project_ids=["999999"])
+    assert (unknown.value.body["param"], unknown.value.body["message"]) == (
+        "project_ids",
+        "project_ids[0]: no project '999999'",
+    )
+    with pytest.raises(openai.PermissionDeniedError):
+        openai_client(lab[Role.LAUNCHER]).fine_tuning.checkpoints.permissions.create(
+            name, project_ids=[other]
+        )
+    with pytest.raises(openai.NotFoundError):
+        outsider.fine_tuning.checkpoints.permissions.retrieve(name)  # sharing is the owner's to see
+
+    deleted = permissions.delete(made[0].id, fine_tuned_model_checkpoint=name)
+    assert (deleted.id, deleted.deleted) == (made[0].id, True)
+    assert permissions.retrieve(name).data == []
+    assert name not in {model.id for model in outsider.models.list()}
