@@ -48,6 +48,7 @@ from runs.models import RolloutBatch, Run, Trajectory, TrajectoryStep
 from runs.run_store import policy_dir, policy_prefix
 from sandboxes.sandbox import sandbox_cpu_seconds
 from workers.agent import AgentEpisode, context_fits, episodes_play, policy_render
+from workers.usage import device_class, rollout_usage_record
 
 logger = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
@@ -224,6 +225,13 @@ def _rollout(batch: RolloutBatch) -> int:
     )
     if finished:
         Run.objects.filter(pk=run.pk).update(sandbox_cpu_seconds=F("sandbox_cpu_seconds") + cpu)
+        rollout_usage_record(
+            batch,
+            device="" if settings.remote else device_class(policy.device),
+            device_seconds=clock["generate"],
+            cpu_seconds=cpu,
+            engine=settings.name if settings.remote else "",
+        )
     events.run_event(run.pk, "rollout", {"batch": batch.index, "step": batch.step, "episodes": stored})
     return stored
 

@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+
+
+class CostsConfig(AppConfig):
+    name = "costs"
+    verbose_name = "What runs use and cost: usage units, prices and budgets"
+
+    def ready(self) -> None:
+        # A project past its monthly budget admits no new run: runs asks its registered request
+        # checks at launch, so runs imports nothing of ours.
+        from costs.services import project_budget_problems
+        from runs.lifecycle import REQUEST_CHECKS
+
+        if project_budget_problems not in REQUEST_CHECKS:
+            REQUEST_CHECKS.append(project_budget_problems)

@@ -1,0 +1,262 @@
+"""Costs: usage recorded once per (run, step, component) however often a step is recorded, money
+from units times the prices in force when they were recorded, budgets that pause a run or refuse
+a launch, and who may read and change them."""
+
+# The fixture imported from run_fixtures is a test parameter here, not a redefinition:
+# ruff: noqa: F811
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from costs import selectors, services
+from costs.models import Price, Usage
+from runs.models import Run, RunEvent
+from tests.conftest import api_client_for
+from tests.run_fixtures import lab, make_run, set_status  # noqa: F401
+from webhooks import services as webhook_services
+from webhooks.models import WebhookDelivery
+
+S = Run.Status
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def record(run: Run, step: int = 1, component: str = "learner", kind: str = "learner", **units) -> Usage:
+    return services.usage_record(run_id=run.pk, step=step, component=component, kind=kind, **units)
+
+
+def problems(response) -> dict[str, str]:
+    return {detail["param"]: detail["message"] for detail in response.json()["error"]["details"]}
+
+
+def test_a_step_recorded_twice_is_billed_once_and_says_so(lab):
+    run = make_run(lab)
+    record(run, device_class="cpu", device_seconds=10.0, tokens_trained=40)
+    again = record(run, device_class="cpu", device_seconds=12.5, tokens_trained=48)
+    assert Usage.objects.filter(run=run).count() == 1
+    assert (again.recordings, again.device_seconds, again.tokens_trained, again.rerecorded) == (
+        2,
+        12.5,
+        48,
+        True,
+    )
+    cost = selectors.run_cost(run=run)
+    assert cost["units"]["device_seconds"] == 12.5
+    assert cost["rerecorded"] == 1
+
+
+def test_units_are_refused_when_unknown_or_negative(lab):
+    run = make_run(lab)
+    with pytest.raises(ValueError, match="unknown usage units: gpu_minutes"):
+        record(run, gpu_minutes=3)
+    with pytest.raises(ValueError, match="cannot be negative: tokens_sampled"):
+        record(run, tokens_sampled=-1)
+    assert not Usage.objects.filter(run=run).exists()
+
+
+def test_money_is_units_times_the_prices_in_force_when_they_were_recorded(lab):
+    run = make_run(lab)
+    services.price_set(unit="device_hour", scope="cpu", amount=Decimal("2.00"), effective_from=EPOCH)
+    services.price_set(unit="device_hour", amount=Decimal("9.00"), effective_from=EPOCH)  # other classes
+    services.price_set(unit="cpu_hour", amount=Decimal("0.36"), effective_from=EPOCH)
+    services.price_set(unit="engine_mtok_in", scope="remote", amount=Decimal("1.5"), effective_from=EPOCH)
+    services.price_set(unit="engine_mtok_out", scope="remote", amount=Decimal("6"), effective_from=EPOCH)
+    services.price_set(unit="gb_month", amount=Decimal("0.02"), effective_from=EPOCH)
+    record(run, step=1, device_class="cpu", device_seconds=1800.0)  # half an hour at 2.00
+    record(run, step=1, component="rollout:a", kind="rollout", device_class="H100", device_seconds=360.0)
+    record(run, step=1, component="rollout:b", kind="rollout", cpu_seconds=100.0)
+    record(
+        run,
+        step=2,
+        component="rollout:c",
+        kind="rollout",
+        engine="remote",
+        engine_tokens_in=2_000_000,
+        engine_tokens_out=500_000,
+    )
+    record(run, step=2, component="checkpoint", kind="storage", storage_bytes=3_000_000_000)
+
+    cost = selectors.run_cost(run=run)
+    assert cost["money"] == {
+        "device_hour": "1.900000",  # 0.5 h x 2.00 + 0.1 h x 9.00
+        "cpu_hour": "0.010000",  # 100 s / 3600 x 0.36
+        "engine_mtok_in": "3.000000",
+        "engine_mtok_out": "3.000000",
+        "gb_month": "0.060000",  # 3 GB x 0.02, its first month
+    }
+    assert cost["total"] == "7.970000"
+    assert [(s["step"], s["total"]) for s in cost["steps"]] == [(1, "1.910000"), (2, "6.060000")]
+    assert cost["by_kind"]["learner"]["total"] == "1.000000"
+
+    # A new price applies to units recorded from then on; what was recorded keeps its price.
+    services.price_set(unit="device_hour", scope="cpu", amount=Decimal("100"))
+    assert selectors.run_cost(run=run)["total"] == "7.970000"
+    record(run, step=3, device_class="cpu", device_seconds=36.0)
+    assert selectors.run_cost(run=run)["total"] == "8.970000"
+    assert Usage.objects.get(run=run, step=1, component="learner").device_seconds == 1800.0
+
+
+def test_storage_is_billed_for_each_month_begun(lab):
+    run = make_run(lab)
+    services.price_set(unit="gb_month", amount=Decimal("0.5"), effective_from=EPOCH)
+    row = record(run, component="checkpoint", kind="storage", storage_bytes=2_000_000_000)
+    later = row.first_recorded_at + timedelta(days=45)
+    assert selectors.run_cost(run=run, now=later)["total"] == "2.000000"  # 2 GB x 0.5 x 2 months
+
+
+def test_a_price_needs_a_known_unit_and_no_negative_amount():
+    with pytest.raises(Exception) as refused:
+        services.price_set(unit="gpu_day", amount=Decimal("-1"), scope="x")
+    assert refused.value.message_dict == {
+        "unit": [
+            "unknown unit 'gpu_day'; use device_hour, cpu_hour, engine_mtok_in, engine_mtok_out, gb_month"
+        ],
+        "amount": ["must be 0 or more"],
+    }
+
+
+def test_a_run_at_its_budget_pauses_with_an_event_and_a_webhook(lab):
+    run = make_run(lab, budget_device_hours=0.01)  # 36 device-seconds
+    run = set_status(run, S.RUNNING)
+    webhook = webhook_services.webhook_create(
+        project=lab["project"], by=lab["owner"], url="https://hooks.example.com/x", events=["run.budget"]
+    )
+    record(run, step=1, device_class="cpu", device_seconds=20.0)
+    assert services.run_budget_check(run=run, step=1) is None
+    assert Run.objects.get(pk=run.pk).status == S.RUNNING
+
+    record(run, step=2, device_class="cpu", device_seconds=20.0)
+    reached = services.run_budget_check(run=run, step=2)
+    assert reached == {"kind": "device_hours", "budget": 0.01, "spent": 40.0 / 3600, "step": 2}
+    assert Run.objects.get(pk=run.pk).status == S.PAUSING
+    event = RunEvent.objects.get(run=run, kind="budget")
+    assert event.message == "budget reached at step 2: spent 0.01111 of 0.01 device-hours"
+    delivery = WebhookDelivery.objects.get(webhook=webhook)
+    assert delivery.type == "run.budget"
+    assert delivery.payload["data"]["budget"] == reached
+
+
+def test_a_money_budget_counts_every_price_unit(lab, settings):
+    run = set_status(make_run(lab, budget_money=Decimal("1.00")), S.RUNNING)
+    services.price_set(unit="cpu_hour", amount=Decimal("36"), effective_from=EPOCH)  # 0.01 a second
+    record(run, step=1, component="rollout:a", kind="rollout", cpu_seconds=99.0)
+    assert services.run_budget_check(run=run, step=1) is None
+    record(run, step=2, component="rollout:a", kind="rollout", cpu_seconds=100.0)
+    assert services.run_budget_check(run=run, step=2) == {
+        "kind": "money",
+        "budget": "1.00",
+        "spent": "1.990000",
+        "step": 2,
+    }
+
+
+def test_a_project_past_its_monthly_budget_refuses_new_runs(lab):
+    first = make_run(lab)
+    services.price_set(unit="device_hour", amount=Decimal("10"), effective_from=EPOCH)
+    services.project_budget_set(project=lab["project"], monthly=Decimal("5"))
+    record(first, device_class="cpu", device_seconds=1800.0)  # 5.00: the whole budget
+    client = api_client_for(lab["owner"])
+    response = client.post("/api/v1/runs", lab["launch"], format="json")
+    assert response.status_code == 400
+    assert problems(response) == {
+        "project": "project alpha has spent 5.00 of its monthly budget of 5.00 this month; an owner "
+        "can raise the budget to launch more runs"
+    }
+    assert Run.objects.filter(project=lab["project"]).count() == 1
+
+    assert client.put(
+        f"/api/v1/projects/{lab['project'].pk}/budget", {"monthly": "6"}, format="json"
+    ).json() == {
+        "monthly": "6.00",
+        "spent_this_month": "5.000000",
+    }
+    assert client.post("/api/v1/runs", lab["launch"], format="json").status_code == 201
+
+
+def test_the_run_cost_endpoint_shows_units_by_kind_and_step(lab):
+    run = make_run(lab)
+    record(run, step=1, component="rollout:a", kind="rollout", tokens_prefilled=30, tokens_sampled=12)
+    record(run, step=1, tokens_trained=12, device_seconds=2.0, device_class="cpu")
+    body = api_client_for(lab["viewer"]).get(f"/api/v1/runs/{run.pk}/cost").json()
+    assert body["units"]["tokens_sampled"] == 12
+    assert body["by_kind"]["rollout"]["units"]["tokens_prefilled"] == 30
+    assert body["by_kind"]["learner"]["units"]["tokens_trained"] == 12
+    assert body["steps"][0]["step"] == 1 and body["steps"][0]["device_seconds"] == 2.0
+    assert body["currency"] == "USD"
+    assert body["budget"] == {"money": None, "device_hours": None}
+
+
+def test_project_costs_are_split_per_run_and_per_user_over_a_period(lab):
+    mine = make_run(lab, name="mine")
+    theirs = lifecycle_run_by(lab, lab["launcher"], "theirs")
+    services.price_set(unit="device_hour", amount=Decimal("3.6"), effective_from=EPOCH)  # 0.001 a second
+    record(mine, device_seconds=1000.0)
+    record(theirs, device_seconds=500.0)
+    Usage.objects.filter(run=theirs).update(recorded_at=timezone.now() - timedelta(days=2))
+    client = api_client_for(lab["viewer"])
+    url = f"/api/v1/projects/{lab['project'].pk}/costs"
+    body = client.get(url).json()
+    assert body["total"] == "1.500000"
+    assert [(r["name"], r["total"]) for r in body["runs"]] == [("mine", "1.000000"), ("theirs", "0.500000")]
+    assert [(u["username"], u["total"]) for u in body["users"]] == [
+        ("launcher", "0.500000"),
+        ("owner", "1.000000"),
+    ]
+    since = (timezone.now() - timedelta(days=1)).isoformat()
+    assert client.get(url, {"since": since}).json()["total"] == "1.000000"
+    refused = client.get(url, {"since": since, "until": since})
+    assert refused.status_code == 400
+    assert problems(refused) == {"until": "must be after since"}
+
+
+def lifecycle_run_by(lab, user: User, name: str) -> Run:
+    run = make_run(lab, name=name)
+    Run.objects.filter(pk=run.pk).update(created_by=user)
+    return Run.objects.get(pk=run.pk)
+
+
+def test_members_read_costs_owners_change_budgets_and_outsiders_see_nothing(lab):
+    run = make_run(lab)
+    url, budget = f"/api/v1/runs/{run.pk}/cost", f"/api/v1/runs/{run.pk}/budget"
+    for role in ("owner", "launcher", "reviewer", "viewer"):
+        assert api_client_for(lab[role]).get(url).status_code == 200
+    assert api_client_for(lab["outsider"]).get(url).status_code == 404
+    assert (
+        api_client_for(lab["outsider"]).get(f"/api/v1/projects/{lab['project'].pk}/costs").status_code == 404
+    )
+    for role in ("launcher", "reviewer", "viewer"):
+        assert (
+            api_client_for(lab[role]).patch(budget, {"budget_money": "5"}, format="json").status_code == 403
+        )
+        put = api_client_for(lab[role]).put(
+            f"/api/v1/projects/{lab['project'].pk}/budget", {"monthly": "5"}, format="json"
+        )
+        assert put.status_code == 403
+    assert Run.objects.get(pk=run.pk).budget_money is None
+    raised = api_client_for(lab["owner"]).patch(
+        budget, {"budget_money": "5", "budget_device_hours": 2}, format="json"
+    )
+    assert raised.status_code == 200
+    assert raised.json()["budget"] == {"money": "5.00", "device_hours": 2.0}
+    assert (
+        RunEvent.objects.filter(run=run, kind="budget").last().message
+        == "budget set to 5.00 USD and 2 device-hours"
+    )
+    bad = api_client_for(lab["owner"]).patch(budget, {"budget_device_hours": 0}, format="json")
+    assert bad.status_code == 400
+    assert problems(bad) == {"budget_device_hours": "must be more than 0, or null for none"}
+
+
+def test_only_staff_set_prices_and_everyone_signed_in_reads_them(lab):
+    body = {"unit": "device_hour", "scope": "cpu", "amount": "1.25"}
+    assert api_client_for(lab["owner"]).post("/api/v1/prices", body, format="json").status_code == 403
+    assert not Price.objects.exists()
+    User.objects.filter(pk=lab["viewer"].pk).update(is_staff=True)
+    created = api_client_for(lab["viewer"]).post("/api/v1/prices", body, format="json")
+    assert created.status_code == 201
+    assert created.json()["amount"] == "1.250000"
+    listed = api_client_for(lab["outsider"]).get("/api/v1/prices").json()["results"]
+    assert [(p["unit"], p["scope"], p["amount"]) for p in listed] == [("device_hour", "cpu", "1.250000")]
