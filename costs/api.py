@@ -64,7 +64,7 @@ class ProjectBudgetView(ApiView):
         responses=s.ProjectBudgetSerializer,
         summary="Set the project's monthly budget (owners); past it, new runs are refused",
     )
-    def put(self, request: Request, id: int) -> Response:
+    def patch(self, request: Request, id: int) -> Response:
         project = project_selectors.project_for(
             user=caller(request), project_id=id, permission=Permission.MANAGE
         )

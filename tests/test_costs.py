@@ -9,14 +9,31 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.conf import settings as django_settings
 from django.contrib.auth.models import User
+from django.db.models import Sum
+from django.urls import reverse
 from django.utils import timezone
 
 from costs import selectors, services
 from costs.models import Price, Usage
-from runs.models import Run, RunEvent
+from rewards.services import reward_rule_create
+from runs.models import Checkpoint, MetricPoint, Run, RunEvent, Trajectory
+from runs.services import metrics_write
 from tests.conftest import api_client_for
+from tests.cost_checks import assert_billed_once, sampled_tokens_of_done_batches
 from tests.run_fixtures import lab, make_run, set_status  # noqa: F401
+from tests.run_harness import (
+    Host,
+    demo_project,
+    hosts_killed,
+    run_body,
+    tiny_model,  # noqa: F401
+    wait_for_terminal,
+    wait_until,
+    worker_env,
+)
+from tests.test_learner_processes import SIMILARITY
 from webhooks import services as webhook_services
 from webhooks.models import WebhookDelivery
 
@@ -167,7 +184,7 @@ def test_a_project_past_its_monthly_budget_refuses_new_runs(lab):
     }
     assert Run.objects.filter(project=lab["project"]).count() == 1
 
-    assert client.put(
+    assert client.patch(
         f"/api/v1/projects/{lab['project'].pk}/budget", {"monthly": "6"}, format="json"
     ).json() == {
         "monthly": "6.00",
@@ -231,7 +248,7 @@ def test_members_read_costs_owners_change_budgets_and_outsiders_see_nothing(lab)
         assert (
             api_client_for(lab[role]).patch(budget, {"budget_money": "5"}, format="json").status_code == 403
         )
-        put = api_client_for(lab[role]).put(
+        put = api_client_for(lab[role]).patch(
             f"/api/v1/projects/{lab['project'].pk}/budget", {"monthly": "5"}, format="json"
         )
         assert put.status_code == 403
@@ -260,3 +277,107 @@ def test_only_staff_set_prices_and_everyone_signed_in_reads_them(lab):
     assert created.json()["amount"] == "1.250000"
     listed = api_client_for(lab["outsider"]).get("/api/v1/prices").json()["results"]
     assert [(p["unit"], p["scope"], p["amount"]) for p in listed] == [("device_hour", "cpu", "1.250000")]
+
+
+# --- a real run: workers record, a budget pauses it, raising it lets it finish -------------------
+
+
+@pytest.fixture
+def hosts():
+    env = worker_env()
+    learner_host, rollout_host = Host(env), Host(env)
+    with hosts_killed(learner_host, rollout_host):
+        learner_host.worker("learner")
+        rollout_host.worker("rollout,eval")
+        yield learner_host, rollout_host
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(600)
+def test_a_run_records_what_its_workers_did_pauses_at_its_budget_and_resumes_when_raised(tiny_model, hosts):
+    setup = demo_project(tiny_model)
+    setup["rule"] = reward_rule_create(
+        project=setup["project"], name="similar", spec=SIMILARITY, by=setup["owner"]
+    )
+    storage = services.price_set(unit="gb_month", amount=Decimal("1000"), effective_from=EPOCH)
+    # A checkpoint of the tiny model and its optimiser costs a few tenths at 1000 a GB-month: a
+    # budget of three times the model's own size crosses after a few steps, before the last.
+    model_bytes = sum(f.stat().st_size for f in tiny_model.rglob("*") if f.is_file())
+    budget = (Decimal(model_bytes * 3) / 1_000_000_000 * storage.amount).quantize(Decimal("0.01"))
+    body = run_body(setup, steps=8, eval_every=8, checkpoint_every=1) | {"budget_money": str(budget)}
+    client = api_client_for(setup["owner"])
+    created = client.post("/api/v1/runs", body, format="json")
+    assert created.status_code == 201, created.json()
+    run_id = created.json()["id"]
+    wait_until(
+        lambda: Run.objects.get(pk=run_id).status in (S.PAUSED, *Run.TERMINAL), "the budget to pause it"
+    )
+    run = Run.objects.get(pk=run_id)
+    assert run.status == S.PAUSED, run.error
+    reached = RunEvent.objects.get(run=run, kind="budget").data
+    step = reached["step"]
+    assert 1 <= step < 8 and run.learner_step == step
+    assert Decimal(reached["spent"]) >= budget
+    spent_by_step = dict(MetricPoint.objects.filter(run=run, name="cost/total").values_list("step", "value"))
+    assert (
+        step == 1 or spent_by_step[step - 1] < budget
+    )  # not over at the step before: paused at the crossing
+    assert Checkpoint.objects.filter(run=run, step=step).exists()
+
+    raised = client.patch(f"/api/v1/runs/{run_id}/budget", {"budget_money": "100000"}, format="json")
+    assert raised.status_code == 200
+    assert client.post(f"/api/v1/runs/{run_id}/resume").status_code == 200
+    run = wait_for_terminal(run_id)
+    assert run.status == S.SUCCEEDED, run.error
+
+    cost = client.get(f"/api/v1/runs/{run_id}/cost").json()
+    units = cost["units"]
+    assert units["tokens_sampled"] == sampled_tokens_of_done_batches(run) > 0
+    learned = Trajectory.objects.filter(run=run).exclude(learned_in_step=None)
+    assert learned.exists(), "nothing was learned"
+    assert units["tokens_trained"] == learned.aggregate(n=Sum("completion_tokens"))["n"]
+    assert_billed_once(run)
+    learner_rows = Usage.objects.filter(run=run, kind="learner")
+    assert sorted(learner_rows.values_list("step", flat=True)) == list(range(1, 9))  # each step once
+    assert all(row.device_class == "cpu" and row.device_seconds > 0 for row in learner_rows)
+    checkpoints = Usage.objects.filter(run=run, kind="storage").order_by("step")
+    assert [row.step for row in checkpoints] == list(range(1, 9))
+    # Money is units times prices: only storage has a price here.
+    expected = sum(
+        (Decimal(row.storage_bytes) / 1_000_000_000 * storage.amount).quantize(Decimal("0.000001"))
+        for row in checkpoints
+    )
+    assert cost["total"] == str(expected)
+    assert cost["budget"] == {"money": "100000.00", "device_hours": None}
+
+
+def test_usage_is_exported_as_prometheus_counters(lab, client):
+    run = make_run(lab)
+    record(run, device_class="cpu", device_seconds=4.5, tokens_trained=7)
+    record(run, component="rollout:a", kind="rollout", tokens_sampled=11, cpu_seconds=2.0)
+    record(run, component="checkpoint", kind="storage", storage_bytes=1000)
+    text = client.get(
+        "/metrics", HTTP_AUTHORIZATION=f"Bearer {django_settings.FLYWHEEL_OPS_TOKEN}"
+    ).content.decode()
+    assert 'flywheel_usage_device_seconds_total{device_class="cpu",kind="learner"} 4.5' in text
+    assert 'flywheel_usage_tokens_total{kind="rollout",tokens="sampled"} 11.0' in text
+    assert 'flywheel_usage_tokens_total{kind="learner",tokens="trained"} 7.0' in text
+    assert 'flywheel_usage_cpu_seconds_total{kind="rollout"} 2.0' in text
+    assert "flywheel_usage_storage_bytes_total 1000.0" in text
+
+
+def test_the_run_page_shows_the_cost_panel_and_the_runs_table_a_sortable_cost_column(lab, client):
+    cheap, dear = make_run(lab, name="cheap"), make_run(lab, name="dear")
+    services.price_set(unit="device_hour", amount=Decimal("3.6"), effective_from=EPOCH)
+    record(cheap, device_class="cpu", device_seconds=1000.0, tokens_trained=9)
+    record(dear, device_class="cpu", device_seconds=5000.0)
+    for run in (cheap, dear):
+        metrics_write(run, 1, {"cost/total": float(selectors.run_spent(run=run).total)})
+    client.force_login(lab["viewer"])
+    page = client.get(reverse("run-detail", args=[cheap.pk])).content.decode()
+    assert '<span id="run-cost-total">1.00</span> USD' in page
+    assert '<tr data-kind="learner"><td>learner</td><td class="num">1000.0</td>' in page
+    table = client.get(reverse("run-list"), {"sort": "-cost"}).content.decode()
+    assert table.index('data-cost="5.0"') < table.index('data-cost="1.0"')
+    over = client.get(reverse("run-list"), {"cost_min": "2"}).content.decode()
+    assert ">dear</a>" in over and ">cheap</a>" not in over

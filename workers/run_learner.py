@@ -660,8 +660,8 @@ def checkpoint(run: Run, learner, config: GRPOConfig, step: int) -> None:
         return
     group_checkpoint(learner)  # the other ranks save their part with it
     path = checkpoint_save(learner, config)
-    stored = checkpoint_upload(run.pk, step, path)
     size = sum(file.stat().st_size for file in Path(path).rglob("*") if file.is_file())
+    stored = checkpoint_upload(run.pk, step, path)
     usage_record(
         run_id=run.pk,
         step=step,
