@@ -5,8 +5,10 @@ a launch, and who may read and change them."""
 # The fixture imported from run_fixtures is a test parameter here, not a redefinition:
 # ruff: noqa: F811
 
+import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
@@ -17,10 +19,16 @@ from django.utils import timezone
 
 from costs import selectors, services
 from costs.models import Price, Usage
+from inference.policy import policy_load
+from projects import services as project_services
 from rewards.services import reward_rule_create
-from runs.models import Checkpoint, MetricPoint, Run, RunEvent, Trajectory
+from runs import lifecycle
+from runs import services as run_services
+from runs.lifecycle import RunRequest
+from runs.models import Checkpoint, MetricPoint, RolloutBatch, Run, RunEvent, Trajectory
+from runs.run_store import policy_publish
 from runs.services import metrics_write
-from tests.conftest import api_client_for
+from tests.conftest import api_client_for, make_project, make_user
 from tests.cost_checks import assert_billed_once, sampled_tokens_of_done_batches
 from tests.run_fixtures import lab, make_run, set_status  # noqa: F401
 from tests.run_harness import (
@@ -34,8 +42,11 @@ from tests.run_harness import (
     worker_env,
 )
 from tests.test_learner_processes import SIMILARITY
+from tests.test_runs_pages import launch_form
 from webhooks import services as webhook_services
 from webhooks.models import WebhookDelivery
+from workers.run_rollout import rollout_batch_run
+from workers.usage import rollout_component
 
 S = Run.Status
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -340,6 +351,8 @@ def test_a_run_records_what_its_workers_did_pauses_at_its_budget_and_resumes_whe
     learner_rows = Usage.objects.filter(run=run, kind="learner")
     assert sorted(learner_rows.values_list("step", flat=True)) == list(range(1, 9))  # each step once
     assert all(row.device_class == "cpu" and row.device_seconds > 0 for row in learner_rows)
+    evaluations = Usage.objects.filter(run=run, kind="evaluation")
+    assert sorted(evaluations.values_list("step", flat=True)) == [0, 8]  # the start and the end, once each
     checkpoints = Usage.objects.filter(run=run, kind="storage").order_by("step")
     assert [row.step for row in checkpoints] == list(range(1, 9))
     # Money is units times prices: only storage has a price here.
@@ -381,3 +394,96 @@ def test_the_run_page_shows_the_cost_panel_and_the_runs_table_a_sortable_cost_co
     assert table.index('data-cost="5.0"') < table.index('data-cost="1.0"')
     over = client.get(reverse("run-list"), {"cost_min": "2"}).content.decode()
     assert ">dear</a>" in over and ">cheap</a>" not in over
+
+
+def test_the_launch_form_sets_a_budget_and_refuses_a_project_past_its_own(client, lab):
+    client.force_login(lab["launcher"])
+    url = reverse("run-create", args=[lab["project"].pk])
+    form = launch_form(lab, budget_money="2.50", budget_device_hours="0.5")
+    assert client.post(url, form).status_code == 302
+    run = Run.objects.get()
+    assert (run.budget_money, run.budget_device_hours) == (Decimal("2.50"), 0.5)
+
+    services.price_set(unit="device_hour", amount=Decimal("10"), effective_from=EPOCH)
+    services.project_budget_set(project=lab["project"], monthly=Decimal("1"))
+    record(run, device_seconds=360.0)  # 1.00
+    refused = client.post(url, form)
+    assert refused.status_code == 200
+    assert "has spent 1.00 of its monthly budget of 1.00 this month" in refused.content.decode()
+    assert Run.objects.count() == 1
+
+
+# --- a rollout batch in this process: what its worker records --------------------------------
+
+JUDGED = {
+    "type": "score_model",
+    "name": "quality",
+    "model": "judge",
+    "input": [{"role": "user", "content": "Rate this answer from 0 to 10: {{ sample.output_text }}"}],
+    "range": [0, 10],
+}
+
+
+def judged_run(owner, model: Path) -> Run:
+    project = make_project(owner, name="judged")
+    task_set = project_services.task_set_create(project=project, name="sums", by=owner)
+    items = [
+        {"id": f"q{n}", "prompt": f"{n}+{n}?", "reference": str(2 * n), "split": "train"} for n in range(2)
+    ]
+    items.append({"id": "h", "prompt": "9+9?", "reference": "18", "split": "heldout"})
+    lines = [(json.dumps(item) + "\n").encode() for item in items]
+    version = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=owner
+    ).version
+    rule = reward_rule_create(project=project, name="judged", spec=JUDGED, by=owner)
+    tier = run_services.tier_create(
+        project=project, by=owner, name="judge", base_model=str(model), max_new_tokens=8
+    )
+    request = RunRequest(
+        project=project,
+        name="judged",
+        task_set_version=version,
+        reward_rule_version=rule.versions.get(),
+        tier=tier,
+        hyperparameters={"group_size": 2, "batch_size": 2},
+        max_steps=2,
+    )
+    run = lifecycle.run_create(request=request, by=owner)
+    Run.objects.filter(pk=run.pk).update(status=S.RUNNING)
+    policy = policy_load(model)
+    policy_publish(run.pk, 0, policy.model, policy.tokenizer)
+    return run
+
+
+def batch_play(run: Run, index: int) -> RolloutBatch:
+    items = list(
+        run.task_set_version.items.filter(split="train").order_by("position").values_list("pk", flat=True)
+    )
+    batch = RolloutBatch.objects.create(run=run, index=index, step=0, policy_version=0, item_ids=items)
+    assert rollout_batch_run(batch.pk) == 4
+    return RolloutBatch.objects.get(pk=batch.pk)
+
+
+def test_a_rollout_batch_records_its_tokens_device_time_and_judge_calls_and_a_rerun_replaces_them(
+    db, tiny_model, settings, tmp_path
+):
+    settings.FLYWHEEL_HOME = tmp_path
+    run = judged_run(make_user("judged-owner"), tiny_model)
+    first = batch_play(run, 0)
+    (usage,) = Usage.objects.filter(run=run)
+    episodes = Trajectory.objects.filter(batch=first)
+    assert (usage.step, usage.kind, usage.component) == (1, "rollout", rollout_component(first.item_ids))
+    assert usage.tokens_sampled == sum(episodes.values_list("completion_tokens", flat=True)) > 0
+    assert usage.tokens_prefilled == sum(episodes.values_list("prompt_tokens", flat=True)) > 0
+    # One verdict per distinct (item, completion): identical answers in a group are judged once.
+    assert usage.judge_calls == len(set(episodes.values_list("item_id", "completion_text")))
+    assert (usage.device_class, usage.device_seconds) == ("cpu", first.generate_seconds)
+    assert usage.recordings == 1
+
+    # The same part of step 0 dispatched again (after a rollback): billed once, recorded twice.
+    second = batch_play(run, 1)
+    (usage,) = Usage.objects.filter(run=run)
+    assert usage.recordings == 2
+    again = Trajectory.objects.filter(batch=second)
+    assert usage.tokens_sampled == sum(again.values_list("completion_tokens", flat=True))
+    assert usage.device_seconds == second.generate_seconds

@@ -7,6 +7,9 @@ the learner's training time on each of its devices), never sampled from outside.
 import hashlib
 import os
 import socket
+import threading
+from collections.abc import Callable
+from typing import Any
 
 from costs.services import usage_record
 from runs.models import RolloutBatch, Trajectory
@@ -37,8 +40,41 @@ def rollout_component(item_ids: list[int]) -> str:
     return f"rollout:{digest}"
 
 
+class GraderCalls:
+    """A batch's judge verdicts and reward-model scores, counted as its graders ask for them
+    (graders may run in threads): each judge call is one verdict, each scored completion one
+    reward-model call."""
+
+    def __init__(self) -> None:
+        self.judge = 0
+        self.reward_model = 0
+        self._lock = threading.Lock()
+
+    def judge_of(self, judge: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                self.judge += 1
+            return judge(*args, **kwargs)
+
+        return counted
+
+    def reward_models_of(self, scorer: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(name: str, number: int | None, prompts: list, completions: list) -> Any:
+            with self._lock:
+                self.reward_model += len(completions)
+            return scorer(name, number, prompts, completions)
+
+        return counted
+
+
 def rollout_usage_record(
-    batch: RolloutBatch, *, device: str, device_seconds: float, cpu_seconds: float, engine: str = ""
+    batch: RolloutBatch,
+    *,
+    device: str,
+    device_seconds: float,
+    cpu_seconds: float,
+    engine: str = "",
+    calls: GraderCalls | None = None,
 ) -> None:
     """A finished batch's units, at its step (learner step batch.step + 1): tokens of the
     episodes stored for it (the first copy where two workers finished it)."""
@@ -58,5 +94,7 @@ def rollout_usage_record(
         cpu_seconds=cpu_seconds,
         tokens_prefilled=prefilled,
         tokens_sampled=sampled,
+        judge_calls=calls.judge if calls else 0,
+        reward_model_calls=calls.reward_model if calls else 0,
         **engine_units,
     )
