@@ -588,6 +588,7 @@ METRIC_GROUPS = (
     ("Learner", lambda n: n.startswith("learner/")),
     ("Episodes", lambda n: n.startswith(("episodes/", "dropped/"))),
     ("Time and throughput", lambda n: n.startswith(("time/", "throughput/"))),
+    ("Cost", lambda n: n.startswith("cost/")),
 )
 FIRST_IN_GROUP = ("reward/mean", "heldout/pass_rate", "heldout/reward")
 TITLES = {
@@ -599,6 +600,8 @@ TITLES = {
     "learner/loss": "Loss",
     "episodes/errored_rate": "Errored-episode rate",
     "throughput/tokens_per_s": "Tokens per second",
+    "cost/total": "Cost so far",
+    "cost/device_hours": "Device-hours so far",
 }
 
 
