@@ -487,3 +487,20 @@ def test_a_rollout_batch_records_its_tokens_device_time_and_judge_calls_and_a_re
     again = Trajectory.objects.filter(batch=second)
     assert usage.tokens_sampled == sum(again.values_list("completion_tokens", flat=True))
     assert usage.device_seconds == second.generate_seconds
+
+
+def test_the_project_page_shows_this_months_cost_per_user_against_its_budget(lab, client):
+    mine, theirs = make_run(lab, name="mine"), lifecycle_run_by(lab, lab["launcher"], "theirs")
+    services.price_set(unit="device_hour", amount=Decimal("3.6"), effective_from=EPOCH)
+    services.project_budget_set(project=lab["project"], monthly=Decimal("20"))
+    record(mine, device_seconds=1000.0)
+    record(theirs, device_seconds=2500.0)
+    record(theirs, step=2, device_seconds=7200.0)
+    Usage.objects.filter(run=theirs, step=2).update(
+        recorded_at=selectors.month_start(timezone.now()) - timedelta(days=1)
+    )
+    client.force_login(lab["viewer"])
+    page = client.get(reverse("project-detail", args=[lab["project"].pk])).content.decode()
+    assert '<span id="project-cost-total">3.50</span> USD' in page
+    assert "monthly budget 20.00 USD" in page
+    assert '<td>launcher</td><td class="num">0.694</td><td class="num">2.50</td>' in page
