@@ -56,6 +56,13 @@ def record(run: Run, step: int = 1, component: str = "learner", kind: str = "lea
     return services.usage_record(run_id=run.pk, step=step, component=component, kind=kind, **units)
 
 
+def this_device() -> str:
+    """The device class the workers here record: the GPU's name where there is one, else cpu."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
 def problems(response) -> dict[str, str]:
     return {detail["param"]: detail["message"] for detail in response.json()["error"]["details"]}
 
@@ -350,7 +357,7 @@ def test_a_run_records_what_its_workers_did_pauses_at_its_budget_and_resumes_whe
     assert_billed_once(run)
     learner_rows = Usage.objects.filter(run=run, kind="learner")
     assert sorted(learner_rows.values_list("step", flat=True)) == list(range(1, 9))  # each step once
-    assert all(row.device_class == "cpu" and row.device_seconds > 0 for row in learner_rows)
+    assert all(row.device_class == this_device() and row.device_seconds > 0 for row in learner_rows)
     evaluations = Usage.objects.filter(run=run, kind="evaluation")
     assert sorted(evaluations.values_list("step", flat=True)) == [0, 8]  # the start and the end, once each
     checkpoints = Usage.objects.filter(run=run, kind="storage").order_by("step")
@@ -477,7 +484,7 @@ def test_a_rollout_batch_records_its_tokens_device_time_and_judge_calls_and_a_re
     assert usage.tokens_prefilled == sum(episodes.values_list("prompt_tokens", flat=True)) > 0
     # One verdict per distinct (item, completion): identical answers in a group are judged once.
     assert usage.judge_calls == len(set(episodes.values_list("item_id", "completion_text")))
-    assert (usage.device_class, usage.device_seconds) == ("cpu", first.generate_seconds)
+    assert (usage.device_class, usage.device_seconds) == (this_device(), first.generate_seconds)
     assert usage.recordings == 1
 
     # The same part of step 0 dispatched again (after a rollback): billed once, recorded twice.
