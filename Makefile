@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint docs docs-serve format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check bench-tiers bench-api bench-traces bench-agents bench-agent-lift demo-flywheel demo-hack bench-all hosts-deps test-hosts
+.PHONY: up down demo test lint docs docs-serve format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check gpu-wheels bench-tiers bench-api bench-traces bench-agents bench-agent-lift demo-flywheel demo-hack bench-all hosts-deps test-hosts
 
 venv: $(INSTALLED)
 
@@ -141,6 +141,11 @@ bench-lora: venv sandbox-image
 # On a CUDA machine: a ~0.5B random-init Qwen2, bf16 generation, GRPO steps full and LoRA (one JSON line).
 gpu-check: venv
 	$(PY) benchmarks/gpu_check.py
+
+# For a GPU host with only Python 3.12 and its ML stack: Flywheel's runtime as CPython 3.12 wheels in
+# .gpu-wheels/ (under 64 MiB, with an offline install.sh), at the versions this venv tested.
+gpu-wheels: venv
+	$(PY) scripts/gpu_wheels.py
 
 bench-learner: venv sandbox-image
 	$(PY) benchmarks/bench_learner.py

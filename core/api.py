@@ -55,7 +55,7 @@ def bounded_integers(serializer: serializers.Serializer) -> serializers.Serializ
 
 
 class NewestFirstCursorPagination(CursorPagination):
-    ordering = ("-created_at", "-id")
+    ordering: tuple[str, ...] = ("-created_at", "-id")
     page_size_query_param = "limit"
 
     @property

@@ -9,6 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api import NewestFirstCursorPagination, error_body, idempotent
+from core.callers import caller
 from core.roles import Permission
 from core.schema import ErrorSerializer
 from core.views import ApiView
@@ -20,13 +21,13 @@ from runs.models import Checkpoint, Run, Tier
 
 
 class ResultsInOrderPagination(NewestFirstCursorPagination):
-    ordering = ("id",)  # entry by entry, items in file order: the order they were written
+    ordering: tuple[str, ...] = ("id",)  # entry by entry, items in file order: the order they were written
 
 
 class SuiteListView(ApiView):
     @extend_schema(parameters=[ProjectFilterSerializer], responses=s.SuiteSerializer(many=True))
     def get(self, request: Request) -> Response:
-        suites = selectors.suites_for(user=request.user)
+        suites = selectors.suites_for(user=caller(request))
         if (project := self.query(ProjectFilterSerializer).get("project")) is not None:
             suites = suites.filter(project_id=project)
         return self.paginated(suites, s.SuiteSerializer)
@@ -40,16 +41,16 @@ class SuiteListView(ApiView):
     def post(self, request: Request) -> Response:
         data = self.validated(s.SuiteCreateSerializer)
         project = project_selectors.project_for(
-            user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
+            user=caller(request), project_id=data.pop("project"), permission=Permission.EDIT
         )
-        suite = services.suite_create(project=project, by=request.user, **data)
+        suite = services.suite_create(project=project, by=caller(request), **data)
         return Response(s.SuiteDetailSerializer(suite).data, status=201)
 
 
 class SuiteDetailView(ApiView):
     @extend_schema(responses=s.SuiteDetailSerializer, summary="A suite with its versions, newest first")
     def get(self, request: Request, id: int) -> Response:
-        suite = selectors.suite_for(user=request.user, suite_id=id)
+        suite = selectors.suite_for(user=caller(request), suite_id=id)
         data = s.SuiteSerializer(suite).data
         data["versions"] = s.SuiteVersionSerializer(selectors.versions_of(suite=suite), many=True).data
         return Response(data)
@@ -63,9 +64,9 @@ class SuiteVersionCreateView(ApiView):
     )
     @idempotent
     def post(self, request: Request, id: int) -> Response:
-        suite = selectors.suite_for(user=request.user, suite_id=id, permission=Permission.EDIT)
+        suite = selectors.suite_for(user=caller(request), suite_id=id, permission=Permission.EDIT)
         data = self.validated(s.SuiteVersionCreateSerializer)
-        version = services.suite_version_create(suite=suite, by=request.user, **data)
+        version = services.suite_version_create(suite=suite, by=caller(request), **data)
         return Response(s.SuiteVersionSerializer(version).data, status=201)
 
 
@@ -87,13 +88,13 @@ class SuiteEvaluateView(ApiView):
     )
     @idempotent
     def post(self, request: Request, id: int) -> Response:
-        suite = selectors.suite_for(user=request.user, suite_id=id, permission=Permission.EDIT)
+        suite = selectors.suite_for(user=caller(request), suite_id=id, permission=Permission.EDIT)
         data = self.validated(s.EvaluateSerializer)
         version = selectors.version_of(suite=suite, number=data.get("suite_version"))
         project_id = suite.project_id
         evaluation = services.suite_evaluate(
             suite_version=version,
-            by=request.user,
+            by=caller(request),
             run=_of_project(Run, data.get("run"), "project_id", project_id, "run"),
             version=data.get("version"),
             checkpoint=_of_project(
@@ -110,7 +111,7 @@ class SuiteEvaluationDetailView(ApiView):
         summary="An evaluation: its status and figures, overall and per entry",
     )
     def get(self, request: Request, id: int) -> Response:
-        evaluation = selectors.evaluation_for(user=request.user, evaluation_id=id)
+        evaluation = selectors.evaluation_for(user=caller(request), evaluation_id=id)
         return Response(s.SuiteEvaluationSerializer(evaluation).data)
 
 
@@ -122,7 +123,7 @@ class SuiteEvaluationResultsView(ApiView):
         "first completions",
     )
     def get(self, request: Request, id: int) -> Response:
-        evaluation = selectors.evaluation_for(user=request.user, evaluation_id=id)
+        evaluation = selectors.evaluation_for(user=caller(request), evaluation_id=id)
         entry = self.query(s.ResultFilterSerializer).get("entry")
         results = selectors.results_of(evaluation=evaluation, entry=entry)
         return self.paginated(results, s.SuiteResultSerializer, pagination=ResultsInOrderPagination)
@@ -137,8 +138,8 @@ class SuiteEvaluationCompareView(ApiView):
     )
     def get(self, request: Request, id: int) -> Response:
         query = self.query(s.ComparisonQuerySerializer)  # a bad query is named before any lookup
-        after = selectors.evaluation_for(user=request.user, evaluation_id=id)
-        before = selectors.evaluation_for(user=request.user, evaluation_id=query["against"])
+        after = selectors.evaluation_for(user=caller(request), evaluation_id=id)
+        before = selectors.evaluation_for(user=caller(request), evaluation_id=query["against"])
         if before.suite_version_id != after.suite_version_id:
             message = "compare evaluations of the same suite version (the same items, rules and sampling)"
             return Response(error_body(409, message, "against", code="different_suites"), status=409)

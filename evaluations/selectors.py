@@ -1,6 +1,6 @@
 """Reads of evaluation suites, through the caller's role in their project (runs.selectors)."""
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import Http404
 
@@ -10,11 +10,11 @@ from projects import selectors as project_selectors
 from runs.outcomes import item_change, paired_compare, rows_chosen
 
 
-def suites_for(*, user: AbstractBaseUser) -> QuerySet[Suite]:
+def suites_for(*, user: User) -> QuerySet[Suite]:
     return Suite.objects.filter(project_id__in=project_selectors.visible_project_ids(user=user))
 
 
-def suite_for(*, user: AbstractBaseUser, suite_id: int, permission: str = Permission.VIEW) -> Suite:
+def suite_for(*, user: User, suite_id: int, permission: str = Permission.VIEW) -> Suite:
     suite = Suite.objects.select_related("project").filter(pk=suite_id).first()
     if suite is None:
         raise Http404("no such evaluation suite")
@@ -48,9 +48,7 @@ def evaluations_of(*, suite: Suite) -> QuerySet[SuiteEvaluation]:
     )
 
 
-def evaluation_for(
-    *, user: AbstractBaseUser, evaluation_id: int, permission: str = Permission.VIEW
-) -> SuiteEvaluation:
+def evaluation_for(*, user: User, evaluation_id: int, permission: str = Permission.VIEW) -> SuiteEvaluation:
     evaluation = (
         SuiteEvaluation.objects.select_related("suite_version__suite", "project", "run", "tier")
         .filter(pk=evaluation_id)

@@ -44,14 +44,14 @@ class SuiteVersionSerializer(serializers.ModelSerializer):
 class SuiteSerializer(serializers.ModelSerializer):
     class Meta:
         model = Suite
-        fields = ("id", "project", "name", "description", "created_at")
+        fields: tuple[str, ...] = ("id", "project", "name", "description", "created_at")
 
 
 class SuiteDetailSerializer(SuiteSerializer):
     versions = SuiteVersionSerializer(many=True, read_only=True)
 
     class Meta(SuiteSerializer.Meta):
-        fields = (*SuiteSerializer.Meta.fields, "versions")
+        fields: tuple[str, ...] = (*SuiteSerializer.Meta.fields, "versions")
 
 
 class EntryInputSerializer(serializers.Serializer):

@@ -4,9 +4,10 @@ schedule's request from a run's learner, and the worker's claim and record.
 
 Every check runs before anything is written, and each refusal names its field."""
 
+from datetime import timedelta
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F, Max, Q
@@ -25,7 +26,7 @@ S = SuiteEvaluation.Status
 MAX_ENTRIES = 20
 MAX_SAMPLES = 100
 SPLITS = ("train", "heldout")
-STALE_CLAIM = timezone.timedelta(hours=2)  # a running evaluation whose worker died is claimed again
+STALE_CLAIM = timedelta(hours=2)  # a running evaluation whose worker died is claimed again
 MAX_ATTEMPTS = 3
 
 
@@ -130,7 +131,8 @@ def entries_clean(project: Project, entries: Any) -> tuple[list[dict[str, Any]],
         }
     if len(entries) > MAX_ENTRIES:
         return [], {"entries": f"at most {MAX_ENTRIES} entries in one suite version"}
-    cleaned, problems = [], {}
+    cleaned: list[dict] = []
+    problems: dict[str, Any] = {}
     for index, entry in enumerate(entries):
         clean, entry_problems = _entry_clean(project, index, entry)
         cleaned.append(clean)
@@ -143,7 +145,7 @@ def suite_create(
     *,
     project: Project,
     name: str,
-    by: AbstractBaseUser,
+    by: User,
     description: str = "",
     entries: list[dict] | None = None,
     sampling: dict | None = None,
@@ -172,7 +174,7 @@ def _version_problems(project: Project, entries: Any, sampling: Any) -> tuple[li
 
 @transaction.atomic
 def suite_version_create(
-    *, suite: Suite, entries: list[dict], by: AbstractBaseUser, sampling: dict | None = None, note: str = ""
+    *, suite: Suite, entries: list[dict], by: User, sampling: dict | None = None, note: str = ""
 ) -> SuiteVersion:
     """The suite's next version: its entries and sampling as given, never changed afterwards."""
     cleaned, clean_sampling = _version_problems(suite.project, entries, sampling)
@@ -221,6 +223,7 @@ def _target(
             "model": policy_prefix(run.pk, version),
             "tier_config": run.tier_config,
         }
+    assert tier is not None  # exactly one target was given, and it was neither a run nor a checkpoint
     if tier.project_id != project.pk:
         raise ValidationError({"tier": "belongs to another project"})
     path, _, _ = checkpoint_resolve(tier=tier)  # the tier's base model, checked loadable
@@ -236,7 +239,7 @@ def _target(
 def suite_evaluate(
     *,
     suite_version: SuiteVersion,
-    by: AbstractBaseUser | None,
+    by: User | None,
     run: Run | None = None,
     version: int | None = None,
     checkpoint: Checkpoint | None = None,
@@ -259,7 +262,7 @@ def suite_evaluation_schedule(*, run_id: int, version: int) -> SuiteEvaluation |
     (the caller sends it; the task's claim makes a second send harmless), else None. Never waits."""
     run = Run.objects.filter(pk=run_id).first()
     suite_version_id = int((run.resolved or {}).get("eval_suite_version") or 0) if run else 0
-    if not suite_version_id:
+    if run is None or not suite_version_id:
         return None
     suite_version = SuiteVersion.objects.filter(pk=suite_version_id, suite__project_id=run.project_id).first()
     if suite_version is None:

@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from core.callers import caller
 from core.roles import Permission
 from evaluations import selectors, services
 from projects import selectors as project_selectors
@@ -56,8 +57,8 @@ def _json_field(request: HttpRequest, name: str, default: Any) -> Any:
 @login_required
 @require_GET
 def suite_list(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = project_selectors.project_for(user=request.user, project_id=project_id)
-    context = page_access(user=request.user, project=project) | {
+    project = project_selectors.project_for(user=caller(request), project_id=project_id)
+    context = page_access(user=caller(request), project=project) | {
         "suites": project.eval_suites.order_by("name").prefetch_related("versions"),
     }
     return render(request, "evaluations/suite_list.html", context)
@@ -67,14 +68,14 @@ def suite_list(request: HttpRequest, project_id: int) -> HttpResponse:
 @require_POST
 def suite_create(request: HttpRequest, project_id: int) -> HttpResponse:
     project = project_selectors.project_for(
-        user=request.user, project_id=project_id, permission=Permission.EDIT
+        user=caller(request), project_id=project_id, permission=Permission.EDIT
     )
     try:
         suite = services.suite_create(
             project=project,
             name=request.POST.get("name", ""),
             description=request.POST.get("description", ""),
-            by=request.user,
+            by=caller(request),
         )
     except ValidationError as error:
         messages.error(request, f"Not created: {_refusal(error)}")
@@ -85,9 +86,9 @@ def suite_create(request: HttpRequest, project_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def suite_detail(request: HttpRequest, suite_id: int) -> HttpResponse:
-    suite = selectors.suite_for(user=request.user, suite_id=suite_id)
+    suite = selectors.suite_for(user=caller(request), suite_id=suite_id)
     project = suite.project
-    access = page_access(user=request.user, project=project)
+    access = page_access(user=caller(request), project=project)
     context = access | {
         "suite": suite,
         "versions": selectors.versions_of(suite=suite),
@@ -117,14 +118,14 @@ def suite_detail(request: HttpRequest, suite_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def suite_version_create(request: HttpRequest, suite_id: int) -> HttpResponse:
-    suite = selectors.suite_for(user=request.user, suite_id=suite_id, permission=Permission.EDIT)
+    suite = selectors.suite_for(user=caller(request), suite_id=suite_id, permission=Permission.EDIT)
     try:
         services.suite_version_create(
             suite=suite,
             entries=_json_field(request, "entries", None),
             sampling=_json_field(request, "sampling", None),
             note=request.POST.get("note", ""),
-            by=request.user,
+            by=caller(request),
         )
     except ValidationError as error:
         messages.error(request, f"No version added: {_refusal(error)}")
@@ -134,7 +135,7 @@ def suite_version_create(request: HttpRequest, suite_id: int) -> HttpResponse:
 def _target(request: HttpRequest, project_id: int) -> dict[str, Any]:
     """The target the form chose: `run:ID` (with `version`), `checkpoint:ID` or `tier:ID`."""
     kind, _, raw = request.POST.get("target", "").partition(":")
-    models = {
+    models: dict[str, tuple[type[Run] | type[Checkpoint] | type[Tier], str]] = {
         "run": (Run, "project_id"),
         "checkpoint": (Checkpoint, "run__project_id"),
         "tier": (Tier, "project_id"),
@@ -156,12 +157,12 @@ def _target(request: HttpRequest, project_id: int) -> dict[str, Any]:
 @login_required
 @require_POST
 def suite_evaluate(request: HttpRequest, suite_id: int) -> HttpResponse:
-    suite = selectors.suite_for(user=request.user, suite_id=suite_id, permission=Permission.EDIT)
+    suite = selectors.suite_for(user=caller(request), suite_id=suite_id, permission=Permission.EDIT)
     try:
         number = request.POST.get("suite_version", "").strip()
         version = selectors.version_of(suite=suite, number=int(number) if number.isdigit() else None)
         evaluation = services.suite_evaluate(
-            suite_version=version, by=request.user, **_target(request, suite.project_id)
+            suite_version=version, by=caller(request), **_target(request, suite.project_id)
         )
     except ValidationError as error:
         messages.error(request, f"Not evaluated: {_refusal(error)}")
@@ -172,13 +173,13 @@ def suite_evaluate(request: HttpRequest, suite_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResponse:
-    evaluation = selectors.evaluation_for(user=request.user, evaluation_id=evaluation_id)
+    evaluation = selectors.evaluation_for(user=caller(request), evaluation_id=evaluation_id)
     page = Paginator(selectors.results_of(evaluation=evaluation), RESULTS_PER_PAGE).get_page(
         request.GET.get("page")
     )
     metrics = evaluation.metrics or {}
     ks = evaluation.suite_version.sampling.get("k", [1])
-    context = page_access(user=request.user, project=evaluation.project) | {
+    context = page_access(user=caller(request), project=evaluation.project) | {
         "evaluation": evaluation,
         "suite": evaluation.suite_version.suite,
         "overall": metric_row(metrics.get("overall"), ks) if metrics.get("overall") else None,

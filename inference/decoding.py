@@ -509,6 +509,57 @@ def _engine_generate(
     return completions
 
 
+# --- the accept step of a plain decode (also agent sessions': inference/sessions.py) ----------------
+
+
+@dataclass
+class Record:
+    """What a plain decode has sampled, per row: tokens and their log-probs (rows × budget), how
+    many so far, and which rows have ended."""
+
+    tokens: torch.Tensor
+    logprobs: torch.Tensor
+    lengths: torch.Tensor
+    finished: torch.Tensor
+
+    @classmethod
+    def empty(cls, rows: int, budget: int, pad_id: int, device: torch.device | str) -> "Record":
+        return cls(
+            tokens=torch.full((rows, budget), pad_id, dtype=torch.long, device=device),
+            logprobs=torch.zeros((rows, budget), device=device),
+            lengths=torch.zeros(rows, dtype=torch.long, device=device),
+            finished=torch.zeros(rows, dtype=torch.bool, device=device),
+        )
+
+
+def accept_sampled(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    *,
+    record: Record,
+    rows: torch.Tensor,
+    step: int,
+    stops: torch.Tensor,
+    tokenizer: PreTrainedTokenizerBase,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sample the next token of each of `rows` (indices into the record; `logits` has one row
+    each), record it with its log-prob where the row still runs, and end the rows that sampled a
+    stop token or completed a stop sequence. (tokens, log-probs, running, stopped), over `rows`."""
+    next_tokens, next_logprobs = sample_next(logits, params, generator)
+    running = ~record.finished[rows]
+    record.tokens[rows, step] = torch.where(running, next_tokens, record.tokens[rows, step])
+    record.logprobs[rows, step] = torch.where(running, next_logprobs, record.logprobs[rows, step])
+    record.lengths[rows] += running.long()
+    stopped = running & torch.isin(next_tokens, stops)
+    if params.stop:
+        active = torch.zeros_like(record.finished)
+        active[rows] = running & ~stopped
+        stopped |= stopped_rows(tokenizer, record.tokens, record.lengths, active, params.stop)[rows]
+    record.finished[rows] |= stopped
+    return next_tokens, next_logprobs, running, stopped
+
+
 # --- a batch without speculation ------------------------------------------------------------------
 
 
@@ -538,10 +589,7 @@ class _Plain:
     logits: torch.Tensor  # rows still decoding × vocabulary: the next token's
     key_mask: torch.Tensor  # rows still decoding × every key position a step can see
     positions: torch.Tensor  # rows still decoding × 1: the next token's position
-    tokens: torch.Tensor  # all rows × budget
-    logprobs: torch.Tensor
-    lengths: torch.Tensor
-    finished: torch.Tensor
+    record: Record  # all rows: what each has sampled
     alive: torch.Tensor  # the rows still decoding, as indices into the batch
     ended: torch.Tensor  # all rows: the step a stop token or sequence ended the row at, or -1
     step: int = 0
@@ -641,10 +689,7 @@ def _plain_prefill(
         logits=logits[rows],
         key_mask=key_mask.bool() if lean is not None else key_mask,
         positions=(mask.cumsum(-1) - 1).clamp(min=0)[:, -1:],
-        tokens=torch.full((size, params.max_new_tokens), pad_id, dtype=torch.long, device=device),
-        logprobs=torch.zeros((size, params.max_new_tokens), device=device),
-        lengths=torch.zeros(size, dtype=torch.long, device=device),
-        finished=torch.zeros(size, dtype=torch.bool, device=device),
+        record=Record.empty(size, params.max_new_tokens, pad_id, device),
         alive=torch.arange(size, device=device),
         ended=torch.full((size,), -1, dtype=torch.long, device=device),
     )
@@ -654,20 +699,19 @@ def _plain_accept(batch: _Plain) -> torch.Tensor:
     """Sample each running row's next token, record it with its log-prob, and end the rows it
     stops (a stop token or sequence). The rows still running, over `batch.alive`."""
     params, alive, step = batch.params, batch.alive, batch.step
-    next_tokens, next_logprobs = sample_next(batch.logits, params, batch.generator)
-    running = ~batch.finished[alive]
-    batch.tokens[alive, step] = torch.where(running, next_tokens, batch.tokens[alive, step])
-    batch.logprobs[alive, step] = torch.where(running, next_logprobs, batch.logprobs[alive, step])
-    batch.lengths[alive] += running.long()
+    next_tokens, next_logprobs, running, stopped = accept_sampled(
+        batch.logits,
+        params,
+        batch.generator,
+        record=batch.record,
+        rows=alive,
+        step=step,
+        stops=batch.stops,
+        tokenizer=batch.tier.tokenizer,
+    )
     batch.step_seconds.append(time.perf_counter() - batch.started)
     if batch.listener is not None:
         _plain_tell(batch, next_tokens, next_logprobs, running)
-    stopped = running & torch.isin(next_tokens, batch.stops)
-    if params.stop:
-        active = torch.zeros_like(batch.finished)
-        active[alive] = running & ~stopped
-        stopped |= stopped_rows(batch.tier.tokenizer, batch.tokens, batch.lengths, active, params.stop)[alive]
-    batch.finished[alive] |= stopped
     batch.ended[alive] = torch.where(stopped, step, batch.ended[alive])
     if batch.on_finished is not None:  # only then: building a completion costs a sync per row
         for row in alive[stopped].tolist():
@@ -725,7 +769,7 @@ def _plain_verify(batch: _Plain, running: torch.Tensor) -> None:
 def _plain_finish(batch: _Plain) -> list[Completion]:
     """Every row's completion; the rows the token budget ended are reported now. Tokens and
     per-request timings are counted in the stats."""
-    size = batch.tokens.size(0)
+    size = batch.record.tokens.size(0)
     completions = [
         batch.done[row] if row in batch.done else _plain_completion(batch, row) for row in range(size)
     ]
@@ -733,7 +777,7 @@ def _plain_finish(batch: _Plain) -> list[Completion]:
         if row not in batch.done and batch.on_finished is not None:
             batch.on_finished(row, completions[row])
     stats = batch.stats
-    stats.generated_tokens += int(batch.lengths.sum())
+    stats.generated_tokens += int(batch.record.lengths.sum())
     stats.first_token_seconds += [batch.step_seconds[0]] * size
     stats.latency_seconds += [
         batch.step_seconds[step] if step >= 0 else batch.step_seconds[-1] for step in batch.ended.tolist()
@@ -742,11 +786,11 @@ def _plain_finish(batch: _Plain) -> list[Completion]:
 
 
 def _plain_completion(batch: _Plain, row: int) -> Completion:
-    count = int(batch.lengths[row])
+    count = int(batch.record.lengths[row])
     return completion_build(
         batch.tier.tokenizer,
-        batch.tokens[row, :count].tolist(),
-        batch.logprobs[row, :count].tolist(),
+        batch.record.tokens[row, :count].tolist(),
+        batch.record.logprobs[row, :count].tolist(),
         batch.params,
         batch.prompt_ids[row],
         frozenset(batch.stops.tolist()),

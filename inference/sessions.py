@@ -13,8 +13,10 @@ Rows of the batch hold their tokens left-padded; padding between turns (a row th
 a shorter new chunk) is masked out and takes no position, so a row's logits equal those of its
 transcript encoded alone (the equality tests check it).
 
-The decode loop keeps its tokens, log-probs and stop flags as tensors (one move to Python per
-turn, not per token and episode), and a plain Llama runs through `inference.lean_llama` with a
+The decode loop is the one decoder's accept step (`inference.decoding.accept_sampled`: sampling,
+the recorded log-probs, stop tokens and sequences) over a cache that outlives the turn; it keeps
+its tokens, log-probs and stop flags as tensors (one move to Python per turn, not per token and
+episode), and a plain Llama runs through `inference.lean_llama` with a
 preallocated cache that grows a turn at a time (the Hugging Face cache concatenates every layer's
 keys and values at every token, a copy of the whole transcript per step); any other model (an
 adapter, a wrapper) runs its own forward with a `DynamicCache`. The lean decoder reads the
@@ -26,7 +28,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from inference.generation import Completion, completion_build, sample_next, stopped_rows
+from inference.decoding import Record, accept_sampled
+from inference.generation import Completion, completion_build
 from inference.lean_llama import lean_llama
 from inference.settings import SamplingParams
 
@@ -99,6 +102,8 @@ class ChatSessions:
         self.length = 0
         self.positions: torch.Tensor | None = None
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        # A turn ends at the tokenizer's end of sequence: the transcript's next prompt follows it.
+        self.stops = torch.tensor([tokenizer.eos_token_id], device=self.device)
         self.stats = SessionStats()
 
     @torch.no_grad()
@@ -212,22 +217,21 @@ class ChatSessions:
         until the turn ends; a row's sampled token (its EOS included) is fed to the cache at the
         next step, a finished row feeds masked padding that takes no position."""
         params, batch, device = self.params, len(keys), self.device
-        tokens = torch.full((batch, params.max_new_tokens), self.pad_id, dtype=torch.long, device=device)
-        logprobs = torch.zeros((batch, params.max_new_tokens), device=device)
-        finished = torch.zeros(batch, dtype=torch.bool, device=device)
+        record = Record.empty(batch, params.max_new_tokens, self.pad_id, device)
+        rows = torch.arange(batch, device=device)
         fed = torch.zeros(batch, dtype=torch.long, device=device)
-        lengths = torch.zeros(batch, dtype=torch.long, device=device)
         for step in range(params.max_new_tokens):
-            next_tokens, next_logprobs = sample_next(logits, params, self.generator)
-            running = ~finished
-            tokens[:, step] = torch.where(running, next_tokens, tokens[:, step])
-            logprobs[:, step] = torch.where(running, next_logprobs, logprobs[:, step])
-            lengths += running.long()
-            stopped = running & (next_tokens == self.tokenizer.eos_token_id)
-            if params.stop:
-                stopped |= stopped_rows(self.tokenizer, tokens, lengths, running & ~stopped, params.stop)
-            finished |= stopped
-            if step == params.max_new_tokens - 1 or bool(finished.all()):
+            next_tokens, _, running, _ = accept_sampled(
+                logits,
+                params,
+                self.generator,
+                record=record,
+                rows=rows,
+                step=step,
+                stops=self.stops,
+                tokenizer=self.tokenizer,
+            )
+            if step == params.max_new_tokens - 1 or bool(record.finished.all()):
                 break
             # The rows that sampled this step feed their token; the others, masked padding.
             self.mask[:, self.length] = running
@@ -235,8 +239,8 @@ class ChatSessions:
             positions = self.positions[:, None]
             self.positions = self.positions + running.long()
             logits = self._forward(next_tokens.masked_fill(~running, self.pad_id)[:, None], positions)
-        token_rows, logprob_rows = tokens.tolist(), logprobs.tolist()
-        length_rows, fed_rows = lengths.tolist(), fed.tolist()
+        token_rows, logprob_rows = record.tokens.tolist(), record.logprobs.tolist()
+        length_rows, fed_rows = record.lengths.tolist(), fed.tolist()
         self.stats.generated_tokens += sum(length_rows)
         completions = []
         for row, key in enumerate(keys):

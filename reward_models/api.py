@@ -8,6 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api import idempotent
+from core.callers import caller
 from core.roles import Permission
 from core.schema import NO_CONTENT
 from core.views import ApiView
@@ -23,7 +24,7 @@ from runs.models import Tier
 class RewardModelListView(ApiView):
     @extend_schema(parameters=[ProjectFilterSerializer], responses=s.RewardModelSerializer(many=True))
     def get(self, request: Request) -> Response:
-        reward_models = selectors.reward_models_for(user=request.user)
+        reward_models = selectors.reward_models_for(user=caller(request))
         if (project := self.query(ProjectFilterSerializer).get("project")) is not None:
             reward_models = reward_models.filter(project_id=project)
         return self.paginated(reward_models, s.RewardModelSerializer)
@@ -37,16 +38,16 @@ class RewardModelListView(ApiView):
     def post(self, request: Request) -> Response:
         data = self.validated(s.RewardModelCreateSerializer)
         project = project_selectors.project_for(
-            user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
+            user=caller(request), project_id=data.pop("project"), permission=Permission.EDIT
         )
-        reward_model = services.reward_model_create(project=project, by=request.user, **data)
+        reward_model = services.reward_model_create(project=project, by=caller(request), **data)
         return Response(s.RewardModelSerializer(reward_model).data, status=201)
 
 
 class RewardModelDetailView(ApiView):
     @extend_schema(responses=s.RewardModelSerializer)
     def get(self, request: Request, id: int) -> Response:
-        reward_model = selectors.reward_model_for(user=request.user, reward_model_id=id)
+        reward_model = selectors.reward_model_for(user=caller(request), reward_model_id=id)
         return Response(s.RewardModelSerializer(reward_model).data)
 
     @extend_schema(
@@ -54,7 +55,7 @@ class RewardModelDetailView(ApiView):
     )
     def delete(self, request: Request, id: int) -> Response:
         reward_model = selectors.reward_model_for(
-            user=request.user, reward_model_id=id, permission=Permission.EDIT
+            user=caller(request), reward_model_id=id, permission=Permission.EDIT
         )
         services.reward_model_delete(reward_model=reward_model)
         return Response(status=204)
@@ -63,7 +64,7 @@ class RewardModelDetailView(ApiView):
 class RewardModelVersionListView(ApiView):
     @extend_schema(responses=s.RewardModelVersionSerializer(many=True), summary="A reward model's versions")
     def get(self, request: Request, id: int) -> Response:
-        reward_model = selectors.reward_model_for(user=request.user, reward_model_id=id)
+        reward_model = selectors.reward_model_for(user=caller(request), reward_model_id=id)
         return self.paginated(reward_model.versions.all(), s.RewardModelVersionSerializer)
 
 
@@ -77,7 +78,7 @@ class RewardModelTrainView(ApiView):
     @idempotent
     def post(self, request: Request, id: int) -> Response:
         reward_model = selectors.reward_model_for(
-            user=request.user, reward_model_id=id, permission=Permission.EDIT
+            user=caller(request), reward_model_id=id, permission=Permission.EDIT
         )
         data = self.validated(s.RewardModelTrainSerializer)
         project = reward_model.project
@@ -95,7 +96,7 @@ class RewardModelTrainView(ApiView):
         version = services.reward_model_train(
             reward_model=reward_model,
             task_set_version=task_set_version,
-            by=request.user,
+            by=caller(request),
             base_model=data["base_model"],
             tier=tier,
             hyperparameters=data["hyperparameters"],
@@ -110,7 +111,7 @@ class RewardModelVersionDetailView(ApiView):
     )
     def get(self, request: Request, id: int) -> Response:
         return Response(
-            s.RewardModelVersionSerializer(selectors.version_for(user=request.user, version_id=id)).data
+            s.RewardModelVersionSerializer(selectors.version_for(user=caller(request), version_id=id)).data
         )
 
 
@@ -121,7 +122,7 @@ class RewardModelVersionCancelView(ApiView):
         summary="Cancel a queued or running training (owners and launchers); otherwise 409",
     )
     def post(self, request: Request, id: int) -> Response:
-        version = selectors.version_for(user=request.user, version_id=id, permission=Permission.EDIT)
+        version = selectors.version_for(user=caller(request), version_id=id, permission=Permission.EDIT)
         return Response(
             s.RewardModelVersionSerializer(services.reward_model_version_cancel(version=version)).data
         )
@@ -138,7 +139,7 @@ class RewardModelScoreView(ApiView):
     )
     def post(self, request: Request, id: int, number: int) -> Response:
         reward_model = selectors.reward_model_for(
-            user=request.user, reward_model_id=id, permission=Permission.EDIT
+            user=caller(request), reward_model_id=id, permission=Permission.EDIT
         )
         version = selectors.version_of(reward_model=reward_model, number=number)
         data = self.validated(s.RewardModelScoreSerializer)
@@ -152,5 +153,5 @@ class RunRewardModelsView(ApiView):
         summary="The reward-model versions a run's rewards used (pinned when it first scored)",
     )
     def get(self, request: Request, id: int) -> Response:
-        run = run_selectors.run_for(user=request.user, run_id=id)
+        run = run_selectors.run_for(user=caller(request), run_id=id)
         return self.paginated(selectors.uses_of_run(run=run), s.RunRewardModelSerializer)

@@ -109,6 +109,7 @@ def version_score(
     if texts is not None:
         scores = scorer.scores([t["prompt"] for t in texts], [t["completion"] for t in texts])
         return out | {"scores": scores}
+    pairs = pairs or []
     prompts = [pair["prompt"] for pair in pairs]
     both = scorer.scores(prompts + prompts, [p["chosen"] for p in pairs] + [p["rejected"] for p in pairs])
     chosen, rejected = both[: len(pairs)], both[len(pairs) :]

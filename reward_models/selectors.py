@@ -1,6 +1,6 @@
 """Reads of reward models, through the caller's role in their project (runs.selectors)."""
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import Http404
 
@@ -10,13 +10,11 @@ from reward_models.models import RewardModel, RewardModelVersion, RunRewardModel
 from runs.models import Run
 
 
-def reward_models_for(*, user: AbstractBaseUser) -> QuerySet[RewardModel]:
+def reward_models_for(*, user: User) -> QuerySet[RewardModel]:
     return RewardModel.objects.filter(project_id__in=project_selectors.visible_project_ids(user=user))
 
 
-def reward_model_for(
-    *, user: AbstractBaseUser, reward_model_id: int, permission: str = Permission.VIEW
-) -> RewardModel:
+def reward_model_for(*, user: User, reward_model_id: int, permission: str = Permission.VIEW) -> RewardModel:
     reward_model = RewardModel.objects.select_related("project").filter(pk=reward_model_id).first()
     if reward_model is None:
         raise Http404("no such reward model")
@@ -24,9 +22,7 @@ def reward_model_for(
     return reward_model
 
 
-def version_for(
-    *, user: AbstractBaseUser, version_id: int, permission: str = Permission.VIEW
-) -> RewardModelVersion:
+def version_for(*, user: User, version_id: int, permission: str = Permission.VIEW) -> RewardModelVersion:
     version = (
         RewardModelVersion.objects.select_related("reward_model__project", "task_set_version__task_set")
         .filter(pk=version_id)

@@ -122,12 +122,13 @@ class ScorePairSerializer(serializers.Serializer):
 
 
 class RewardModelScoreSerializer(serializers.Serializer):
+    # DRF hands min_length/max_length to the list serializer `many=True` makes; its stubs do not say so.
     texts = ScoreTextSerializer(
         many=True, required=False, min_length=1, max_length=SCORE_MAX_ROWS, help_text="Score each"
-    )
+    )  # type: ignore[call-arg]
     pairs = ScorePairSerializer(
         many=True, required=False, min_length=1, max_length=SCORE_MAX_ROWS, help_text="Rank each pair"
-    )
+    )  # type: ignore[call-arg]
 
     def validate(self, data: dict) -> dict:
         if ("texts" in data) == ("pairs" in data):

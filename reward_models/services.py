@@ -8,7 +8,7 @@ time, naming the field."""
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Max
@@ -27,19 +27,20 @@ S = RewardModelVersion.Status
 
 
 def _check_name(project: Project, name: str, exclude_pk: int | None = None) -> str:
+    others = RewardModel.objects.filter(project=project, name=name.strip() if name else "")
+    if exclude_pk is not None:
+        others = others.exclude(pk=exclude_pk)
     name = (name or "").strip()
     if not name:
         raise ValidationError({"name": "is required"})
     if len(name) > 100:
         raise ValidationError({"name": "at most 100 characters"})
-    if RewardModel.objects.filter(project=project, name=name).exclude(pk=exclude_pk).exists():
+    if others.exists():
         raise ValidationError({"name": f"this project already has a reward model named {name!r}"})
     return name
 
 
-def reward_model_create(
-    *, project: Project, name: str, by: AbstractBaseUser, description: str = ""
-) -> RewardModel:
+def reward_model_create(*, project: Project, name: str, by: User, description: str = "") -> RewardModel:
     name = _check_name(project, name)
     try:
         with transaction.atomic():
@@ -95,7 +96,7 @@ def reward_model_train(
     *,
     reward_model: RewardModel,
     task_set_version: TaskSetVersion,
-    by: AbstractBaseUser,
+    by: User,
     base_model: str = "",
     tier: Tier | None = None,
     hyperparameters: dict[str, Any] | None = None,

@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from core.callers import caller
 from core.exceptions import StateError
 from core.roles import Permission
 from projects import selectors as project_selectors
@@ -32,8 +33,8 @@ def _refusal(error: ValidationError) -> str:
 @login_required
 @require_GET
 def reward_model_list(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = project_selectors.project_for(user=request.user, project_id=project_id)
-    context = page_access(user=request.user, project=project) | {
+    project = project_selectors.project_for(user=caller(request), project_id=project_id)
+    context = page_access(user=caller(request), project=project) | {
         "reward_models": project.reward_models.order_by("name").prefetch_related("versions"),
     }
     return render(request, "reward_models/reward_model_list.html", context)
@@ -43,14 +44,14 @@ def reward_model_list(request: HttpRequest, project_id: int) -> HttpResponse:
 @require_POST
 def reward_model_create(request: HttpRequest, project_id: int) -> HttpResponse:
     project = project_selectors.project_for(
-        user=request.user, project_id=project_id, permission=Permission.EDIT
+        user=caller(request), project_id=project_id, permission=Permission.EDIT
     )
     try:
         reward_model = services.reward_model_create(
             project=project,
             name=request.POST.get("name", ""),
             description=request.POST.get("description", ""),
-            by=request.user,
+            by=caller(request),
         )
     except ValidationError as error:
         messages.error(request, f"Not created: {_refusal(error)}")
@@ -68,9 +69,9 @@ def _pair_versions(project) -> list[TaskSetVersion]:
 @login_required
 @require_GET
 def reward_model_detail(request: HttpRequest, reward_model_id: int) -> HttpResponse:
-    reward_model = selectors.reward_model_for(user=request.user, reward_model_id=reward_model_id)
+    reward_model = selectors.reward_model_for(user=caller(request), reward_model_id=reward_model_id)
     project = reward_model.project
-    access = page_access(user=request.user, project=project)
+    access = page_access(user=caller(request), project=project)
     context = access | {
         "reward_model": reward_model,
         "versions": selectors.versions_of(reward_model=reward_model),
@@ -84,7 +85,7 @@ def reward_model_detail(request: HttpRequest, reward_model_id: int) -> HttpRespo
 @require_POST
 def reward_model_train(request: HttpRequest, reward_model_id: int) -> HttpResponse:
     reward_model = selectors.reward_model_for(
-        user=request.user, reward_model_id=reward_model_id, permission=Permission.EDIT
+        user=caller(request), reward_model_id=reward_model_id, permission=Permission.EDIT
     )
     project = reward_model.project
     try:
@@ -108,7 +109,7 @@ def reward_model_train(request: HttpRequest, reward_model_id: int) -> HttpRespon
         version = services.reward_model_train(
             reward_model=reward_model,
             task_set_version=task_set_version,
-            by=request.user,
+            by=caller(request),
             base_model=request.POST.get("base_model", ""),
             tier=tier,
             hyperparameters=hyper,
@@ -123,8 +124,8 @@ def reward_model_train(request: HttpRequest, reward_model_id: int) -> HttpRespon
 @login_required
 @require_GET
 def reward_model_version(request: HttpRequest, version_id: int) -> HttpResponse:
-    version = selectors.version_for(user=request.user, version_id=version_id)
-    context = page_access(user=request.user, project=version.reward_model.project) | {
+    version = selectors.version_for(user=caller(request), version_id=version_id)
+    context = page_access(user=caller(request), project=version.reward_model.project) | {
         "version": version,
         "reward_model": version.reward_model,
         "runs": selectors.runs_using(version=version)[:50],
@@ -142,7 +143,7 @@ def reward_model_version(request: HttpRequest, version_id: int) -> HttpResponse:
 @require_GET
 def reward_model_version_progress(request: HttpRequest, version_id: int) -> JsonResponse:
     """What the version's page polls while it trains (`?since=STEP`: only the steps after it)."""
-    version = selectors.version_for(user=request.user, version_id=version_id)
+    version = selectors.version_for(user=caller(request), version_id=version_id)
     try:
         since = max(0, int(request.GET.get("since", "0")))
     except ValueError:
@@ -153,7 +154,7 @@ def reward_model_version_progress(request: HttpRequest, version_id: int) -> Json
 @login_required
 @require_POST
 def reward_model_version_cancel(request: HttpRequest, version_id: int) -> HttpResponse:
-    version = selectors.version_for(user=request.user, version_id=version_id, permission=Permission.EDIT)
+    version = selectors.version_for(user=caller(request), version_id=version_id, permission=Permission.EDIT)
     try:
         services.reward_model_version_cancel(version=version)
     except StateError as error:

@@ -4,7 +4,7 @@ import json
 import random
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
@@ -132,7 +132,7 @@ def demo_reward_rules() -> list[dict]:
 
 
 @transaction.atomic
-def demo_ensure(*, username: str, password: str) -> tuple[AbstractBaseUser, Project]:
+def demo_ensure(*, username: str, password: str) -> tuple[User, Project]:
     """Create what is missing of the demo; running it again changes nothing."""
     user = services.demo_user_ensure(username=username, password=password)
     project = Project.objects.filter(name=DEMO_PROJECT).first()

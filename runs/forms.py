@@ -8,7 +8,8 @@ from django.core.exceptions import ValidationError
 from inference.settings import TIER_FIELDS
 from projects.models import Project, TaskItem, TaskSetVersion
 from rewards.models import RewardRuleVersion
-from runs.hyperparameters import AUTO, METHODS, Param
+from runs.hyperparameters import AUTO
+from runs.learners import algorithm_choices, hyperparameter_table
 from runs.models import Run, Tier
 
 STOP_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -84,10 +85,6 @@ class TierForm(forms.ModelForm):
 # --- launching a run -----------------------------------------------------------------------
 
 INT32_MAX = 2**31 - 1
-HYPERPARAMETERS: dict[str, tuple[Param, list[str]]] = {}
-for _method, _params in METHODS.items():
-    for _name, _param in _params.items():
-        HYPERPARAMETERS.setdefault(_name, (_param, []))[1].append(_method)
 
 
 class RunForm(forms.Form):
@@ -104,7 +101,7 @@ class RunForm(forms.Form):
         queryset=RewardRuleVersion.objects.none(), label="Reward rule version"
     )
     tier = forms.ModelChoiceField(queryset=Tier.objects.none(), help_text="The model and how it samples")
-    method = forms.ChoiceField(choices=Run.Method.choices, initial=Run.Method.GRPO)
+    method = forms.ChoiceField(choices=algorithm_choices, initial=Run.Method.GRPO)
     max_steps = forms.IntegerField(initial=20, max_value=INT32_MAX, help_text="Learner steps")
     max_wall_seconds = forms.IntegerField(
         required=False, max_value=INT32_MAX, label="Max wall seconds", help_text="Empty: no limit"
@@ -139,7 +136,8 @@ class RunForm(forms.Form):
             .order_by("rule__name", "-number")
         )
         self.fields["tier"].queryset = project.tiers.order_by("name")
-        for name, (param, _methods) in HYPERPARAMETERS.items():
+        self.hyperparameters = hyperparameter_table()
+        for name, (param, _methods) in self.hyperparameters.items():
             self.fields[f"hp_{name}"] = forms.CharField(
                 required=False, initial=AUTO, max_length=100, label=name, help_text=param.help
             )
@@ -147,13 +145,13 @@ class RunForm(forms.Form):
     def hyperparameter_rows(self) -> list[dict[str, Any]]:
         return [
             {"field": self[f"hp_{name}"], "default": param.default, "methods": methods}
-            for name, (param, methods) in HYPERPARAMETERS.items()
+            for name, (param, methods) in self.hyperparameters.items()
         ]
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         submitted = {}
-        for name, (param, _methods) in HYPERPARAMETERS.items():
+        for name, (param, _methods) in self.hyperparameters.items():
             text = (cleaned.get(f"hp_{name}") or "").strip()
             if text in ("", AUTO):
                 continue

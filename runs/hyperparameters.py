@@ -1,4 +1,5 @@
-"""Hyperparameters of each method: their types, ranges and what "auto" resolves to.
+"""Hyperparameters: the ones every method takes, their types, ranges and what "auto" resolves to
+(each algorithm adds its own when it registers: runs/learners.py).
 
 Pure: the launch form, REST and the run services all validate through `resolve`, and a run
 shows the resolved values it trains with.
@@ -88,40 +89,25 @@ COMMON = {
     ),
 }
 
-GRPO = {
-    "group_size": Param(int, 8, 2, 256, help="completions sampled per item"),
-    "staleness": Param(int, 1, 0, 16, help="k: learn only from trajectories of policy v-k or newer"),
-    "learner_processes": Param(
-        int, 0, 0, 64, help="learner processes (accelerate launch, DDP); 0: the learner worker's setting"
-    ),
-    "clip_epsilon": Param(float, 0.2, 0.0, 1.0, help="PPO-style clipping of the importance ratio"),
-    "kl_coef": Param(float, 0.0, 0.0, 10.0, help="weight of the KL penalty to the reference policy"),
-    "loss_aggregation": Param(str, "token_mean", choices=("token_mean", "sequence_mean", "dr_grpo")),
-    "scale_rewards": Param(str, "group", choices=("group", "none")),
-    "episode_deadline_seconds": Param(float, 120.0, 1.0, 86400.0, help="stragglers are cut off here"),
-}
 
-SFT = {"epochs": Param(int, 1, 1, 1000)}
-DPO = {"beta": Param(float, 0.1, 0.0, 100.0), "epochs": Param(int, 1, 1, 1000)}
+def resolve(
+    method: str, params: dict[str, Param], submitted: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """(resolved values, problems by field) of a method taking `params` (runs.learners.params_of).
+    Missing or "auto" values take the default.
 
-METHODS = {"grpo": COMMON | GRPO, "sft": COMMON | SFT, "dpo": COMMON | DPO}
-
-
-def resolve(method: str, submitted: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """(resolved values, problems by field). Missing or "auto" values take the method's default.
-
-    >>> resolved, problems = resolve("grpo", {"group_size": 4, "learning_rate": "auto"})
+    >>> sizes = COMMON | {"group_size": Param(int, 8, 2, 256)}
+    >>> resolved, problems = resolve("grpo", sizes, {"group_size": 4, "learning_rate": "auto"})
     >>> resolved["group_size"], resolved["learning_rate"], problems
     (4, 0.0003, {})
-    >>> resolve("sft", {"group_size": 4})[1]
+    >>> resolve("sft", COMMON, {"group_size": 4})[1]
     {'group_size': 'not a hyperparameter of sft'}
-    >>> resolve("sft", {"best_metric": "heldout/reward/tests"})[0]["best_metric"]
+    >>> resolve("sft", COMMON, {"best_metric": "heldout/reward/tests"})[0]["best_metric"]
     'heldout/reward/tests'
-    >>> resolve("sft", {"best_metric": "train/pass_rate"})[1]["best_metric"][:44]
+    >>> resolve("sft", COMMON, {"best_metric": "train/pass_rate"})[1]["best_metric"][:44]
     'must be a held-out metric where higher is be'
 
     """
-    params = METHODS[method]
     problems = {name: f"not a hyperparameter of {method}" for name in submitted if name not in params}
     resolved = {}
     for name, param in params.items():

@@ -26,8 +26,8 @@ from rewards import engine as reward_engine
 from rewards.models import RewardRuleVersion
 from rewards.services import reward_rule_version_mark_used
 from runs import listeners, tasks
-from runs import monitors as run_monitors
-from runs.hyperparameters import resolve
+from runs import monitor_settings as run_monitors
+from runs.learners import algorithm_get, hyperparameters_resolve, method_problem
 from runs.models import Checkpoint, Run, RunEvent, Tier
 
 S = Run.Status
@@ -80,9 +80,9 @@ REQUEST_CHECKS: list[Callable[[RunRequest, dict[str, Any]], dict[str, str]]] = [
 def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
     """(resolved hyperparameters, every reason the run would fail at its first step)."""
     problems: dict[str, str] = {}
-    if request.method not in Run.Method.values:
-        return {}, {"method": f"must be one of {', '.join(Run.Method.values)}"}
-    resolved, hyper_problems = resolve(request.method, request.hyperparameters or {})
+    if (refusal := method_problem(request.method)) is not None:
+        return {}, {"method": refusal}
+    resolved, hyper_problems = hyperparameters_resolve(request.method, request.hyperparameters or {})
     problems |= {f"hyperparameters.{name}": message for name, message in hyper_problems.items()}
     # Every independent problem is reported at once; only checks that rest on what failed wait.
     ownership = _ownership_problems(request)
@@ -150,27 +150,10 @@ def _data_problems(request: RunRequest, resolved: dict[str, Any]) -> dict[str, s
             version = request.task_set_version
             problems[field_name] = f"{version} has no {split} items; re-split it or choose another split"
     items = request.task_set_version.items.filter(split=request.train_split)
-    if request.method == Run.Method.SFT and items.filter(kind="agent").exists():
-        problems["method"] = "SFT needs reference solutions; agent items have none"
-    if request.method == Run.Method.SFT:
-        missing = [
-            external_id
-            for external_id, data in items.filter(kind="code").values_list("external_id", "data")
-            if not isinstance(solution := data.get("reference_solution"), str) or not solution.strip()
-        ]
-        if missing:
-            problems["method"] = (
-                f"SFT needs a reference solution for every code item; {len(missing)} have none "
-                f"({_some(missing)})"
-            )
-    if request.method == Run.Method.DPO:
-        problems |= pair_problems(items)
+    algorithm = algorithm_get(request.method)
+    if algorithm is not None and algorithm.data_check is not None:
+        problems |= algorithm.data_check(items, resolved)
     return problems
-
-
-def _some(names: list[str], shown: int = 5) -> str:
-    listed = ", ".join(names[:shown])
-    return listed + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def pair_field_problem(value: Any) -> str | None:
@@ -243,9 +226,10 @@ def pair_problems(items) -> dict[str, str]:
 
 def _tier_problems(tier: Tier, method: str) -> dict[str, str]:
     problems = {f"tier.{name}": message for name, message in tier_problems(tier_snapshot(tier)).items()}
-    if method == Run.Method.GRPO and tier.temperature == 0:
+    algorithm = algorithm_get(method)
+    if algorithm is not None and algorithm.online and tier.temperature == 0:
         problems["tier.temperature"] = (
-            "GRPO compares sampled completions; a greedy tier (temperature 0) samples one"
+            f"{algorithm.label} compares sampled completions; a greedy tier (temperature 0) samples one"
         )
     if looks_like_path(tier.base_model) and not is_directory(tier.base_model):
         # The folder went away after the tier was saved: say so, and how to fix the tier.

@@ -29,41 +29,19 @@ from django.db.models import Count
 from core.exceptions import StateError
 from rewards.detectors import raises_alert
 from runs import listeners
+from runs.lifecycle import run_event, run_pause
 from runs.models import MetricPoint, Run, RunEvent, Trajectory
+from runs.monitor_settings import (
+    DEFAULTS,
+    actions_clean,
+    actions_of,
+    thresholds_clean,
+    thresholds_of,
+)
 
 logger = logging.getLogger(__name__)
 
 Series = Sequence[tuple[int, float]]
-
-DEFAULTS: dict[str, float] = {
-    "window": 5,  # points per window: the recent one and the baseline at the run's start
-    "errored_rate_max": 0.2,  # episodes/errored_rate above this fires
-    "reward_rise_min": 0.1,  # train reward rising at least this much over the window...
-    "heldout_flat_max": 0.02,  # ...while held-out pass rate moves less than this
-    "response_drift_max": 0.5,  # response length moved by more than this fraction of its baseline
-    "entropy_drop_max": 0.75,  # entropy lost more than this fraction of its baseline
-    "zero_variance_share_max": 0.5,  # share of groups dropped for equal rewards above this, rising
-    "hacking_flags_min": 3,  # this many newly flagged trajectories in the window fire...
-    "hacking_share_min": 0.05,  # ...when they are at least this share of the window's episodes
-    "flagged_rate_max": 0.25,  # share of a step's episodes flagged by the detectors above this fires
-    "nothing_learned_steps": 5,  # this many steps in a row with no episode learned from fires
-    "cooldown_steps": 10,
-}
-HELP: dict[str, str] = {
-    "window": "points in each window compared (recent against the run's start)",
-    "errored_rate_max": "errored-episode rate above which an alert fires",
-    "reward_rise_min": "rise of train reward over the window that counts as rising",
-    "heldout_flat_max": "held-out pass-rate change at most this counts as flat",
-    "response_drift_max": "relative change of response length from its baseline that fires",
-    "entropy_drop_max": "fraction of its baseline entropy lost that counts as collapse",
-    "zero_variance_share_max": "share of zero-variance groups above which a rising share fires",
-    "hacking_flags_min": "newly flagged trajectories (reward-hacking detectors) in the window that fire",
-    "hacking_share_min": "share of the window's episodes those flagged trajectories must reach to fire",
-    "flagged_rate_max": "share of a step's episodes flagged by the reward-hacking detectors that fires",
-    "nothing_learned_steps": "steps in a row without a single learnable episode that fire",
-    "cooldown_steps": "steps before the same monitor may fire again",
-}
-INTEGER = {"window", "hacking_flags_min", "cooldown_steps", "nothing_learned_steps"}
 
 ERRORED = "episodes/errored_rate"
 REWARD = "reward/mean"
@@ -75,6 +53,7 @@ LEARNED = "episodes/learned"
 FLAGGED = "episodes/flagged_rate"
 DROPPED_ERRORED = "dropped/errored"
 DROPPED_STALE = "dropped/stale"
+MISMATCH = "learner/mismatch_kl"
 WATCHED = (
     ERRORED,
     REWARD,
@@ -86,6 +65,7 @@ WATCHED = (
     FLAGGED,
     DROPPED_ERRORED,
     DROPPED_STALE,
+    MISMATCH,
 )
 
 
@@ -114,19 +94,6 @@ class Alert:
     evidence: dict = field(default_factory=dict)
 
 
-# The monitors, by the name their alerts carry, and what each watches.
-MONITORS: dict[str, str] = {
-    "errored_rate": "errored-episode rate above its threshold",
-    "reward_without_heldout": "train reward rising while held-out pass rate stays flat",
-    "response_length_drift": "response length drifting from its baseline",
-    "entropy_collapse": "policy entropy collapsing",
-    "zero_variance_groups": "a growing share of groups whose rewards do not vary",
-    "reward_hacking": "a share of recent trajectories newly flagged by the reward-hacking detectors",
-    "hacking_rate": "the share of a step's episodes that the reward-hacking detectors flag",
-    "nothing_to_learn": "steps in a row in which no episode could be learned from",
-}
-ACTIONS = ("alert", "pause", "stop")
-DEFAULT_ACTIONS: dict[str, str] = {"nothing_to_learn": "stop"}
 FLAGGED_EVIDENCE = 5  # flagged trajectories an alert shows in full
 FLAGGED_IDS = 100  # flagged trajectories an alert links to
 ESCALATION = 2.0  # a reward_hacking alert repeats within its cooldown when its share has grown this much
@@ -135,49 +102,6 @@ ACTED = {"pause": " The run pauses itself.", "stop": " The run stops as failed."
 
 def _points(points: Series) -> list[list[float]]:
     return [[step, round(value, 6)] for step, value in points]
-
-
-def thresholds_of(run: Run) -> dict[str, float]:
-    return DEFAULTS | (run.monitors or {})
-
-
-def default_action(name: str) -> str:
-    return DEFAULT_ACTIONS.get(name, "alert")
-
-
-def actions_of(run: Run) -> dict[str, str]:
-    """Every monitor's action for this run: what the run says, else the monitor's default."""
-    return {name: (run.monitor_actions or {}).get(name, default_action(name)) for name in MONITORS}
-
-
-def actions_clean(values: Mapping[str, Any]) -> dict[str, str]:
-    """Validated per-monitor actions, refused by name."""
-    problems = {}
-    for name, action in values.items():
-        if name not in MONITORS:
-            problems[f"actions.{name}"] = f"unknown monitor; known: {', '.join(MONITORS)}"
-        elif action not in ACTIONS:
-            problems[f"actions.{name}"] = f"must be one of {', '.join(ACTIONS)}"
-    if problems:
-        raise ValidationError(problems)
-    return {name: action for name, action in values.items() if action != default_action(name)}
-
-
-def thresholds_clean(values: Mapping[str, Any]) -> dict[str, float]:
-    """Validated overrides: known names, non-negative numbers (whole ones where counted)."""
-    problems, clean = {}, {}
-    for name, value in values.items():
-        if name not in DEFAULTS:
-            problems[name] = f"unknown monitor setting; known: {', '.join(sorted(DEFAULTS))}"
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            problems[name] = "must be a number, 0 or more"
-        elif name in INTEGER and (int(value) != value or value < 1):
-            problems[name] = "must be a whole number, 1 or more"
-        else:
-            clean[name] = int(value) if name in INTEGER else float(value)
-    if problems:
-        raise ValidationError(problems)
-    return clean
 
 
 def _mean(points: Series) -> float:
@@ -379,6 +303,24 @@ def _hacking(window: FlaggedWindow | None, t: Mapping[str, float]) -> Alert | No
     )
 
 
+def _mismatch(series: Mapping[str, Series], t: Mapping[str, float]) -> Alert | None:
+    points = list(series.get(MISMATCH) or [])[-int(t["window"]) :]
+    if not points:
+        return None
+    recent = _mean(points)
+    if recent <= t["mismatch_kl_max"]:
+        return None
+    return Alert(
+        "logprob_mismatch",
+        f"the decoder and the learner disagree on the sampled tokens (KL {recent:.4f} over the last "
+        f"{len(points)} steps, above {t['mismatch_kl_max']:g}): the updates are off-policy in a way the "
+        "loss does not see; match their precision, or set tis_cap to correct for it",
+        recent,
+        t["mismatch_kl_max"],
+        {"recent": _points(points), "metric": MISMATCH},
+    )
+
+
 def alerts_for(
     series: Mapping[str, Series], thresholds: Mapping[str, float], *, flagged: FlaggedWindow | None = None
 ) -> list[Alert]:
@@ -401,6 +343,7 @@ def alerts_for(
         _hacking(flagged, t),
         _hacking_rate(series, t),
         _nothing_learned(series, t),
+        _mismatch(series, t),
     ]
     return [alert for alert in checks if alert is not None]
 
@@ -492,8 +435,6 @@ def flagged_evidence(run: Run, window: FlaggedWindow) -> dict[str, Any]:
 
 
 def _run_monitor(*, run_id: int, step: int) -> list[RunEvent]:
-    from runs.lifecycle import run_event  # lifecycle imports much; keep this module light
-
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
         return []
@@ -535,8 +476,6 @@ def _escalated(alert: Alert, previous: Mapping[str, Any]) -> bool:
 
 def _act(run: Run, event: RunEvent, data: dict[str, Any]) -> None:
     """Pause the run when the monitor says so, and tell the project's webhooks either way."""
-    from runs.lifecycle import run_pause  # lifecycle imports this module for thresholds
-
     done = "stopped" if data["action"] == "stop" else "none"  # the learner ends the run (run_learner)
     if data["action"] == "pause":
         try:

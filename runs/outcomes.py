@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from statistics import fmean
+from typing import Any
 
 from runs.models import HeldOutResult, Run
 
@@ -72,8 +73,9 @@ def bootstrap_interval(
     return means[int(tail * (resamples - 1))], means[int(round((1 - tail) * (resamples - 1)))]
 
 
-def paired_compare(before: Mapping[int, float], after: Mapping[int, float]) -> Comparison:
-    """Compare two evaluations item by item (items measured on one side only are left out).
+def paired_compare(before: Mapping[Any, float], after: Mapping[Any, float]) -> Comparison:
+    """Compare two evaluations item by item (items measured on one side only are left out); an
+    item's key is anything sortable that names it on both sides (an item id, an (entry, item) pair).
 
     >>> c = paired_compare({1: 0.0, 2: 1.0, 3: 1.0}, {1: 1.0, 2: 1.0, 3: 0.0, 4: 1.0})
     >>> (c.items, c.before, c.after, c.delta, c.improved_items, c.regressed_items)

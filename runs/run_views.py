@@ -22,7 +22,7 @@ from core.exceptions import StateError
 from core.roles import Permission, role_allows
 from projects import selectors as project_selectors
 from projects.selectors import page_access
-from runs import forms, lifecycle, monitors, outcomes, run_page, runs_table, selectors
+from runs import forms, lifecycle, monitor_settings, monitors, outcomes, run_page, runs_table, selectors
 from runs.demo import demo_project_for, demo_run_launch
 from runs.lifecycle import RunRequest
 from runs.models import Run, Trajectory
@@ -184,7 +184,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "alerts": selectors.events_of(run=run).filter(kind="alert").order_by("-pk")[:RECENT],
         "monitors": _monitor_rows(run),
         "monitor_actions": [
-            {"name": name, "action": action, "help": monitors.MONITORS[name]}
+            {"name": name, "action": action, "help": monitor_settings.MONITORS[name]}
             for name, action in monitors.actions_of(run).items()
         ],
         "live": _live_config(run),
@@ -196,7 +196,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 def _monitor_rows(run: Run) -> list[dict[str, Any]]:
     values = monitors.thresholds_of(run)
     return [
-        {"name": name, "value": values[name], "default": default, "help": monitors.HELP[name]}
+        {"name": name, "value": values[name], "default": default, "help": monitor_settings.HELP[name]}
         for name, default in monitors.DEFAULTS.items()
     ]
 
@@ -240,7 +240,9 @@ def run_monitors(request: HttpRequest, run_id: int) -> HttpResponse:
             messages.error(request, f"Not saved: {name} must be a number.")
             return redirect("run-detail", run_id=run.pk)
     actions = {
-        name: request.POST[f"action-{name}"] for name in monitors.MONITORS if f"action-{name}" in request.POST
+        name: request.POST[f"action-{name}"]
+        for name in monitor_settings.MONITORS
+        if f"action-{name}" in request.POST
     }
     try:
         monitors.run_monitors_set(run=run, changes=changes, actions=actions)

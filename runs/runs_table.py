@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Now
 
+from runs.learners import algorithm_choices, algorithm_names
 from runs.models import MetricPoint, Run
 
 REWARD = "reward/mean"
@@ -54,7 +55,7 @@ class RunQuery:
             cost_min=cost_min,
             q=params.get("q", "").strip()[:200],
             status=status if status in Run.Status.values else "",
-            method=method if method in Run.Method.values else "",
+            method=method if method in algorithm_names() else "",
             sort=sort if sort.removeprefix("-") in SORTS else DEFAULT_SORT,
         )
 
@@ -192,6 +193,6 @@ def table_context(
         "show_project": show_project,
         "filtered": bool(query.q or query.status or query.method or query.cost_min is not None),
         "statuses": Run.Status.choices,
-        "methods": Run.Method.choices,
+        "methods": algorithm_choices(),
         "more": f"The first {limit} runs shown; narrow them with the search or filters." if more else "",
     }

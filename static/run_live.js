@@ -17,6 +17,7 @@
     { id: "pass-rate", title: "Pass rate (train and held-out)", percent: true, match: function (n) { return n === "train/pass_rate" || /^heldout\/pass_rate/.test(n); } },
     { id: "kl", title: "KL", match: function (n) { return n === "learner/kl"; } },
     { id: "entropy", title: "Entropy", match: function (n) { return n === "learner/entropy"; } },
+    { id: "mismatch", title: "Decoder vs learner log-probs (KL, mean |Δ log p|, share of tokens apart)", match: function (n) { return n === "learner/mismatch_kl" || n === "learner/logprob_gap" || n === "learner/mismatch_tokens"; } },
     { id: "loss", title: "Loss and clip fraction", match: function (n) { return n === "learner/loss" || n === "learner/clip_fraction"; } },
     { id: "response-length", title: "Response length (tokens)", match: function (n) { return n === "episodes/response_tokens"; } },
     { id: "errored", title: "Errored-episode rate", percent: true, match: function (n) { return n === "episodes/errored_rate"; } },

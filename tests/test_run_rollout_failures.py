@@ -8,7 +8,7 @@ from runs import lifecycle
 from runs.models import RolloutBatch, Run, RunEvent, Trajectory
 from tests.test_run_lifecycle import setup  # noqa: F401  (a fixture: a run whose model folder is empty)
 from workers.learners.grpo import learnable
-from workers.run_learner import grpo_config, mark_learned, wait_for_step
+from workers.run_learner import learner_config, mark_learned, wait_for_step
 from workers.run_rollout import MAX_ATTEMPTS, rollout_batch_run, rollout_batches_expire
 
 GROUP = 4
@@ -48,7 +48,7 @@ def test_the_last_failed_attempt_records_every_episode_as_errored_and_the_step_c
     assert RunEvent.objects.filter(run=batch.run, kind="rollout", level="error").count() == 1
 
     run = Run.objects.get(pk=batch.run_id)
-    config = grpo_config(run)
+    config = learner_config(run)
     chosen, rows = wait_for_step(run, 0, config)  # returns at once: the batch has ended
     assert len(rows) == len(batch.item_ids) * GROUP
     keep, _, dropped = learnable(chosen, GROUP, config, version=0)

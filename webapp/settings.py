@@ -302,6 +302,15 @@ CELERY_TASK_ROUTES = {
     "workers.learner.*": {"queue": "learner"},
     "workers.eval.*": {"queue": "eval"},
 }
+# The training methods a run can name (runs/learners.py): modules that register an algorithm when
+# imported. FLYWHEEL_LEARNERS_EXTRA adds a team's own (comma-separated module paths); every process,
+# web and workers, must see the same list.
+FLYWHEEL_LEARNERS = [
+    "workers.learners.grpo_config",
+    "workers.learners.sft_config",
+    "workers.learners.dpo_config",
+    *env_list("FLYWHEEL_LEARNERS_EXTRA", ""),
+]
 # Runs of one project that may be active (starting, running, pausing) at once; the rest queue.
 FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS = env_int("FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS", 1)
 # The currency of prices, budgets and costs (costs/): one for the whole installation.

@@ -16,7 +16,9 @@ episodes sampled by versions the resume rolled back are cancelled, so no traject
 none is learned from twice.
 """
 
+import importlib
 import logging
+import math
 import os
 import shutil
 import socket
@@ -26,6 +28,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from statistics import fmean, pstdev
+from types import ModuleType
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -42,6 +46,7 @@ from evaluations import tasks as suite_tasks
 from inference.generation import Completion
 from projects.models import TaskItem
 from runs import monitors, outcomes
+from runs.learners import algorithm_get
 from runs.lifecycle import run_event, run_fail, run_transition
 from runs.models import Checkpoint, MetricPoint, RolloutBatch, Run, RunEvent, Trajectory, TrajectoryStep
 from runs.run_store import (
@@ -69,9 +74,8 @@ from workers.learners.common import (
     checkpoint_resume,
     checkpoint_save,
     learner_create,
-    reference_create,
 )
-from workers.learners.grpo import GRPOConfig, learn_on_batch, learnable, step_items
+from workers.learners.grpo import GRPOConfig, learnable, step_items
 from workers.rollout import Trajectory as Episode
 from workers.run_rollout import item_dicts, lease_lapsed, rollout_batches_expire
 from workers.usage import device_class, worker_name
@@ -105,35 +109,37 @@ def adapter_settings(hyper: dict) -> dict:
     return {name: hyper[name] for name in names if name in hyper}
 
 
-def grpo_config(run: Run) -> GRPOConfig:
-    hyper, tier = run.resolved, run.tier_config
-    return GRPOConfig(
-        model=start_model(run),
-        output_dir=str(learner_dir(run.pk)),
-        seed=hyper["seed"],
-        steps=run.max_steps,
-        learning_rate=hyper["learning_rate"],
-        lr_scheduler=hyper["lr_scheduler"],
-        gradient_accumulation_steps=hyper["gradient_accumulation"],
-        mixed_precision=hyper["mixed_precision"],
-        gradient_checkpointing=hyper.get("gradient_checkpointing") == "on",
-        micro_batch_tokens=hyper.get("micro_batch_tokens", 0),
+def common_settings(run: Run) -> dict[str, Any]:
+    """The learner settings every algorithm takes, from the run (an algorithm's `run_config` adds
+    its own); an online algorithm also gets the tier's `chat`."""
+    hyper = run.resolved
+    return {
+        "model": start_model(run),
+        "output_dir": str(learner_dir(run.pk)),
+        "seed": hyper["seed"],
+        "steps": run.max_steps,
+        "learning_rate": hyper["learning_rate"],
+        "lr_scheduler": hyper["lr_scheduler"],
+        "gradient_accumulation_steps": hyper["gradient_accumulation"],
+        "mixed_precision": hyper["mixed_precision"],
+        "gradient_checkpointing": hyper.get("gradient_checkpointing") == "on",
+        "micro_batch_tokens": hyper.get("micro_batch_tokens", 0),
         **adapter_settings(hyper),
-        checkpoint_every=hyper["checkpoint_every"],
-        group_size=hyper["group_size"],
-        prompts_per_step=hyper["batch_size"],
-        epsilon_low=hyper["clip_epsilon"],
-        epsilon_high=hyper["clip_epsilon"],
-        beta=hyper["kl_coef"],
-        loss_aggregation=hyper["loss_aggregation"],
-        scale_rewards=hyper["scale_rewards"] == "group",
-        max_staleness=hyper["staleness"],
-        max_new_tokens=tier["max_new_tokens"],
-        temperature=tier["temperature"],
-        top_p=tier["top_p"],
-        top_k=tier["top_k"],
-        chat=tier.get("chat", True),
-    )
+        "checkpoint_every": hyper["checkpoint_every"],
+        "chat": run.tier_config.get("chat", True),
+    }
+
+
+def learner_module(run: Run) -> ModuleType:
+    """The module of the run's algorithm that learns (runs/learners.py names it)."""
+    algorithm = algorithm_get(run.method)
+    if algorithm is None:
+        raise ValueError(f"run {run.pk}: no learner is registered for method {run.method!r}")
+    return importlib.import_module(algorithm.learner)
+
+
+def learner_config(run: Run) -> Any:
+    return learner_module(run).run_config(run, common_settings(run))
 
 
 def train_items(run: Run) -> list[dict]:
@@ -149,21 +155,28 @@ def train_items(run: Run) -> list[dict]:
 
 
 def learner_main(run_id: int, log: Log = print) -> None:
-    """The run's learner; under `accelerate launch` rank 0 leads and the others follow it
-    (workers/learner_group.py)."""
+    """The run's learner, whatever its algorithm: one that learns from the run's rollouts (`online`)
+    or one that learns from the task set's examples. Under `accelerate launch` rank 0 leads and
+    the others follow it (workers/learner_group.py)."""
+    method = Run.objects.filter(pk=run_id).values_list("method", flat=True).get()
+    algorithm = algorithm_get(method)
+    if algorithm is not None and not algorithm.online:
+        _offline_main(run_id, log)
+        return
     group_init()
-    learner = _learner_main(run_id, log)
+    learner = _online_main(run_id, log)
     if learner is not None and learner.accelerator.is_main_process:
         group_stop(learner.accelerator)
 
 
-def _learner_main(run_id: int, log: Log):
+def _online_main(run_id: int, log: Log):
     run = Run.objects.select_related("task_set_version", "reward_rule_version").get(pk=run_id)
-    config = grpo_config(run)
+    module = learner_module(run)
+    config = module.run_config(run, common_settings(run))
     items = train_items(run)
     learner, _ = learner_create(config)
     group_prepare(learner)
-    reference = reference_create(config, learner) if config.beta else None
+    reference = module.reference_for(config, learner)
     step = resume(run, learner, config)
     if not learner.accelerator.is_main_process:
         group_follow(learner, config, reference, learner.tokenizer.pad_token_id)
@@ -190,14 +203,15 @@ def _learner_main(run_id: int, log: Log):
             stop_at(run, learner, config, step, str(stop))
             return learner
         learned = time.monotonic()
-        keep, advantages, dropped = learnable(episodes, config.group_size, config, version=step)
+        choose = getattr(module, "learnable", learnable)  # an algorithm may weigh episodes its own way
+        keep, advantages, dropped = choose(episodes, config.group_size, config, version=step)
         metrics = {}
         if keep:
             batch = group_batch(
                 learner.accelerator, episodes, keep, advantages, learner.tokenizer.pad_token_id
             )
             learner.model.train()
-            metrics = learn_on_batch(learner, batch, config, reference)
+            metrics = module.learn_batch(learner, batch, config, reference)
         learn_seconds = time.monotonic() - learned
         learner.state.step = step = step + 1
         mark_learned(rows, keep, advantages, step - 1)
@@ -247,6 +261,65 @@ def cost_metrics_write(run: Run, step: int) -> None:
     the evidence of the step at which a budget was crossed."""
     spent = cost_selectors.run_spent(run=run)
     metrics_write(run, step, {"cost/total": float(spent.total), "cost/device_hours": spent.device_hours})
+
+
+def _offline_main(run_id: int, log: Log) -> None:
+    """A run whose algorithm learns from the task set itself (SFT's references, DPO's pairs), with
+    no rollouts: the same status checks, budgets, published versions, metric points, checkpoints,
+    held-out evaluation and exact resume as an online run."""
+    run = Run.objects.select_related("task_set_version").get(pk=run_id)
+    module = learner_module(run)
+    config = module.run_config(run, common_settings(run))
+    data = module.run_data(run, train_items(run))
+    learner, _ = learner_create(config)
+    reference = module.reference_for(config, learner)
+    step = resume(run, learner, config)
+    rollback_to(run, step)
+    publish(run, step, learner)
+    if step == 0:
+        evaluate_later(run.pk, 0)
+    run = mark_running(run)
+    steps = offline_steps(run, len(data))
+    log(f"run {run.pk}: {run.method} learner at step {step} of {steps}, {len(data)} examples")
+    reason = None
+    learner.model.train()
+    started_at = step
+    while step < steps:
+        try:
+            status_check(run)
+        except StopRequestedError as stop:
+            stop_at(run, learner, config, step, str(stop))
+            return
+        if (reason := budget_spent(run)) is not None:
+            break
+        if step > 0 and costs.run_budget_check(run=run, step=step) is not None:
+            stop_at(run, learner, config, step, S.PAUSING)  # paused at its budget, checkpointed here
+            return
+        started = time.monotonic()
+        metrics = module.learn_examples(learner, reference, config, data, step)
+        learner.state.step = step = step + 1
+        learner_usage_record(run, step, learner, [], [], time.monotonic() - started)
+        publish(run, step, learner)
+        values = {f"learner/{name}": value for name, value in metrics.items()}
+        metrics_write(run, step, values | {"time/learn": time.monotonic() - started})
+        cost_metrics_write(run, step)
+        if step % config.checkpoint_every == 0 or step == steps:
+            checkpoint(run, learner, config, step)
+        if _offline_evaluation_due(run, step, steps):
+            evaluate_later(run.pk, step)
+        log(f"run {run.pk}: step {step} {metrics}")
+    requested = step > started_at and _offline_evaluation_due(run, step, steps)
+    finish(run, learner, config, step, reason, requested=requested)
+
+
+def offline_steps(run: Run, examples: int) -> int:
+    """max_steps, or fewer when the `epochs` passes over the data end first."""
+    hyper = run.resolved
+    return min(run.max_steps, math.ceil(hyper.get("epochs", 1) * examples / hyper["batch_size"]))
+
+
+def _offline_evaluation_due(run: Run, step: int, steps: int) -> bool:
+    return step % int(run.resolved["eval_every"]) == 0 or step == steps
 
 
 def evaluation_due(run: Run, step: int) -> bool:

@@ -21,6 +21,7 @@ from core.exceptions import StateError
 from projects.services import task_set_drafts_sweep
 from projects.stub_checks import stub_checks_resend
 from runs import tasks as run_tasks
+from runs.learners import algorithm_get
 from runs.lifecycle import run_event, run_fail, run_transition
 from runs.models import Run
 from runs.run_store import run_dir
@@ -71,8 +72,9 @@ def learner_supervise(run_id: int) -> None:
 
 def learner_processes(run: Run) -> int:
     """Processes of the run's learner: its `learner_processes` hyperparameter, else this worker's
-    FLYWHEEL_LEARNER_PROCESSES. Only GRPO learners run on several; SFT and DPO run on one."""
-    if run.method != Run.Method.GRPO:
+    FLYWHEEL_LEARNER_PROCESSES. Only algorithms registered as distributed run on several."""
+    algorithm = algorithm_get(run.method)
+    if algorithm is None or not algorithm.distributed:
         return 1
     return int(run.resolved.get("learner_processes") or 0) or settings.FLYWHEEL_LEARNER_PROCESSES
 

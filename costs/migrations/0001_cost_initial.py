@@ -12,7 +12,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ("projects", "0001_initial"),
-        ("runs", "0017_cost_run_budget"),
+        ("runs", "0018_cost_run_budget"),
     ]
 
     operations = [

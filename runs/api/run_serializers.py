@@ -11,6 +11,7 @@ from inference.token_text import token_texts
 from projects.models import TaskItem
 from runs import lifecycle, selectors
 from runs.api.serializers import INT64_MAX, INT64_MIN
+from runs.learners import algorithm_choices
 from runs.models import Checkpoint, Run, RunEvent, Trajectory, TrajectoryStep
 from runs.outcomes import CHANGES
 
@@ -164,6 +165,7 @@ class RunOverridesSerializer(serializers.Serializer):
         min_value=1, required=False, help_text="A reward rule version id"
     )
     tier = serializers.IntegerField(min_value=1, required=False, help_text="A tier id")
+    # The registered algorithms (runs/learners.py), read per request: `__init__` sets them.
     method = serializers.ChoiceField(choices=Run.Method.choices, required=False)
     hyperparameters = serializers.DictField(
         required=False, help_text=f"{HYPERPARAMETERS_HELP}. Merged over the parent's"
@@ -184,6 +186,10 @@ class RunOverridesSerializer(serializers.Serializer):
     priority = serializers.IntegerField(min_value=-INT32_MAX, max_value=INT32_MAX, required=False)
     train_split = serializers.ChoiceField(choices=TaskItem.Split.choices, required=False)
     eval_split = serializers.ChoiceField(choices=TaskItem.Split.choices, required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["method"].choices = algorithm_choices()
 
 
 class RunCreateSerializer(RunOverridesSerializer):

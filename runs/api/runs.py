@@ -22,7 +22,7 @@ from core.views import ApiView
 from projects import selectors as project_selectors
 from projects.models import Project, TaskSetVersion
 from rewards.models import RewardRuleVersion
-from runs import checkpoint_exports, lifecycle, monitors, outcomes, selectors
+from runs import checkpoint_exports, lifecycle, monitor_settings, monitors, outcomes, selectors
 from runs.api import run_serializers as s
 from runs.lifecycle import RunRequest
 from runs.models import Run, Tier
@@ -296,11 +296,11 @@ class RunMonitorsView(ApiView):
 def monitors_data(run: Run) -> dict[str, Any]:
     values = monitors.thresholds_of(run)
     rows = [
-        {"name": name, "value": values[name], "default": default, "help": monitors.HELP[name]}
+        {"name": name, "value": values[name], "default": default, "help": monitor_settings.HELP[name]}
         for name, default in monitors.DEFAULTS.items()
     ]
     actions = [
-        {"monitor": name, "action": action, "help": monitors.MONITORS[name]}
+        {"monitor": name, "action": action, "help": monitor_settings.MONITORS[name]}
         for name, action in monitors.actions_of(run).items()
     ]
     return {"run": run.pk, "thresholds": rows, "actions": actions}

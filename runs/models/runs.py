@@ -35,7 +35,7 @@ class Run(models.Model):
         UNCHANGED = "unchanged"
         REGRESSED = "regressed"
 
-    class Method(models.TextChoices):
+    class Method(models.TextChoices):  # the built-in algorithms; any registered one is valid
         SFT = "sft", "SFT"
         DPO = "dpo", "DPO"
         GRPO = "grpo", "GRPO"
@@ -55,7 +55,8 @@ class Run(models.Model):
     )
     tier = models.ForeignKey(Tier, null=True, on_delete=models.SET_NULL, related_name="runs")
     tier_config = models.JSONField(help_text="The tier's settings when the run was created")
-    method = models.CharField(max_length=8, choices=Method.choices, default=Method.GRPO)
+    # A registered algorithm's name (runs/learners.py; Method names the built-in ones).
+    method = models.CharField(max_length=32, default=Method.GRPO)
     hyperparameters = models.JSONField(default=dict, help_text="As submitted; may hold 'auto'")
     resolved = models.JSONField(default=dict, help_text="Every hyperparameter with its value")
     monitors = models.JSONField(

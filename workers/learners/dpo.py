@@ -16,10 +16,12 @@ conversations (lists of messages, TRL's conversational format).
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from inference.chat import item_prompt
 from workers.learners.common import (
     Learner,
     LearnerConfig,
@@ -197,3 +199,38 @@ def preference_margins(
         chosen, rejected = pair_logps(model, batch.to(next(model.parameters()).device))
         margins.append(chosen - rejected)
     return torch.cat(margins)
+
+
+# -- as a run's learner (workers/run_learner.py reads these for every offline algorithm) --------
+
+
+def run_config(run: Any, common: dict[str, Any]) -> DPOConfig:
+    return DPOConfig(**common, batch_size=run.resolved["batch_size"], beta=run.resolved["beta"])
+
+
+def run_data(run: Any, items: list[dict]) -> list[dict]:
+    """The preference pairs the train split's items hold in their metadata (`chosen`, `rejected`)."""
+    return dpo_pairs_check(
+        [
+            {"prompt": item_prompt(item), "chosen": meta["chosen"], "rejected": meta["rejected"]}
+            for item in items
+            if {"chosen", "rejected"} <= set(meta := item.get("metadata") or {})
+        ]
+    )
+
+
+def reference_for(config: DPOConfig, learner: Learner) -> torch.nn.Module:
+    """DPO measures against the starting policy, frozen."""
+    return reference_create(config, learner)
+
+
+def learn_examples(
+    learner: Learner, reference: torch.nn.Module, config: DPOConfig, pairs: list[dict], step: int
+) -> dict[str, float]:
+    rows = epoch_rows(len(pairs), config.batch_size, config.seed, step)
+    return dpo_step(learner, reference, pairs, rows, config)
+
+
+# `manage.py train_learner dpo`: trained outside a run, from a JSONL file.
+CONFIG = DPOConfig
+train_standalone = train_dpo

@@ -13,6 +13,7 @@ The loss is TRL's for the same settings (tests/test_workers_parity.py): "sequenc
 import contextlib
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -66,12 +67,18 @@ class GRPOConfig(LearnerConfig):
     top_p: float = 1.0
     top_k: int = 0
     time_budget_s: float = 0.0  # stop after this many seconds of training (demos); 0: run all steps
+    # Truncated importance sampling (verl's TIS): the decoder that sampled (bf16, another engine)
+    # and the learner disagree on log-probs; > 0 takes the PPO ratio against the learner's own
+    # log-probs and weighs each token by min(learner p / decoder p, tis_cap). 0: off.
+    tis_cap: float = 0.0
 
     def __post_init__(self) -> None:
         if self.loss_aggregation not in AGGREGATIONS:
             raise ValueError(
                 f"loss_aggregation must be one of {', '.join(AGGREGATIONS)}; got {self.loss_aggregation!r}"
             )
+        if self.tis_cap < 0:
+            raise ValueError(f"tis_cap must be 0 (off) or positive; got {self.tis_cap}")
         if self.group_size < 2:
             raise ValueError(
                 f"group_size must be at least 2 (advantages compare a group); got {self.group_size}"
@@ -92,9 +99,37 @@ class GRPOBatch:
     sequences: SequenceBatch
     old_logprobs: torch.Tensor  # (B, L-1) behaviour log-probs at completion positions
     advantages: torch.Tensor  # (B,)
+    # (B, L-1) the learner's own log-probs before this batch's first update, filled by the first
+    # pass over each row (truncated importance sampling reads them on every later pass)
+    proximal_logprobs: torch.Tensor | None = None
 
 
 # -- advantages and the loss (pure functions, compared with TRL's in the tests) -----------------
+
+# A token whose learner and decoder log-probs differ by more than this (a probability ratio beyond
+# e^0.5 ≈ 1.65 either way) counts as mismatched.
+MISMATCH_TOKEN_GAP = 0.5
+
+
+def logprob_mismatch(
+    learner_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
+    """How far the decoder that sampled the tokens and the learner disagree on them, over the
+    masked tokens: the mean |Δ log p|, the k3 estimate of KL(decoder ‖ learner) (unbiased on the
+    decoder's own samples, never negative) and the share of tokens beyond MISMATCH_TOKEN_GAP.
+
+    >>> same = torch.tensor([[-1.0, -2.0]])
+    >>> logprob_mismatch(same, same, torch.ones(1, 2))
+    {'logprob_gap': 0.0, 'mismatch_kl': 0.0, 'mismatch_tokens': 0.0}
+    """
+    gap = (learner_logprobs.detach() - behaviour_logprobs) * mask
+    tokens = mask.sum().clamp(min=1.0)
+    k3 = (torch.exp(gap) - gap - 1) * mask
+    return {
+        "logprob_gap": float(gap.abs().sum() / tokens),
+        "mismatch_kl": float(k3.sum() / tokens),
+        "mismatch_tokens": float(((gap.abs() > MISMATCH_TOKEN_GAP).float() * mask).sum() / tokens),
+    }
 
 
 def group_advantages(
@@ -133,6 +168,8 @@ def grpo_loss(
     aggregation: str = "token_mean",
     max_completion_length: int = 0,
     kl_importance_correction: bool = True,
+    proximal_logprobs: torch.Tensor | None = None,
+    tis_cap: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The clipped surrogate with an optional k3 KL penalty, aggregated over tokens as configured.
 
@@ -141,10 +178,22 @@ def grpo_loss(
     The tokens were sampled by the behaviour policy, so with `kl_importance_correction` the KL
     estimate is weighted by the importance ratio, which makes its gradient unbiased (TRL's
     `use_bias_correction_kl`).
+
+    With `tis_cap` > 0 (truncated importance sampling) `old_logprobs` are the decoder's and
+    `proximal_logprobs` the learner's own before the update: the ratio is taken against the
+    learner's, and each token's loss is weighed by min(exp(proximal - old), tis_cap), which corrects
+    for the decoder sampling from a slightly different distribution without letting one token's
+    weight explode.
     """
+    weight: torch.Tensor | float = 1.0
+    if tis_cap > 0:
+        if proximal_logprobs is None:
+            raise ValueError("truncated importance sampling needs the learner's proximal log-probs")
+        weight = torch.exp(proximal_logprobs - old_logprobs).clamp(max=tis_cap).detach()
+        old_logprobs = proximal_logprobs
     ratio = torch.exp(logprobs - old_logprobs)
     clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
-    per_token = -torch.min(ratio * advantages[:, None], clipped * advantages[:, None])
+    per_token = -torch.min(ratio * advantages[:, None], clipped * advantages[:, None]) * weight
     kl = torch.zeros_like(per_token)
     if beta != 0.0:
         delta = ref_logprobs - logprobs
@@ -266,14 +315,29 @@ def learn_on_batch(
 ) -> dict[str, float]:
     """`num_iterations` optimiser steps on one generation batch, each accumulated over micro-batches
     (`gradient_accumulation_steps` of them, each split again to fit `micro_batch_tokens`)."""
-    accelerator, metrics = learner.accelerator, {}
-    for _ in range(config.num_iterations):
+    accelerator, metrics, first = learner.accelerator, {}, {}
+    for iteration in range(config.num_iterations):
         for rows in torch.arange(len(batch.advantages)).tensor_split(config.gradient_accumulation_steps):
             with accelerator.accumulate(learner.model):
                 if len(rows):
-                    metrics = _learn_rows(learner, batch, rows, config, reference)
+                    metrics = _learn_rows(learner, batch, rows, config, reference, first_pass=iteration == 0)
+                    if iteration == 0:
+                        first = _rows_mismatch_add(first, metrics, len(rows))
                 optimizer_step(learner, config.max_grad_norm)
-    return metrics
+    # The mismatch is the decoder's against the learner before this batch changed it: the first pass.
+    return metrics | {name: first[name] / max(1, first["rows"]) for name in MISMATCH_METRICS}
+
+
+MISMATCH_METRICS = ("logprob_gap", "mismatch_kl", "mismatch_tokens")
+
+
+def _rows_mismatch_add(total: dict[str, float], metrics: dict[str, float], rows: int) -> dict[str, float]:
+    """Sums of the first pass's mismatch figures, weighted by rows (the micro-batches differ in size)."""
+    out = dict(total) or {name: 0.0 for name in (*MISMATCH_METRICS, "rows")}
+    for name in MISMATCH_METRICS:
+        out[name] += metrics[name] * rows
+    out["rows"] += rows
+    return out
 
 
 def _learn_rows(
@@ -282,12 +346,15 @@ def _learn_rows(
     rows: torch.Tensor,
     config: GRPOConfig,
     reference: torch.nn.Module | None,
+    *,
+    first_pass: bool = True,
 ) -> dict[str, float]:
     """Backward the loss of `rows` in forward passes that fit the token budget (without one, in
     passes of rows of like lengths: `length_parts`). Each part's loss
     is weighted by its share of the rows' completion tokens (token mean) or rows (sequence mean,
     Dr. GRPO), so the gradient is the one a single pass over all the rows would give."""
-    device, metrics = learner.accelerator.device, {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0}
+    device = learner.accelerator.device
+    metrics = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0} | {name: 0.0 for name in MISMATCH_METRICS}
     sequences = batch.sequences.rows(rows)
     tokens = sequences.completion_mask.sum().clamp(min=1)
     if config.micro_batch_tokens:
@@ -299,13 +366,15 @@ def _learn_rows(
         micro = batch.sequences.rows(part_rows).to(device)
         width = micro.input_ids.size(1) - 1
         logprobs, mask = completion_logprobs(learner.model, micro, config.temperature)
+        behaviour = batch.old_logprobs[part_rows][:, :width].to(device)
+        proximal = _proximal(batch, part_rows, width, logprobs, first_pass).to(device)
         ref_logprobs = None
         if reference is not None:
             with torch.no_grad(), reference_mode(reference):
                 ref_logprobs, _ = completion_logprobs(reference, micro, config.temperature)
         loss, part_metrics = grpo_loss(
             logprobs,
-            batch.old_logprobs[part_rows][:, :width].to(device),
+            behaviour,
             batch.advantages[part_rows].to(device),
             mask,
             epsilon_low=config.epsilon_low,
@@ -315,6 +384,8 @@ def _learn_rows(
             aggregation=config.loss_aggregation,
             max_completion_length=config.max_new_tokens,
             kl_importance_correction=config.kl_importance_correction,
+            proximal_logprobs=proximal,
+            tis_cap=config.tis_cap,
         )
         token_share = float(micro.completion_mask.sum() / tokens)
         share = token_share if config.loss_aggregation == "token_mean" else len(part) / len(rows)
@@ -328,7 +399,57 @@ def _learn_rows(
         metrics["loss"] += loss.item() * share
         metrics["clip_fraction"] += part_metrics["clip_fraction"] * token_share
         metrics["kl"] += part_metrics["kl"] * token_share
+        for name, value in logprob_mismatch(proximal, behaviour, mask).items():
+            metrics[name] += value * token_share
     return metrics
+
+
+def _proximal(
+    batch: GRPOBatch, rows: torch.Tensor, width: int, logprobs: torch.Tensor, first_pass: bool
+) -> torch.Tensor:
+    """The learner's log-probs of these rows before the batch's first update: this pass's own on
+    the first pass (kept in the batch), those kept on later passes (`num_iterations` > 1)."""
+    if batch.proximal_logprobs is None:
+        batch.proximal_logprobs = torch.zeros_like(batch.old_logprobs)
+    if first_pass:
+        batch.proximal_logprobs[rows, :width] = logprobs.detach().float().cpu()
+        return logprobs.detach()
+    return batch.proximal_logprobs[rows][:, :width]
+
+
+# -- as a run's learner (workers/run_learner.py reads these for every online algorithm) ---------
+
+
+def run_config(run: Any, common: dict[str, Any]) -> GRPOConfig:
+    """The run's GRPO settings: the common ones, its hyperparameters, its tier's sampling."""
+    hyper, tier = run.resolved, run.tier_config
+    return GRPOConfig(
+        **common,
+        group_size=hyper["group_size"],
+        prompts_per_step=hyper["batch_size"],
+        epsilon_low=hyper["clip_epsilon"],
+        epsilon_high=hyper["clip_epsilon"],
+        beta=hyper["kl_coef"],
+        loss_aggregation=hyper["loss_aggregation"],
+        scale_rewards=hyper["scale_rewards"] == "group",
+        tis_cap=hyper.get("tis_cap", 0.0),
+        max_staleness=hyper["staleness"],
+        max_new_tokens=tier["max_new_tokens"],
+        temperature=tier["temperature"],
+        top_p=tier["top_p"],
+        top_k=tier["top_k"],
+    )
+
+
+def reference_for(config: GRPOConfig, learner: Learner) -> torch.nn.Module | None:
+    """The frozen starting policy the KL penalty needs; none without one."""
+    return reference_create(config, learner) if config.beta else None
+
+
+def learn_batch(
+    learner: Learner, batch: GRPOBatch, config: GRPOConfig, reference: torch.nn.Module | None
+) -> dict[str, float]:
+    return learn_on_batch(learner, batch, config, reference)
 
 
 def train_grpo(config: GRPOConfig, items: list[dict], *, pool=None, log: Log = print) -> TrainResult:
@@ -384,3 +505,8 @@ def train_grpo(config: GRPOConfig, items: list[dict], *, pool=None, log: Log = p
     final_save(learner, config)
     result.steps, result.seconds = learner.state.step, time.monotonic() - started
     return result
+
+
+# `manage.py train_learner grpo`: trained outside a run, from a JSONL file.
+CONFIG = GRPOConfig
+train_standalone = train_grpo

@@ -11,10 +11,12 @@ conversational messages); `sft_examples` also turns code task items into example
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from inference.chat import item_prompt
 from inference.tool_chat import reply_render
 from workers.learners.common import (
     Learner,
@@ -126,3 +128,40 @@ def train_sft(config: SFTConfig, examples: list[dict], *, log: Log = print) -> T
         )
 
     return train_steps(learner, config, step, log=log)
+
+
+# -- as a run's learner (workers/run_learner.py reads these for every offline algorithm) --------
+
+
+def run_config(run: Any, common: dict[str, Any]) -> SFTConfig:
+    return SFTConfig(**common, batch_size=run.resolved["batch_size"])
+
+
+def run_data(run: Any, items: list[dict]) -> list[dict]:
+    """The train split's items as examples: each one's reference (a code item's solution)."""
+    return sft_examples(
+        [
+            {
+                "prompt": item_prompt(item),
+                "completion": item.get("reference_solution") or item.get("reference"),
+                "tool_chat": item.get("tool_chat"),
+            }
+            for item in items
+        ]
+    )
+
+
+def reference_for(config: SFTConfig, learner: Learner) -> None:
+    return None
+
+
+def learn_examples(
+    learner: Learner, reference: None, config: SFTConfig, examples: list[dict], step: int
+) -> dict[str, float]:
+    rows = epoch_rows(len(examples), config.batch_size, config.seed, step)
+    return sft_step(learner, examples, rows, config)
+
+
+# `manage.py train_learner sft`: trained outside a run, from a JSONL file.
+CONFIG = SFTConfig
+train_standalone = train_sft

@@ -738,7 +738,9 @@ def parser() -> argparse.ArgumentParser:
     )
     launch.add_argument("--tier", type=int, required=True, help="the rollout tier's id (flywheel tiers list)")
     launch.add_argument(
-        "--method", default="grpo", choices=("grpo", "sft", "dpo"), help="the training method (default grpo)"
+        "--method",
+        default="grpo",
+        help="the training method: grpo (default), sft, dpo, or any algorithm the server registers",
     )
     launch.add_argument("--max-steps", type=int, help="learner steps to train (default: the method's)")
     launch.add_argument("--max-wall-seconds", type=int, help="stop the run after this many seconds")

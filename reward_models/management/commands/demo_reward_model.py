@@ -51,6 +51,8 @@ def off_by_one(solution: str, up: bool) -> str:
     'def f(xs):\\n    return [v * 2 for v in xs]\\n'
     """
     found = CONSTANT.search(solution)
+    if found is None:
+        raise ValueError("the solution has no integer constant to move")
     value = int(found.group(1)) + (1 if up else -1)
     return solution[: found.start(1)] + str(value) + solution[found.end(1) :]
 
@@ -162,7 +164,7 @@ class Command(BaseCommand):
             rule = reward_services.reward_rule_create(
                 project=project, name="reward-model demo", spec=spec, by=user
             )
-        elif rule.versions.order_by("-number").first().spec != spec:
+        elif rule.versions.latest("number").spec != spec:
             rule = reward_services.reward_rule_update(rule=rule, by=user, spec=spec).rule
         rule_version = rule.versions.order_by("-number").first()
         runs = [

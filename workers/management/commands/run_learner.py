@@ -5,9 +5,7 @@ import torch
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from runs.models import Run
 from workers.run_learner import learner_main
-from workers.run_offline import offline_main
 from workers.supervisor import learner_log
 
 
@@ -30,9 +28,7 @@ class Command(BaseCommand):
             raise CommandError("give a RUN_ID, or --wait to read one from stdin")
         if settings.FLYWHEEL_TORCH_THREADS > 0:
             torch.set_num_threads(settings.FLYWHEEL_TORCH_THREADS)
-        method = Run.objects.filter(pk=run_id).values_list("method", flat=True).get()
-        main = learner_main if method == Run.Method.GRPO else offline_main
-        main(run_id, log=lambda line: self.stdout.write(line, ending="\n") or self.stdout.flush())
+        learner_main(run_id, log=lambda line: self.stdout.write(line, ending="\n") or self.stdout.flush())
 
 
 def spare_wait() -> int | None:

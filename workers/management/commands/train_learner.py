@@ -1,8 +1,9 @@
 """`python manage.py train_learner METHOD --data FILE.jsonl --config JSON`: one offline training run.
 
-METHOD is `sft` (task items with a `reference_solution`, or prompt / completion records), `dpo`
-(`prompt` / `chosen` / `rejected` pairs) or `grpo` (code task items, graded by their unit tests in
-the sandbox). `--config` holds the method's config fields as JSON (`model` and `output_dir` at
+METHOD is a registered algorithm whose learner module trains on its own (`CONFIG` and
+`train_standalone`): `sft` (task items with a `reference_solution`, or prompt / completion
+records), `dpo` (`prompt` / `chosen` / `rejected` pairs) or `grpo` (code task items, graded by their
+unit tests in the sandbox). `--config` holds the method's config fields as JSON (`model` and `output_dir` at
 least); a run with complete checkpoints in its `output_dir` resumes from the latest. The same
 command runs unchanged under `accelerate launch` (one or many processes, CPU or GPUs):
 
@@ -12,16 +13,25 @@ command runs unchanged under `accelerate launch` (one or many processes, CPU or 
 Prints one line of JSON at the end: the method, steps, seconds and the last step's metrics.
 """
 
+import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from workers.learners.dpo import DPOConfig, train_dpo
-from workers.learners.grpo import GRPOConfig, train_grpo
-from workers.learners.sft import SFTConfig, train_sft
+from runs.learners import algorithms
+from workers.learners.common import TrainResult
 
-METHODS = {"sft": (SFTConfig, train_sft), "dpo": (DPOConfig, train_dpo), "grpo": (GRPOConfig, train_grpo)}
+
+def standalone_methods() -> dict[str, tuple[type, Callable[..., TrainResult]]]:
+    """{method: (config class, train function)} of every algorithm that trains outside a run."""
+    methods = {}
+    for algorithm in algorithms():
+        module = importlib.import_module(algorithm.learner)
+        if hasattr(module, "train_standalone"):
+            methods[algorithm.name] = (module.CONFIG, module.train_standalone)
+    return methods
 
 
 def records_load(path: Path) -> list[dict]:
@@ -41,12 +51,12 @@ class Command(BaseCommand):
     help = "Train a policy offline with SFT, DPO or GRPO from a JSONL file; resumes from its checkpoints."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("method", choices=sorted(METHODS))
+        parser.add_argument("method", choices=sorted(standalone_methods()))
         parser.add_argument("--data", required=True, type=Path, help="JSONL: items, examples or pairs")
         parser.add_argument("--config", required=True, help="the method's config fields as a JSON object")
 
     def handle(self, *args, method: str, data: Path, config: str, **options) -> None:
-        config_class, train = METHODS[method]
+        config_class, train = standalone_methods()[method]
         try:
             settings = config_class(**json.loads(config))
         except (json.JSONDecodeError, TypeError, ValueError) as exc:

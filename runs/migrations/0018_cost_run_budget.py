@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0016_project_models_to_projects'),
+        ('runs', '0017_run_method_registered'),
     ]
 
     operations = [
