@@ -326,7 +326,8 @@ class Runs(Resource):
         **options: Any,
     ) -> Run:
         """Launch a run. A run that would fail at its first step raises BadRequestError naming every
-        reason. `options`: max_wall_seconds, max_sandbox_cpu_seconds, priority, train_split, eval_split."""
+        reason. `options`: max_wall_seconds, max_sandbox_cpu_seconds, budget_money, budget_device_hours,
+        priority, train_split, eval_split."""
         body = _body(
             project=project,
             name=name,
