@@ -109,6 +109,16 @@ class RunForm(forms.Form):
     max_sandbox_cpu_seconds = forms.FloatField(
         required=False, label="Max sandbox CPU-seconds", help_text="Empty: no limit"
     )
+    budget_money = forms.DecimalField(
+        required=False,
+        max_digits=14,
+        decimal_places=2,
+        label="Budget (money)",
+        help_text="Reaching it pauses the run at a step boundary; empty: no limit",
+    )
+    budget_device_hours = forms.FloatField(
+        required=False, label="Budget (device-hours)", help_text="Empty: no limit"
+    )
     priority = forms.IntegerField(
         initial=0, min_value=-INT32_MAX, max_value=INT32_MAX, help_text="Higher starts first"
     )

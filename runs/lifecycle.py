@@ -7,6 +7,7 @@ Every change is recorded as a RunEvent, and announced after the transaction comm
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -41,6 +42,8 @@ CONFIG_FIELDS = (
     "max_steps",
     "max_wall_seconds",
     "max_sandbox_cpu_seconds",
+    "budget_money",
+    "budget_device_hours",
     "priority",
 )
 
@@ -59,6 +62,8 @@ class RunRequest:
     max_steps: int = 20
     max_wall_seconds: int | None = None
     max_sandbox_cpu_seconds: float | None = None
+    budget_money: Decimal | None = None
+    budget_device_hours: float | None = None
     priority: int = 0
     train_split: str = "train"
     eval_split: str = "heldout"
@@ -98,6 +103,10 @@ def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
         problems["max_wall_seconds"] = "must be at least 1 second"
     if request.max_sandbox_cpu_seconds is not None and request.max_sandbox_cpu_seconds <= 0:
         problems["max_sandbox_cpu_seconds"] = "must be more than 0"
+    if request.budget_money is not None and request.budget_money <= 0:
+        problems["budget_money"] = "must be more than 0"
+    if request.budget_device_hours is not None and request.budget_device_hours <= 0:
+        problems["budget_device_hours"] = "must be more than 0 device-hours"
     if not request.name.strip():
         problems["name"] = "is required"
     problems |= _monitor_problems(request)
@@ -266,6 +275,8 @@ def run_create(
         max_steps=request.max_steps,
         max_wall_seconds=request.max_wall_seconds,
         max_sandbox_cpu_seconds=request.max_sandbox_cpu_seconds,
+        budget_money=request.budget_money,
+        budget_device_hours=request.budget_device_hours,
         priority=request.priority,
         parent=parent,
         parent_checkpoint=checkpoint,
@@ -296,6 +307,8 @@ def run_request_from(run: Run, **overrides: Any) -> RunRequest:
         "max_steps": run.max_steps,
         "max_wall_seconds": run.max_wall_seconds,
         "max_sandbox_cpu_seconds": run.max_sandbox_cpu_seconds,
+        "budget_money": run.budget_money,
+        "budget_device_hours": run.budget_device_hours,
         "priority": run.priority,
         "train_split": run.train_split,
         "eval_split": run.eval_split,

@@ -99,6 +99,8 @@ def _add_lifecycle_problems(form: forms.RunForm, project) -> None:
         max_steps=data["max_steps"] if data.get("max_steps") is not None else 1,
         max_wall_seconds=data.get("max_wall_seconds"),
         max_sandbox_cpu_seconds=data.get("max_sandbox_cpu_seconds"),
+        budget_money=data.get("budget_money"),
+        budget_device_hours=data.get("budget_device_hours"),
         train_split=data.get("train_split") or "train",
         eval_split=data.get("eval_split") or "heldout",
     )
@@ -122,6 +124,8 @@ def _config_rows(run: Run) -> list[tuple[str, list[tuple[str, Any]]]]:
         ("max steps", run.max_steps),
         ("max wall seconds", run.max_wall_seconds or "no limit"),
         ("max sandbox CPU-seconds", run.max_sandbox_cpu_seconds or "no limit"),
+        ("budget (money)", run.budget_money if run.budget_money is not None else "no limit"),
+        ("budget (device-hours)", run.budget_device_hours or "no limit"),
         ("priority", run.priority),
     ]
     data = [
@@ -586,6 +590,7 @@ METRIC_GROUPS = (
     ("Learner", lambda n: n.startswith("learner/")),
     ("Episodes", lambda n: n.startswith(("episodes/", "dropped/"))),
     ("Time and throughput", lambda n: n.startswith(("time/", "throughput/"))),
+    ("Cost", lambda n: n.startswith("cost/")),
 )
 FIRST_IN_GROUP = ("reward/mean", "heldout/pass_rate", "heldout/reward")
 TITLES = {
@@ -597,6 +602,8 @@ TITLES = {
     "learner/loss": "Loss",
     "episodes/errored_rate": "Errored-episode rate",
     "throughput/tokens_per_s": "Tokens per second",
+    "cost/total": "Cost so far",
+    "cost/device_hours": "Device-hours so far",
 }
 
 

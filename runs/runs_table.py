@@ -11,6 +11,9 @@ from runs.models import MetricPoint, Run
 
 REWARD = "reward/mean"
 HELDOUT = "heldout/pass_rate"
+# What the run had spent by its last step, written by the learner (costs/ computes it): a metric,
+# so the table sorts and filters by cost in SQL without importing the app above runs.
+COST = "cost/total"
 # Column key -> the annotation or field it sorts by (descending with a leading "-").
 SORTS = {
     "name": "name",
@@ -23,6 +26,7 @@ SORTS = {
     "heldout": "heldout_pass_rate",
     "duration": "duration",
     "cpu": "sandbox_cpu_seconds",
+    "cost": "cost",
     "created": "created_at",
 }
 DEFAULT_SORT = "-created"
@@ -35,6 +39,7 @@ class RunQuery:
     q: str = ""
     status: str = ""
     method: str = ""
+    cost_min: float | None = None
     sort: str = DEFAULT_SORT
 
     @classmethod
@@ -42,7 +47,12 @@ class RunQuery:
         sort = params.get("sort", DEFAULT_SORT)
         status = params.get("status", "")
         method = params.get("method", "")
+        try:
+            cost_min: float | None = float(params.get("cost_min", ""))
+        except ValueError:  # empty or not a number: no cost filter
+            cost_min = None
         return cls(
+            cost_min=cost_min,
             q=params.get("q", "").strip()[:200],
             status=status if status in Run.Status.values else "",
             method=method if method in algorithm_names() else "",
@@ -56,7 +66,9 @@ class RunQuery:
         if self.sort == f"-{column}":
             return column
         return (
-            f"-{column}" if column in ("reward", "heldout", "steps", "cpu", "duration", "created") else column
+            f"-{column}"
+            if column in ("reward", "heldout", "steps", "cpu", "cost", "duration", "created")
+            else column
         )
 
 
@@ -70,6 +82,7 @@ def runs_table(runs: QuerySet[Run], query: RunQuery) -> QuerySet[Run]:
     runs = runs.select_related("project", "tier").annotate(
         last_reward=_latest(REWARD),
         heldout_pass_rate=_latest(HELDOUT),
+        cost=_latest(COST),
         duration=Coalesce(F("finished_at"), Now()) - F("started_at"),
         model=F("tier_config__base_model"),
     )
@@ -77,6 +90,8 @@ def runs_table(runs: QuerySet[Run], query: RunQuery) -> QuerySet[Run]:
         runs = runs.filter(status=query.status)
     if query.method:
         runs = runs.filter(method=query.method)
+    if query.cost_min is not None:
+        runs = runs.filter(cost__gte=query.cost_min)
     if query.q:
         runs = runs.filter(
             Q(name__icontains=query.q)
@@ -134,6 +149,7 @@ COLUMNS = [
     ("heldout", "Held-out pass rate", "num"),
     ("duration", "Duration", "num"),
     ("cpu", "Sandbox CPU-s", "num"),
+    ("cost", "Cost", "num"),
     ("created", "Created", ""),
 ]
 
@@ -175,7 +191,7 @@ def table_context(
         "action": action,
         "hidden": [("project", params["project"])] if params.get("project", "").isdigit() else [],
         "show_project": show_project,
-        "filtered": bool(query.q or query.status or query.method),
+        "filtered": bool(query.q or query.status or query.method or query.cost_min is not None),
         "statuses": Run.Status.choices,
         "methods": algorithm_choices(),
         "more": f"The first {limit} runs shown; narrow them with the search or filters." if more else "",

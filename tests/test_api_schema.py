@@ -6,9 +6,12 @@ from typing import Any
 
 import jsonschema
 import pytest
+from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import URLPattern
 
+from costs import api_urls as cost_api_urls
+from costs import services as cost_services
 from evaluations import api_urls as evaluation_api_urls
 from ops import api_urls as ops_api_urls
 from projects import api_urls as project_api_urls
@@ -19,6 +22,7 @@ from reward_models import api_urls as reward_model_api_urls
 from rewards import api_urls as reward_api_urls
 from runs import api_urls, services
 from tests.conftest import api_client_for
+from tests.run_fixtures import lab, make_run  # noqa: F401
 from traces import api_urls as trace_api_urls
 from webhooks import api_urls as webhook_api_urls
 from webhooks import services as webhook_services
@@ -44,6 +48,7 @@ API_PATTERNS = (
     + reward_model_api_urls.urlpatterns
     + evaluation_api_urls.urlpatterns
     + ops_api_urls.urlpatterns
+    + cost_api_urls.urlpatterns
 )
 
 
@@ -220,6 +225,43 @@ def test_webhook_answers_match_their_declared_shapes(team, schema):
     for method, path, response in answers:
         assert_matches_schema(schema, response, method, path)
     assert owner.delete(f"{hooks}/{hook}").status_code == 204
+
+
+def test_cost_answers_match_their_declared_shapes(lab, schema):  # noqa: F811 - the fixture
+    owner = api_client_for(lab["owner"])
+    run = make_run(lab)
+    User.objects.filter(pk=lab["owner"].pk).update(is_staff=True)
+    price = owner.post("/api/v1/prices", {"unit": "device_hour", "amount": "2"}, format="json")
+    cost_services.usage_record(
+        run_id=run.pk, step=1, component="learner", kind="learner", device_class="cpu", device_seconds=3.0
+    )
+    project = lab["project"].pk
+    answers = [
+        ("post", "/api/v1/prices", price),
+        (
+            "post",
+            "/api/v1/prices",
+            owner.post("/api/v1/prices", {"unit": "x", "amount": "-1"}, format="json"),
+        ),
+        ("get", "/api/v1/prices", owner.get("/api/v1/prices")),
+        ("get", "/api/v1/runs/{id}/cost", owner.get(f"/api/v1/runs/{run.pk}/cost")),
+        (
+            "patch",
+            "/api/v1/runs/{id}/budget",
+            owner.patch(f"/api/v1/runs/{run.pk}/budget", {"budget_device_hours": 1.5}, format="json"),
+        ),
+        ("get", "/api/v1/projects/{id}/costs", owner.get(f"/api/v1/projects/{project}/costs")),
+        ("get", "/api/v1/projects/{id}/budget", owner.get(f"/api/v1/projects/{project}/budget")),
+        (
+            "patch",
+            "/api/v1/projects/{id}/budget",
+            owner.patch(f"/api/v1/projects/{project}/budget", {"monthly": "10"}, format="json"),
+        ),
+    ]
+    statuses = [response.status_code for _, _, response in answers]
+    assert statuses == [201, 400, 200, 200, 200, 200, 200, 200]
+    for method, path, response in answers:
+        assert_matches_schema(schema, response, method, path)
 
 
 def test_an_undeclared_field_fails_the_shape_check(team, schema):

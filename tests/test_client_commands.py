@@ -105,9 +105,14 @@ def test_the_command_line_lists_and_shows_the_ids_other_commands_take(
     launch = [
         "runs", "launch", "--project", project, "--name", "listed", "--task-set-version", str(second.pk),
         "--reward-rule-version", str(rule_version), "--tier", str(ids["tier"]), "--eval-split", "train",
-        "--json",
+        "--budget-money", "7.50", "--json",
     ]  # fmt: skip
     run = json.loads(ok(cli(*launch)))
+    costed = ok(cli("runs", "cost", str(run["id"]))).splitlines()
+    assert (costed[0], costed[-1]) == (
+        f"run {run['id']}: 0 USD, 0.0000 device-hours",
+        "budget: 7.50 USD, - device-hours",
+    )
     assert [r["id"] for r in json.loads(ok(cli("runs", "list", "--json", "--project", project)))] == [
         run["id"]
     ]

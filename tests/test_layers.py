@@ -24,7 +24,7 @@ LAYERS = (
     ("projects",),
     ("rewards",),
     ("runs",),
-    ("reviews", "traces", "reward_models", "evaluations", "webhooks", "finetuning", "ops"),
+    ("reviews", "traces", "reward_models", "evaluations", "webhooks", "finetuning", "ops", "costs"),
     ("workers",),
     ("webapp",),
 )
@@ -41,6 +41,7 @@ DOMAIN = (
     "evaluations",
     "finetuning",
     "ops",
+    "costs",
 )
 FRAMEWORKS = ("django", "rest_framework", "drf_spectacular", "channels", "celery")
 

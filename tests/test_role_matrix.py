@@ -2,7 +2,7 @@
 × an anonymous caller. A role allows the same actions in pages and REST (core/roles.py);
 websockets are covered by tests/test_websockets.py.
 
-Every URL of projects, runs, rewards, reviews, traces, webhooks, evaluations (pages and api_urls) and
+Every URL of projects, runs, rewards, reviews, traces, webhooks, evaluations, costs (pages and api_urls) and
 finetuning (OpenAI's fine-tuning API) must have a row here: a new route without one fails
 `test_every_route_is_in_the_matrix`.
 """
@@ -18,6 +18,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from core.roles import Role
+from costs import api_urls as cost_api_urls
 from evaluations import api_urls as evaluation_api_urls
 from evaluations import urls as evaluation_urls
 from finetuning import urls as fine_tuning_urls
@@ -52,6 +53,8 @@ ALLOWED = {
 }
 # The operations page and API (ops/): owners of any project (the outsider owns one) and staff.
 OPERATE = "operate"
+# Prices (costs/): staff users (the operators) set them; no project role does.
+STAFF = "staff"
 ITEM = {"id": "q1", "prompt": "What is 1 + 1?", "reference": "2"}
 
 
@@ -864,8 +867,19 @@ OPS_CASES = [
     Case("ops", "get", OPERATE),
 ]
 
+COST_CASES = [
+    Case("api-run-cost", "get", "view", run_id),
+    Case("api-run-budget", "patch", "manage", run_id, body=lambda w: {"budget_money": "5"}),
+    Case("api-project-costs", "get", "view", project),
+    Case("api-project-budget", "get", "view", project),
+    Case("api-project-budget", "patch", "manage", project, body=lambda w: {"monthly": "5"}),
+    Case("api-prices", "get", SELF),
+    Case("api-prices", "post", STAFF, body=lambda w: {"unit": "cpu_hour", "amount": "1"}),
+]
+
 CASES = (
     OPS_CASES
+    + COST_CASES
     + API_CASES
     + PAGE_CASES
     + REWARD_CASES
@@ -901,6 +915,7 @@ def test_every_route_is_in_the_matrix():
     assert sorted(route_names(fine_tuning_urls) - covered) == []
     assert sorted(route_names(ops_api_urls) - covered) == []
     assert sorted(route_names(ops_urls) - covered) == []
+    assert sorted(route_names(cost_api_urls) - covered) == []
 
 
 @pytest.fixture
@@ -932,6 +947,8 @@ def expected(case: Case, role: str) -> str:
         return "allowed"
     if case.permission == OPERATE:
         return "allowed" if role in (Role.OWNER, "outsider") else "forbidden"
+    if case.permission == STAFF:
+        return "forbidden"
     if role == "outsider":
         return "not_found"
     return "allowed" if role in ALLOWED[case.permission] else "forbidden"

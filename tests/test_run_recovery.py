@@ -12,6 +12,7 @@ from django.utils import timezone
 from runs import lifecycle
 from runs.models import MetricPoint, RolloutBatch, Run, Trajectory
 from tests.conftest import api_client_for
+from tests.cost_checks import assert_billed_once
 from tests.run_harness import (
     Host,
     demo_project,
@@ -59,6 +60,7 @@ def assert_learned_exactly_once(run: Run) -> None:
         counted = MetricPoint.objects.filter(run=run, step=step, name__in=CONSUMED_METRICS)
         assert sum(counted.values_list("value", flat=True)) == BATCH * GROUP, f"step {step}"
     assert not run.events.filter(kind="straggler").exists()
+    assert_billed_once(run)  # a step or batch run again after a kill is billed once
 
 
 # What the learner did with each episode of a step: learned it, or dropped it with the reason.

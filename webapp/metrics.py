@@ -13,12 +13,13 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from core.api import error_body
 from core.ops_access import ops_allowed
+from costs.selectors import usage_totals
 from ops.selectors import cluster_read
 
 REQUESTS = Counter("flywheel_http_requests_total", "HTTP requests served", ["method", "view", "status"])
@@ -120,10 +121,50 @@ def ops_gauges(cluster: dict) -> Iterator[GaugeMetricFamily]:
     yield sandboxes
 
 
+class UsageCollector(Collector):
+    """What every run has used, in units (costs/), as counters read at scrape time: device-seconds
+    by kind and device class, CPU-seconds, tokens by kind, checkpoint bytes. No run is named; money
+    is in the API, at the prices an operator sets."""
+
+    TOKENS = ("prefilled", "sampled", "trained")
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        return iter(())  # read only at scrape time
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        rows = usage_totals()
+        device = CounterMetricFamily(
+            "flywheel_usage_device_seconds", "Time workers held a device", labels=["kind", "device_class"]
+        )
+        cpu = CounterMetricFamily("flywheel_usage_cpu_seconds", "CPU of sandboxes", labels=["kind"])
+        tokens = CounterMetricFamily(
+            "flywheel_usage_tokens", "Tokens by what was done", labels=["kind", "tokens"]
+        )
+        engine = CounterMetricFamily(
+            "flywheel_usage_engine_tokens", "Engine tier tokens", labels=["direction"]
+        )
+        storage = CounterMetricFamily("flywheel_usage_storage_bytes", "Checkpoint bytes recorded")
+        engine_in = engine_out = stored = 0
+        for row in rows:
+            device.add_metric([row["kind"], row["device_class"] or "none"], row["device_seconds"] or 0.0)
+            cpu.add_metric([row["kind"]], row["cpu_seconds"] or 0.0)
+            for name in self.TOKENS:
+                tokens.add_metric([row["kind"], name], row[f"tokens_{name}"] or 0)
+            engine_in += row["engine_tokens_in"] or 0
+            engine_out += row["engine_tokens_out"] or 0
+            stored += row["storage_bytes"] or 0
+        engine.add_metric(["in"], engine_in)
+        engine.add_metric(["out"], engine_out)
+        storage.add_metric([], stored)
+        yield from (device, cpu, tokens, engine, storage)
+
+
 _collector = RecordCollector()
 _ops_collector = OpsCollector()
+_usage_collector = UsageCollector()
 REGISTRY.register(_collector)
 REGISTRY.register(_ops_collector)
+REGISTRY.register(_usage_collector)
 
 
 def scrape_registry() -> CollectorRegistry:
@@ -135,6 +176,7 @@ def scrape_registry() -> CollectorRegistry:
     MultiProcessCollector(registry)
     registry.register(_collector)
     registry.register(_ops_collector)
+    registry.register(_usage_collector)
     return registry
 
 

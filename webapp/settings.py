@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "reward_models",
     "evaluations",
     "finetuning",
+    "costs",
     "workers",
 ]
 
@@ -312,6 +313,8 @@ FLYWHEEL_LEARNERS = [
 ]
 # Runs of one project that may be active (starting, running, pausing) at once; the rest queue.
 FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS = env_int("FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS", 1)
+# The currency of prices, budgets and costs (costs/): one for the whole installation.
+FLYWHEEL_CURRENCY = os.environ.get("FLYWHEEL_CURRENCY", "USD")
 # A learner that crashes is restarted from its last checkpoint at most this many times.
 FLYWHEEL_LEARNER_MAX_RESTARTS = env_int("FLYWHEEL_LEARNER_MAX_RESTARTS", 3)
 # A live run whose learner has not reported for this long is restarted by the watchdog.

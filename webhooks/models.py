@@ -23,7 +23,9 @@ class Webhook(models.Model):
     previous_secret_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
     statuses = models.JSONField(default=list, blank=True, help_text="Run statuses to send; empty: all")
     events = models.JSONField(
-        default=list, blank=True, help_text="Event types to send (run.status, run.alert); empty: all"
+        default=list,
+        blank=True,
+        help_text="Event types to send (run.status, run.alert, run.budget); empty: all",
     )
     active = models.BooleanField(default=True)
     created_by = models.ForeignKey(
@@ -56,6 +58,7 @@ class WebhookDelivery(models.Model):
     class Type(models.TextChoices):
         RUN_STATUS = "run.status", "A run changed status"
         RUN_ALERT = "run.alert", "A run's monitor raised an alert"
+        RUN_BUDGET = "run.budget", "A run reached its budget and paused"
         PING = "ping", "A test event"
 
     webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")

@@ -15,7 +15,11 @@ def statuses_field() -> serializers.ListField:
     )
 
 
-EVENT_TYPES = (("run.status", "a run changed status"), ("run.alert", "a run's monitor raised an alert"))
+EVENT_TYPES = (
+    ("run.status", "a run changed status"),
+    ("run.alert", "a run's monitor raised an alert"),
+    ("run.budget", "a run reached its budget and paused"),
+)
 
 
 def events_field() -> serializers.ListField:

@@ -43,6 +43,7 @@ SECRET_OVERLAP = timedelta(hours=24)
 # A claim outlives the POST's timeout by this much before another worker may take the delivery.
 CLAIM_MARGIN_SECONDS = 60
 USER_AGENT = "Flywheel-Webhooks/1"
+EVENT_TYPES = ("run.status", "run.alert", "run.budget")
 ERROR_MAX_CHARS = 500
 
 
@@ -78,9 +79,9 @@ def _problems(
     *, url: str | None, statuses: list[str] | None, events: list[str] | None = None
 ) -> dict[str, str]:
     problems = {}
-    unknown_events = sorted(set(events or ()) - {"run.status", "run.alert"})
+    unknown_events = sorted(set(events or ()) - set(EVENT_TYPES))
     if unknown_events:
-        problems["events"] = f"unknown event {', '.join(unknown_events)}; use run.status, run.alert"
+        problems["events"] = f"unknown event {', '.join(unknown_events)}; use {', '.join(EVENT_TYPES)}"
     if url is not None and (problem := url_problem(url)):
         problems["url"] = problem
     unknown = sorted(set(statuses or ()) - set(Run.Status.values))
@@ -231,6 +232,29 @@ def alert_deliveries_enqueue(
         _delivery_create(
             webhook=webhook,
             kind=WebhookDelivery.Type.RUN_ALERT,
+            data=data,
+            created_at=event.created_at,
+            run=run,
+            event=event,
+        )
+        for webhook in webhooks
+    ]
+
+
+@transaction.atomic
+def budget_deliveries_enqueue(*, run: Run, event: RunEvent, budget: dict[str, Any]) -> list[WebhookDelivery]:
+    """A `run.budget` delivery per active webhook of the run's project that wants it: the run
+    reached its budget (what it is, what was spent, at which step) and is pausing."""
+    webhooks = [
+        w
+        for w in Webhook.objects.filter(project_id=run.project_id, active=True)
+        if w.wants_event(WebhookDelivery.Type.RUN_BUDGET)
+    ]
+    data = {"run": run_payload(run), "budget": budget, "message": event.message, "event": event.pk}
+    return [
+        _delivery_create(
+            webhook=webhook,
+            kind=WebhookDelivery.Type.RUN_BUDGET,
             data=data,
             created_at=event.created_at,
             run=run,

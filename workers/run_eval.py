@@ -8,11 +8,13 @@ does nothing.
 """
 
 import logging
+import time
 from collections import defaultdict
 from statistics import fmean
 
 from django.db import transaction
 
+from costs.services import usage_record
 from inference.chat import item_prompt
 from inference.decoding import decode
 from rewards.engine import ScoreResult
@@ -29,6 +31,7 @@ from workers.run_rollout import (
     run_reward_models,
     tier_settings,
 )
+from workers.usage import device_class, worker_name
 
 logger = logging.getLogger(__name__)
 PASS_RATE = "heldout/pass_rate"
@@ -134,7 +137,9 @@ def _policy_evaluate(run: Run, version: int) -> dict[str, float] | None:
     items = held_out_items(run)
     episodes: list[AgentEpisode] = []
     texts: dict[int, str] = {}
+    started = time.monotonic()
     results = held_out_grades(run, policy, items, settings, played=episodes, texts=texts)
+    seconds = time.monotonic() - started
     threshold = float(run.resolved.get("pass_threshold", 1.0))
     passed: dict[str, list[bool]] = defaultdict(list)
     rewards = []
@@ -161,6 +166,18 @@ def _policy_evaluate(run: Run, version: int) -> dict[str, float] | None:
             return None  # a second delivery of the same evaluation finished first
         results_store(run, version, items, results, texts, threshold)
         metrics_write(run, version, values)
+        # The evaluation held this worker's device while it generated and graded: billed once
+        # per version, like the metrics it wrote (a second delivery returned above).
+        usage_record(
+            run_id=run.pk,
+            step=version,
+            component="evaluation",
+            kind="evaluation",
+            worker=worker_name(),
+            device_class="" if settings.remote else device_class(policy.device),
+            engine=settings.name if settings.remote else "",
+            device_seconds=0.0 if settings.remote else seconds,
+        )
     return values
 
 

@@ -38,6 +38,9 @@ from django.utils import timezone
 
 from core import events
 from core.exceptions import StateError
+from costs import selectors as cost_selectors
+from costs import services as costs
+from costs.services import usage_record
 from evaluations import services as suites
 from evaluations import tasks as suite_tasks
 from inference.generation import Completion
@@ -75,6 +78,7 @@ from workers.learners.common import (
 from workers.learners.grpo import GRPOConfig, learnable, step_items
 from workers.rollout import Trajectory as Episode
 from workers.run_rollout import item_dicts, lease_lapsed, rollout_batches_expire
+from workers.usage import device_class, worker_name
 
 logger = logging.getLogger(__name__)
 S = Run.Status
@@ -189,6 +193,8 @@ def _online_main(run_id: int, log: Log):
             status_check(run)
             if (reason := budget_spent(run)) is not None:
                 break
+            if step > 0 and costs.run_budget_check(run=run, step=step) is not None:
+                status_check(run)  # now pausing: stops here, checkpointed at this step
             dispatch(run, step, config, items)
             waited = time.monotonic()
             episodes, rows = wait_for_step(run, step, config)
@@ -206,13 +212,16 @@ def _online_main(run_id: int, log: Log):
             )
             learner.model.train()
             metrics = module.learn_batch(learner, batch, config, reference)
+        learn_seconds = time.monotonic() - learned
         learner.state.step = step = step + 1
         mark_learned(rows, keep, advantages, step - 1)
+        learner_usage_record(run, step, learner, rows, keep, learn_seconds)
         publish(run, step, learner)
         metrics |= {"entropy": sampled_entropy(episodes), "learned": len(keep)}
         alerts = record_metrics(
             run, step, rows, metrics, dropped, learn=time.monotonic() - learned, wait=wait_seconds
         )
+        cost_metrics_write(run, step)
         if step % config.checkpoint_every == 0 or step == run.max_steps:
             checkpoint(run, learner, config, step)
         if evaluation_due(run, step):
@@ -226,6 +235,32 @@ def _online_main(run_id: int, log: Log):
     _cancel_pending(run)
     finish(run, learner, config, step, reason, requested=step > started_at and evaluation_due(run, step))
     return learner
+
+
+def learner_usage_record(
+    run: Run, step: int, learner, rows: list[Trajectory], keep: list[int], seconds: float
+) -> None:
+    """The step's learner units: time on each of its devices (every rank holds one for the
+    step), and the sampled tokens of the episodes it learned from. A step run again after a resume
+    replaces its record (costs.services.usage_record)."""
+    accelerator = learner.accelerator
+    usage_record(
+        run_id=run.pk,
+        step=step,
+        component="learner",
+        kind="learner",
+        worker=worker_name(),
+        device_class=device_class(accelerator.device),
+        device_seconds=seconds * accelerator.num_processes,
+        tokens_trained=sum(rows[index].completion_tokens for index in keep),
+    )
+
+
+def cost_metrics_write(run: Run, step: int) -> None:
+    """What the run has spent by the end of this step, as metrics: the cost chart's points and
+    the evidence of the step at which a budget was crossed."""
+    spent = cost_selectors.run_spent(run=run)
+    metrics_write(run, step, {"cost/total": float(spent.total), "cost/device_hours": spent.device_hours})
 
 
 def _offline_main(run_id: int, log: Log) -> None:
@@ -257,12 +292,17 @@ def _offline_main(run_id: int, log: Log) -> None:
             return
         if (reason := budget_spent(run)) is not None:
             break
+        if step > 0 and costs.run_budget_check(run=run, step=step) is not None:
+            stop_at(run, learner, config, step, S.PAUSING)  # paused at its budget, checkpointed here
+            return
         started = time.monotonic()
         metrics = module.learn_examples(learner, reference, config, data, step)
         learner.state.step = step = step + 1
+        learner_usage_record(run, step, learner, [], [], time.monotonic() - started)
         publish(run, step, learner)
         values = {f"learner/{name}": value for name, value in metrics.items()}
         metrics_write(run, step, values | {"time/learn": time.monotonic() - started})
+        cost_metrics_write(run, step)
         if step % config.checkpoint_every == 0 or step == steps:
             checkpoint(run, learner, config, step)
         if _offline_evaluation_due(run, step, steps):
@@ -693,7 +733,16 @@ def checkpoint(run: Run, learner, config: GRPOConfig, step: int) -> None:
         return
     group_checkpoint(learner)  # the other ranks save their part with it
     path = checkpoint_save(learner, config)
+    size = sum(file.stat().st_size for file in Path(path).rglob("*") if file.is_file())
     stored = checkpoint_upload(run.pk, step, path)
+    usage_record(
+        run_id=run.pk,
+        step=step,
+        component="checkpoint",
+        kind="storage",
+        worker=worker_name(),
+        storage_bytes=size,
+    )
     Checkpoint.objects.create(run=run, step=step, policy_version=step, path=stored)
     run_event(run, "checkpoint", f"checkpoint at step {step}", data={"step": step})
 

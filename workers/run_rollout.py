@@ -48,6 +48,7 @@ from runs.models import RolloutBatch, Run, Trajectory, TrajectoryStep
 from runs.run_store import policy_dir, policy_prefix
 from sandboxes.sandbox import sandbox_cpu_seconds
 from workers.agent import AgentEpisode, context_fits, episodes_play, policy_render
+from workers.usage import GraderCalls, device_class, rollout_usage_record
 
 logger = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
@@ -198,6 +199,8 @@ def _rollout(batch: RolloutBatch) -> int:
     clock = {"generate": 0.0}
     generator, settings = _generator(run, batch), tier_settings(run)
     started, cpu_before = time.monotonic(), sandbox_cpu_seconds()
+    calls = GraderCalls()
+    judge, reward_models = calls.judge_of(run_judge(run)), calls.reward_models_of(run_reward_models(run))
 
     def generate(prompts: list[str]) -> list[Completion]:
         began = time.monotonic()
@@ -208,10 +211,13 @@ def _rollout(batch: RolloutBatch) -> int:
     stored = 0
     short = [(index, item) for index, item in enumerate(expanded) if item["kind"] != "agent"]
     if short:
-        stored += _store(batch, _short_play(run, policy, short, generate, group_size))
+        played = _short_play(
+            run, policy, short, generate, group_size, judge=judge, reward_models=reward_models
+        )
+        stored += _store(batch, played)
     agents = [(index, item) for index, item in enumerate(expanded) if item["kind"] == "agent"]
     if agents:
-        stored += _agents_play(batch, run, policy, agents, generate, group_size, generator)
+        stored += _agents_play(batch, run, policy, agents, generate, group_size, generator, judge=judge)
     elapsed, cpu = time.monotonic() - started, sandbox_cpu_seconds() - cpu_before
     # Only a batch still running ends as done: a rollback may have cancelled it meanwhile, and a
     # second worker that finished it too (the first was presumed dead) charges nothing twice.
@@ -224,6 +230,14 @@ def _rollout(batch: RolloutBatch) -> int:
     )
     if finished:
         Run.objects.filter(pk=run.pk).update(sandbox_cpu_seconds=F("sandbox_cpu_seconds") + cpu)
+        rollout_usage_record(
+            batch,
+            device="" if settings.remote else device_class(policy.device),
+            device_seconds=clock["generate"],
+            cpu_seconds=cpu,
+            engine=settings.name if settings.remote else "",
+            calls=calls,
+        )
     events.run_event(run.pk, "rollout", {"batch": batch.index, "step": batch.step, "episodes": stored})
     return stored
 
@@ -242,15 +256,15 @@ class Played:
     seconds: float
 
 
-def _short_play(run: Run, policy, short: list[tuple[int, dict]], generate, group_size: int) -> list[Played]:
+def _short_play(
+    run: Run, policy, short: list[tuple[int, dict]], generate, group_size: int, *, judge, reward_models
+) -> list[Played]:
     started = time.monotonic()
     prompts = [policy.prompt_text(item_prompt(item)) for _, item in short]
     completions = generate(prompts)
     items = [item for _, item in short]
     texts = [completion.text for completion in completions]
-    grades = grade(
-        run.reward_rule_version.spec, items, texts, judge=run_judge(run), reward_models=run_reward_models(run)
-    )
+    grades = grade(run.reward_rule_version.spec, items, texts, judge=judge, reward_models=reward_models)
     seconds = (time.monotonic() - started) / len(short)
     return [
         Played(
@@ -300,7 +314,15 @@ def agent_sessions(policy: TierModel, settings: TierSettings, generator=None):
 
 
 def _agents_play(
-    batch, run: Run, policy, agents: list[tuple[int, dict]], generate, group_size: int, generator=None
+    batch,
+    run: Run,
+    policy,
+    agents: list[tuple[int, dict]],
+    generate,
+    group_size: int,
+    generator=None,
+    *,
+    judge=None,
 ) -> int:
     """Agent episodes, one wave of sandboxes at a time; each wave is stored when it ends."""
     samples = [index % group_size for index, _ in agents]  # episodes come back in the items' order
@@ -316,7 +338,7 @@ def _agents_play(
         rule=run.reward_rule_version.spec,
         render=policy_render(policy, chat=tier_settings(run).chat),
         fits=context_fits(policy, int(run.tier_config["max_new_tokens"])),
-        judge=run_judge(run),
+        judge=judge or run_judge(run),
         on_done=store,
         sessions=agent_sessions(policy, tier_settings(run), generator),
     )

@@ -173,6 +173,16 @@ class RunOverridesSerializer(serializers.Serializer):
     max_steps = serializers.IntegerField(max_value=INT32_MAX, required=False)
     max_wall_seconds = serializers.IntegerField(max_value=INT32_MAX, required=False, allow_null=True)
     max_sandbox_cpu_seconds = serializers.FloatField(required=False, allow_null=True)
+    budget_money = serializers.DecimalField(
+        max_digits=14,
+        decimal_places=2,
+        required=False,
+        allow_null=True,
+        help_text="What the run may cost; reaching it pauses the run at a step boundary",
+    )
+    budget_device_hours = serializers.FloatField(
+        required=False, allow_null=True, help_text="Device-hours the run may use before it pauses"
+    )
     priority = serializers.IntegerField(min_value=-INT32_MAX, max_value=INT32_MAX, required=False)
     train_split = serializers.ChoiceField(choices=TaskItem.Split.choices, required=False)
     eval_split = serializers.ChoiceField(choices=TaskItem.Split.choices, required=False)
@@ -338,6 +348,8 @@ class RunDetailSerializer(RunSerializer):
             "max_steps",
             "max_wall_seconds",
             "max_sandbox_cpu_seconds",
+            "budget_money",
+            "budget_device_hours",
             "config_diff",
             "best_checkpoint",
         ]

@@ -68,6 +68,10 @@ class Run(models.Model):
     max_steps = models.PositiveIntegerField()
     max_wall_seconds = models.PositiveIntegerField(null=True, blank=True)
     max_sandbox_cpu_seconds = models.FloatField(null=True, blank=True)
+    # What the run may cost (costs/): past either, it pauses at the next step boundary until its
+    # owner raises the budget and resumes it.
+    budget_money = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
+    budget_device_hours = models.FloatField(null=True, blank=True)
     priority = models.IntegerField(default=0, help_text="Higher runs first")
     # Whether the run made the model better: its final held-out results against its start, per
     # item, with a paired bootstrap interval (runs/outcomes.py). Empty until the final evaluation.

@@ -148,7 +148,14 @@ def run_line(run: dict) -> str:
 def runs_launch(client: Client, args: argparse.Namespace, out: Output) -> int:
     options = {
         name: getattr(args, name)
-        for name in ("max_wall_seconds", "priority", "train_split", "eval_split")
+        for name in (
+            "max_wall_seconds",
+            "priority",
+            "train_split",
+            "eval_split",
+            "budget_money",
+            "budget_device_hours",
+        )
         if getattr(args, name) is not None
     }
     run = client.runs.launch(
@@ -596,6 +603,22 @@ def checkpoints_show(client: Client, args: argparse.Namespace, out: Output) -> i
     return 0
 
 
+def runs_cost(client: Client, args: argparse.Namespace, out: Output) -> int:
+    cost = client.costs.of_run(args.run)
+    lines = [
+        f"run {cost['run']}: {cost['total']} {cost['currency']}, {cost['device_hours']:.4f} device-hours",
+        *(
+            f"  {kind:<10}  {part['total']} {cost['currency']}  {part['units']['device_seconds']:.1f} "
+            f"device-s  {part['units']['tokens_sampled']} tokens sampled"
+            for kind, part in cost["by_kind"].items()
+        ),
+        f"budget: {cost['budget']['money'] or '-'} {cost['currency']}, "
+        f"{cost['budget']['device_hours'] or '-'} device-hours",
+    ]
+    out.result(cost, "\n".join(lines))
+    return 0
+
+
 def runs_show(client: Client, args: argparse.Namespace, out: Output) -> int:
     run = client.runs.get(args.run)
     # The tier's settings at launch and the submitted hyperparameters: `--json` has them; the
@@ -747,6 +770,10 @@ def parser() -> argparse.ArgumentParser:
     launch.add_argument(
         "--priority", type=int, help="a higher priority starts before queued runs of its project"
     )
+    launch.add_argument("--budget-money", help="what the run may cost; reaching it pauses the run")
+    launch.add_argument(
+        "--budget-device-hours", type=float, help="device-hours the run may use before it pauses"
+    )
     launch.add_argument(
         "--train-split", choices=("train", "heldout"), help="the items it trains on (default train)"
     )
@@ -764,6 +791,9 @@ def parser() -> argparse.ArgumentParser:
         "--status", help="only runs in this status (queued, running, succeeded, failed, ...)"
     )
     runs.add("show", "a run's fields, and why it stopped early if it did", runs_show).add_argument(
+        "run", type=int, help="the run's id"
+    )
+    runs.add("cost", "what a run used and cost, by kind, against its budget", runs_cost).add_argument(
         "run", type=int, help="the run's id"
     )
     runs.add("follow", "a run's progress and events until it ends", runs_follow).add_argument(

@@ -17,6 +17,7 @@ from flywheel._http import JSON, AsyncTransport, Transport
 from flywheel.errors import ConfigurationError
 from flywheel.resources import (
     Checkpoints,
+    Costs,
     EvalSuites,
     Me,
     Ops,
@@ -52,6 +53,7 @@ RESOURCES = {
     "reward_models": RewardModels,
     "eval_suites": EvalSuites,
     "ops": Ops,
+    "costs": Costs,
 }
 TRACE_FIELDS = {
     "prompt",
@@ -87,6 +89,7 @@ class _Resources:
     reward_models: RewardModels
     eval_suites: EvalSuites
     ops: Ops
+    costs: Costs
 
     def _attach_resources(self, transport: Transport | AsyncTransport) -> None:
         for name, resource in RESOURCES.items():

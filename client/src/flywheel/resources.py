@@ -326,7 +326,8 @@ class Runs(Resource):
         **options: Any,
     ) -> Run:
         """Launch a run. A run that would fail at its first step raises BadRequestError naming every
-        reason. `options`: max_wall_seconds, max_sandbox_cpu_seconds, priority, train_split, eval_split."""
+        reason. `options`: max_wall_seconds, max_sandbox_cpu_seconds, budget_money, budget_device_hours,
+        priority, train_split, eval_split."""
         body = _body(
             project=project,
             name=name,
@@ -917,3 +918,47 @@ class Ops(Resource):
         oldest wait, Redis and database latency, sandboxes and recent failures. Project owners
         and staff only; runs of projects the caller is not in are not named."""
         return self._get("/api/v1/ops/overview")
+
+
+class Costs(Resource):
+    """What runs use and cost: units (device-seconds, CPU-seconds, tokens, storage) and money at
+    the operator's prices, by kind and by step; budgets that pause a run or refuse a launch."""
+
+    @endpoint("GET", "/runs/{id}/cost")
+    def of_run(self, run: int) -> Record:
+        """The run's units and money: in all, by kind (learner, rollout, storage) and per step."""
+        return self._get(f"/api/v1/runs/{run}/cost")
+
+    @endpoint("PATCH", "/runs/{id}/budget")
+    def set_run_budget(self, run: int, **budget: Any) -> Record:
+        """Owners: `budget_money` and/or `budget_device_hours` (None removes one); a run paused at
+        its budget then goes on with `runs.resume`."""
+        return self._patch(f"/api/v1/runs/{run}/budget", budget)
+
+    @endpoint("GET", "/projects/{id}/costs")
+    def of_project(self, project: int, *, since: str | None = None, until: str | None = None) -> Record:
+        """The project's units and money recorded in [since, until) (ISO 8601), per run and per user."""
+        return self._get(f"/api/v1/projects/{project}/costs", since=since, until=until)
+
+    @endpoint("GET", "/projects/{id}/budget")
+    def project_budget(self, project: int) -> Record:
+        return self._get(f"/api/v1/projects/{project}/budget")
+
+    @endpoint("PATCH", "/projects/{id}/budget")
+    def set_project_budget(self, project: int, monthly: str | None) -> Record:
+        """Owners: money a month (a decimal string); None removes it. Past it, launches are refused."""
+        return self._patch(f"/api/v1/projects/{project}/budget", {"monthly": monthly})
+
+    @endpoint("GET", "/prices")
+    def prices(self, *, limit: int | None = None) -> Iterator[Record]:
+        return self._list("/api/v1/prices", limit=limit)
+
+    @endpoint("POST", "/prices")
+    def set_price(
+        self, unit: str, amount: str, *, scope: str | None = None, effective_from: str | None = None
+    ) -> Record:
+        """Staff: a price of `unit` (device_hour, cpu_hour, engine_mtok_in, engine_mtok_out,
+        gb_month) from `effective_from` (now by default); earlier units keep their price."""
+        return self._post(
+            "/api/v1/prices", _body(unit=unit, amount=amount, scope=scope, effective_from=effective_from)
+        )
