@@ -12,7 +12,7 @@ import pytest
 
 from finetuning.models import FineTuningJob
 from projects import services as project_services
-from runs.models import MetricPoint, Run
+from runs.models import MetricPoint, Run, Trajectory
 from tests.run_harness import (
     Host,
     demo_project,
@@ -134,6 +134,62 @@ def test_a_reinforcement_job_trains_through_real_workers_and_its_model_answers_a
         assert chat.model == model and chat.choices[0].message.role == "assistant"
     assert Run.objects.get(pk=run.pk).status == Run.Status.SUCCEEDED
     _the_same_run_launched_over_rest_draws_the_same_curve(live, run)
+
+
+MULTI_GRADER = {
+    "type": "multi",
+    "name": "exact_and_mentions",
+    "graders": {
+        "exact": {
+            "type": "string_check",
+            "name": "exact",
+            "input": "{{ sample.output_text }}",
+            "reference": "{{ item.reference_answer }}",
+            "operation": "eq",
+        },
+        "mentions": GRADER,
+    },
+    "calculate_output": "0.25 * exact + 0.75 * mentions",
+}
+# Conversations, as chat fine-tuning data is: a system message, an earlier exchange, the question.
+CHAT_LINES = [
+    {
+        "messages": [
+            {"role": "system", "content": "You rewrite additions."},
+            {"role": "user", "content": f"add {n}"},
+            {"role": "assistant", "content": "to what?"},
+            {"role": "user", "content": "to x"},
+        ],
+        "reference_answer": "x",
+    }
+    for n in range(4)
+]
+
+
+def test_a_reinforcement_job_with_a_multi_grader_on_conversations_scores_each_grader(live):
+    client = live["client"]
+    training = _upload(client, CHAT_LINES, "chat-rft.jsonl")
+    job = client.fine_tuning.jobs.create(
+        model=f"tier-{live['tier'].pk}",
+        training_file=training.id,
+        suffix="multi",
+        method={
+            "type": "reinforcement",
+            "reinforcement": {"grader": MULTI_GRADER, "hyperparameters": {"n_epochs": 1, "batch_size": 4}},
+        },
+    )
+    done = _finished(client, job.id)
+    run = FineTuningJob.objects.get(pk=job.id).run
+    assert done.status == "succeeded", (done.error, run.error)
+    scored = Trajectory.objects.filter(run=run, outcome=Trajectory.Outcome.SCORED)
+    assert scored.exists()
+    for trajectory in scored:
+        parts = trajectory.components
+        assert set(parts) == {"exact", "mentions"}
+        assert trajectory.reward == pytest.approx(0.25 * parts["exact"] + 0.75 * parts["mentions"])
+        # The item's prompt is the whole conversation, the system message first.
+        assert trajectory.item.data["messages"][0] == {"role": "system", "content": "You rewrite additions."}
+    _answers(client, done.fine_tuned_model)
 
 
 # Flywheel's figures that depend on what was sampled and learned (not timings, not rates per second).
