@@ -13,6 +13,7 @@ same settings).
 """
 
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,17 +41,22 @@ class Algorithm:
 
 
 _REGISTRY: dict[str, Algorithm] = {}
+_REGISTERED_BY: dict[str, str] = {}  # name -> the module that registered it
 _loaded = False
 
 
 def algorithm_register(algorithm: Algorithm) -> Algorithm:
     """Add (or replace, for a module imported again) an algorithm under its name."""
+    caller = inspect.currentframe()
+    module = caller.f_back.f_globals.get("__name__", "") if caller and caller.f_back else ""
     _REGISTRY[algorithm.name] = algorithm
+    _REGISTERED_BY[algorithm.name] = module
     return algorithm
 
 
 def algorithm_unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
+    _REGISTERED_BY.pop(name, None)
 
 
 def _load() -> None:
@@ -62,8 +68,16 @@ def _load() -> None:
 
 
 def algorithms() -> list[Algorithm]:
+    """Every algorithm, in the order FLYWHEEL_LEARNERS names their modules (then the others), so
+    that forms and pages list them the same way whatever imported one first."""
     _load()
-    return list(_REGISTRY.values())
+    modules = list(settings.FLYWHEEL_LEARNERS)
+
+    def rank(name: str) -> int:
+        module = _REGISTERED_BY.get(name, "")
+        return modules.index(module) if module in modules else len(modules)
+
+    return [_REGISTRY[name] for name in sorted(_REGISTRY, key=rank)]
 
 
 def algorithm_get(name: str) -> Algorithm | None:

@@ -15,6 +15,7 @@ from django.db import models
 from django.utils import timezone
 
 from projects.models import Project, TaskItem, TaskSetVersion
+from runs.learners import algorithm_get
 from runs.models.tiers import Tier
 
 
@@ -106,6 +107,12 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status})"
+
+    @property
+    def method_label(self) -> str:
+        """The method as people read it (GRPO, SFT...): its registered algorithm's label."""
+        algorithm = algorithm_get(self.method)
+        return algorithm.label if algorithm is not None else self.method
 
     @property
     def is_terminal(self) -> bool:
