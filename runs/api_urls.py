@@ -3,7 +3,7 @@
 from django.urls import path
 
 from runs import backtest_views
-from runs.api import runs, tier_evaluations, views
+from runs.api import quotas, runs, tier_evaluations, views
 
 urlpatterns = [
     # A backtest rescores a run: served from runs, under the reward rule's URL.
@@ -20,6 +20,7 @@ urlpatterns = [
         tier_evaluations.TierEvaluationDetailView.as_view(),
         name="api-tier-evaluation",
     ),
+    path("projects/<int:id>/quota", quotas.ProjectQuotaView.as_view(), name="api-project-quota"),
     path("runs", runs.RunListView.as_view(), name="api-runs"),
     path("runs/<int:id>", runs.RunDetailView.as_view(), name="api-run"),
     path("runs/<int:id>/pause", runs.RunPauseView.as_view(), name="api-run-pause"),

@@ -22,7 +22,17 @@ from core.exceptions import StateError
 from core.roles import Permission, role_allows
 from projects import selectors as project_selectors
 from projects.selectors import page_access
-from runs import forms, lifecycle, monitor_settings, monitors, outcomes, run_page, runs_table, selectors
+from runs import (
+    forms,
+    lifecycle,
+    monitor_settings,
+    monitors,
+    outcomes,
+    run_page,
+    runs_table,
+    scheduling,
+    selectors,
+)
 from runs.demo import demo_project_for, demo_run_launch
 from runs.lifecycle import RunRequest
 from runs.models import Run, Trajectory
@@ -169,6 +179,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "run": run,
         "actions": actions,
         "queue_position": lifecycle.queue_position(run),
+        "queue_reason": scheduling.queue_reason(run),
         "config": _config_rows(run),
         "hyperparameters": _hyperparameter_rows(run),
         "diff": lifecycle.config_diff(run.parent, run) if run.parent else None,

@@ -402,6 +402,28 @@ def fine_tuning_job_of(w):
     return w["fine_tuning_job"]
 
 
+def checkpoint_name_of(w) -> str:
+    """A checkpoint of the fine-tuning job, by the name /v1 serves it under."""
+    from runs.models import Checkpoint
+
+    job = fine_tuning_job_of(w)
+    Checkpoint.objects.get_or_create(run=job.run, step=1, defaults={"policy_version": 1, "path": "x"})
+    return f"{job.fine_tuned_model}:ckpt-step-1"
+
+
+def checkpoint_permission_of(w) -> dict:
+    """The checkpoint shared with the outsider's project: its name and the permission's id."""
+    from finetuning.models import CheckpointPermission
+    from runs.models import Checkpoint
+
+    name = checkpoint_name_of(w)
+    job = fine_tuning_job_of(w)
+    permission, _ = CheckpointPermission.objects.get_or_create(
+        job=job, checkpoint=Checkpoint.objects.get(run=job.run, step=1), project=w["other_project"]
+    )
+    return {"checkpoint": name, "permission_id": permission.id}
+
+
 def run_of(w):
     """The project's run with one of each record, made through the ORM the first time a case
     needs it (the run loop that writes them is the workers' part)."""
@@ -501,6 +523,15 @@ RUN_CASES = [
     Case("openai-fine-tuning-job", "get", "view", lambda w: {"job_id": fine_tuning_job_of(w).id}),
     Case("openai-fine-tuning-events", "get", "view", lambda w: {"job_id": fine_tuning_job_of(w).id}),
     Case("openai-fine-tuning-checkpoints", "get", "view", lambda w: {"job_id": fine_tuning_job_of(w).id}),
+    Case("openai-checkpoint-permissions", "get", "manage", lambda w: {"checkpoint": checkpoint_name_of(w)}),
+    Case(
+        "openai-checkpoint-permissions",
+        "post",
+        "manage",
+        lambda w: {"checkpoint": checkpoint_name_of(w)},
+        body=lambda w: {"project_ids": [str(w["other_project"].pk)]},
+    ),
+    Case("openai-checkpoint-permission", "delete", "manage", checkpoint_permission_of),
     Case("openai-fine-tuning-pause", "post", "edit", lambda w: {"job_id": fine_tuning_job_of(w).id}),
     Case("openai-fine-tuning-resume", "post", "edit", lambda w: {"job_id": fine_tuning_job_of(w).id}),
     Case("openai-fine-tuning-cancel", "post", "edit", lambda w: {"job_id": fine_tuning_job_of(w).id}),
@@ -873,6 +904,8 @@ COST_CASES = [
     Case("api-project-costs", "get", "view", project),
     Case("api-project-budget", "get", "view", project),
     Case("api-project-budget", "patch", "manage", project, body=lambda w: {"monthly": "5"}),
+    Case("api-project-quota", "get", "view", project),
+    Case("api-project-quota", "patch", "manage", project, body=lambda w: {"max_active_runs": 2}),
     Case("api-prices", "get", SELF),
     Case("api-prices", "post", STAFF, body=lambda w: {"unit": "cpu_hour", "amount": "1"}),
 ]

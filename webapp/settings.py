@@ -313,6 +313,8 @@ FLYWHEEL_LEARNERS = [
 ]
 # Runs of one project that may be active (starting, running, pausing) at once; the rest queue.
 FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS = env_int("FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS", 1)
+# Runs one user may have active at once across projects (0: no limit); the others wait, saying why.
+FLYWHEEL_USER_MAX_ACTIVE_RUNS = env_int("FLYWHEEL_USER_MAX_ACTIVE_RUNS", 0)
 # The currency of prices, budgets and costs (costs/): one for the whole installation.
 FLYWHEEL_CURRENCY = os.environ.get("FLYWHEEL_CURRENCY", "USD")
 # A learner that crashes is restarted from its last checkpoint at most this many times.

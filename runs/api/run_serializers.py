@@ -9,7 +9,7 @@ from rest_framework import serializers
 
 from inference.token_text import token_texts
 from projects.models import TaskItem
-from runs import lifecycle, selectors
+from runs import lifecycle, scheduling, selectors
 from runs.api.serializers import INT64_MAX, INT64_MIN
 from runs.learners import algorithm_choices
 from runs.models import Checkpoint, Run, RunEvent, Trajectory, TrajectoryStep
@@ -270,6 +270,9 @@ class RunSerializer(serializers.ModelSerializer):
     queue_position = serializers.SerializerMethodField(
         help_text="1 starts next in its project; null when not queued"
     )
+    queue_reason = serializers.SerializerMethodField(
+        help_text="Why a queued run waits (a project's or a user's quota in use); null when not queued"
+    )
     # One nested serializer for the whole list (not one built per run: most of a list's time).
     progress = ProgressSerializer(source="*", read_only=True)
 
@@ -287,6 +290,7 @@ class RunSerializer(serializers.ModelSerializer):
             "tier",
             "priority",
             "queue_position",
+            "queue_reason",
             "progress",
             "outcome",
             "parent",
@@ -306,6 +310,9 @@ class RunSerializer(serializers.ModelSerializer):
     @extend_schema_field(RunOutcomeSerializer(allow_null=True))
     def get_outcome(self, run: Run) -> dict | None:
         return run.outcome_detail if run.outcome else None
+
+    def get_queue_reason(self, run: Run) -> str | None:
+        return scheduling.queue_reason(run) if run.status == Run.Status.QUEUED else None
 
     def get_queue_position(self, run: Run) -> int | None:
         positions = self.context.get("queue_positions")

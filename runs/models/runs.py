@@ -314,3 +314,15 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"checkpoint {self.step} of run {self.run_id}"
+
+
+class ProjectQuota(models.Model):
+    """How many of a project's runs may be active at once, each holding a learner worker (a GPU on
+    a GPU host); a project without one has FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS."""
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="run_quota")
+    max_active_runs = models.PositiveIntegerField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.project}: {self.max_active_runs} active runs"
