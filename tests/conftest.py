@@ -11,6 +11,10 @@ from runs import services
 from webapp import stack
 from webapp.embedded_redis import redis_start
 
+# A learner algorithm registers when its module is imported; --doctest-modules would import this
+# one for the whole session. tests/test_learner_registry.py imports it, and unregisters it after.
+collect_ignore = ["toy_reinforce.py"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def unpooled_broker_connections():

@@ -471,8 +471,10 @@ def rollback_to(run: Run, step: int) -> None:
     """Resume at `step`: release what later steps learned, cancel what rolled-back versions sampled."""
     Trajectory.objects.filter(run=run, learned_in_step__gte=step).update(learned_in_step=None, advantage=None)
     stale_batches = RolloutBatch.objects.filter(run=run, policy_version__gt=step)
-    Trajectory.objects.filter(run=run, batch__in=stale_batches).update(outcome=Trajectory.Outcome.CANCELLED)
+    # The batches first: a rollout worker still playing one stores its episodes, then looks at its
+    # batch (workers/run_rollout.py `_store`), so whichever of the two comes second cancels them.
     stale_batches.update(status=RolloutBatch.Status.CANCELLED)
+    Trajectory.objects.filter(run=run, batch__in=stale_batches).update(outcome=Trajectory.Outcome.CANCELLED)
     # What the rolled-back steps measured describes weights that no longer exist.
     MetricPoint.objects.filter(run=run, step__gt=step).delete()
     Checkpoint.objects.filter(run=run, step__gt=step).delete()

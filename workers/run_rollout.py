@@ -512,6 +512,10 @@ def _store(batch: RolloutBatch, played: list[Played]) -> int:
     ]
     # A batch finished twice (its first worker was presumed dead) keeps the first copy of each episode.
     Trajectory.objects.bulk_create(trajectories, ignore_conflicts=True)
+    if RolloutBatch.objects.filter(pk=batch.pk, status=RolloutBatch.Status.CANCELLED).exists():
+        # A resumed learner rolled this batch's policy version back while it played: what it
+        # sampled describes weights that no longer exist, and is never learned.
+        Trajectory.objects.filter(batch=batch).update(outcome=Trajectory.Outcome.CANCELLED)
     stored = {(t.item_id, t.sample_index): t for t in Trajectory.objects.filter(batch=batch)}
     with_steps = set(
         TrajectoryStep.objects.filter(trajectory__batch=batch).values_list("trajectory_id", flat=True)
