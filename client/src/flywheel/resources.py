@@ -95,6 +95,17 @@ class Projects(Resource):
     def delete(self, project: int) -> None:
         self._delete(f"/api/v1/projects/{project}")
 
+    @endpoint("GET", "/projects/{id}/quota")
+    def quota(self, project: int) -> Record:
+        """The project's quota of active runs (`max_active_runs`, `default`), with `active` and `queued`."""
+        return self._get(f"/api/v1/projects/{project}/quota")
+
+    @endpoint("PATCH", "/projects/{id}/quota")
+    def set_quota(self, project: int, max_active_runs: int | None) -> Record:
+        """Owners: how many of the project's runs may be active at once; None returns to the
+        server's default. Queued runs start at once where it leaves room."""
+        return self._patch(f"/api/v1/projects/{project}/quota", {"max_active_runs": max_active_runs})
+
     @endpoint("GET", "/projects/{id}/members")
     def members(self, project: int, *, limit: int | None = None) -> Iterator[Record]:
         return self._list(f"/api/v1/projects/{project}/members", limit=limit)
