@@ -63,23 +63,41 @@ def _admit_project(project_id: int) -> list[int]:
     return started
 
 
+def queue_reasons(runs: list[Run]) -> dict[int, str]:
+    """Why each queued run of `runs` has not started, in words, in a few queries however many."""
+    queued = [run for run in runs if run.status == S.QUEUED]
+    if not queued:
+        return {}
+    project_ids = {run.project_id for run in queued}
+    quotas = ProjectQuota.objects.filter(project_id__in=project_ids)
+    limits = {project_id: settings.FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS for project_id in project_ids}
+    limits |= dict(quotas.values_list("project_id", "max_active_runs"))
+    active = Run.objects.filter(status__in=BUSY)
+    busy = Counter(active.filter(project_id__in=project_ids).values_list("project_id", flat=True))
+    user_limit = settings.FLYWHEEL_USER_MAX_ACTIVE_RUNS
+    creators = {run.created_by_id for run in queued if run.created_by_id is not None}
+    mine: Counter = Counter()
+    if user_limit and creators:
+        mine = Counter(active.filter(created_by_id__in=creators).values_list("created_by_id", flat=True))
+    return {
+        run.pk: _reason(limits[run.project_id], busy[run.project_id], user_limit, mine[run.created_by_id])
+        for run in queued
+    }
+
+
+def _reason(limit: int, busy: int, user_limit: int, mine: int) -> str:
+    if busy >= limit:
+        runs = "run" if limit == 1 else "runs"
+        return f"the project's quota of {limit} active {runs} is in use ({busy} active)"
+    if user_limit and mine >= user_limit:
+        runs = "run" if user_limit == 1 else "runs"
+        return f"its creator's quota of {user_limit} active {runs} is in use"
+    return "next to start when the scheduler runs (every few seconds)"
+
+
 def queue_reason(run: Run) -> str | None:
     """Why a queued run has not started, in words; None when it is not queued."""
-    if run.status != S.QUEUED:
-        return None
-    limit = project_limit(run.project_id)
-    busy = Run.objects.filter(project_id=run.project_id, status__in=BUSY).count()
-    if busy >= limit:
-        return (
-            f"the project's quota of {limit} active run{'s' if limit != 1 else ''} is in use ({busy} active)"
-        )
-    user_limit = settings.FLYWHEEL_USER_MAX_ACTIVE_RUNS
-    if user_limit and run.created_by_id is not None:
-        mine = Run.objects.filter(created_by_id=run.created_by_id, status__in=BUSY).count()
-        if mine >= user_limit:
-            runs = "run" if user_limit == 1 else "runs"
-            return f"its creator's quota of {user_limit} active {runs} is in use"
-    return "next to start when the scheduler runs (every few seconds)"
+    return queue_reasons([run]).get(run.pk)
 
 
 def quota_set(*, project_id: int, max_active_runs: int | None) -> None:

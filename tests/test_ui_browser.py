@@ -350,7 +350,7 @@ def test_the_runs_table_sorts_filters_searches_and_compares_a_selection(owner, o
     names = page.locator("#runs tbody tr td:nth-child(2) > a")
     expect(names).to_have_text(["charlie", "bravo", "live"])  # newest first
     expect(page.locator(f"#runs tr[data-run='{live.pk}'] td.num")).to_have_text(
-        ["50 / 50", "0.200", "0.500", "—", "3.5"]
+        ["50 / 50", "0.200", "0.500", "—", "3.5", "—"]  # no usage recorded: no cost
     )
     page.get_by_role("link", name="Last reward").click()
     expect(names).to_have_text(["bravo", "live", "charlie"])  # highest first, no reward last
@@ -380,7 +380,7 @@ def test_the_project_page_shows_the_same_table(owner, open_as):
     live, bravo, charlie = three_runs(owner)
     page = open_as(owner, f"/projects/{live.project_id}/?sort=name")
     expect(page.locator("#runs tbody tr td:nth-child(2) > a")).to_have_text(["bravo", "charlie", "live"])
-    expect(page.locator("#runs thead th")).to_have_count(11)  # no project column on a project's page
+    expect(page.locator("#runs thead th")).to_have_count(12)  # no project column on a project's page
 
 
 # --- run page charts -----------------------------------------------------------------------------

@@ -312,7 +312,8 @@ class RunSerializer(serializers.ModelSerializer):
         return run.outcome_detail if run.outcome else None
 
     def get_queue_reason(self, run: Run) -> str | None:
-        return scheduling.queue_reason(run) if run.status == Run.Status.QUEUED else None
+        reasons = self.context.get("queue_reasons")
+        return reasons.get(run.pk) if reasons is not None else scheduling.queue_reason(run)
 
     def get_queue_position(self, run: Run) -> int | None:
         positions = self.context.get("queue_positions")

@@ -22,7 +22,7 @@ from core.views import ApiView
 from projects import selectors as project_selectors
 from projects.models import Project, TaskSetVersion
 from rewards.models import RewardRuleVersion
-from runs import checkpoint_exports, lifecycle, monitor_settings, monitors, outcomes, selectors
+from runs import checkpoint_exports, lifecycle, monitor_settings, monitors, outcomes, scheduling, selectors
 from runs.api import run_serializers as s
 from runs.lifecycle import RunRequest
 from runs.models import Run, Tier
@@ -95,7 +95,9 @@ class RunListView(ApiView):
         paginator = NewestFirstCursorPagination()
         page = paginator.paginate_queryset(runs, request, view=self)
         positions = selectors.queue_positions(project_ids=sorted({run.project_id for run in page}))
-        data = s.RunSerializer(page, many=True, context={"queue_positions": positions}).data
+        reasons = scheduling.queue_reasons(list(page))
+        context = {"queue_positions": positions, "queue_reasons": reasons}
+        data = s.RunSerializer(page, many=True, context=context).data
         return paginator.get_paginated_response(data)
 
     @extend_schema(
