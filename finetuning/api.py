@@ -226,6 +226,7 @@ def job_checkpoints(request: HttpRequest, job_id: str) -> HttpResponse:
 @openai_api("GET", "POST")
 def checkpoint_permissions(request: HttpRequest, checkpoint: str) -> HttpResponse:
     user = caller(request)
+    permissions.checkpoint_named(user=user, name=checkpoint)  # who may share it, before what is asked
     if request.method == "POST":
         body = _json_body(request)
         project_ids = body.get("project_ids") if isinstance(body, dict) else None
