@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -463,7 +462,3 @@ def queue_position(run: Run) -> int | None:
 
 def _schedule_after_commit() -> None:
     transaction.on_commit(lambda: tasks.runs_schedule.delay())
-
-
-def max_active_runs() -> int:
-    return settings.FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS

@@ -312,6 +312,7 @@ def hosts():
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(600)
+@pytest.mark.backend_independent
 def test_a_run_records_what_its_workers_did_pauses_at_its_budget_and_resumes_when_raised(tiny_model, hosts):
     setup = demo_project(tiny_model)
     setup["rule"] = reward_rule_create(

@@ -59,6 +59,7 @@ def toy_body(setup: dict, steps: int) -> dict:
     return body | {"method": "toy_reinforce", "hyperparameters": hyper | {"baseline": 0.25}}
 
 
+@pytest.mark.backend_independent
 def test_an_algorithm_registered_in_its_own_module_trains_through_the_real_workers(tiny_model, toy, hosts):
     setup = demo_project(tiny_model)
     steps = 2

@@ -214,11 +214,6 @@ def alert_deliveries_enqueue(
 ) -> list[WebhookDelivery]:
     """A `run.alert` delivery per active webhook of the run's project that wants alerts: the
     alert, its evidence, and what the run did about it (`paused`, or `none`)."""
-    webhooks = [
-        w
-        for w in Webhook.objects.filter(project_id=run.project_id, active=True)
-        if w.wants_event(WebhookDelivery.Type.RUN_ALERT)
-    ]
     data = {
         "run": run_payload(run),
         "alert": {
@@ -228,39 +223,26 @@ def alert_deliveries_enqueue(
         "action": alert.get("action", "alert"),
         "done": done,
     }
-    return [
-        _delivery_create(
-            webhook=webhook,
-            kind=WebhookDelivery.Type.RUN_ALERT,
-            data=data,
-            created_at=event.created_at,
-            run=run,
-            event=event,
-        )
-        for webhook in webhooks
-    ]
+    return _event_deliveries(run=run, event=event, kind=WebhookDelivery.Type.RUN_ALERT, data=data)
 
 
 @transaction.atomic
 def budget_deliveries_enqueue(*, run: Run, event: RunEvent, budget: dict[str, Any]) -> list[WebhookDelivery]:
     """A `run.budget` delivery per active webhook of the run's project that wants it: the run
     reached its budget (what it is, what was spent, at which step) and is pausing."""
-    webhooks = [
-        w
-        for w in Webhook.objects.filter(project_id=run.project_id, active=True)
-        if w.wants_event(WebhookDelivery.Type.RUN_BUDGET)
-    ]
     data = {"run": run_payload(run), "budget": budget, "message": event.message, "event": event.pk}
+    return _event_deliveries(run=run, event=event, kind=WebhookDelivery.Type.RUN_BUDGET, data=data)
+
+
+def _event_deliveries(*, run: Run, event: RunEvent, kind: str, data: dict[str, Any]) -> list[WebhookDelivery]:
+    """One delivery of `data` per active webhook of the run's project that wants events of `kind`."""
+    webhooks = Webhook.objects.filter(project_id=run.project_id, active=True)
     return [
         _delivery_create(
-            webhook=webhook,
-            kind=WebhookDelivery.Type.RUN_BUDGET,
-            data=data,
-            created_at=event.created_at,
-            run=run,
-            event=event,
+            webhook=webhook, kind=kind, data=data, created_at=event.created_at, run=run, event=event
         )
         for webhook in webhooks
+        if webhook.wants_event(kind)
     ]
 
 
