@@ -137,7 +137,7 @@ def test_a_status_change_sends_one_signed_delivery_per_matching_webhook(
         assert json.loads(request["body"]) == {
             "id": delivery.pk,
             "type": "run.status",
-            "created_at": event.created_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "created_at": event.created_at.isoformat(timespec="microseconds").replace("+00:00", "Z"),
             "data": {
                 "run": {
                     "id": run.pk,
@@ -357,7 +357,7 @@ def test_the_secret_is_shown_once_and_never_again(lab, receiver):
         "events": [],
         "active": True,
         "created_by": lab["owner"].pk,
-        "created_at": webhook.created_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "created_at": webhook.created_at.isoformat().replace("+00:00", "Z"),
     }
     services.webhook_ping(webhook=webhook)
     answers = [

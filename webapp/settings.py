@@ -426,7 +426,9 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
         "rest_framework.parsers.FormParser",
     ],
-    "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
+    # RFC 3339 from datetime.isoformat ("Z" for UTC): a strftime format would print year 116 as
+    # "116-..." (glibc does not pad %Y), which no client parses.
+    "DATETIME_FORMAT": "iso-8601",
 }
 
 SPECTACULAR_SETTINGS = {

@@ -159,7 +159,8 @@ def webhook_delete(*, webhook: Webhook) -> None:
 
 
 def _timestamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat pads every year to four digits, where strftime's %Y does not on glibc
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _delivery_create(
