@@ -10,19 +10,25 @@ hands in token ids, log-probs and top log-probs.
 """
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference.chat import messages_problems
+from inference.chat import MAX_MESSAGES, messages_problems
 from inference.settings import MAX_NEW_TOKENS, TierSettings
+from inference.tool_chat import CALL_OPEN, ToolCallError, tool_calls_parse
 
 MAX_CHOICES = 16
 MAX_TOP_LOGPROBS = 20
 MAX_PROMPTS = 64
 ROLES = ("system", "user", "assistant", "developer")  # developer: OpenAI's newer name for system
+TOOL_ROLES = (*ROLES, "tool")  # a conversation with tools also holds the tools' results
+MAX_TOOLS = 128
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for a function's name
+TOOL_CHOICES = ("auto", "none")
 ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -74,7 +80,9 @@ class ServeRequest:
     model: str
     chat: bool
     prompts: list[str | tuple[int, ...]] = field(default_factory=list)  # completions: text, or token ids
-    messages: list[dict[str, str]] = field(default_factory=list)  # chat: the conversation
+    messages: list[dict[str, Any]] = field(default_factory=list)  # chat: the conversation
+    tools: list[dict] = field(default_factory=list)  # chat: OpenAI function tools offered
+    tool_choice: str = "auto"  # "none": the tools are shown, the answer is never read as calls
     n: int = 1
     stream: bool = False
     include_usage: bool = False
@@ -84,6 +92,7 @@ class ServeRequest:
     overrides: dict[str, Any] = field(default_factory=dict)  # tier settings the request changes
     max_tokens: int | None = None
     tokens_as_ids: bool = False  # vLLM's return_tokens_as_token_ids: log-prob tokens as "token_id:<n>"
+    metadata: dict[str, str] = field(default_factory=dict)  # OpenAI's: up to 16 string pairs
 
     def settings(self, tier: TierSettings) -> TierSettings:
         """The tier's settings with the request's decoding values in place of its own."""
@@ -136,7 +145,6 @@ def _unsupported(body: dict) -> None:
     _check(body.get("suffix") is None, "suffix is not supported", "suffix")
     best_of = body.get("best_of")
     _check(best_of in (None, 1, body.get("n", 1)), "best_of is not supported", "best_of")
-    _check(body.get("tools") in (None, []), "tools are not supported", "tools")
     response_format = body.get("response_format")
     _check(
         response_format in (None, {"type": "text"}),
@@ -201,6 +209,143 @@ def _messages(body: dict) -> list[dict[str, str]]:
     return checked
 
 
+def _tools(body: dict) -> list[dict]:
+    """The `tools` of a chat request: OpenAI function objects, each name unique."""
+    tools = body.get("tools")
+    if tools in (None, []):
+        return []
+    _check(isinstance(tools, list), "tools must be a list of function tools", "tools")
+    _check(len(tools) <= MAX_TOOLS, f"at most {MAX_TOOLS} tools", "tools")
+    names: set[str] = set()
+    for index, tool in enumerate(tools):
+        where = f"tools[{index}]"
+        _check(
+            isinstance(tool, dict) and tool.get("type") == "function",
+            'type must be "function"',
+            f"{where}.type",
+        )
+        function = tool.get("function")
+        _check(isinstance(function, dict), "function must be an object", f"{where}.function")
+        name = function.get("name")
+        _check(
+            isinstance(name, str) and bool(TOOL_NAME.match(name)),
+            "name must be 1 to 64 letters, digits, underscores or dashes",
+            f"{where}.function.name",
+        )
+        _check(name not in names, f"two tools are named {name!r}", f"{where}.function.name")
+        names.add(name)
+        parameters = function.get("parameters", {})
+        _check(
+            isinstance(parameters, dict),
+            "parameters must be a JSON schema object",
+            f"{where}.function.parameters",
+        )
+        description = function.get("description", "")
+        _check(isinstance(description, str), "description must be a string", f"{where}.function.description")
+    return [
+        {"type": "function", "function": {k: v for k, v in tool["function"].items() if k != "strict"}}
+        for tool in tools
+    ]
+
+
+def _tool_choice(body: dict, tools: list[dict]) -> str:
+    choice = body.get("tool_choice")
+    if choice is None:
+        return "auto" if tools else "none"
+    _check(
+        choice in TOOL_CHOICES,
+        'tool_choice must be "auto" or "none": Flywheel does not constrain decoding to force a call '
+        "(the model decides; an answer that is not a valid call comes back as content)",
+        "tool_choice",
+    )
+    return choice
+
+
+def _arguments(value: Any, where: str) -> dict:
+    """A call's arguments as an object: OpenAI's wire shape is a JSON string."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError:
+            raise OpenAIError(
+                400, "arguments must be a JSON object (or its text)", where, "invalid_value"
+            ) from None
+    _check(isinstance(value, dict), "arguments must be a JSON object (or its text)", where)
+    return value
+
+
+def _assistant_calls(message: dict, where: str) -> list[dict]:
+    calls = message.get("tool_calls") or []
+    _check(isinstance(calls, list), "tool_calls must be a list", f"{where}.tool_calls")
+    checked = []
+    for index, call in enumerate(calls):
+        at = f"{where}.tool_calls[{index}]"
+        _check(isinstance(call, dict), "each tool call must be an object", at)
+        function = call.get("function")
+        _check(
+            isinstance(function, dict) and isinstance(function.get("name"), str),
+            "function.name is required",
+            f"{at}.function",
+        )
+        checked.append(
+            {
+                "id": str(call.get("id") or f"call_{index}"),
+                "type": "function",
+                "function": {
+                    "name": function["name"],
+                    "arguments": _arguments(function.get("arguments"), f"{at}.function.arguments"),
+                },
+            }
+        )
+    return checked
+
+
+def _tool_messages(body: dict) -> list[dict[str, Any]]:
+    """A conversation with tools, taken whole: an assistant's `tool_calls` (its content may then be
+    null) and each `tool` result, named after the call it answers."""
+    messages = body["messages"]
+    _check(len(messages) <= MAX_MESSAGES, f"at most {MAX_MESSAGES} messages", "messages")
+    checked: list[dict[str, Any]] = []
+    call_names: dict[str, str] = {}
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        _check(isinstance(message, dict), "each message must be an object", where)
+        role = message.get("role")
+        _check(role in TOOL_ROLES, f"role must be one of {', '.join(TOOL_ROLES)}", f"{where}.role")
+        calls = _assistant_calls(message, where) if role == "assistant" else []
+        content = message.get("content")
+        if content is None:
+            _check(
+                bool(calls),
+                "content may be null only in an assistant message with tool_calls",
+                f"{where}.content",
+            )
+            content = ""
+        one: dict[str, Any] = {
+            "role": "system" if role == "developer" else role,
+            "content": _content(content, f"{where}.content"),
+        }
+        if calls:
+            one["tool_calls"] = calls
+            call_names |= {call["id"]: call["function"]["name"] for call in calls}
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            _check(
+                isinstance(call_id, str) and bool(call_id),
+                "tool_call_id is required",
+                f"{where}.tool_call_id",
+            )
+            one["tool_call_id"] = call_id
+            one["name"] = message.get("name") or call_names.get(call_id, "")
+        checked.append(one)
+    _check(
+        checked[-1]["role"] in ("user", "tool"),
+        "must end with a user message or a tool result: the model writes the reply",
+        "messages",
+    )
+    return checked
+
+
 def request_parse(body: Any, *, chat: bool) -> ServeRequest:
     """Check a completions (or chat completions) body; OpenAIError names the parameter at fault."""
     _check(isinstance(body, dict), "the body must be a JSON object", None)
@@ -209,7 +354,14 @@ def request_parse(body: Any, *, chat: bool) -> ServeRequest:
     _unsupported(body)
     request = ServeRequest(model=model, chat=chat)
     if chat:
-        request.messages = _messages(body)
+        request.tools = _tools(body)
+        request.tool_choice = _tool_choice(body, request.tools)
+        messages = body.get("messages")
+        _check(isinstance(messages, list) and bool(messages), "messages must be a non-empty list", "messages")
+        with_tools = request.tools or any(
+            isinstance(m, dict) and (m.get("role") == "tool" or m.get("tool_calls")) for m in messages
+        )
+        request.messages = _tool_messages(body) if with_tools else _messages(body)
         request.logprobs = bool(body.get("logprobs"))
         request.top_logprobs = _integer(body, "top_logprobs", 0, MAX_TOP_LOGPROBS) or 0
         _check(
@@ -225,6 +377,18 @@ def request_parse(body: Any, *, chat: bool) -> ServeRequest:
         request.logprobs, request.top_logprobs = top is not None, top or 0
         request.max_tokens = _integer(body, "max_tokens", 1, MAX_NEW_TOKENS)
     request.n = _integer(body, "n", 1, MAX_CHOICES) or 1
+    metadata = body.get("metadata") or {}
+    _check(
+        isinstance(metadata, dict)
+        and len(metadata) <= 16
+        and all(
+            isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
+            for k, v in metadata.items()
+        ),
+        "metadata must be an object of at most 16 string values (keys up to 64 characters, values up to 512)",
+        "metadata",
+    )
+    request.metadata = metadata
     request.seed = _integer(body, "seed", -(2**63), 2**64 - 1)
     request.stream = bool(body.get("stream"))
     request.tokens_as_ids = bool(body.get("return_tokens_as_token_ids"))
@@ -289,6 +453,47 @@ def completion_id(chat: bool) -> str:
     return ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
 
 
+@dataclass
+class Reply:
+    """What a chat answer says: its content and the tool calls read from it."""
+
+    content: str | None
+    tool_calls: list[dict]
+
+
+def reply_read(request: ServeRequest, text: str) -> Reply:
+    """The completion as an assistant message: with tools offered (and tool_choice not "none"), its
+    `<tool_call>` blocks become OpenAI `tool_calls` (arguments as JSON text), the text before them
+    the content. An answer whose calls are invalid (bad JSON, an unknown tool, arguments the schema
+    refuses) comes back whole as content, as vLLM's tool parsers do: the agent sees what the model
+    wrote, and nothing is run on its behalf.
+
+    >>> tool = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
+    >>> request = ServeRequest(model="m", chat=True, tools=[tool])
+    >>> reply = reply_read(request, 'Sure. <tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')
+    >>> reply.content, reply.tool_calls[0]["function"]
+    ('Sure.', {'name': 'add', 'arguments': '{"a": 1}'})
+    >>> reply_read(request, '<tool_call>{"name": "mul"}</tool_call>').tool_calls
+    []
+    """
+    if not request.tools or request.tool_choice == "none" or CALL_OPEN not in text:
+        return Reply(text, [])
+    try:
+        calls = tool_calls_parse(text, request.tools)
+    except ToolCallError:
+        return Reply(text, [])
+    content = text[: text.index(CALL_OPEN)].strip()
+    tool_calls = [
+        {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)},
+        }
+        for call in calls
+    ]
+    return Reply(content or None, tool_calls)
+
+
 def choice_body(
     request: ServeRequest, index: int, text: str, tokens: list[Token], finish: str | None, text_of: TokenText
 ) -> dict[str, Any]:
@@ -296,11 +501,17 @@ def choice_body(
     if request.logprobs:
         logprobs = (logprobs_chat if request.chat else logprobs_completion)(tokens, text_of)
     if request.chat:
+        reply = reply_read(request, text)
         return {
             "index": index,
-            "message": {"role": "assistant", "content": text, "refusal": None, "tool_calls": []},
+            "message": {
+                "role": "assistant",
+                "content": reply.content,
+                "refusal": None,
+                "tool_calls": reply.tool_calls,
+            },
             "logprobs": logprobs,
-            "finish_reason": finish,
+            "finish_reason": "tool_calls" if reply.tool_calls else finish,
         }
     return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
 
@@ -432,6 +643,31 @@ def chunk_body(
         "choices": [choice],
         "system_fingerprint": None,
     }
+
+
+def reply_chunks(
+    request: ServeRequest,
+    ident: str,
+    created: int,
+    index: int,
+    text: str,
+    finish: str | None,
+    text_of: TokenText,
+) -> list[dict[str, Any]]:
+    """A choice of a streamed request with tools, sent once it is whole (its calls can only be read
+    then): its content, then its tool calls with their finish reason."""
+    reply = reply_read(request, text)
+    chunks = []
+    if reply.content:
+        chunks.append(chunk_body(request, ident, created, index, reply.content, [], None, text_of))
+    last = chunk_body(
+        request, ident, created, index, "", [], "tool_calls" if reply.tool_calls else finish, text_of
+    )
+    if reply.tool_calls:
+        last["choices"][0]["delta"]["tool_calls"] = [
+            {"index": position, **call} for position, call in enumerate(reply.tool_calls)
+        ]
+    return [*chunks, last]
 
 
 def usage_chunk(request: ServeRequest, ident: str, created: int, usage: dict[str, int]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from inference.decoding import TierError, TierModel, decode, tier_load
 from inference.generation import Completion
 from inference.openai_protocol import OpenAIError, ServeRequest, Token
 from inference.settings import TierSettings
+from inference.tool_chat import chat_render as tool_chat_render
 
 # What changes the loaded model; decoding settings do not.
 LOAD_FIELDS = ("base_model", "device", "precision", "speculation", "draft_model", "speculative_tokens")
@@ -74,6 +75,18 @@ def chat_prompt(tier: TierModel, messages: list[dict[str, str]]) -> str:
     return chat_render(tier.tokenizer, messages, chat=tier.settings.chat)
 
 
+def _chat_text(tier: TierModel, request: ServeRequest) -> str:
+    """A chat request's prompt; a conversation with tools (offered, called or answered) renders as
+    Flywheel's own agents' turns do (inference/tool_chat.py), so a policy trained on either reads
+    the same text."""
+    with_tools = request.tools or any(
+        message["role"] == "tool" or message.get("tool_calls") for message in request.messages
+    )
+    if not with_tools:
+        return chat_prompt(tier, request.messages)
+    return tool_chat_render(tier.tokenizer if tier.settings.chat else None, request.messages, request.tools)
+
+
 @dataclass
 class Prepared:
     """A request ready to generate: the prompt of every row (each prompt n times), the settings,
@@ -99,7 +112,7 @@ def serve_prepare(
             "model",
             "invalid_value",
         )
-    texts = [chat_prompt(tier, request.messages)] if request.chat else request.prompts
+    texts = [_chat_text(tier, request)] if request.chat else request.prompts
     settings = request.settings(tier_settings)
     vocabulary = len(tier.tokenizer)
     counts = []

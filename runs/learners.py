@@ -37,6 +37,9 @@ class Algorithm:
     params: Mapping[str, Param] = field(default_factory=dict)  # besides runs.hyperparameters.COMMON
     online: bool = True  # learns from groups the run samples (rollout workers); else from examples
     distributed: bool = False  # may run on several learner processes (accelerate launch, DDP)
+    # Who plays an online algorithm's episodes: Flywheel's rollout workers, or "external" agents
+    # that take them from the run's episodes endpoint and call its policy on /v1 (episodes/).
+    rollouts: str = "workers"
     data_check: DataCheck | None = None
 
 

@@ -183,11 +183,38 @@ def _parse(request: HttpRequest, chat: bool) -> protocol.ServeRequest:
     return protocol.request_parse(body, chat=chat)
 
 
+EPISODE_HEADER = "X-Flywheel-Episode"
+
+
+def _turn_keeper(
+    request: HttpRequest,
+    user: AbstractBaseUser,
+    model: served_models.ServedModel,
+    serve: protocol.ServeRequest,
+) -> Callable[..., None] | None:
+    """What keeps this request's turn for an external agent's episode, named by the
+    X-Flywheel-Episode header or `metadata.episode_id`; None when the request names none."""
+    episode = request.headers.get(EPISODE_HEADER) or serve.metadata.get("episode_id")
+    if not episode:
+        return None
+    for keeper_for in served_models.TURN_KEEPERS:
+        if (keeper := keeper_for(user=user, model=model, episode=episode, n=serve.n)) is not None:
+            return keeper
+    raise OpenAIError(
+        400,
+        f"episode {episode[:80]!r} is not an episode of `{model.id}`: an episode is played on its run's "
+        "model, run-<id>, as POST /api/v1/runs/<id>/episodes handed it out",
+        "metadata.episode_id",
+        "invalid_value",
+    )
+
+
 async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
     _method(request, "POST")
     user = await sync_to_async(caller)(request)
     serve_request = _parse(request, chat)
     model = await sync_to_async(_model_for)(user, serve_request.model, fetch=True)
+    keeper = await sync_to_async(_turn_keeper)(request, user, model, serve_request)
     prepared = await asyncio.to_thread(_prepare, model, serve_request)
     logger.info(
         "serving %s for user %s: %d row(s)%s",
@@ -197,23 +224,63 @@ async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
         f", adapter {model.root}" if model.kind == "adapter" else "",
     )
     if serve_request.stream:
-        response = StreamingHttpResponse(_events(prepared, serve_request), content_type="text/event-stream")
+        events = (_events_whole if serve_request.tools else _events)(prepared, serve_request, keeper)
+        response = StreamingHttpResponse(events, content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # a proxy in front must not hold the events back
         return response
-    return StreamingHttpResponse(_whole_body(prepared, serve_request), content_type="application/json")
+    return StreamingHttpResponse(
+        _whole_body(prepared, serve_request, keeper), content_type="application/json"
+    )
 
 
-async def _whole_body(prepared, request: protocol.ServeRequest) -> AsyncIterator[bytes]:
+async def _whole_body(prepared, request: protocol.ServeRequest, keeper=None) -> AsyncIterator[bytes]:
     """The whole answer as one JSON body, generated while the body is sent. The middleware chain is
     synchronous, so a view holds its process's one sync thread (which every request of the process
     passes through) until it returns; generating here, after it returned, does not."""
     try:
-        body = await asyncio.to_thread(_whole, prepared, request)
+        body, completions = await asyncio.to_thread(_whole, prepared, request)
+        await _keep(keeper, prepared, completions, body)
     except Exception:  # noqa: BLE001 - the status is sent; the body says what happened
         logger.exception("generation failed")
         body = protocol.error_body(500, "generation failed; it has been logged")
     yield json.dumps(body).encode()
+
+
+async def _keep(keeper, prepared, completions: list, body: dict) -> None:
+    """Hand an episode's turn to its keeper, before the agent reads the answer (so the outcome it
+    reports next always finds the turn recorded)."""
+    if keeper is not None:
+        message = body["choices"][0].get("message") or {}
+        await sync_to_async(keeper)(prompt=prepared.prompts[0], completion=completions[0], reply=message)
+
+
+async def _events_whole(prepared, request: protocol.ServeRequest, keeper=None) -> AsyncIterator[str]:
+    """A streamed request with tools: its calls can only be read from the whole answer, so each
+    choice is sent once it is whole (its content, then its tool calls), then usage and [DONE]."""
+    from inference.serving import token_text
+
+    try:
+        body, completions = await asyncio.to_thread(_whole, prepared, request)
+        await _keep(keeper, prepared, completions, body)
+    except Exception as exc:  # noqa: BLE001 - reported in the stream, as vLLM does
+        logger.exception("streaming generation failed")
+        yield protocol.sse(protocol.error_body(500, f"generation failed: {exc}"))
+        yield protocol.DONE
+        return
+    ident, created = body["id"], body["created"]
+    text_of = token_text(prepared.served.tier, request.tokens_as_ids)
+    for index, completion in enumerate(completions):
+        yield protocol.sse(
+            protocol.chunk_body(request, ident, created, index, "", [], None, text_of, first=True)
+        )
+        for chunk in protocol.reply_chunks(
+            request, ident, created, index, completion.text, completion.finish_reason, text_of
+        ):
+            yield protocol.sse(chunk)
+    if request.include_usage:
+        yield protocol.sse(protocol.usage_chunk(request, ident, created, body["usage"]))
+    yield protocol.DONE
 
 
 def _prepare(model: served_models.ServedModel, request: protocol.ServeRequest):
@@ -238,7 +305,7 @@ def _streams(prepared, request: protocol.ServeRequest) -> list[protocol.ChoiceSt
     return [protocol.ChoiceStream(decode, tuple(prepared.settings.stop)) for _ in prepared.prompts]
 
 
-def _whole(prepared, request: protocol.ServeRequest) -> dict:
+def _whole(prepared, request: protocol.ServeRequest) -> tuple[dict, list]:
     from inference.serving import serve_generate, token_text
 
     streams = _streams(prepared, request)
@@ -253,10 +320,10 @@ def _whole(prepared, request: protocol.ServeRequest) -> dict:
         )
     generated = sum(len(completion.token_ids) for completion in completions)
     usage = protocol.usage_body(prepared.prompt_tokens, generated)
-    return protocol.response_body(request, protocol.completion_id(request.chat), choices, usage)
+    return protocol.response_body(request, protocol.completion_id(request.chat), choices, usage), completions
 
 
-async def _events(prepared, request: protocol.ServeRequest) -> AsyncIterator[str]:
+async def _events(prepared, request: protocol.ServeRequest, keeper=None) -> AsyncIterator[str]:
     """The stream: each choice's text as it is released, then its finish reason, [DONE] last."""
     from inference.serving import serve_generate, token_text
 
@@ -301,6 +368,9 @@ async def _events(prepared, request: protocol.ServeRequest) -> AsyncIterator[str
             if kind == "error":
                 yield protocol.sse(protocol.error_body(500, f"generation failed: {value}"))
                 break
+            if keeper is not None:
+                message = {"role": "assistant", "content": value[0].text, "tool_calls": []}
+                await sync_to_async(keeper)(prompt=prepared.prompts[0], completion=value[0], reply=message)
             for index, (stream, completion) in enumerate(zip(streams, value, strict=True)):
                 text, tokens = stream.finish(completion.text)
                 yield chunk(index, text, tokens, completion.finish_reason)

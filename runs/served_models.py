@@ -38,6 +38,13 @@ MODEL_RESOLVERS: list[Callable[..., "ServedModel | None"]] = []
 MODEL_LISTERS: list[Callable[..., list["ServedModel"]]] = []
 
 
+# Turn keepers, registered by apps above runs (episodes: an external agent's episode): each
+# (user=, model=, episode=, n=) -> a function that keeps the decoded turn (prompt text, Completion,
+# the assistant message answered), or None when the episode is not its own; it raises OpenAIError
+# when the episode cannot take a turn.
+TURN_KEEPERS: list[Callable[..., Callable[..., None] | None]] = []
+
+
 class UnknownModelError(LookupError):
     """No model by that id that the caller may use."""
 
@@ -63,6 +70,7 @@ class ServedModel:
     adapter: Path | None = None  # a loaded adapter's local folder (fetched), generated with on `source`
     root: str | None = None  # vLLM's card fields for an adapter: what was loaded, and onto which model
     parent: str | None = None
+    policy_version: int | None = None  # a run's policy served as `run-<id>`: the version that answers
 
     def card(self) -> dict[str, Any]:
         """The model object of /v1/models, with Flywheel's own facts beside OpenAI's fields."""

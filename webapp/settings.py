@@ -105,6 +105,7 @@ INSTALLED_APPS = [
     "evaluations",
     "finetuning",
     "costs",
+    "episodes",
     "workers",
 ]
 

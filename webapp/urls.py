@@ -33,6 +33,7 @@ urlpatterns = [
     path("v1/", include("finetuning.urls")),  # OpenAI's fine-tuning API, before the catch-all below
     path("api/v1/", include("ops.api_urls")),
     path("api/v1/", include("costs.api_urls")),
+    path("api/v1/", include("episodes.api_urls")),
     path("otlp/", include("traces.otlp_urls")),  # OTLP/HTTP: its own contract, not in the schema
     path("v1/", include("runs.openai_urls")),  # OpenAI-compatible: its own contract, not in the schema
     path("", include("rewards.urls")),

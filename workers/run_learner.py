@@ -41,6 +41,7 @@ from core.exceptions import StateError
 from costs import selectors as cost_selectors
 from costs import services as costs
 from costs.services import usage_record
+from episodes import services as episode_services
 from evaluations import services as suites
 from evaluations import tasks as suite_tasks
 from inference.generation import Completion
@@ -429,10 +430,23 @@ def status_check(run: Run) -> None:
 
 
 def _cancel_pending(run: Run) -> None:
-    """Work nobody started is not needed any more; work in progress finishes for the record."""
-    RolloutBatch.objects.filter(run=run, status=RolloutBatch.Status.PENDING).update(
-        status=RolloutBatch.Status.CANCELLED
+    """Work nobody started is not needed any more; work in progress finishes for the record. An
+    external agent's episode cannot finish for the record (nobody learns from it), so the batches
+    agents play are cancelled too, and their open episodes with them."""
+    ended = (
+        (RolloutBatch.Status.PENDING, RolloutBatch.Status.RUNNING)
+        if external(run)
+        else (RolloutBatch.Status.PENDING,)
     )
+    batches = RolloutBatch.objects.filter(run=run, status__in=ended)
+    ids = list(batches.values_list("pk", flat=True))
+    batches.update(status=RolloutBatch.Status.CANCELLED)
+    episode_services.episodes_cancel(batches=ids)
+
+
+def external(run: Run) -> bool:
+    """Whether agents outside Flywheel play the run's episodes (episodes/), not rollout workers."""
+    return algorithm_get(run.method).rollouts == "external"
 
 
 def stop_at(run: Run, learner, config: GRPOConfig, step: int, why: str) -> None:
@@ -475,6 +489,7 @@ def rollback_to(run: Run, step: int) -> None:
     # batch (workers/run_rollout.py `_store`), so whichever of the two comes second cancels them.
     stale_batches.update(status=RolloutBatch.Status.CANCELLED)
     Trajectory.objects.filter(run=run, batch__in=stale_batches).update(outcome=Trajectory.Outcome.CANCELLED)
+    episode_services.episodes_cancel(batches=stale_batches)
     # What the rolled-back steps measured describes weights that no longer exist.
     MetricPoint.objects.filter(run=run, step__gt=step).delete()
     Checkpoint.objects.filter(run=run, step__gt=step).delete()
@@ -532,6 +547,8 @@ def dispatch(run: Run, step: int, config: GRPOConfig, items: list[dict]) -> None
                     deadline_at=deadline,
                 ).pk
             )
+    if external(run):
+        return  # agents take the new batches' episodes from the run's episodes endpoint
     for batch_id in created:
         _enqueue_rollout(batch_id)
 
@@ -568,7 +585,10 @@ def wait_for_step(run: Run, step: int, config: GRPOConfig) -> tuple[list[Episode
         all_done = statuses and all(status in ended for status in statuses)
         deadline = batches.aggregate(latest=Max("deadline_at"))["latest"]
         past_deadline = groups and deadline and timezone.now() > deadline
-        if all_done or (past_deadline and _only_live_stragglers(batches)):
+        # An external agent's episode has no lease to watch: its step waits for every slot (a
+        # timed-out episode's slot is played again), never closing on a made-up reward.
+        stragglers_only = not external(run) and past_deadline and _only_live_stragglers(batches)
+        if all_done or stragglers_only:
             chosen = [row for group in groups for row in group]
             if not all_done:
                 late = len(statuses) - sum(status in ended for status in statuses)
@@ -581,7 +601,10 @@ def wait_for_step(run: Run, step: int, config: GRPOConfig) -> tuple[list[Episode
                 )
             return _episodes(chosen), chosen
         if time.monotonic() - checked_at > _check_every():
-            _resend_stuck(batches)
+            if external(run):  # an agent that went quiet: its slot goes to the next one who asks
+                episode_services.episodes_expire(run=run)
+            else:
+                _resend_stuck(batches)
             checked_at = time.monotonic()
         time.sleep(POLL_SECONDS)
 

@@ -24,6 +24,8 @@ from django.utils import timezone
 
 from core import events
 from core.leases import lease_kept
+from episodes import services as episode_services
+from episodes.models import Episode
 from inference.adapters import is_adapter
 from inference.chat import item_prompt
 from inference.decoding import TierError, TierModel, decode, tier_adapter_serve, tier_prepare
@@ -467,6 +469,22 @@ def grade(
             pairs.append(({k: v for k, v in item.items() if k != "pk"}, Sample(output_text=text)))
     results = score_batch(spec, pairs, judge=judge, reward_models=reward_models)
     return [results[unique[(item["id"], text)]] for item, text in zip(items, texts, strict=True)]
+
+
+def episode_grade(episode_id: int) -> None:
+    """An external episode's final answer, graded by its run's reward rule, then stored."""
+    episode = Episode.objects.select_related("run__reward_rule_version").get(pk=episode_id)
+    if episode.status != Episode.Status.SCORING:
+        return
+    run = episode.run
+    result = grade(run.reward_rule_version.spec, item_dicts([episode.item_id]), [episode.final])[0]
+    episode_services.episode_scored(
+        episode_id=episode.pk,
+        reward=None if result.errored else result.total,
+        components=storable(result.components),
+        errors=storable([vars(error) for error in result.errors]),
+        flags=storable([vars(flag) for flag in result.flags]),
+    )
 
 
 def _generator(run: Run, batch: RolloutBatch):

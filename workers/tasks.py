@@ -13,6 +13,15 @@ def rollout_batch(batch_id: int) -> None:
     rollout_batch_run(batch_id)
 
 
+@shared_task(name="workers.rollout.episode_score", acks_late=True, ignore_result=True)
+def episode_score(episode_id: int) -> None:
+    """Score an external agent's final answer with its run's reward rule (on a rollout worker,
+    where sandboxes are) and store the episode."""
+    from workers.run_rollout import episode_grade
+
+    episode_grade(episode_id)
+
+
 @shared_task(name="workers.eval.policy", acks_late=True, ignore_result=True)
 def eval_policy(run_id: int, version: int) -> None:
     from workers.run_eval import policy_evaluate

@@ -36,3 +36,18 @@ GRPO = algorithm_register(
         distributed=True,
     )
 )
+
+EXTERNAL_ROLLOUTS = algorithm_register(
+    Algorithm(
+        name="external_rollouts",
+        label="GRPO on external agents",
+        summary="GRPO on episodes that agents outside Flywheel play against the run's policy on "
+        "/v1/chat/completions (model run-<id>), taking tasks from the run's episodes endpoint and "
+        "reporting each outcome",
+        learner="workers.learners.grpo",
+        params=GRPO_PARAMS,
+        online=True,
+        distributed=True,
+        rollouts="external",
+    )
+)

@@ -1,0 +1,62 @@
+"""Reads: a run's policy as a served model (`run-<id>`), episodes as their caller may see them."""
+
+import re
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Count, QuerySet
+
+from core.artifacts import artifact_exists
+from core.roles import Permission
+from episodes.models import Episode
+from projects import selectors as project_selectors
+from runs import selectors as run_selectors
+from runs.models import Run
+from runs.run_store import policy_dir, policy_prefix
+from runs.served_models import ServedModel
+
+RUN_POLICY_ID = re.compile(r"^run-(\d{1,18})$")
+
+
+def run_policy_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool = False) -> ServedModel | None:
+    """`run-<id>`: the run's newest published policy version, for a caller who may view the run. An
+    agent playing the run's episodes calls this name; each request is answered by the version
+    published when it arrives (recorded with the turn)."""
+    match = RUN_POLICY_ID.match(model_id)
+    if match is None:
+        return None
+    run = Run.objects.select_related("project").filter(pk=int(match[1])).first()
+    if run is None or not run_selectors.role_allows(
+        project_selectors.role_of(user=user, project_id=run.project_id), Permission.VIEW
+    ):
+        return None
+    version = run.policy_version
+    if not artifact_exists(policy_prefix(run.pk, version)):
+        return None  # nothing published yet: the learner is still starting
+    return ServedModel(
+        id=model_id,
+        name=f"{run.name} (newest policy, v{version})",
+        kind="policy",
+        project_id=run.project_id,
+        project=run.project.name,
+        created=int(run.created_at.timestamp()),
+        source=policy_dir(run.pk, version) if fetch else None,
+        config=dict(run.tier_config),
+        policy_version=version,
+    )
+
+
+def episodes_of(*, run: Run, status: str | None = None) -> QuerySet[Episode]:
+    episodes = Episode.objects.filter(run=run).select_related("item")
+    return episodes.filter(status=status) if status else episodes
+
+
+def episode_counts(*, run: Run) -> dict[str, int]:
+    """How many of the run's episodes are in each state (every state named, zeros included)."""
+    counted = dict(Episode.objects.filter(run=run).values_list("status").annotate(n=Count("pk")))
+    return {status: counted.get(status, 0) for status in Episode.Status.values}
+
+
+def episode_for(*, user: AbstractBaseUser, run: Run, key: str) -> Episode:
+    """The run's episode by its key (Episode.DoesNotExist otherwise); the caller already holds the
+    run through its role."""
+    return Episode.objects.select_related("run", "item", "batch").get(run=run, key=key)
