@@ -454,6 +454,9 @@ def run_of(w):
     return w["run"]
 
 
+NO_EPISODE = "00000000-0000-0000-0000-000000000000"
+
+
 def run_id(w):
     return {"id": run_of(w).pk}
 
@@ -900,6 +903,17 @@ OPS_CASES = [
 
 COST_CASES = [
     Case("api-run-cost", "get", "view", run_id),
+    Case("api-run-episodes", "get", "view", run_id),
+    Case("api-run-episodes", "post", "edit", run_id),
+    Case("api-run-episode-counts", "get", "view", run_id),
+    Case("api-run-episode", "get", "view", lambda w: run_id(w) | {"key": NO_EPISODE}),
+    Case(
+        "api-run-episode-outcome",
+        "post",
+        "edit",
+        lambda w: run_id(w) | {"key": NO_EPISODE},
+        body=lambda w: {"reward": 1.0},
+    ),
     Case("api-run-budget", "patch", "manage", run_id, body=lambda w: {"budget_money": "5"}),
     Case("api-project-costs", "get", "view", project),
     Case("api-project-budget", "get", "view", project),

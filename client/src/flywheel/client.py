@@ -18,6 +18,7 @@ from flywheel.errors import ConfigurationError
 from flywheel.resources import (
     Checkpoints,
     Costs,
+    Episodes,
     EvalSuites,
     Me,
     Ops,
@@ -54,6 +55,7 @@ RESOURCES = {
     "eval_suites": EvalSuites,
     "ops": Ops,
     "costs": Costs,
+    "episodes": Episodes,
 }
 TRACE_FIELDS = {
     "prompt",
@@ -90,6 +92,7 @@ class _Resources:
     eval_suites: EvalSuites
     ops: Ops
     costs: Costs
+    episodes: Episodes
 
     def _attach_resources(self, transport: Transport | AsyncTransport) -> None:
         for name, resource in RESOURCES.items():

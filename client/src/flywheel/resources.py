@@ -931,6 +931,48 @@ class Ops(Resource):
         return self._get("/api/v1/ops/overview")
 
 
+class Episodes(Resource):
+    """Episodes of a run of `external_rollouts`, played by your own agent: `start` hands out a task
+    and an episode id; the agent calls the run's policy on /v1/chat/completions as model
+    `run-<id>` with the id in the `X-Flywheel-Episode` header (or `metadata={"episode_id": id}`),
+    then `report`s the outcome once. `start` raises ConflictError while every episode of the open
+    batches is being played: ask again shortly."""
+
+    @endpoint("POST", "/runs/{id}/episodes")
+    def start(self, run: int) -> Record:
+        return self._post(f"/api/v1/runs/{run}/episodes")
+
+    @endpoint("GET", "/runs/{id}/episodes")
+    def list(self, run: int, *, status: str | None = None, limit: int | None = None) -> Iterator[Record]:
+        return self._list(f"/api/v1/runs/{run}/episodes", status=status, limit=limit)
+
+    @endpoint("GET", "/runs/{id}/episodes/{key}")
+    def get(self, run: int, episode: str) -> Record:
+        return self._get(f"/api/v1/runs/{run}/episodes/{episode}")
+
+    @endpoint("GET", "/runs/{id}/episodes/counts")
+    def counts(self, run: int) -> Record:
+        """How many of the run's episodes are open, scoring, reported, timed out and cancelled."""
+        return self._get(f"/api/v1/runs/{run}/episodes/counts")
+
+    @endpoint("POST", "/runs/{id}/episodes/{key}/outcome")
+    def report(
+        self,
+        run: int,
+        episode: str,
+        *,
+        reward: float | None = None,
+        components: dict[str, float] | None = None,
+        final: str | None = None,
+    ) -> Record:
+        """End the episode with its `reward` (and per-component rewards), or with its `final`
+        answer for the run's reward rule to score. Once: a second report raises ConflictError."""
+        return self._post(
+            f"/api/v1/runs/{run}/episodes/{episode}/outcome",
+            _body(reward=reward, components=components, final=final),
+        )
+
+
 class Costs(Resource):
     """What runs use and cost: units (device-seconds, CPU-seconds, tokens, storage) and money at
     the operator's prices, by kind and by step; budgets that pause a run or refuse a launch."""
