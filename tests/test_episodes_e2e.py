@@ -4,6 +4,9 @@ live web server, real Celery workers, a real learner process and a sandbox (a fi
 by the run's rule). An agent that dies is dropped and its slot played again; a second report is
 refused; the learner learns on exactly the tokens the endpoint sampled."""
 
+import importlib.util
+from pathlib import Path
+
 import openai
 import pytest
 
@@ -18,6 +21,7 @@ from tests.web_server import WebServer
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.backend_independent]
 __all__ = ["tiny_model"]
 
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "external_agent.py"
 TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
 STEPS, ITEMS, GROUP = 2, 2, 2
 
@@ -33,7 +37,7 @@ def stack(tmp_path):
             yield server
 
 
-def play(model: openai.OpenAI, run: int, episode: dict) -> str:
+def play(model: openai.OpenAI, run: int, episode: dict) -> None:
     """Two turns: the question with a tool offered, then the agent's own call and its result."""
     messages = [{"role": "user", "content": "2+3"}]
     first = model.chat.completions.create(
@@ -53,7 +57,15 @@ def play(model: openai.OpenAI, run: int, episode: dict) -> str:
     second = model.chat.completions.create(
         model=f"run-{run}", messages=history, max_tokens=3, metadata={"episode_id": episode["id"]}
     )
-    return second.choices[0].message.content or ""
+    assert second.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+def example_agent():
+    """The README's example agent (examples/external_agent.py), as a module."""
+    spec = importlib.util.spec_from_file_location("external_agent", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.timeout(600)
@@ -95,12 +107,14 @@ def test_an_agent_of_your_own_trains_a_run_through_the_run_bound_endpoint(stack,
                 extra_headers={"X-Flywheel-Episode": episode["id"]},
             )
             continue
-        text = play(model, run, episode)
-        played += 1
-        if scored_by_rule is None:
+        if scored_by_rule is None:  # the example agent's way: its final answer, scored by the rule
             scored_by_rule = episode["id"]
-            flywheel.episodes.report(run, episode["id"], final=text)
+            final = example_agent().play_episode(model, episode, max_turns=2, max_tokens=3)
+            flywheel.episodes.report(run, episode["id"], final=final)
+            played += 1
             continue
+        play(model, run, episode)
+        played += 1
         reward = float(episode["group"]["sample_index"] == 0)  # a rubric of its own that splits each group
         flywheel.episodes.report(run, episode["id"], reward=reward, components={"parity": reward})
         if twice is None:
@@ -118,7 +132,8 @@ def test_an_agent_of_your_own_trains_a_run_through_the_run_bound_endpoint(stack,
         expected = sum(GROUP for rewards in groups.values() if len(rewards) > 1)
         learned = stored.filter(learned_in_step=step)
         assert len(groups) == ITEMS and expected >= GROUP and learned.count() == expected
-        assert set(learned.values_list("step_count", flat=True)) == {2}
+        two_turns = learned.exclude(external_episode__key=scored_by_rule)
+        assert set(two_turns.values_list("step_count", flat=True)) == {2}
     # The dead agent's episode: timed out, counted, never stored or learned; its slot was replayed.
     dead = Episode.objects.get(key=abandoned)
     assert (dead.status, dead.trajectory_id) == ("timed_out", None)
