@@ -353,3 +353,20 @@ def test_each_turn_is_kept_token_for_token_and_learned_on_the_sampled_tokens(tin
     ]
     assert [turn.logprobs for turn in learned.turns] == [one["logprobs"], two["logprobs"]]
     assert not math.isnan(sum(one["logprobs"]))
+
+
+@pytest.mark.django_db
+def test_the_run_page_shows_the_model_agents_call_and_the_episodes_by_state(tiny_model, client):  # noqa: F811
+    lab = external_run(tiny_model)
+    run = lab["run"]
+    lab["client"].post(f"/api/v1/runs/{run.pk}/episodes")
+    client.force_login(lab["owner"])
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert f"<code>run-{run.pk}</code>" in page
+    assert (
+        '<div class="stat" data-state="open"><span class="stat-label">Open</span><span class="stat-value">1</span>'
+        in page
+    )
+    assert client.get("/docs/guides/agents/").status_code == 200
+    Run.objects.filter(pk=run.pk).update(method="grpo")
+    assert 'id="run-episodes"' not in client.get(f"/runs/{run.pk}/").content.decode()
