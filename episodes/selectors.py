@@ -10,6 +10,7 @@ from core.roles import Permission
 from episodes.models import Episode
 from projects import selectors as project_selectors
 from runs import selectors as run_selectors
+from runs.learners import algorithm_get, algorithm_names
 from runs.models import Run
 from runs.run_store import policy_dir, policy_prefix
 from runs.served_models import ServedModel
@@ -43,6 +44,30 @@ def run_policy_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool =
         config=dict(run.tier_config),
         policy_version=version,
     )
+
+
+def run_policy_models_for(*, user: AbstractBaseUser) -> list[ServedModel]:
+    """`run-<id>` of every running external_rollouts run the caller may view (listed in /v1/models,
+    which some agent frameworks read before they call a model)."""
+    runs = Run.objects.filter(
+        project_id__in=project_selectors.visible_project_ids(user=user),
+        status=Run.Status.RUNNING,
+        method__in=[name for name in algorithm_names() if algorithm_get(name).rollouts == "external"],
+    ).select_related("project")
+    return [
+        ServedModel(
+            id=f"run-{run.pk}",
+            name=f"{run.name} (newest policy, v{run.policy_version})",
+            kind="policy",
+            project_id=run.project_id,
+            project=run.project.name,
+            created=int(run.created_at.timestamp()),
+            source=None,
+            config=dict(run.tier_config),
+            policy_version=run.policy_version,
+        )
+        for run in runs.order_by("-created_at", "-pk")
+    ]
 
 
 def episodes_of(*, run: Run, status: str | None = None) -> QuerySet[Episode]:

@@ -293,6 +293,10 @@ def test_each_turn_is_kept_token_for_token_and_learned_on_the_sampled_tokens(tin
         "max_tokens": 3,
         "logprobs": True,
     }
+    listed = json.loads(v1.get("/v1/models").content)["data"]
+    assert {"id": f"run-{run.pk}", "kind": "policy"} in [
+        {"id": card["id"], "kind": card["flywheel"]["kind"]} for card in listed
+    ]
     first = answer(post(v1, "/v1/chat/completions", chat, **{"X-Flywheel-Episode": episode["id"]}))
     assert first["choices"][0]["message"]["role"] == "assistant"
     # The agent writes the turn back its own way (text that is not the sampled tokens: agents keep
