@@ -19,6 +19,15 @@ pass rate on the demo agent family (`workers/agent_demo.py`).
    never in the base model's corpus). Then one held-out episode before and after training,
    replayed greedily by the evaluation's own code (the first whose outcome changed).
 
+**Two ways of playing, one family.** `workers`: Flywheel's own agent workers play the episodes
+(method grpo). `external`: an agent outside Flywheel plays them (method external_rollouts): it
+takes each episode from `POST /api/v1/runs/{id}/episodes` with the `flywheel` client, asks the
+run's policy for every turn over `/v1/chat/completions` (model `run-<id>`, the official `openai`
+client, the conversation and its tools as messages), runs the calls in a sandbox of its own and
+reports its reward (the same formula, graded by the same graders) once. AGENTS of them play at
+once. Both runs start from the same taught model with the same hyperparameters, and the held-out
+figures come from the same evaluation workers. BENCH_AGENT_LIFT_MODES picks ("workers,external").
+
 Ends with one line of JSON. BENCH_AGENT_LIFT_SEEDS (default "0"; "0,1" for both seeds of the
 README's figure), _STEPS, _TRAIN, _HELDOUT, _LR change it. Runs on a fresh SQLite database under a
 temporary FLYWHEEL_HOME unless DATABASE_URL / FLYWHEEL_HOME are set (the taught models are kept
@@ -27,9 +36,11 @@ under FLYWHEEL_HOME/models/).
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -41,6 +52,8 @@ HELDOUT = int(os.environ.get("BENCH_AGENT_LIFT_HELDOUT", "48"))
 LEARNING_RATE = float(os.environ.get("BENCH_AGENT_LIFT_LR", "3e-4"))
 TEACH_STEPS = int(os.environ.get("BENCH_AGENT_LIFT_TEACH_STEPS", "200"))
 LIFT_WALL_SECONDS = 600  # the GRPO run's wall-time budget: the lift must come within 10 minutes
+MODES = os.environ.get("BENCH_AGENT_LIFT_MODES", "workers,external").split(",")
+AGENTS = int(os.environ.get("BENCH_AGENT_LIFT_AGENTS", "8"))  # external agents playing at once
 SPLIT_SEED = 0  # the base model's corpus leaves out demo_split(0, 160)'s held-out tasks: ours are among them
 HYPERPARAMETERS = {
     "group_size": 8,
@@ -146,7 +159,7 @@ def start_workers(env: dict[str, str]) -> list[subprocess.Popen]:
     return started(env, WORKERS, "agent-lift")
 
 
-def run_launch(owner, items: dict, model: Path, seed: int):
+def run_launch(owner, items: dict, model: Path, seed: int, mode: str = "workers"):
     from projects import services as project_services
     from rewards import services as reward_services
     from runs import services
@@ -162,7 +175,8 @@ def run_launch(owner, items: dict, model: Path, seed: int):
     tier = services.tier_create(project=project, by=owner, name="rollout", base_model=str(model), **TIER)
     request = RunRequest(
         project=project,
-        name=f"agent lift, seed {seed}",
+        name=f"agent lift, seed {seed}, {mode}",
+        method="external_rollouts" if mode == "external" else "grpo",
         task_set_version=version,
         reward_rule_version=rule.versions.get(),
         tier=tier,
@@ -266,15 +280,163 @@ def demo_items() -> dict:
     return items
 
 
-def one_seed(seed: int, owner, items: dict, model: Path, taught: dict) -> dict:
-    run = run_follow(run_launch(owner, items, model, seed))
+# --- the external agent -------------------------------------------------------------------------
+
+
+def wire(messages: list[dict]) -> list[dict]:
+    """The agent's conversation as OpenAI messages: its replies as the model wrote them (calls
+    inline, as the policy reads them back), each tool result answering the reply's call."""
+    out = []
+    for message in messages:
+        if message["role"] == "assistant":
+            out.append({"role": "assistant", "content": message.get("raw", message.get("content") or "")})
+        elif message["role"] == "tool":
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": "call_0",
+                    "name": message["name"],
+                    "content": message["content"],
+                }
+            )
+        else:
+            out.append({"role": message["role"], "content": message["content"]})
+    return out
+
+
+def external_play(model, episode: dict) -> dict | None:
+    """One episode, played as an agent of your own would: the model over /v1, tools in its own
+    sandbox, graded by the same graders. None when its sandbox failed (it is then left to time
+    out, as a crashed agent's would)."""
+    import openai
+
+    from inference.generation import Completion
+    from sandboxes.interface import task_spec
+    from sandboxes.services import sandbox_acquire
+    from workers.agent import LIMITS, AgentEpisode, _grade, episode_step
+
+    item = episode["task"]
+    played = AgentEpisode(item)
+    with sandbox_acquire(task_spec(item.get("files") or {}, LIMITS, item.get("sandbox"))) as sandbox:
+        while not played.done:
+            try:
+                answer = model.chat.completions.create(
+                    model=episode["model"],
+                    messages=wire(played.messages),
+                    tools=played.tools,
+                    tool_choice="none",  # the agent reads the calls itself, from the model's text
+                    extra_headers={"X-Flywheel-Episode": episode["id"]},
+                )
+            except openai.BadRequestError:  # the conversation outgrew the model's context
+                break
+            choice = answer.choices[0]
+            text = choice.message.content or ""
+            completion = Completion(text=text, token_ids=[], logprobs=[], finish_reason=choice.finish_reason)
+            episode_step(played, sandbox, "", [], completion)
+        grade = _grade(played, sandbox, RULE, None)
+    if grade.errored:
+        return None
+    components = {name: value for name, value in grade.components.items() if value is not None}
+    return {"reward": grade.total, "components": components, "turns": len(played.turns)}
+
+
+def external_agents(run, url: str, token: str) -> dict:
+    """AGENTS agents playing the run's episodes until it ends; what they did."""
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request drowns the progress
+    import openai
+
+    from flywheel import Client
+    from flywheel.errors import ConflictError
+    from runs.models import Run
+
+    stop = threading.Event()
+    counts = {"episodes": 0, "turns": 0, "sandbox_failures": 0}
+    lock = threading.Lock()
+
+    def agent() -> None:
+        flywheel = Client(url=url, token=token)
+        model = openai.OpenAI(base_url=f"{url}/v1", api_key=token, timeout=300)
+        while not stop.is_set():
+            try:
+                episode = flywheel.episodes.start(run.pk)
+            except ConflictError:
+                stop.wait(0.2)  # every open episode is being played: ask again (a client's back-off)
+                continue
+            outcome = external_play(model, episode)
+            with lock:
+                if outcome is None:
+                    counts["sandbox_failures"] += 1
+                    continue
+                counts["episodes"] += 1
+                counts["turns"] += outcome.pop("turns")
+            try:
+                flywheel.episodes.report(run.pk, episode["id"], **outcome)
+            except ConflictError:  # the run ended (its episodes cancelled) while this one played
+                pass
+
+    threads = [threading.Thread(target=agent, daemon=True) for _ in range(AGENTS)]
+    for thread in threads:
+        thread.start()
+    run = run_follow(run)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=300)
+    return counts | {
+        "agents": AGENTS,
+        "timed_out": Run.objects.get(pk=run.pk).episodes.filter(status="timed_out").count(),
+    }
+
+
+def web_start(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """The web server as `make up` starts it, on a free port; returns once it answers."""
+    import urllib.request
+
+    from django.conf import settings
+
+    from webapp.web_server import web_argv
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    argv = web_argv(python=sys.executable, bind="127.0.0.1", port=port, workers=settings.FLYWHEEL_WEB_WORKERS)
+    log = open(Path(env["FLYWHEEL_HOME"]) / "web.log", "a")  # noqa: SIM115 - closed with the process
+    server = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=5) as answer:
+                if answer.status == 200:
+                    return server, url
+        except OSError:
+            pass
+        assert time.monotonic() < deadline and server.poll() is None, "the web server did not start"
+        time.sleep(0.5)  # waiting for a process to listen (polling its health, not synchronisation)
+
+
+def one_seed(
+    seed: int, owner, items: dict, model: Path, taught: dict, mode: str = "workers", web=None
+) -> dict:
+    launched = run_launch(owner, items, model, seed, mode)
+    agents = None
+    if mode == "external":
+        from projects import services as project_services
+
+        _, token = project_services.api_token_create(user=owner, name=f"agents-{launched.pk}")
+        agents = external_agents(launched, web, token)
+        launched.refresh_from_db()
+    run = launched if mode == "external" else run_follow(launched)
     before, after = figures_at(run, 0), figures_at(run, run.learner_step)
     shown = transcripts(run, items["heldout"])
     for when in ("before", "after"):
         print(f"\n--- held-out episode {shown['item']}, {when} training ---\n{shown[when]}", flush=True)
     return {
         "seed": seed,
+        "mode": mode,
         "run": run.pk,
+        **({"external_agents": agents} if agents else {}),
         "teach": taught,
         "grpo_steps": run.learner_step,
         "grpo_wall_seconds": round((run.finished_at - run.started_at).total_seconds(), 1),
@@ -304,12 +466,18 @@ def main() -> None:
         taught[seed] = teach(base, home, items, seed)
         print(f"seed {seed}: taught {taught[seed][1]}", flush=True)
     workers = start_workers(env)
+    web, url = web_start(env) if "external" in MODES else (None, None)
     results = []
     try:
         owner = services.User.objects.create_user(username=f"agent-lift-{time.time_ns()}")
         for seed in SEEDS:
-            results.append(one_seed(seed, owner, items, *taught[seed]))
+            order = MODES if seed % 2 == 0 else MODES[::-1]  # alternated over seeds
+            for mode in order:
+                results.append(one_seed(seed, owner, items, *taught[seed], mode=mode, web=url))
     finally:
+        if web is not None:
+            web.terminate()
+            web.wait(timeout=60)
         for process in workers:
             process.terminate()
         for process in workers:
@@ -318,6 +486,9 @@ def main() -> None:
 
         process_stop("redis")
     lifts = [result["lift_points"] for result in results]
+    by_mode = {
+        mode: [result["lift_points"] for result in results if result["mode"] == mode] for mode in MODES
+    }
     print(
         json.dumps(
             {
@@ -331,6 +502,7 @@ def main() -> None:
                 "reward": RULE["calculate_output"],
                 "seeds": [{k: v for k, v in result.items() if k != "transcripts"} for result in results],
                 "min_lift_points": min(lifts),
+                "lift_points_by_mode": by_mode,
                 "target_lift_points": 20,
                 "meets_target": min(lifts) >= 20
                 and all(result["grpo_wall_seconds"] <= LIFT_WALL_SECONDS + 60 for result in results),

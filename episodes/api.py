@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.callers import caller
-from core.exceptions import StateError
+from core.exceptions import StateError, error_body
 from core.roles import Permission
 from core.views import ApiView
 from episodes import selectors, services
@@ -62,18 +62,8 @@ class EpisodeListView(ApiView):
         run = _external_run(request, id, Permission.EDIT)
         try:
             episode = services.episode_start(run=run, user=caller(request))
-        except services.NoEpisodeError:
-            response = Response(
-                {
-                    "error": {
-                        "code": "conflict",
-                        "message": "every episode is being played; ask again shortly",
-                        "param": None,
-                        "details": [],
-                    }
-                },
-                status=status.HTTP_409_CONFLICT,
-            )
+        except services.NoEpisodeError as exc:
+            response = Response(error_body(409, str(exc)), status=status.HTTP_409_CONFLICT)
             response["Retry-After"] = str(RETRY_SECONDS)
             return response
         return Response(s.EpisodeSerializer(episode).data, status=status.HTTP_201_CREATED)
