@@ -2,14 +2,17 @@
 against the context, and generation with every token handed to a listener as it is emitted.
 
 A web process keeps the `capacity` models it served last (least recently used goes first); a model
-generates one request at a time (its lock), in the thread that calls `serve_generate`.
+generates one decode at a time (its lock), in the thread of a request that calls `serve_generate`.
+Requests that arrive while a model decodes wait, and the next of them to take the lock decodes
+every waiting request that decodes the same way (same settings and adapter, no seed) in one batch:
+agents playing a run's episodes side by side share its forward passes instead of queueing.
 """
 
 import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -34,6 +37,8 @@ class Served:
     tier: TierModel
     lock: threading.Lock
     adapter: str | None = None
+    waiting: list["_Job"] = field(default_factory=list)  # requests queued for the next decode
+    waiting_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class ModelCache:
@@ -165,29 +170,89 @@ def _adapter_use(served: Served, adapter: str | None) -> None:
 TokenSink = Callable[[int, Token], None]  # (row, token): told of each token as it is emitted
 
 
+@dataclass
+class _Job:
+    """A request waiting for (or in) a decode: its rows' completions once done, or its error."""
+
+    prepared: Prepared
+    request: ServeRequest
+    sink: TokenSink
+    completions: list[Completion] | None = None
+    error: BaseException | None = None
+    gone: bool = False  # its client went away: its rows' tokens are dropped
+
+    def batches_with(self, other: "_Job") -> bool:
+        """Whether both decode the same way, so one batch serves them (a seeded request decodes
+        alone: its generator must see only its own rows)."""
+        return (
+            self.request.seed is None
+            and other.request.seed is None
+            and self.prepared.settings == other.prepared.settings
+            and self.prepared.adapter == other.prepared.adapter
+        )
+
+
 def serve_generate(prepared: Prepared, request: ServeRequest, sink: TokenSink) -> list[Completion]:
-    """Generate every row, telling `sink` of each token (with its top log-probs when asked)."""
-    top = request.top_logprobs
+    """Generate every row, telling `sink` of each token (with its top log-probs when asked). The
+    request joins the model's waiting ones; whoever takes the model's lock next decodes every
+    waiting request that batches with its own."""
+    served, job = prepared.served, _Job(prepared, request, sink)
+    with served.waiting_lock:
+        served.waiting.append(job)
+    with served.lock:
+        if job.completions is None and job.error is None:
+            with served.waiting_lock:
+                batch = [other for other in served.waiting if job.batches_with(other) or other is job]
+                served.waiting = [other for other in served.waiting if other not in batch]
+            _decode_jobs(served, batch)
+    if job.error is not None:
+        raise job.error
+    assert job.completions is not None
+    return job.completions
+
+
+def _decode_jobs(served: Served, jobs: list[_Job]) -> None:
+    """One decode over every job's rows; each job gets its own rows' completions and tokens."""
+    owners = [(job, row) for job in jobs for row in range(len(job.prepared.prompts))]
+    top = max(job.request.top_logprobs for job in jobs)
 
     def listener(row: int, token: int, logprob: float, distribution: torch.Tensor | None) -> None:
+        job, own_row = owners[row]
+        if job.gone:
+            return
         best: list[tuple[int, float]] = []
-        if top and distribution is not None:
+        if job.request.top_logprobs and distribution is not None:
             values, ids = torch.topk(distribution.float(), top)
-            best = list(zip(ids.tolist(), values.tolist(), strict=True))
-        sink(row, Token(id=token, logprob=logprob, top=best))
+            best = list(zip(ids.tolist(), values.tolist(), strict=True))[: job.request.top_logprobs]
+        try:
+            job.sink(own_row, Token(id=token, logprob=logprob, top=best))
+        except Exception as exc:  # noqa: BLE001 - that request stops (its client went away); the rest go on
+            job.gone, job.error = True, exc
+            if all(other.gone for other in jobs):
+                raise
 
+    first = jobs[0]
     generator = None
-    if request.seed is not None:
-        generator = torch.Generator().manual_seed(request.seed % (2**63))
-    served = prepared.served
-    with served.lock:
-        _adapter_use(served, prepared.adapter)
-        plain = prepared.adapter is None and served.adapter is not None
+    if first.request.seed is not None:
+        generator = torch.Generator().manual_seed(first.request.seed % (2**63))
+    prompts = [prompt for job in jobs for prompt in job.prepared.prompts]
+    try:
+        _adapter_use(served, first.prepared.adapter)
+        plain = first.prepared.adapter is None and served.adapter is not None
         # The base model's own requests skip the adapter its layers hold.
         with served.tier.model.disable_adapter() if plain else contextlib.nullcontext():
-            return decode(
-                served.tier, prepared.prompts, prepared.settings, generator=generator, listener=listener
+            completions = decode(
+                served.tier, prompts, first.prepared.settings, generator=generator, listener=listener
             )
+    except Exception as exc:  # noqa: BLE001 - every request of the batch answers with the error
+        for job in jobs:
+            job.error = job.error or exc
+        return
+    start = 0
+    for job in jobs:
+        count = len(job.prepared.prompts)
+        job.completions = completions[start : start + count]
+        start += count
 
 
 def token_text(tier: TierModel, as_ids: bool = False) -> Callable[[int], str]:

@@ -17,7 +17,7 @@ from projects import services as project_services
 from runs import services
 from runs.run_store import policy_dir
 from tests.conftest import make_user
-from tests.run_harness import tiny_model, worker_env  # noqa: F401  (a fixture)
+from tests.run_harness import tiny_model, wait_until, worker_env  # noqa: F401  (a fixture)
 from tests.serving_fixtures import STEP, publish_trained, trained  # noqa: F401  (a fixture)
 from tests.web_server import WebServer
 
@@ -323,3 +323,56 @@ def test_the_model_cache_keeps_a_model_and_reloads_a_republished_version(trained
     assert again is not first
     cache.get(trained["model"], settings)  # a second model pushes the least recently used out
     assert [key[0] for key in cache.models] == [str(trained["model"])]
+
+
+def test_requests_waiting_for_a_model_are_decoded_together_each_getting_its_own_rows(trained, monkeypatch):  # noqa: F811
+    import threading
+
+    from inference import serving
+    from inference.openai_protocol import request_parse
+    from inference.serving import ModelCache, serve_generate, serve_prepare
+
+    run = trained["run"]
+    settings = TierSettings.from_config(run.tier_config).with_(temperature=0.0, max_new_tokens=5)
+    served = ModelCache(capacity=1).get(policy_dir(run.pk, STEP), settings)
+    decoded: list[int] = []
+    real_decode = serving.decode
+    monkeypatch.setattr(
+        serving,
+        "decode",
+        lambda tier, prompts, *a, **k: decoded.append(len(prompts)) or real_decode(tier, prompts, *a, **k),
+    )
+
+    def prepared(prompt: str, n: int):
+        request = request_parse({"model": "m", "prompt": prompt, "n": n, "temperature": 0}, chat=False)
+        return serve_prepare(served, request, settings), request
+
+    alone = {
+        prompt: serve_generate(*prepared(prompt, 1), lambda row, token: None)[0]
+        for prompt in ("add 3 to x", "add 4 to x")
+    }
+    decoded.clear()
+    answers: dict[str, list] = {}
+    tokens: dict[str, list] = {"add 3 to x": [], "add 4 to x": []}
+    with served.lock:  # the model is busy: both requests wait for it
+        threads = [
+            threading.Thread(
+                target=lambda p=prompt, n=n: answers.__setitem__(
+                    p,
+                    serve_generate(
+                        *prepared(p, n), lambda row, token, p=p: tokens[p].append((row, token.id))
+                    ),
+                )
+            )
+            for prompt, n in (("add 3 to x", 1), ("add 4 to x", 2))
+        ]
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: len(served.waiting) == 2, "both requests waiting", timeout=30)
+    for thread in threads:
+        thread.join(timeout=60)
+    assert decoded == [3]  # one decode of both requests' rows
+    assert [c.token_ids for c in answers["add 3 to x"]] == [alone["add 3 to x"].token_ids]
+    assert [c.token_ids for c in answers["add 4 to x"]] == [alone["add 4 to x"].token_ids] * 2
+    assert {row for row, _ in tokens["add 4 to x"]} == {0, 1}  # its own rows, numbered from 0
+    assert [t for row, t in tokens["add 3 to x"]] == alone["add 3 to x"].token_ids
