@@ -1,3 +1,5 @@
+import math
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -74,8 +76,14 @@ class OutcomeSerializer(serializers.Serializer):
     )
 
     def validate_reward(self, value: float | None) -> float | None:
-        if value is not None and value != value or value in (float("inf"), float("-inf")):
+        if value is not None and not math.isfinite(value):
             raise serializers.ValidationError("must be a finite number")
+        return value
+
+    def validate_components(self, value: dict[str, float]) -> dict[str, float]:
+        for name, number in value.items():
+            if not math.isfinite(number):
+                raise serializers.ValidationError(f"{name}: must be a finite number")
         return value
 
     def validate(self, data: dict) -> dict:

@@ -235,6 +235,8 @@ def test_outcomes_are_checked_by_field_and_taken_once(tiny_model):  # noqa: F811
         ({"reward": 1.0, "final": "x"}, "reward"),
         ({"final": "4", "components": {"a": 1.0}}, "components"),
         ({"reward": "high"}, "reward"),
+        ({"reward": "nan"}, "reward"),
+        ({"reward": 1.0, "components": {"a": "inf"}}, "components.a"),
     ]:
         refused = client.post(f"{url}/{first['id']}/outcome", body, format="json")
         assert refused.status_code == 400, body
