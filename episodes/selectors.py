@@ -30,19 +30,22 @@ def run_policy_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool =
         project_selectors.role_of(user=user, project_id=run.project_id), Permission.VIEW
     ):
         return None
-    version = run.policy_version
-    if not artifact_exists(policy_prefix(run.pk, version)):
+    if not artifact_exists(policy_prefix(run.pk, run.policy_version)):
         return None  # nothing published yet: the learner is still starting
+    return _policy_model(run, fetch=fetch)
+
+
+def _policy_model(run: Run, *, fetch: bool = False) -> ServedModel:
     return ServedModel(
-        id=model_id,
-        name=f"{run.name} (newest policy, v{version})",
+        id=f"run-{run.pk}",
+        name=f"{run.name} (newest policy, v{run.policy_version})",
         kind="policy",
         project_id=run.project_id,
         project=run.project.name,
         created=int(run.created_at.timestamp()),
-        source=policy_dir(run.pk, version) if fetch else None,
+        source=policy_dir(run.pk, run.policy_version) if fetch else None,
         config=dict(run.tier_config),
-        policy_version=version,
+        policy_version=run.policy_version,
     )
 
 
@@ -54,20 +57,7 @@ def run_policy_models_for(*, user: AbstractBaseUser) -> list[ServedModel]:
         status=Run.Status.RUNNING,
         method__in=[name for name in algorithm_names() if algorithm_get(name).rollouts == "external"],
     ).select_related("project")
-    return [
-        ServedModel(
-            id=f"run-{run.pk}",
-            name=f"{run.name} (newest policy, v{run.policy_version})",
-            kind="policy",
-            project_id=run.project_id,
-            project=run.project.name,
-            created=int(run.created_at.timestamp()),
-            source=None,
-            config=dict(run.tier_config),
-            policy_version=run.policy_version,
-        )
-        for run in runs.order_by("-created_at", "-pk")
-    ]
+    return [_policy_model(run) for run in runs.order_by("-created_at", "-pk")]
 
 
 def episodes_of(*, run: Run, status: str | None = None) -> QuerySet[Episode]:

@@ -20,7 +20,7 @@ from django.utils import timezone
 from core.exceptions import StateError
 from core.roles import Permission
 from episodes.models import Episode
-from inference.generation import Completion
+from inference.generation import Completion, completion_record
 from runs.lifecycle import run_event
 from runs.models import RolloutBatch, Run, Trajectory, TrajectoryStep
 
@@ -114,13 +114,7 @@ def episode_turn_record(
 ) -> None:
     """Keep a turn exactly as it was decoded: the prompt's and the completion's token ids (what the
     learner trains on, never the text re-tokenised) and the behaviour log-probs."""
-    turn = {
-        "prompt": prompt,
-        "completion": completion.text,
-        "prompt_token_ids": completion.prompt_token_ids,
-        "token_ids": completion.token_ids,
-        "logprobs": completion.logprobs,
-        "finish_reason": completion.finish_reason,
+    turn = completion_record(prompt, completion) | {
         "policy_version": version,
         "tool_calls": reply.get("tool_calls") or [],
     }

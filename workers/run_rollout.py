@@ -37,7 +37,7 @@ from inference.engines import (
     engine_adapter_unload,
     engine_tier_load,
 )
-from inference.generation import Completion
+from inference.generation import Completion, completion_record
 from inference.policy import policy_load
 from inference.sessions import ChatSessions
 from inference.settings import SamplingParams, TierSettings, engine_refusal
@@ -272,7 +272,7 @@ def _short_play(
         Played(
             item=item,
             sample_index=index % group_size,
-            steps=[("completion", _completion_record(prompt, completion) | _tool_result(result))],
+            steps=[("completion", completion_record(prompt, completion) | _tool_result(result))],
             result=result,
             text=completion.text,
             prompt_tokens=len(completion.prompt_token_ids),
@@ -289,20 +289,6 @@ def _tool_result(result: ScoreResult) -> dict:
     if not result.tests and result.stop_reason is None:
         return {}
     return {"tool_result": {"stop_reason": result.stop_reason, "tests": result.tests}}
-
-
-def _completion_record(prompt: str, completion: Completion) -> dict:
-    record = {
-        "prompt": prompt,
-        "completion": completion.text,
-        "prompt_token_ids": completion.prompt_token_ids,
-        "token_ids": completion.token_ids,
-        "logprobs": completion.logprobs,
-        "finish_reason": completion.finish_reason,
-    }
-    if completion.served_by:  # an engine tier's: which model or adapter the engine served
-        record["served_by"] = completion.served_by
-    return record
 
 
 def agent_sessions(policy: TierModel, settings: TierSettings, generator=None):
