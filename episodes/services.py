@@ -12,6 +12,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from celery import current_app
 from django.contrib.auth.models import AbstractBaseUser, User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -21,6 +22,9 @@ from core.exceptions import StateError
 from core.roles import Permission
 from episodes.models import Episode
 from inference.generation import Completion, completion_record
+from inference.openai_protocol import OpenAIError
+from projects import selectors as project_selectors
+from runs import selectors as run_selectors
 from runs.lifecycle import run_event
 from runs.models import RolloutBatch, Run, Trajectory, TrajectoryStep
 
@@ -150,8 +154,6 @@ def episode_report(
 
 
 def _send_score(episode_id: int) -> None:
-    from celery import current_app
-
     current_app.send_task(SCORE_TASK, args=[episode_id])
 
 
@@ -260,10 +262,6 @@ def turn_keeper_for(*, user: AbstractBaseUser, model: Any, episode: str, n: int)
     """For /v1 (runs.served_models.TURN_KEEPERS): the function that keeps a turn of `episode`, when
     the request is to that episode's run (`run-<id>`) by a caller who may play it; None when the
     episode is not that run's. OpenAIError when it cannot take a turn now."""
-    from inference.openai_protocol import OpenAIError  # torch-free; /v1 is its only caller
-    from projects import selectors as project_selectors
-    from runs import selectors as run_selectors
-
     if model.kind != "policy":
         return None
     run_id = int(model.id.removeprefix("run-"))
