@@ -45,7 +45,7 @@ class EpisodeListView(ApiView):
         summary="The run's episodes, newest first",
     )
     def get(self, request: Request, id: int) -> Response:
-        run = _external_run(request, id, Permission.VIEW)
+        run = run_selectors.run_for(user=caller(request), run_id=id)  # another method's: none
         query = self.query(s.EpisodeListQuerySerializer)
         episodes = selectors.episodes_of(run=run, status=query.get("status")).select_related(
             "batch", "trajectory"
@@ -74,7 +74,7 @@ class EpisodeCountsView(ApiView):
         responses=s.EpisodeCountsSerializer, summary="How many of the run's episodes are in each state"
     )
     def get(self, request: Request, id: int) -> Response:
-        run = _external_run(request, id, Permission.VIEW)
+        run = run_selectors.run_for(user=caller(request), run_id=id)
         return Response(s.EpisodeCountsSerializer(selectors.episode_counts(run=run)).data)
 
 

@@ -10,7 +10,7 @@ learned) and its slot handed out again; a batch is done when every slot holds a 
 
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import current_app
 from django.contrib.auth.models import AbstractBaseUser, User
@@ -21,12 +21,15 @@ from django.utils import timezone
 from core.exceptions import StateError
 from core.roles import Permission
 from episodes.models import Episode
-from inference.generation import Completion, completion_record
 from inference.openai_protocol import OpenAIError
+from inference.records import completion_record
 from projects import selectors as project_selectors
 from runs import selectors as run_selectors
 from runs.lifecycle import run_event
 from runs.models import RolloutBatch, Run, Trajectory, TrajectoryStep
+
+if TYPE_CHECKING:  # the web process records turns without importing the decoder (torch)
+    from inference.generation import Completion
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +117,7 @@ def _open_or_refuse(episode: Episode) -> None:
 
 
 def episode_turn_record(
-    *, episode: Episode, prompt: str, completion: Completion, version: int, reply: dict
+    *, episode: Episode, prompt: str, completion: "Completion", version: int, reply: dict
 ) -> None:
     """Keep a turn exactly as it was decoded: the prompt's and the completion's token ids (what the
     learner trains on, never the text re-tokenised) and the behaviour log-probs."""
@@ -285,7 +288,7 @@ def turn_keeper_for(*, user: AbstractBaseUser, model: Any, episode: str, n: int)
         raise OpenAIError(400, str(exc), "n", "invalid_value") from None
     version = int(model.policy_version)
 
-    def keep(*, prompt: str, completion: Completion, reply: dict) -> None:
+    def keep(*, prompt: str, completion: "Completion", reply: dict) -> None:
         episode_turn_record(episode=found, prompt=prompt, completion=completion, version=version, reply=reply)
 
     return keep

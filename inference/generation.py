@@ -28,22 +28,6 @@ class Completion:
     served_by: str = ""  # an engine's completion: the model (or adapter) the engine says answered
 
 
-def completion_record(prompt: str, completion: Completion) -> dict:
-    """A completion as a trajectory step keeps it: the prompt, the text, the exact prompt and
-    completion token ids and the behaviour log-probs the learner trains on."""
-    record = {
-        "prompt": prompt,
-        "completion": completion.text,
-        "prompt_token_ids": completion.prompt_token_ids,
-        "token_ids": completion.token_ids,
-        "logprobs": completion.logprobs,
-        "finish_reason": completion.finish_reason,
-    }
-    if completion.served_by:  # an engine tier's: which model or adapter the engine served
-        record["served_by"] = completion.served_by
-    return record
-
-
 def stop_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
     """The tokens that end a completion: every end-of-sequence id of the model's generation config
     (Llama 3 and Gemma list several), the tokenizer's EOS, and the chat template's end of turn."""

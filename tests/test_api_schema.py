@@ -12,6 +12,7 @@ from django.urls import URLPattern
 
 from costs import api_urls as cost_api_urls
 from costs import services as cost_services
+from episodes import api_urls as episode_api_urls
 from evaluations import api_urls as evaluation_api_urls
 from ops import api_urls as ops_api_urls
 from projects import api_urls as project_api_urls
@@ -49,6 +50,7 @@ API_PATTERNS = (
     + evaluation_api_urls.urlpatterns
     + ops_api_urls.urlpatterns
     + cost_api_urls.urlpatterns
+    + episode_api_urls.urlpatterns
 )
 
 

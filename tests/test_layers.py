@@ -24,7 +24,17 @@ LAYERS = (
     ("projects",),
     ("rewards",),
     ("runs",),
-    ("reviews", "traces", "reward_models", "evaluations", "webhooks", "finetuning", "ops", "costs"),
+    (
+        "reviews",
+        "traces",
+        "reward_models",
+        "evaluations",
+        "webhooks",
+        "finetuning",
+        "ops",
+        "costs",
+        "episodes",
+    ),
     ("workers",),
     ("webapp",),
 )
@@ -42,6 +52,7 @@ DOMAIN = (
     "finetuning",
     "ops",
     "costs",
+    "episodes",
 )
 FRAMEWORKS = ("django", "rest_framework", "drf_spectacular", "channels", "celery")
 

@@ -24,7 +24,7 @@ __all__ = ["tiny_model"]
 
 
 def test_the_built_in_methods_are_registered_with_their_own_hyperparameters():
-    assert algorithm_names()[:3] == ["grpo", "sft", "dpo"]
+    assert algorithm_names()[:4] == ["grpo", "external_rollouts", "sft", "dpo"]
     assert {"group_size", "tis_cap", "learning_rate"} <= set(params_of("grpo"))
     assert "group_size" not in params_of("sft") and "beta" in params_of("dpo")
     assert algorithm_get("grpo").distributed and not algorithm_get("sft").online

@@ -113,7 +113,7 @@ def test_trajectory_previews_start_where_the_prompts_differ(lab):
 def test_the_home_page_names_only_the_methods_flywheel_has(lab):
     html = signed_in(lab["owner"]).get("/").content.decode()
     assert "PPO" not in html
-    assert "(GRPO, SFT, DPO)" in html or "(GRPO, DPO, SFT)" in html
+    assert "(GRPO, GRPO on external agents, SFT, DPO)" in html
 
 
 def test_a_tier_with_a_model_folder_that_does_not_exist_is_refused_naming_the_field(lab, settings, tmp_path):

@@ -37,8 +37,9 @@ from inference.engines import (
     engine_adapter_unload,
     engine_tier_load,
 )
-from inference.generation import Completion, completion_record
+from inference.generation import Completion
 from inference.policy import policy_load
+from inference.records import completion_record
 from inference.sessions import ChatSessions
 from inference.settings import SamplingParams, TierSettings, engine_refusal
 from projects.models import TaskItem
