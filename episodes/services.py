@@ -51,8 +51,8 @@ def episode_start(*, run: Run, user: User) -> Episode:
     for _ in range(3):  # two agents asking at once may pick one slot; the constraint sends one back
         try:
             with transaction.atomic():
-                Run.objects.select_for_update().filter(pk=run.pk).first()
-                slot = _free_slot(run)
+                locked = Run.objects.select_for_update().get(pk=run.pk)  # one hand-out at a time
+                slot = _free_slot(locked)
                 if slot is None:
                     raise NoEpisodeError(
                         "every episode of the run's open rollout batches is being played; "
@@ -65,7 +65,7 @@ def episode_start(*, run: Run, user: User) -> Episode:
                     batch=batch,
                     item_id=item_id,
                     sample_index=sample_index,
-                    policy_version=Run.objects.values_list("policy_version", flat=True).get(pk=run.pk),
+                    policy_version=locked.policy_version,
                     deadline_at=timezone.now() + timedelta(seconds=seconds),
                     started_by=user,
                 )

@@ -209,7 +209,8 @@ def test_slots_go_out_group_by_group_once_each_and_a_timed_out_one_goes_out_agai
         (items[1], 1),
     ]
     assert {e["model"] for e in handed} == {f"run-{run.pk}"} and all(e["status"] == "open" for e in handed)
-    assert handed[0]["task"]["id"] and "prompt" in handed[0]["task"] or "messages" in handed[0]["task"]
+    task = handed[0]["task"]
+    assert task["kind"] == "code" and task["id"] and task["prompt"]  # the item's data, as imported
     full = client.post(url)
     assert full.status_code == 409 and full["Retry-After"] == "2"
     # The second episode's agent died: past its deadline its slot is handed out again.
