@@ -54,7 +54,9 @@ def lora_targets(model: Any, spec: str = "auto") -> list[str]:
     """The module names LoRA adapts. "auto": the linear layers inside the transformer blocks (the
     family's attention and MLP projections: q/k/v/o and gate/up/down for Llama, Qwen, Mistral and
     Gemma; qkv_proj, gate_up_proj for Phi-3; query_key_value, dense_* for GPT-NeoX; c_attn, c_proj,
-    c_fc for GPT-2), never the embeddings or the output head."""
+    c_fc for GPT-2), never the embeddings or the output head. Otherwise a comma-separated list of
+    module names and groups: `attention` and `mlp` (those projections, by where they sit; a name
+    used in both, as GPT-2's c_proj, counts as attention), `unembed` (the output head)."""
     names = sorted(
         {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if _is_projection(name, module)}
     )
@@ -62,7 +64,12 @@ def lora_targets(model: Any, spec: str = "auto") -> list[str]:
         if not names:
             raise AdapterError("lora_target_modules auto: this model has no linear layers inside its blocks")
         return names
-    wanted = [name.strip() for name in spec.split(",") if name.strip()]
+    wanted: list[str] = []
+    for name in (part.strip() for part in spec.split(",")):
+        if name in GROUPS:  # a group of the family's own modules (the Tinker API's LoRA flags)
+            wanted += [found for found in _group(model, name, names) if found not in wanted]
+        elif name and name not in wanted:
+            wanted.append(name)
     every = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     missing = [name for name in wanted if name not in every]
     if missing:
@@ -71,6 +78,26 @@ def lora_targets(model: Any, spec: str = "auto") -> list[str]:
             f"its projections are {', '.join(names)}"
         )
     return wanted
+
+
+GROUPS = ("attention", "mlp", "unembed")
+
+
+def _group(model: Any, group: str, projections: list[str]) -> list[str]:
+    """The module names of a group: the projections inside attention blocks, the other projections
+    (the MLP's), or the output head."""
+    if group == "unembed":
+        head = model.get_output_embeddings()
+        return [name.rsplit(".", 1)[-1] for name, module in model.named_modules() if module is head][:1]
+    in_attention = {
+        name.rsplit(".", 1)[-1]
+        for name, _ in model.named_modules()
+        if any(part in name.lower() for part in ("attn", "attention"))
+    }
+    chosen = [name for name in projections if (name in in_attention) == (group == "attention")]
+    if not chosen:
+        raise AdapterError(f"lora_target_modules {group}: this model has no such projections")
+    return chosen
 
 
 def _is_projection(name: str, module: Any) -> bool:

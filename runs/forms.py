@@ -9,7 +9,7 @@ from inference.settings import TIER_FIELDS
 from projects.models import Project, TaskItem, TaskSetVersion
 from rewards.models import RewardRuleVersion
 from runs.hyperparameters import AUTO
-from runs.learners import algorithm_choices, hyperparameter_table
+from runs.learners import launch_choices, hyperparameter_table
 from runs.models import Run, Tier
 
 STOP_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -101,7 +101,7 @@ class RunForm(forms.Form):
         queryset=RewardRuleVersion.objects.none(), label="Reward rule version"
     )
     tier = forms.ModelChoiceField(queryset=Tier.objects.none(), help_text="The model and how it samples")
-    method = forms.ChoiceField(choices=algorithm_choices, initial=Run.Method.GRPO)
+    method = forms.ChoiceField(choices=launch_choices, initial=Run.Method.GRPO)
     max_steps = forms.IntegerField(initial=20, max_value=INT32_MAX, help_text="Learner steps")
     max_wall_seconds = forms.IntegerField(
         required=False, max_value=INT32_MAX, label="Max wall seconds", help_text="Empty: no limit"

@@ -41,6 +41,11 @@ class Algorithm:
     # that take them from the run's episodes endpoint and call its policy on /v1 (episodes/).
     rollouts: str = "workers"
     data_check: DataCheck | None = None
+    # Learns from the run's task set and reward rule. False: the data comes from elsewhere (a
+    # Tinker client's own loop sends every batch), so neither is checked at launch.
+    data: bool = True
+    # Offered by the launch form and POST /runs. False: its runs start through their own API.
+    launchable: bool = True
 
 
 _REGISTRY: dict[str, Algorithm] = {}
@@ -97,6 +102,11 @@ def algorithm_choices() -> list[tuple[str, str]]:
     return [(algorithm.name, algorithm.label) for algorithm in algorithms()]
 
 
+def launch_choices() -> list[tuple[str, str]]:
+    """(name, label) of the algorithms a launch may name (the form's and POST /runs' choices)."""
+    return [(algorithm.name, algorithm.label) for algorithm in algorithms() if algorithm.launchable]
+
+
 def method_problem(name: str) -> str | None:
     """Why `name` is no method a run can name, or None."""
     if algorithm_get(name) is not None:
@@ -119,6 +129,8 @@ def hyperparameter_table() -> dict[str, tuple[Param, list[str]]]:
     """Every hyperparameter of any method, with the methods that take it (the launch form's rows)."""
     table: dict[str, tuple[Param, list[str]]] = {}
     for algorithm in algorithms():
+        if not algorithm.launchable:
+            continue
         for name, param in params_of(algorithm.name).items():
             table.setdefault(name, (param, []))[1].append(algorithm.name)
     return table

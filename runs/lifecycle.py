@@ -86,8 +86,11 @@ def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
     # Every independent problem is reported at once; only checks that rest on what failed wait.
     ownership = _ownership_problems(request)
     problems |= ownership
+    # A method whose data comes from elsewhere (a Tinker client's loop) is not held to the task set
+    # and the reward rule it is filed under.
+    data = algorithm_get(request.method).data
     if not ownership:
-        if not hyper_problems:
+        if not hyper_problems and data:
             problems |= _data_problems(request, resolved)
             for check in REQUEST_CHECKS:
                 problems |= check(request, resolved)
@@ -95,7 +98,8 @@ def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
         lora = (resolved or request.hyperparameters or {}).get("adapter") == "lora"
         if refusal := engine_refusal(request.tier, lora=lora):
             problems["tier"] = f"tier {request.tier.name} {refusal}"
-        problems |= _reward_problems(request)
+        if data:
+            problems |= _reward_problems(request)
     if request.max_steps < 1:
         problems["max_steps"] = "must be at least 1"
     if request.max_wall_seconds is not None and request.max_wall_seconds < 1:
@@ -295,6 +299,11 @@ def run_request_from(run: Run, **overrides: Any) -> RunRequest:
     """The request that made `run`, with some fields changed: for clone and fork."""
     if run.tier is None and overrides.get("tier") is None:
         raise ValidationError({"tier": "the parent's tier was deleted; choose a tier"})
+    algorithm = algorithm_get(overrides.get("method", run.method))
+    if algorithm is not None and not algorithm.launchable:
+        raise ValidationError(
+            {"method": f"a run of {algorithm.label} starts from its own API, not as a copy or a fork"}
+        )
     fields = {
         "project": run.project,
         "name": overrides.pop("name", None) or f"{run.name} (copy)",

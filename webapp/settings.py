@@ -106,6 +106,7 @@ INSTALLED_APPS = [
     "finetuning",
     "costs",
     "episodes",
+    "tinker_api",
     "workers",
 ]
 
@@ -310,8 +311,15 @@ FLYWHEEL_LEARNERS = [
     "workers.learners.grpo_config",
     "workers.learners.sft_config",
     "workers.learners.dpo_config",
+    "workers.learners.tinker_config",
     *env_list("FLYWHEEL_LEARNERS_EXTRA", ""),
 ]
+# The Tinker API (tinker_api/): a session whose client sends no heartbeat for this long is ended
+# (the SDK sends one every 10 s); a future's poll waits this long for its answer before "try
+# again"; LoRA's alpha (scale = alpha / rank), which Tinker's clients do not send.
+FLYWHEEL_TINKER_SESSION_TIMEOUT = env_int("FLYWHEEL_TINKER_SESSION_TIMEOUT", 120)
+FLYWHEEL_TINKER_POLL_SECONDS = env_int("FLYWHEEL_TINKER_POLL_SECONDS", 10)
+FLYWHEEL_TINKER_LORA_ALPHA = float(env_int("FLYWHEEL_TINKER_LORA_ALPHA", 32))
 # Runs of one project that may be active (starting, running, pausing) at once; the rest queue.
 FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS = env_int("FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS", 1)
 # Runs one user may have active at once across projects (0: no limit); the others wait, saying why.

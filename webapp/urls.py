@@ -35,6 +35,7 @@ urlpatterns = [
     path("api/v1/", include("costs.api_urls")),
     path("api/v1/", include("episodes.api_urls")),
     path("otlp/", include("traces.otlp_urls")),  # OTLP/HTTP: its own contract, not in the schema
+    path("tinker/", include("tinker_api.urls")),  # the Tinker SDK's API: its own contract, not in the schema
     path("v1/", include("runs.openai_urls")),  # OpenAI-compatible: its own contract, not in the schema
     path("", include("rewards.urls")),
     path("", include("reviews.urls")),

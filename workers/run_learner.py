@@ -156,11 +156,15 @@ def train_items(run: Run) -> list[dict]:
 
 
 def learner_main(run_id: int, log: Log = print) -> None:
-    """The run's learner, whatever its algorithm: one that learns from the run's rollouts (`online`)
-    or one that learns from the task set's examples. Under `accelerate launch` rank 0 leads and
+    """The run's learner, whatever its algorithm: one that learns from the run's rollouts (`online`),
+    one that learns from the task set's examples, or one whose module serves its own loop. Under `accelerate launch` rank 0 leads and
     the others follow it (workers/learner_group.py)."""
     method = Run.objects.filter(pk=run_id).values_list("method", flat=True).get()
     algorithm = algorithm_get(method)
+    module = importlib.import_module(algorithm.learner) if algorithm is not None else None
+    if hasattr(module, "serve"):  # a learner that runs its own loop (the Tinker API's models)
+        module.serve(run_id, log)
+        return
     if algorithm is not None and not algorithm.online:
         _offline_main(run_id, log)
         return

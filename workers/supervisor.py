@@ -26,6 +26,7 @@ from runs.lifecycle import run_event, run_fail, run_transition
 from runs.models import Run
 from runs.run_store import run_dir
 from runs.scheduling import runs_admit
+from tinker_api import services as tinker_services
 from webhooks.services import deliveries_resend
 from workers.reward_model_supervisor import reward_models_watchdog
 
@@ -232,7 +233,7 @@ def _starting_too_long(run: Run) -> bool:
 def runs_tick() -> None:
     """The periodic pass: restart what died (runs' learners and reward-model trainings), start what
     the quotas allow, send again the webhook deliveries and stub checks whose messages were lost,
-    and delete the drafts of imports that died."""
+    delete the drafts of imports that died, and end the Tinker sessions whose clients went quiet."""
 
     runs_watchdog()
     reward_models_watchdog()
@@ -240,3 +241,4 @@ def runs_tick() -> None:
     deliveries_resend()
     task_set_drafts_sweep()
     stub_checks_resend()
+    tinker_services.sessions_expire()

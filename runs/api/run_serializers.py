@@ -11,7 +11,7 @@ from inference.token_text import token_texts
 from projects.models import TaskItem
 from runs import lifecycle, scheduling, selectors
 from runs.api.serializers import INT64_MAX, INT64_MIN
-from runs.learners import algorithm_choices
+from runs.learners import launch_choices
 from runs.models import Checkpoint, Run, RunEvent, Trajectory, TrajectoryStep
 from runs.outcomes import CHANGES
 
@@ -189,7 +189,7 @@ class RunOverridesSerializer(serializers.Serializer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["method"].choices = algorithm_choices()
+        self.fields["method"].choices = launch_choices()
 
 
 class RunCreateSerializer(RunOverridesSerializer):

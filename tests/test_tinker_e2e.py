@@ -1,0 +1,98 @@
+"""End to end: the official `tinker` SDK against a live Flywheel (web server, a real learner process
+on the learner queue, a rollout worker sampling), changed only in its base_url and key. The SDK's
+basic pattern: a LoRA training client, forward_backward + optim_step until the model has learned a
+completion, its weights saved for the sampler, and a sample that says it; the model is a run of
+method `tinker` whose loss, steps and policy versions Flywheel records, and closing the session
+ends the run."""
+
+import pytest
+import tinker
+from tinker import types
+
+from projects import services as project_services
+from runs.models import MetricPoint, Run
+from tests.run_harness import Host, demo_project, hosts_killed, tiny_model, wait_until, worker_env
+from tests.web_server import WebServer
+from tinker_api.models import TinkerModel, TinkerSession
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.backend_independent]
+__all__ = ["tiny_model"]
+
+STEPS = 20
+
+
+@pytest.fixture
+def stack(tmp_path):
+    env = worker_env()
+    learner_host, rollout_host = Host(env), Host(env)
+    with hosts_killed(learner_host, rollout_host):
+        learner_host.worker("learner")
+        rollout_host.worker("rollout")
+        with WebServer(env, tmp_path / "web.log") as server:
+            yield server
+
+
+def datum(tokenizer, prompt: str, completion: str) -> tuple[types.Datum, list[int], list[int]]:
+    """A supervised example in the SDK's convention: inputs are the sequence but its last token,
+    targets the sequence shifted by one, weights 1 on the completion only."""
+    prompt_tokens = tokenizer.encode(prompt, add_special_tokens=True)
+    completion_tokens = tokenizer.encode(completion, add_special_tokens=False) + [tokenizer.eos_token_id]
+    tokens = prompt_tokens + completion_tokens
+    weights = [0.0] * len(prompt_tokens) + [1.0] * len(completion_tokens)
+    example = types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights[1:]},
+    )
+    return example, prompt_tokens, completion_tokens
+
+
+@pytest.mark.timeout(600)
+def test_the_official_tinker_client_trains_samples_and_ends_a_run(stack, tiny_model):
+    setup = demo_project(tiny_model)
+    _, token = project_services.api_token_create(user=setup["owner"], name="tinker loop")
+    service = tinker.ServiceClient(base_url=f"{stack.url}/tinker", api_key=f"tml-{token}")
+    offered = tinker.RestClient(base_url=f"{stack.url}/tinker", api_key=f"tml-{token}").get_server_capabilities().result().supported_models
+    assert [model.model_name for model in offered] == [str(tiny_model), "rollout"]  # the tier's base and name
+
+    training = service.create_lora_training_client(base_model=str(tiny_model), rank=8).result()
+    tokenizer = training.get_tokenizer()
+    example, prompt, completion = datum(tokenizer, "2+3=", "5")
+    losses = []
+    for _ in range(STEPS):
+        backward = training.forward_backward([example], "cross_entropy")
+        step = training.optim_step(types.AdamParams(learning_rate=0.02))
+        result = backward.result()
+        step.result()
+        weights = example.loss_fn_inputs["weights"].to_numpy()
+        logprobs = result.loss_fn_outputs[0]["logprobs"].to_numpy()
+        assert logprobs.shape == weights.shape
+        losses.append(float(-(logprobs * weights).sum() / weights.sum()))
+        assert result.metrics["loss:sum"] == pytest.approx(-(logprobs * weights).sum(), rel=1e-4)
+    assert losses[-1] < 0.5 * losses[0], losses  # it learned the completion
+
+    sampler = training.save_weights_and_get_sampling_client(name="learned")
+    answer = sampler.sample(
+        prompt=types.ModelInput.from_ints(prompt),
+        num_samples=2,
+        sampling_params=types.SamplingParams(max_tokens=len(completion) + 2, temperature=0.0),
+        include_prompt_logprobs=True,
+    ).result()
+    assert len(answer.sequences) == 2
+    for sequence in answer.sequences:
+        assert sequence.tokens[: len(completion)] == completion  # what it was taught, greedily
+        assert len(sequence.logprobs) == len(sequence.tokens)
+    assert answer.prompt_logprobs[0] is None and len(answer.prompt_logprobs) == len(prompt)
+
+    model = TinkerModel.objects.select_related("run").get()
+    run = model.run
+    assert (run.method, run.status, model.optim_steps) == ("tinker", Run.Status.RUNNING, STEPS)
+    recorded = list(
+        MetricPoint.objects.filter(run=run, name="learner/loss").order_by("step").values_list("value", flat=True)
+    )
+    assert len(recorded) == STEPS and recorded[-1] < recorded[0]
+    assert recorded[0] == pytest.approx(losses[0], rel=1e-3)  # the first step's loss, before any update
+    assert Run.objects.get(pk=run.pk).policy_version == STEPS
+
+    service.close("success").result()
+    assert TinkerSession.objects.get().status == TinkerSession.Status.FINISHED
+    wait_until(lambda: Run.objects.get(pk=run.pk).status == Run.Status.SUCCEEDED, "the run's end")

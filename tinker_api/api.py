@@ -1,0 +1,432 @@
+"""The Tinker API at /tinker/api/v1/, as the official `tinker` SDK calls it: point a script at
+Flywheel with `tinker.ServiceClient(base_url="<flywheel>/tinker")` and a Flywheel API token as the
+key (`TINKER_API_KEY=tml-<token>`: the SDK wants its prefix, the server drops it).
+
+An adapter, like the OpenAI fine-tuning API (finetuning/api.py): each view authenticates as /v1/
+does, finds the session, model or sampler in a project the caller belongs to, calls a service or a
+selector and answers in the SDK's shapes. Work is queued as requests (futures): `retrieve_future`
+holds the poll until the answer is written or FLYWHEEL_TINKER_POLL_SECONDS pass ("try again"), so a
+waiting client costs one query every few milliseconds of the server's, not a request of its own.
+Refusals are 4xx with `x-should-retry: false` (the SDK retries 409 and 5xx) and a `detail`.
+"""
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from core import strict_json
+from core.roles import Permission
+from finetuning.selectors import NoProjectError, project_of
+from inference.openai_protocol import OpenAIError
+from projects import selectors as project_selectors
+from projects.models import Project
+from runs.models import Run
+from runs.openai_views import caller
+from tinker_api import selectors, services, wire
+from tinker_api.models import TinkerModel, TinkerRequest, TinkerSession
+from tinker_api.services import TinkerRefusal
+
+logger = logging.getLogger(__name__)
+POLL_INTERVAL = 0.02  # seconds between looks at a pending request while a poll is held
+
+CLIENT_CONFIG = {
+    # API keys, no JWT exchange; plain httpx (the SDK's pyqwest transport is for its cloud).
+    "pjwt_auth_enabled": False,
+    "credential_default_source": "api_key",
+    "use_pyqwest_transport": False,
+    # One model's requests run in the order they came: chunks of a forward_backward go one by one.
+    "parallel_fwdbwd_chunks": False,
+    "proto_compress_fwdbwd": False,
+    "sample_use_retrieve_futures": False,
+    "custom_loss_server_side": False,
+    "sample_join_sampling_session": False,
+}
+
+
+def _refusal(status: int, message: str) -> JsonResponse:
+    response = JsonResponse({"detail": message, "error": message}, status=status)
+    if status < 500 and status not in (408, 429):
+        response["x-should-retry"] = "false"
+    return response
+
+
+def tinker_api(*methods: str) -> Callable:
+    """Authenticate, refuse other methods, and answer every refusal in one shape."""
+
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method not in methods:
+                return _refusal(405, f"{request.method} is not allowed here; use {' or '.join(methods)}")
+            try:
+                user = _caller(request)
+                return view(request, user, *args, **kwargs)
+            except TinkerRefusal as exc:
+                return _refusal(exc.status, str(exc))
+            except OpenAIError as exc:
+                response = _refusal(exc.status, exc.message)
+                for name, value in (exc.headers or {}).items():
+                    response[name] = value
+                return response
+            except NoProjectError as exc:
+                return _refusal(400, f"project_id: {exc}".replace("the OpenAI-Project header", "project_id"))
+            except PermissionDenied as exc:
+                return _refusal(403, str(exc))
+            except wire.WireError as exc:
+                return _refusal(400, str(exc))
+            except Exception:
+                logger.exception("the Tinker API failed on %s", request.path)
+                return _refusal(500, "internal error; it has been logged")
+
+        return csrf_exempt(wrapped)
+
+    return decorate
+
+
+def _caller(request: HttpRequest):
+    """The user behind the API key (`X-API-Key: tml-<Flywheel token>`, or a bearer token)."""
+    key = request.META.get("HTTP_X_API_KEY", "")
+    if key and not request.META.get("HTTP_AUTHORIZATION"):
+        request.META["HTTP_AUTHORIZATION"] = f"Bearer {key.removeprefix('tml-')}"
+        request.__dict__.pop("headers", None)  # built from META once; read it again
+    if not request.META.get("HTTP_AUTHORIZATION"):
+        raise TinkerRefusal(401, "send your Flywheel API token as the API key (TINKER_API_KEY=tml-<token>)")
+    return caller(request)
+
+
+def _body(request: HttpRequest) -> dict:
+    try:
+        body = strict_json.loads(request.body or b"{}")
+    except (strict_json.JsonInputError, ValueError, UnicodeDecodeError) as exc:
+        raise TinkerRefusal(400, f"the body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise TinkerRefusal(400, "the body must be a JSON object")
+    return body
+
+
+def _idempotency(request: HttpRequest) -> str:
+    return request.headers.get("X-Idempotency-Key", "")[:200]
+
+
+def _editable_session(user, key: Any) -> TinkerSession:
+    session = selectors.session_for(user=user, key=str(key or ""))
+    if session is None:
+        raise TinkerRefusal(404, f"no session {key!r} in a project of yours", field="session_id")
+    project_selectors.require(user=user, project_id=session.project_id, permission=Permission.EDIT)
+    return session
+
+
+def _editable_model(user, model_id: Any) -> TinkerModel:
+    model = selectors.model_for(user=user, model_id=str(model_id or ""))
+    if model is None:
+        raise TinkerRefusal(404, f"no model {model_id!r} in a project of yours", field="model_id")
+    project_selectors.require(user=user, project_id=model.session.project_id, permission=Permission.EDIT)
+    return model
+
+
+def _future(request: TinkerRequest, **extra: Any) -> JsonResponse:
+    body = {"request_id": request.key}
+    if request.model_id is not None:
+        body["model_id"] = request.model.model_id
+    return JsonResponse(body | extra)
+
+
+# --- service ---------------------------------------------------------------------------------
+
+
+@csrf_exempt
+def healthz(request: HttpRequest) -> HttpResponse:
+    return JsonResponse({"status": "ok"})
+
+
+@tinker_api("POST")
+def client_config(request: HttpRequest, user) -> HttpResponse:
+    return JsonResponse(CLIENT_CONFIG)
+
+
+@tinker_api("POST")
+def client_dynamic_config(request: HttpRequest, user) -> HttpResponse:
+    return JsonResponse({"refresh_interval_sec": 300, "sample_cancel_enabled": False})
+
+
+@tinker_api("POST")
+def telemetry(request: HttpRequest, user) -> HttpResponse:
+    """The SDK's own telemetry: accepted and dropped (Flywheel's runs record what it needs)."""
+    return JsonResponse({"status": "accepted"})
+
+
+def _project(request: HttpRequest, user, named: Any) -> Project:
+    parts = request.headers.get("Authorization", "").split()
+    from core.tokens import token_digest
+
+    digest = token_digest(parts[1]) if len(parts) == 2 else None
+    return project_of(user=user, header=str(named) if named else None, token_digest=digest)
+
+
+@tinker_api("GET")
+def server_capabilities(request: HttpRequest, user) -> HttpResponse:
+    try:
+        projects = [_project(request, user, request.GET.get("project_id"))]
+    except NoProjectError:  # no default: what any of the caller's projects offers
+        projects = list(Project.objects.filter(pk__in=project_selectors.visible_project_ids(user=user)))
+    names = list(dict.fromkeys(name for project in projects for name in selectors.models_offered(project=project)))
+    return JsonResponse(
+        {"supported_models": [{"model_name": name, "trainable": True, "sampleable": True} for name in names]}
+    )
+
+
+@tinker_api("POST")
+def create_session(request: HttpRequest, user) -> HttpResponse:
+    body = _body(request)
+    project = _project(request, user, body.get("project_id"))
+    session = services.session_create(user=user, project=project, body=body)
+    return JsonResponse({"type": "create_session", "session_id": session.key})
+
+
+@tinker_api("POST")
+def session_heartbeat(request: HttpRequest, user) -> HttpResponse:
+    session = _editable_session(user, _body(request).get("session_id"))
+    services.session_heartbeat(session=session)
+    return JsonResponse({"type": "session_heartbeat"})
+
+
+@tinker_api("POST")
+def session_finish(request: HttpRequest, user, session_id: str) -> HttpResponse:
+    session = _editable_session(user, session_id)
+    services.session_end(session=session)
+    return JsonResponse({})
+
+
+@tinker_api("GET")
+def session_detail(request: HttpRequest, user, session_id: str) -> HttpResponse:
+    session = selectors.session_for(user=user, key=session_id)
+    if session is None:
+        raise TinkerRefusal(404, f"no session {session_id!r} in a project of yours")
+    return JsonResponse(
+        {
+            "training_run_ids": [model.model_id for model in session.models.order_by("seq_id")],
+            "sampler_ids": [sampler.key for sampler in session.samplers.order_by("pk")],
+        }
+    )
+
+
+# --- training --------------------------------------------------------------------------------
+
+
+@tinker_api("POST")
+def create_model(request: HttpRequest, user) -> HttpResponse:
+    body = _body(request)
+    session = _editable_session(user, body.get("session_id"))
+    queued = services.model_create(session=session, by=user, body=body, idempotency_key=_idempotency(request))
+    return _future(queued)
+
+
+@tinker_api("POST")
+def get_info(request: HttpRequest, user) -> HttpResponse:
+    model = selectors.model_for(user=user, model_id=str(_body(request).get("model_id") or ""))
+    if model is None:
+        raise TinkerRefusal(404, "no such model in a project of yours", field="model_id")
+    tier_config = model.run.tier_config
+    return JsonResponse(
+        {
+            "type": "get_info",
+            "model_id": model.model_id,
+            "model_name": model.base_model,
+            "is_lora": model.lora is not None,
+            "lora_rank": model.lora["rank"] if model.lora else None,
+            # The client loads the tokenizer itself (AutoTokenizer.from_pretrained): the tier's base
+            # model, a path on this machine or a hub id.
+            "model_data": {"arch": "causal_lm", "model_name": model.base_model, "tokenizer_id": tier_config["base_model"]},
+        }
+    )
+
+
+@tinker_api("POST")
+def forward_backward(request: HttpRequest, user) -> HttpResponse:
+    if wire.PROTO_CONTENT_TYPE not in request.headers.get("Content-Type", ""):
+        raise TinkerRefusal(415, f"send forward_backward as {wire.PROTO_CONTENT_TYPE} (the SDK does)")
+    if request.headers.get("Content-Encoding"):
+        raise TinkerRefusal(415, "send the body uncompressed (this server's client config asks for that)")
+    parsed = wire.forward_backward_read(request.body)  # checked here: a bad datum fails at once
+    model = _editable_model(user, parsed.model_id)
+    kind = TinkerRequest.Kind.FORWARD if parsed.forward_only else TinkerRequest.Kind.FORWARD_BACKWARD
+    queued = services.request_submit(model=model, kind=kind, body=request.body, idempotency_key=_idempotency(request))
+    return _future(queued)
+
+
+def _model_request(kind: str) -> Callable:
+    @tinker_api("POST")
+    def view(request: HttpRequest, user) -> HttpResponse:
+        body = _body(request)
+        model = _editable_model(user, body.get("model_id"))
+        if kind == TinkerRequest.Kind.OPTIM_STEP:
+            _adam_check(body)
+        elif kind in (TinkerRequest.Kind.SAVE_WEIGHTS, TinkerRequest.Kind.SAVE_WEIGHTS_FOR_SAMPLER):
+            if body.get("path") is not None:
+                services.name_check(str(body["path"]))
+        elif kind == TinkerRequest.Kind.LOAD_WEIGHTS:
+            services.weights_for(user=user, path=str(body.get("path")), kind="weights", field="path")
+        queued = services.request_submit(
+            model=model, kind=kind, body=json.dumps(body).encode(), idempotency_key=_idempotency(request)
+        )
+        return _future(queued)
+
+    return view
+
+
+def _adam_check(body: dict) -> None:
+    params = body.get("adam_params")
+    if params is None:
+        if body.get("optimizer_params") is not None:
+            raise TinkerRefusal(400, "this server trains with AdamW: send adam_params", field="optimizer_params")
+        raise TinkerRefusal(400, "is required", field="adam_params")
+    for name in ("learning_rate", "beta1", "beta2", "eps", "weight_decay", "grad_clip_norm"):
+        value = params.get(name, 0.0)
+        if not isinstance(value, int | float) or value != value or value < 0:
+            raise TinkerRefusal(400, "must be a number, 0 or more", field=f"adam_params.{name}")
+    for name in ("beta1", "beta2"):
+        if params.get(name, 0.9) >= 1:
+            raise TinkerRefusal(400, "must be below 1", field=f"adam_params.{name}")
+
+
+optim_step = _model_request(TinkerRequest.Kind.OPTIM_STEP)
+save_weights = _model_request(TinkerRequest.Kind.SAVE_WEIGHTS)
+save_weights_for_sampler = _model_request(TinkerRequest.Kind.SAVE_WEIGHTS_FOR_SAMPLER)
+_load_into_model = _model_request(TinkerRequest.Kind.LOAD_WEIGHTS)
+
+
+@tinker_api("POST")
+def load_weights(request: HttpRequest, user) -> HttpResponse:
+    """Into an existing model (model_id), or a new model made from the weights (session_id and
+    model_seq_id: `create_training_client_from_state`)."""
+    body = _body(request)
+    if body.get("model_id"):
+        request._body = json.dumps(body).encode()
+        return _load_into_model.__wrapped__(request, user)
+    session = _editable_session(user, body.get("session_id"))
+    source = services.weights_for(user=user, path=str(body.get("path")), kind="weights", field="path")
+    queued = services.model_create(
+        session=session,
+        by=user,
+        body=body,
+        idempotency_key=_idempotency(request),
+        load={"weights": source, "optimizer": bool(body.get("optimizer"))},
+    )
+    return _future(queued)
+
+
+@tinker_api("GET")
+def checkpoints(request: HttpRequest, user, model_id: str) -> HttpResponse:
+    model = selectors.model_for(user=user, model_id=model_id)
+    if model is None:
+        raise TinkerRefusal(404, f"no model {model_id!r} in a project of yours")
+    return JsonResponse({"checkpoints": [_checkpoint(weights) for weights in selectors.weights_of(model=model)]})
+
+
+def _checkpoint(weights) -> dict:
+    return {
+        "checkpoint_id": f"{weights.kind}/{weights.name}",
+        "checkpoint_type": "training" if weights.kind == "weights" else "sampler",
+        "time": weights.created_at.isoformat(),
+        "tinker_path": weights.path,
+        "expires_at": weights.expires_at.isoformat() if weights.expires_at else None,
+    }
+
+
+# --- sampling --------------------------------------------------------------------------------
+
+
+@tinker_api("POST")
+def create_sampling_session(request: HttpRequest, user) -> HttpResponse:
+    body = _body(request)
+    session = _editable_session(user, body.get("session_id"))
+    sampler = services.sampler_create(session=session, user=user, body=body)
+    return JsonResponse({"type": "create_sampling_session", "sampling_session_id": sampler.key})
+
+
+@tinker_api("POST")
+def asample(request: HttpRequest, user) -> HttpResponse:
+    body = _body(request)
+    sampler = _sampler(user, body)
+    count = body.get("num_samples", 1)
+    if not isinstance(count, int) or not 1 <= count <= 1024:
+        raise TinkerRefusal(400, "must be an integer from 1 to 1024", field="num_samples")
+    chunks = (body.get("prompt") or {}).get("chunks") or []
+    if not chunks or any(chunk.get("type", "encoded_text") != "encoded_text" for chunk in chunks):
+        raise TinkerRefusal(400, "send the prompt as token chunks (ModelInput.from_ints)", field="prompt")
+    queued = services.sample_submit(sampler=sampler, body=json.dumps(body).encode(), idempotency_key=_idempotency(request))
+    return _future(queued, sample_sequence_ids=[f"{queued.key}:{index}" for index in range(count)])
+
+
+def _sampler(user, body: dict):
+    key = body.get("sampling_session_id")
+    if key:
+        sampler = selectors.sampler_for(user=user, key=str(key))
+        if sampler is None:
+            raise TinkerRefusal(404, f"no sampling session {key!r} in a project of yours", field="sampling_session_id")
+        project_selectors.require(user=user, project_id=sampler.session.project_id, permission=Permission.EDIT)
+        return sampler
+    raise TinkerRefusal(400, "create a sampling session first (the SDK's SamplingClient does)", field="sampling_session_id")
+
+
+# --- futures ---------------------------------------------------------------------------------
+
+
+def _answer(request: TinkerRequest) -> HttpResponse | None:
+    """The request's answer if it has one: its result, or its failure in the SDK's shape."""
+    if request.status == TinkerRequest.Status.DONE:
+        if request.result_proto:
+            return HttpResponse(bytes(request.result), content_type=wire.PROTO_CONTENT_TYPE)
+        return HttpResponse(bytes(request.result), content_type="application/json")
+    if request.status == TinkerRequest.Status.FAILED:
+        return JsonResponse({"error": request.error, "category": "user" if request.user_error else "server"})
+    return None
+
+
+def _queue_state(request: TinkerRequest) -> tuple[str, str | None]:
+    """Why a request waits: its model's run is queued behind others, or paused."""
+    if request.model_id is None:
+        return "active", None
+    status = Run.objects.filter(pk=request.model.run_id).values_list("status", flat=True).first()
+    if status == Run.Status.QUEUED:
+        return "paused_capacity", "the model's run waits for its project's run quota"
+    if status in (Run.Status.PAUSING, Run.Status.PAUSED):
+        return "paused_capacity", "the model's run is paused; resume it to go on"
+    return "active", None
+
+
+@csrf_exempt
+async def retrieve_future(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        return _refusal(405, "POST is not allowed here; use POST")
+    try:
+        user = await sync_to_async(_caller)(request)
+        key = str(_body(request).get("request_id") or "")
+        found = await sync_to_async(selectors.request_for)(user=user, key=key)
+        if found is None:
+            return _refusal(404, f"request_id: no request {key!r} in a project of yours")
+        deadline = time.monotonic() + settings.FLYWHEEL_TINKER_POLL_SECONDS
+        while True:
+            if (answer := _answer(found)) is not None:
+                return answer
+            if time.monotonic() >= deadline:
+                state, reason = await sync_to_async(_queue_state)(found)
+                return JsonResponse(
+                    {"type": "try_again", "request_id": key, "queue_state": state, "queue_state_reason": reason}
+                )
+            await asyncio.sleep(POLL_INTERVAL)
+            found = await sync_to_async(TinkerRequest.objects.select_related("model").get)(pk=found.pk)
+    except TinkerRefusal as exc:
+        return _refusal(exc.status, str(exc))
+    except OpenAIError as exc:
+        return _refusal(exc.status, exc.message)

@@ -1,0 +1,84 @@
+"""The Tinker API's reads: the caller's sessions, models, requests and saved weights, and the
+models this server offers. A session belongs to its project: anyone who may view the project may
+read it, only its editors may drive it (the views ask)."""
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+
+from projects.models import Project
+from projects.selectors import visible_project_ids
+from runs.models import Tier
+from tinker_api.models import TinkerModel, TinkerRequest, TinkerSampler, TinkerSession, TinkerWeights
+
+
+def sessions_for(*, user: AbstractBaseUser) -> QuerySet[TinkerSession]:
+    return TinkerSession.objects.filter(project_id__in=visible_project_ids(user=user)).select_related("project")
+
+
+def session_for(*, user: AbstractBaseUser, key: str) -> TinkerSession | None:
+    return sessions_for(user=user).filter(key=key).first()
+
+
+def model_for(*, user: AbstractBaseUser, model_id: str) -> TinkerModel | None:
+    return (
+        TinkerModel.objects.filter(model_id=model_id, session__project_id__in=visible_project_ids(user=user))
+        .select_related("session", "session__project", "run")
+        .first()
+    )
+
+
+def sampler_for(*, user: AbstractBaseUser, key: str) -> TinkerSampler | None:
+    return (
+        TinkerSampler.objects.filter(key=key, session__project_id__in=visible_project_ids(user=user))
+        .select_related("session", "session__project")
+        .first()
+    )
+
+
+def request_for(*, user: AbstractBaseUser, key: str) -> TinkerRequest | None:
+    return (
+        TinkerRequest.objects.filter(key=key, session__project_id__in=visible_project_ids(user=user))
+        .select_related("model__run", "session")
+        .first()
+    )
+
+
+def weights_at(*, user: AbstractBaseUser, path: str) -> TinkerWeights | None:
+    """Weights by their path, tinker://<model id>/<weights|sampler_weights>/<name>."""
+    parts = path.removeprefix("tinker://").split("/")
+    if not path.startswith("tinker://") or len(parts) != 3:
+        return None
+    model_id, kind, name = parts
+    return (
+        TinkerWeights.objects.filter(
+            model__model_id=model_id,
+            kind=kind,
+            name=name,
+            model__session__project_id__in=visible_project_ids(user=user),
+        )
+        .select_related("model", "model__run", "model__run__tier", "model__session")
+        .first()
+    )
+
+
+def weights_by_path(*, path: str) -> TinkerWeights | None:
+    """Weights by their path, for the learner that loads them (the view checked the caller)."""
+    parts = path.removeprefix("tinker://").split("/")
+    if not path.startswith("tinker://") or len(parts) != 3:
+        return None
+    model_id, kind, name = parts
+    return TinkerWeights.objects.filter(model__model_id=model_id, kind=kind, name=name).select_related("model").first()
+
+
+def weights_of(*, model: TinkerModel) -> QuerySet[TinkerWeights]:
+    return model.weights.select_related("model").order_by("created_at", "pk")
+
+
+def models_offered(*, project: Project) -> list[str]:
+    """What a client may name as a base model: the project's tiers' base models and names."""
+    names: list[str] = []
+    for tier in Tier.objects.filter(project=project).order_by("pk"):
+        for name in (tier.base_model, tier.name):
+            if name not in names:
+                names.append(name)
+    return names
