@@ -9,7 +9,7 @@ from django.urls import reverse
 from projects.models import Project
 from runs import runs_table, selectors
 from runs.demo import DEMO_FUNCTIONS
-from runs.learners import algorithm_choices
+from runs.learners import launch_choices
 
 RUNS_ON_PROJECT_PAGE = 50
 
@@ -32,5 +32,5 @@ def project_runs_section(request: HttpRequest, project: Project) -> dict[str, An
 
 
 def home_methods_section(request: HttpRequest) -> dict[str, Any]:
-    # The methods the learner has, from the registry: the page names no method it lacks.
-    return {"methods": ", ".join(label for _, label in algorithm_choices())}
+    # The methods a launch may name, from the registry: the page names no method it lacks.
+    return {"methods": ", ".join(label for _, label in launch_choices())}

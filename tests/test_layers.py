@@ -34,6 +34,7 @@ LAYERS = (
         "ops",
         "costs",
         "episodes",
+        "tinker_api",
     ),
     ("workers",),
     ("webapp",),
@@ -53,6 +54,7 @@ DOMAIN = (
     "ops",
     "costs",
     "episodes",
+    "tinker_api",
 )
 FRAMEWORKS = ("django", "rest_framework", "drf_spectacular", "channels", "celery")
 
@@ -225,11 +227,12 @@ def test_domain_apps_reach_workers_only_from_their_task_modules():
     graph = import_graph(ROOT, APPLICATIONS)
     assert upward_violations(graph) == []
     # The exception is used, and only there: runs' tasks run the supervisor's and evaluation's code,
-    # reward models' the reward-model learner's, evaluations' the suite driver's.
+    # reward models' the reward-model learner's, evaluations' the suite driver's, the Tinker API's
+    # the sampling on rollout workers.
     reaching = {
         m for m, targets in graph.items() if app(m) in DOMAIN and "workers" in {app(t) for t in targets}
     }
-    assert reaching == {"runs.tasks", "reward_models.tasks", "evaluations.tasks"}
+    assert reaching == {"runs.tasks", "reward_models.tasks", "evaluations.tasks", "tinker_api.tasks"}
 
 
 def test_no_import_cycle_joins_two_packages_except_through_a_task():
@@ -297,6 +300,7 @@ def test_every_celery_task_module_sits_beside_a_service_or_drives_runs():
         "evaluations.tasks",
         "reward_models.tasks",
         "runs.tasks",
+        "tinker_api.tasks",
         "webhooks.tasks",
         "workers.tasks",
     ]

@@ -5,6 +5,7 @@ completion, its weights saved for the sampler, and a sample that says it; the mo
 method `tinker` whose loss, steps and policy versions Flywheel records, and closing the session
 ends the run."""
 
+import numpy as np
 import pytest
 import tinker
 from tinker import types
@@ -83,13 +84,42 @@ def test_the_official_tinker_client_trains_samples_and_ends_a_run(stack, tiny_mo
         assert len(sequence.logprobs) == len(sequence.tokens)
     assert answer.prompt_logprobs[0] is None and len(answer.prompt_logprobs) == len(prompt)
 
+    # Training state saved by name, an RL step (importance sampling on what it sampled, every token
+    # pushed down), then the state loaded back: the model is exactly what was saved.
+    saved = training.save_state("after-sft").result()
+    assert saved.path == f"tinker://{training.model_id}/weights/after-sft"
+    before = training.forward([example], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
+    tokens = prompt + answer.sequences[0].tokens
+    reinforce = types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={
+            "target_tokens": tokens[1:],
+            "logprobs": [0.0] * (len(prompt) - 1) + list(answer.sequences[0].logprobs),
+            "advantages": [0.0] * (len(prompt) - 1) + [-1.0] * len(answer.sequences[0].tokens),
+        },
+    )
+    pushed = training.forward_backward([reinforce], "importance_sampling").result()
+    current = pushed.loss_fn_outputs[0]["logprobs"].to_numpy()[len(prompt) - 1 :]
+    ratios = np.exp(current - np.asarray(answer.sequences[0].logprobs))
+    assert pushed.metrics["loss:sum"] == pytest.approx(ratios.sum(), rel=1e-4)  # -(p/q)·A, A = -1
+    training.optim_step(types.AdamParams(learning_rate=0.02)).result()
+    after_rl = training.forward([example], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
+    assert not np.allclose(after_rl, before, atol=1e-5)
+    training.load_state(saved.path).result()
+    restored = training.forward([example], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
+    assert restored == pytest.approx(before, abs=1e-5)
+    rest = tinker.RestClient(base_url=f"{stack.url}/tinker", api_key=f"tml-{token}")
+    listed = rest.list_checkpoints(training.model_id).result().checkpoints
+    assert [(c.checkpoint_type, c.tinker_path) for c in listed] == [("training", saved.path)]
+
     model = TinkerModel.objects.select_related("run").get()
     run = model.run
-    assert (run.method, run.status, model.optim_steps) == ("tinker", Run.Status.RUNNING, STEPS)
+    assert (run.method, run.status, model.optim_steps) == ("tinker", Run.Status.RUNNING, STEPS + 1)
+    assert run.learner_step == STEPS + 2  # the RL step, then the load: a run's steps only go forward
     recorded = list(
         MetricPoint.objects.filter(run=run, name="learner/loss").order_by("step").values_list("value", flat=True)
     )
-    assert len(recorded) == STEPS and recorded[-1] < recorded[0]
+    assert len(recorded) == STEPS and recorded[-1] < recorded[0]  # the RL step is no supervised step
     assert recorded[0] == pytest.approx(losses[0], rel=1e-3)  # the first step's loss, before any update
     assert Run.objects.get(pk=run.pk).policy_version == STEPS
 

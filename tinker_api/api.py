@@ -264,22 +264,26 @@ def forward_backward(request: HttpRequest, user) -> HttpResponse:
     return _future(queued)
 
 
+def _submit(user, kind: str, body: dict, idempotency_key: str) -> HttpResponse:
+    """Queue a JSON request for a model's learner, once its body is checked."""
+    model = _editable_model(user, body.get("model_id"))
+    if kind == TinkerRequest.Kind.OPTIM_STEP:
+        _adam_check(body)
+    elif kind in (TinkerRequest.Kind.SAVE_WEIGHTS, TinkerRequest.Kind.SAVE_WEIGHTS_FOR_SAMPLER):
+        if body.get("path") is not None:
+            services.name_check(str(body["path"]))
+    elif kind == TinkerRequest.Kind.LOAD_WEIGHTS:
+        services.weights_for(user=user, path=str(body.get("path")), kind="weights", field="path")
+    queued = services.request_submit(
+        model=model, kind=kind, body=json.dumps(body).encode(), idempotency_key=idempotency_key
+    )
+    return _future(queued)
+
+
 def _model_request(kind: str) -> Callable:
     @tinker_api("POST")
     def view(request: HttpRequest, user) -> HttpResponse:
-        body = _body(request)
-        model = _editable_model(user, body.get("model_id"))
-        if kind == TinkerRequest.Kind.OPTIM_STEP:
-            _adam_check(body)
-        elif kind in (TinkerRequest.Kind.SAVE_WEIGHTS, TinkerRequest.Kind.SAVE_WEIGHTS_FOR_SAMPLER):
-            if body.get("path") is not None:
-                services.name_check(str(body["path"]))
-        elif kind == TinkerRequest.Kind.LOAD_WEIGHTS:
-            services.weights_for(user=user, path=str(body.get("path")), kind="weights", field="path")
-        queued = services.request_submit(
-            model=model, kind=kind, body=json.dumps(body).encode(), idempotency_key=_idempotency(request)
-        )
-        return _future(queued)
+        return _submit(user, kind, _body(request), _idempotency(request))
 
     return view
 
@@ -302,7 +306,6 @@ def _adam_check(body: dict) -> None:
 optim_step = _model_request(TinkerRequest.Kind.OPTIM_STEP)
 save_weights = _model_request(TinkerRequest.Kind.SAVE_WEIGHTS)
 save_weights_for_sampler = _model_request(TinkerRequest.Kind.SAVE_WEIGHTS_FOR_SAMPLER)
-_load_into_model = _model_request(TinkerRequest.Kind.LOAD_WEIGHTS)
 
 
 @tinker_api("POST")
@@ -311,8 +314,7 @@ def load_weights(request: HttpRequest, user) -> HttpResponse:
     model_seq_id: `create_training_client_from_state`)."""
     body = _body(request)
     if body.get("model_id"):
-        request._body = json.dumps(body).encode()
-        return _load_into_model.__wrapped__(request, user)
+        return _submit(user, TinkerRequest.Kind.LOAD_WEIGHTS, body, _idempotency(request))
     session = _editable_session(user, body.get("session_id"))
     source = services.weights_for(user=user, path=str(body.get("path")), kind="weights", field="path")
     queued = services.model_create(

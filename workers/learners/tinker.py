@@ -3,7 +3,8 @@ runs its client's requests (tinker_api/) one after the other, in the order they 
 
 `forward_backward` adds the gradients of the named loss (Tinker's definitions: a sum over tokens,
 never a mean) to what earlier calls left; `optim_step` applies them with the AdamW settings the
-client sends and counts a step: the run's step, its metrics (loss, tokens) and its costs.
+client sends and counts a step: the run's step, its metrics (loss, tokens) and its costs (a load
+of saved weights is a step too: the run's steps only go forward).
 `save_weights_for_sampler` publishes the weights as the run's policy version at that step (what
 /v1 serves as run-<id>, what sampling sessions decode); `save_weights` is a run checkpoint, with the
 optimiser, that `load_weights` (or a new model made from it) restores.
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from django.db.models import F
 from django.utils import timezone
 
 from core.exceptions import StateError
@@ -239,7 +241,7 @@ def optim_step(served: Served, body: dict) -> dict:
     learner.optimizer.zero_grad(set_to_none=True)
     learner.state.step += 1
     step = served.step
-    TinkerModel.objects.filter(pk=served.row.pk).update(optim_steps=step)
+    TinkerModel.objects.filter(pk=served.row.pk).update(optim_steps=F("optim_steps") + 1)
     Run.objects.filter(pk=served.run.pk).update(learner_step=step, heartbeat_at=timezone.now())
     values = {
         "learner/loss_sum": served.loss,
@@ -310,6 +312,7 @@ def load_weights(served: Served, body: dict) -> dict:
         raise RequestError(f"path: the checkpoint behind {body['path']} is gone")
     target = Path(served.config.output_dir) / f"loaded-{source.model.run_id}-{source.step}"
     checkpoint_fetch(checkpoint_prefix(source.model.run_id, source.step), target)
+    step = served.step
     try:
         served.learner.accelerator.load_state(str(target))
     except (RuntimeError, KeyError, ValueError) as exc:
@@ -317,6 +320,11 @@ def load_weights(served: Served, body: dict) -> dict:
     if not body.get("optimizer"):
         served.learner.optimizer.state.clear()
     served.learner.optimizer.zero_grad(set_to_none=True)
+    # A load changes the weights, so it is a step of the run: its steps (and the policy versions
+    # named by them) only go forward, and a version once published never changes.
+    served.learner.state.step = step + 1
+    Run.objects.filter(pk=served.run.pk).update(learner_step=served.step, heartbeat_at=timezone.now())
+    run_event(served.run, "checkpoint", f"loaded {body['path']} as step {served.step}", data={"step": served.step})
     return {"path": body["path"], "model_id": served.row.model_id, "type": "load_weights"}
 
 

@@ -1,0 +1,331 @@
+"""The Tinker API in process: its wire format read and written with the SDK's own converters, the
+losses as Tinker defines them, a forward_backward on a real tiny model (sums, accumulation), and
+the views' contract: who may do what, refusals by field, retries that do not queue work twice,
+held polls, and the end of a session. The official client against a live server is in
+tests/test_tinker_e2e.py."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from tinker import types
+from tinker.proto.request_conv import forward_backward_request_to_proto
+from tinker.proto.response_conv import deserialize_forward_backward_output, deserialize_sample_response
+
+from django.core.exceptions import ValidationError
+
+from core.roles import Role
+from projects import services as project_services
+from runs import lifecycle
+from runs import services as run_services
+from runs.learners import algorithm_choices, launch_choices
+from runs.models import Run
+from tests.run_harness import tiny_model
+from tinker_api import services as tinker_services
+from tinker_api import wire
+from tinker_api.models import TinkerModel, TinkerRequest, TinkerSession
+from workers.learners.tinker import token_losses
+
+__all__ = ["tiny_model"]
+BASE = "acme/tiny"
+
+
+def fb_body(loss_fn: str = "cross_entropy", data: list | None = None, model_id: str = "m", **config) -> bytes:
+    """A forward_backward body as the SDK writes it."""
+    data = data or [
+        types.Datum(
+            model_input=types.ModelInput.from_ints([5, 6, 7]),
+            loss_fn_inputs={"target_tokens": [6, 7, 8], "weights": [0.0, 1.0, 1.0]},
+        )
+    ]
+    request = types.ForwardBackwardRequest(
+        forward_backward_input=types.ForwardBackwardInput(data=data, loss_fn=loss_fn, loss_fn_config=config or None),
+        model_id=model_id,
+        seq_id=1,
+    )
+    return forward_backward_request_to_proto(request).SerializeToString()
+
+
+# --- the wire --------------------------------------------------------------------------------
+
+
+def test_a_forward_backward_written_by_the_sdk_reads_back_whole():
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints([1, 2, 3, 4]),
+        loss_fn_inputs={
+            "target_tokens": np.array([2, 3, 4, 5]),
+            "logprobs": np.array([-0.5, -1.0, -1.5, -2.0], dtype=np.float32),
+            "advantages": np.array([0.0, 1.0, 1.0, -1.0], dtype=np.float32),
+        },
+    )
+    parsed = wire.forward_backward_read(fb_body("ppo", [datum], model_id="s:train:0", clip_low_threshold=0.9))
+    assert (parsed.model_id, parsed.seq_id, parsed.loss_fn, parsed.forward_only) == ("s:train:0", 1, "ppo", False)
+    assert parsed.config == {"clip_low_threshold": 0.9}
+    assert parsed.data[0].tokens == [1, 2, 3, 4]
+    assert parsed.data[0].inputs["target_tokens"] == [2, 3, 4, 5]
+    assert parsed.data[0].inputs["logprobs"] == [-0.5, -1.0, -1.5, -2.0]
+    assert parsed.data[0].inputs["advantages"] == [0.0, 1.0, 1.0, -1.0]
+
+
+def test_the_sdk_reads_our_forward_backward_output_and_samples():
+    written = wire.forward_backward_write(
+        {"logprobs": [[-1.0, -2.0], [-0.5]], "elementwise_loss": [[0.0, 2.0], [0.5]]}, {"loss:sum": 2.5}, 2
+    )
+    read = deserialize_forward_backward_output(written)
+    assert read.metrics == {"loss:sum": 2.5}
+    assert [output["logprobs"].tolist() for output in read.loss_fn_outputs] == [[-1.0, -2.0], [-0.5]]
+    assert read.loss_fn_outputs[1]["elementwise_loss"].tolist() == [0.5]
+    sampled = deserialize_sample_response(
+        wire.sample_write(
+            [wire.Sequence([4, 5, 0], [-0.25, -0.5, -0.75], True), wire.Sequence([9], [-1.0], False)],
+            [None, -3.0, -4.0],
+        )
+    )
+    assert [(s.tokens, s.stop_reason) for s in sampled.sequences] == [([4, 5, 0], "stop"), ([9], "length")]
+    assert sampled.sequences[0].logprobs == [-0.25, -0.5, -0.75]
+    assert sampled.prompt_logprobs == [None, -3.0, -4.0]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (fb_body("gspo"), "loss_fn: gspo is not served here yet"),
+        (fb_body("dpo_pairs"), "loss_fn: 'dpo_pairs' is not a loss"),
+        (
+            fb_body("ppo"),  # the default datum has weights but neither logprobs nor advantages
+            "data[0].loss_fn_inputs: ppo needs 'logprobs'",
+        ),
+        (
+            fb_body(
+                data=[
+                    types.Datum(
+                        model_input=types.ModelInput.from_ints([5, 6, 7]),
+                        loss_fn_inputs={"target_tokens": [6, 7], "weights": [1.0, 1.0]},
+                    )
+                ]
+            ),
+            "data[0].loss_fn_inputs.target_tokens: 2 values for 3 input tokens",
+        ),
+        (b"\xff\xff not protobuf", "the body is not a ForwardBackwardRequest"),
+    ],
+)
+def test_a_forward_backward_that_cannot_run_is_refused_by_field(body, message):
+    with pytest.raises(wire.WireError) as refused:
+        wire.forward_backward_read(body)
+    assert message in str(refused.value)
+
+
+# --- the losses --------------------------------------------------------------------------------
+
+
+def test_each_loss_is_tinkers_sum_over_tokens():
+    current = torch.tensor([[-1.0, -2.0]])
+    sampled = torch.tensor([[-1.0, -1.0]])
+    inputs = {"logprobs": sampled, "advantages": torch.tensor([[2.0, -1.0]])}
+    ratio = [1.0, math.exp(-1.0)]
+    assert token_losses("cross_entropy", current, {"weights": torch.tensor([[0.0, 1.0]])}, {}).tolist() == [
+        [0.0, 2.0]
+    ]
+    assert token_losses("importance_sampling", current, inputs, {}).tolist()[0] == pytest.approx(
+        [-2.0 * ratio[0], ratio[1]]
+    )
+    # ppo: min(r A, clip(r, 0.8, 1.2) A); the second token's ratio 0.37 clips to 0.8 (A < 0: 0.8 is smaller)
+    assert token_losses("ppo", current, inputs, {}).tolist()[0] == pytest.approx([-2.0, 0.8])
+    assert token_losses("cispo", current, inputs, {}).tolist()[0] == pytest.approx([-(1.0 * -1.0 * 2.0), -(0.8 * -2.0 * -1.0)])
+    assert token_losses("dro", current, inputs, {"beta": 0.5}).tolist()[0] == pytest.approx(
+        [-(-1.0 * 2.0), -(-2.0 * -1.0 - 0.25 * 1.0)]
+    )
+    weighted = inputs | {"weights": torch.tensor([[1.0, 0.0]])}
+    assert token_losses("importance_sampling", current, weighted, {}).tolist()[0] == pytest.approx([-2.0, 0.0])
+
+
+def test_forward_backward_sums_the_loss_and_adds_gradients_until_the_step(tiny_model, tmp_path):
+    """On a real model: the answer's log-probs are the model's, `loss:sum` their weighted sum, and a
+    second call adds its gradients to the first's (what a batch split in chunks relies on)."""
+    from types import SimpleNamespace
+
+    from workers.learners.common import LearnerConfig, learner_create
+    from workers.learners.tinker import Served, forward_backward
+
+    config = LearnerConfig(model=str(tiny_model), output_dir=str(tmp_path), adapter="lora", lora_rank=4)
+    learner, _ = learner_create(config)
+    served = Served(run=SimpleNamespace(pk=0), row=SimpleNamespace(), learner=learner, config=config)
+    request = wire.forward_backward_read(fb_body())
+    answer = deserialize_forward_backward_output(forward_backward(served, request))
+    logprobs = answer.loss_fn_outputs[0]["logprobs"].tolist()
+    with torch.no_grad():
+        logits = learner.model(input_ids=torch.tensor([[5, 6, 7]])).logits[0].float().log_softmax(-1)
+    assert logprobs == pytest.approx([logits[i, t].item() for i, t in enumerate([6, 7, 8])], abs=1e-5)
+    assert answer.metrics["loss:sum"] == pytest.approx(-(logprobs[1] + logprobs[2]), rel=1e-5)
+    once = [p.grad.clone() for p in learner.model.parameters() if p.grad is not None]
+    forward_backward(served, request)
+    twice = [p.grad for p in learner.model.parameters() if p.grad is not None]
+    assert once and all(torch.allclose(b, 2 * a, atol=1e-6) for a, b in zip(once, twice, strict=True))
+    assert served.tokens == 6 and served.weight == 4.0
+    forward_only = wire.forward_backward_read(fb_body())
+    forward_only.forward_only = True
+    forward_backward(served, forward_only)
+    assert all(torch.equal(a, p.grad) for a, p in zip(twice, [p for p in learner.model.parameters() if p.grad is not None], strict=True))
+
+
+# --- the views ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def world(team, settings, client):
+    settings.FLYWHEEL_TINKER_POLL_SECONDS = 0
+    owner = team[Role.OWNER]
+    run_services.tier_create(project=team["project"], by=owner, name="small", base_model=BASE)
+    keys = {}
+    for who in (Role.OWNER, Role.LAUNCHER, Role.REVIEWER, Role.VIEWER, "outsider"):
+        _, raw = project_services.api_token_create(user=team[who], name="tinker")
+        keys[who] = f"tml-{raw}"
+    return team | {"keys": keys}
+
+
+def call(client, key: str | None, path: str, body: dict | bytes | None = None, **headers):
+    extra = {"HTTP_X_API_KEY": key} if key else {}
+    extra |= {f"HTTP_{name.upper().replace('-', '_')}": value for name, value in headers.items()}
+    url = f"/tinker/api/v1/{path}"
+    if body is None:
+        return client.get(url, **extra)
+    if isinstance(body, bytes):
+        return client.post(url, body, content_type=wire.PROTO_CONTENT_TYPE, **extra)
+    return client.post(url, json.dumps(body), content_type="application/json", **extra)
+
+
+def session_of(client, world, who=Role.OWNER) -> str:
+    answer = call(client, world["keys"][who], "create_session", {"tags": [], "sdk_version": "0.38.0", "user_metadata": None,
+                                                                 "project_id": str(world["project"].pk)})
+    assert answer.status_code == 200, answer.content
+    return answer.json()["session_id"]
+
+
+def model_of(client, world, session: str, **headers) -> dict:
+    body = {"session_id": session, "model_seq_id": 0, "base_model": BASE, "lora_config": {"rank": 4}}
+    answer = call(client, world["keys"][Role.OWNER], "create_model", body, **headers)
+    assert answer.status_code == 200, answer.content
+    return answer.json()
+
+
+def test_a_session_acts_in_the_named_project_and_needs_a_key(client, world):
+    assert call(client, None, "create_session", {}).status_code == 401
+    refused = call(client, "tml-not-a-token", "create_session", {})
+    assert refused.status_code == 401 and refused["x-should-retry"] == "false"
+    key = session_of(client, world)
+    session = TinkerSession.objects.get(key=key)
+    assert (session.project, session.created_by, session.sdk_version) == (world["project"], world[Role.OWNER], "0.38.0")
+    # The outsider belongs to another project only: naming ours is refused, as if it did not exist.
+    other = call(client, world["keys"]["outsider"], "create_session", {"project_id": str(world["project"].pk)})
+    assert other.status_code == 400 and "project_id" in other.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("who", "status"),
+    [(Role.OWNER, 200), (Role.LAUNCHER, 200), (Role.REVIEWER, 403), (Role.VIEWER, 403), ("outsider", 404)],
+)
+def test_only_editors_drive_a_session_and_outsiders_do_not_see_it(client, world, who, status):
+    session = session_of(client, world)
+    body = {"session_id": session, "model_seq_id": 1, "base_model": "small", "lora_config": {"rank": 4}}
+    answer = call(client, world["keys"][who], "create_model", body)
+    assert answer.status_code == status, answer.content
+    assert TinkerModel.objects.count() == (1 if status == 200 else 0)
+    heartbeat = call(client, world["keys"][who], "session_heartbeat", {"session_id": session})
+    assert heartbeat.status_code == status
+
+
+def test_a_model_is_a_queued_run_of_method_tinker_with_the_clients_lora(client, world):
+    session = session_of(client, world)
+    future = model_of(client, world, session)
+    model = TinkerModel.objects.select_related("run").get()
+    assert future["model_id"] == model.model_id == f"{session}:train:0"
+    run = model.run
+    assert (run.method, run.status, run.tier.name) == ("tinker", Run.Status.QUEUED, "small")
+    assert run.resolved["adapter"] == "lora" and run.resolved["lora_rank"] == 4
+    assert run.resolved["lora_target_modules"] == "attention,mlp,unembed"
+    assert run.task_set_version.item_count == 0  # filed under the project's Tinker stand-ins
+    # Waiting behind its project's quota shows in the poll, as Tinker's queue state.
+    answer = call(client, world["keys"][Role.OWNER], "retrieve_future", {"request_id": future["request_id"]})
+    assert answer.json() == {
+        "type": "try_again",
+        "request_id": future["request_id"],
+        "queue_state": "paused_capacity",
+        "queue_state_reason": "the model's run waits for its project's run quota",
+    }
+    unknown = call(client, world["keys"][Role.OWNER], "create_model",
+                   {"session_id": session, "model_seq_id": 2, "base_model": "acme/other"})
+    assert unknown.status_code == 400
+    assert unknown.json()["detail"].startswith("base_model: no tier of project")
+    assert "acme/tiny, small" in unknown.json()["detail"]
+
+
+def test_a_retried_post_finds_its_first_request(client, world):
+    session = session_of(client, world)
+    first = model_of(client, world, session, **{"X-Idempotency-Key": "retry-1"})
+    again = model_of(client, world, session, **{"X-Idempotency-Key": "retry-1"})
+    assert first == again and TinkerModel.objects.count() == 1 and Run.objects.count() == 1
+    model_id = first["model_id"]
+    sent = [call(client, world["keys"][Role.OWNER], "forward_backward", fb_body(model_id=model_id),
+                 **{"X-Idempotency-Key": "fb-1"}).json() for _ in range(2)]
+    assert sent[0] == sent[1]
+    assert TinkerRequest.objects.filter(kind=TinkerRequest.Kind.FORWARD_BACKWARD).count() == 1
+
+
+def test_bad_work_is_refused_before_it_is_queued(client, world):
+    session = session_of(client, world)
+    model_id = model_of(client, world, session)["model_id"]
+    key = world["keys"][Role.OWNER]
+    bad_loss = call(client, key, "forward_backward", fb_body("custom", model_id=model_id))
+    assert bad_loss.status_code == 400 and bad_loss["x-should-retry"] == "false"
+    assert bad_loss.json()["detail"].startswith("loss_fn: custom losses run in your process")
+    no_adam = call(client, key, "optim_step", {"model_id": model_id, "adam_params": {"learning_rate": -1}})
+    assert no_adam.json()["detail"] == "adam_params.learning_rate: must be a number, 0 or more"
+    bad_name = call(client, key, "save_weights", {"model_id": model_id, "path": "../up"})
+    assert bad_name.status_code == 400 and bad_name.json()["detail"].startswith("path: '../up'")
+    missing = call(client, key, "load_weights", {"model_id": model_id, "path": "tinker://nope/weights/x", "optimizer": True})
+    assert missing.status_code == 404
+    assert TinkerRequest.objects.exclude(kind=TinkerRequest.Kind.CREATE_MODEL).count() == 0
+
+
+def test_a_poll_answers_a_result_or_a_failure_in_the_sdks_shapes(client, world):
+    session = session_of(client, world)
+    future = model_of(client, world, session)
+    request = TinkerRequest.objects.get(key=future["request_id"])
+    tinker_services.request_done(request=request, result=b'{"model_id": "x", "type": "create_model"}')
+    done = call(client, world["keys"][Role.VIEWER], "retrieve_future", {"request_id": request.key})
+    assert done.json() == {"model_id": "x", "type": "create_model"}
+    tinker_services.request_failed(request=request, error="no room", user_error=False)
+    failed = call(client, world["keys"][Role.OWNER], "retrieve_future", {"request_id": request.key})
+    assert failed.json() == {"error": "no room", "category": "server"}
+    outsider = call(client, world["keys"]["outsider"], "retrieve_future", {"request_id": request.key})
+    assert outsider.status_code == 404
+
+
+def test_a_finished_or_silent_session_ends_its_work(client, world, settings):
+    session = session_of(client, world)
+    future = model_of(client, world, session)
+    assert call(client, world["keys"][Role.OWNER], f"sessions/{session}/finish", {"reason": {"type": "success"}}).status_code == 200
+    request = TinkerRequest.objects.get(key=future["request_id"])
+    assert (request.status, request.error) == ("failed", "the session finished before this request ran")
+    assert TinkerModel.objects.get().run.status == Run.Status.CANCELLED  # it never started
+    refused = call(client, world["keys"][Role.OWNER], "session_heartbeat", {"session_id": session})
+    assert refused.status_code == 400 and "finished" in refused.json()["detail"]
+    silent = session_of(client, world)
+    TinkerSession.objects.filter(key=silent).update(heartbeat_at="2020-01-01T00:00:00Z")
+    assert tinker_services.sessions_expire() == 1
+    assert TinkerSession.objects.get(key=silent).status == TinkerSession.Status.EXPIRED
+
+
+def test_a_tinker_run_cannot_be_launched_or_cloned_by_hand(client, world):
+    session = session_of(client, world)
+    model_of(client, world, session)
+    run = TinkerModel.objects.get().run
+    with pytest.raises(ValidationError) as refused:
+        lifecycle.run_clone(run=run, by=world[Role.OWNER])
+    assert refused.value.message_dict == {
+        "method": ["a run of Your own loop (Tinker API) starts from its own API, not as a copy or a fork"]
+    }
+    assert "tinker" not in [name for name, _ in launch_choices()]
+    assert "tinker" in [name for name, _ in algorithm_choices()]
