@@ -9,7 +9,7 @@ from inference.settings import TIER_FIELDS
 from projects.models import Project, TaskItem, TaskSetVersion
 from rewards.models import RewardRuleVersion
 from runs.hyperparameters import AUTO
-from runs.learners import launch_choices, hyperparameter_table
+from runs.learners import hyperparameter_table, launch_choices
 from runs.models import Run, Tier
 
 STOP_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}

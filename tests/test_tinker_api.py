@@ -10,11 +10,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from django.core.exceptions import ValidationError
 from tinker import types
 from tinker.proto.request_conv import forward_backward_request_to_proto
 from tinker.proto.response_conv import deserialize_forward_backward_output, deserialize_sample_response
-
-from django.core.exceptions import ValidationError
 
 from core.roles import Role
 from projects import services as project_services
@@ -41,7 +40,9 @@ def fb_body(loss_fn: str = "cross_entropy", data: list | None = None, model_id: 
         )
     ]
     request = types.ForwardBackwardRequest(
-        forward_backward_input=types.ForwardBackwardInput(data=data, loss_fn=loss_fn, loss_fn_config=config or None),
+        forward_backward_input=types.ForwardBackwardInput(
+            data=data, loss_fn=loss_fn, loss_fn_config=config or None
+        ),
         model_id=model_id,
         seq_id=1,
     )
@@ -61,7 +62,12 @@ def test_a_forward_backward_written_by_the_sdk_reads_back_whole():
         },
     )
     parsed = wire.forward_backward_read(fb_body("ppo", [datum], model_id="s:train:0", clip_low_threshold=0.9))
-    assert (parsed.model_id, parsed.seq_id, parsed.loss_fn, parsed.forward_only) == ("s:train:0", 1, "ppo", False)
+    assert (parsed.model_id, parsed.seq_id, parsed.loss_fn, parsed.forward_only) == (
+        "s:train:0",
+        1,
+        "ppo",
+        False,
+    )
     assert parsed.config == {"clip_low_threshold": 0.9}
     assert parsed.data[0].tokens == [1, 2, 3, 4]
     assert parsed.data[0].inputs["target_tokens"] == [2, 3, 4, 5]
@@ -133,12 +139,16 @@ def test_each_loss_is_tinkers_sum_over_tokens():
     )
     # ppo: min(r A, clip(r, 0.8, 1.2) A); the second token's ratio 0.37 clips to 0.8 (A < 0: 0.8 is smaller)
     assert token_losses("ppo", current, inputs, {}).tolist()[0] == pytest.approx([-2.0, 0.8])
-    assert token_losses("cispo", current, inputs, {}).tolist()[0] == pytest.approx([-(1.0 * -1.0 * 2.0), -(0.8 * -2.0 * -1.0)])
+    assert token_losses("cispo", current, inputs, {}).tolist()[0] == pytest.approx(
+        [-(1.0 * -1.0 * 2.0), -(0.8 * -2.0 * -1.0)]
+    )
     assert token_losses("dro", current, inputs, {"beta": 0.5}).tolist()[0] == pytest.approx(
         [-(-1.0 * 2.0), -(-2.0 * -1.0 - 0.25 * 1.0)]
     )
     weighted = inputs | {"weights": torch.tensor([[1.0, 0.0]])}
-    assert token_losses("importance_sampling", current, weighted, {}).tolist()[0] == pytest.approx([-2.0, 0.0])
+    assert token_losses("importance_sampling", current, weighted, {}).tolist()[0] == pytest.approx(
+        [-2.0, 0.0]
+    )
 
 
 def test_forward_backward_sums_the_loss_and_adds_gradients_until_the_step(tiny_model, tmp_path):
@@ -167,7 +177,10 @@ def test_forward_backward_sums_the_loss_and_adds_gradients_until_the_step(tiny_m
     forward_only = wire.forward_backward_read(fb_body())
     forward_only.forward_only = True
     forward_backward(served, forward_only)
-    assert all(torch.equal(a, p.grad) for a, p in zip(twice, [p for p in learner.model.parameters() if p.grad is not None], strict=True))
+    assert all(
+        torch.equal(a, p.grad)
+        for a, p in zip(twice, [p for p in learner.model.parameters() if p.grad is not None], strict=True)
+    )
 
 
 # --- the views ---------------------------------------------------------------------------------
@@ -197,8 +210,12 @@ def call(client, key: str | None, path: str, body: dict | bytes | None = None, *
 
 
 def session_of(client, world, who=Role.OWNER) -> str:
-    answer = call(client, world["keys"][who], "create_session", {"tags": [], "sdk_version": "0.38.0", "user_metadata": None,
-                                                                 "project_id": str(world["project"].pk)})
+    answer = call(
+        client,
+        world["keys"][who],
+        "create_session",
+        {"tags": [], "sdk_version": "0.38.0", "user_metadata": None, "project_id": str(world["project"].pk)},
+    )
     assert answer.status_code == 200, answer.content
     return answer.json()["session_id"]
 
@@ -216,9 +233,15 @@ def test_a_session_acts_in_the_named_project_and_needs_a_key(client, world):
     assert refused.status_code == 401 and refused["x-should-retry"] == "false"
     key = session_of(client, world)
     session = TinkerSession.objects.get(key=key)
-    assert (session.project, session.created_by, session.sdk_version) == (world["project"], world[Role.OWNER], "0.38.0")
+    assert (session.project, session.created_by, session.sdk_version) == (
+        world["project"],
+        world[Role.OWNER],
+        "0.38.0",
+    )
     # The outsider belongs to another project only: naming ours is refused, as if it did not exist.
-    other = call(client, world["keys"]["outsider"], "create_session", {"project_id": str(world["project"].pk)})
+    other = call(
+        client, world["keys"]["outsider"], "create_session", {"project_id": str(world["project"].pk)}
+    )
     assert other.status_code == 400 and "project_id" in other.json()["detail"]
 
 
@@ -254,8 +277,12 @@ def test_a_model_is_a_queued_run_of_method_tinker_with_the_clients_lora(client, 
         "queue_state": "paused_capacity",
         "queue_state_reason": "the model's run waits for its project's run quota",
     }
-    unknown = call(client, world["keys"][Role.OWNER], "create_model",
-                   {"session_id": session, "model_seq_id": 2, "base_model": "acme/other"})
+    unknown = call(
+        client,
+        world["keys"][Role.OWNER],
+        "create_model",
+        {"session_id": session, "model_seq_id": 2, "base_model": "acme/other"},
+    )
     assert unknown.status_code == 400
     assert unknown.json()["detail"].startswith("base_model: no tier of project")
     assert "acme/tiny, small" in unknown.json()["detail"]
@@ -267,8 +294,16 @@ def test_a_retried_post_finds_its_first_request(client, world):
     again = model_of(client, world, session, **{"X-Idempotency-Key": "retry-1"})
     assert first == again and TinkerModel.objects.count() == 1 and Run.objects.count() == 1
     model_id = first["model_id"]
-    sent = [call(client, world["keys"][Role.OWNER], "forward_backward", fb_body(model_id=model_id),
-                 **{"X-Idempotency-Key": "fb-1"}).json() for _ in range(2)]
+    sent = [
+        call(
+            client,
+            world["keys"][Role.OWNER],
+            "forward_backward",
+            fb_body(model_id=model_id),
+            **{"X-Idempotency-Key": "fb-1"},
+        ).json()
+        for _ in range(2)
+    ]
     assert sent[0] == sent[1]
     assert TinkerRequest.objects.filter(kind=TinkerRequest.Kind.FORWARD_BACKWARD).count() == 1
 
@@ -284,7 +319,12 @@ def test_bad_work_is_refused_before_it_is_queued(client, world):
     assert no_adam.json()["detail"] == "adam_params.learning_rate: must be a number, 0 or more"
     bad_name = call(client, key, "save_weights", {"model_id": model_id, "path": "../up"})
     assert bad_name.status_code == 400 and bad_name.json()["detail"].startswith("path: '../up'")
-    missing = call(client, key, "load_weights", {"model_id": model_id, "path": "tinker://nope/weights/x", "optimizer": True})
+    missing = call(
+        client,
+        key,
+        "load_weights",
+        {"model_id": model_id, "path": "tinker://nope/weights/x", "optimizer": True},
+    )
     assert missing.status_code == 404
     assert TinkerRequest.objects.exclude(kind=TinkerRequest.Kind.CREATE_MODEL).count() == 0
 
@@ -306,7 +346,12 @@ def test_a_poll_answers_a_result_or_a_failure_in_the_sdks_shapes(client, world):
 def test_a_finished_or_silent_session_ends_its_work(client, world, settings):
     session = session_of(client, world)
     future = model_of(client, world, session)
-    assert call(client, world["keys"][Role.OWNER], f"sessions/{session}/finish", {"reason": {"type": "success"}}).status_code == 200
+    assert (
+        call(
+            client, world["keys"][Role.OWNER], f"sessions/{session}/finish", {"reason": {"type": "success"}}
+        ).status_code
+        == 200
+    )
     request = TinkerRequest.objects.get(key=future["request_id"])
     assert (request.status, request.error) == ("failed", "the session finished before this request ran")
     assert TinkerModel.objects.get().run.status == Run.Status.CANCELLED  # it never started

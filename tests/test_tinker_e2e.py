@@ -52,7 +52,12 @@ def test_the_official_tinker_client_trains_samples_and_ends_a_run(stack, tiny_mo
     setup = demo_project(tiny_model)
     _, token = project_services.api_token_create(user=setup["owner"], name="tinker loop")
     service = tinker.ServiceClient(base_url=f"{stack.url}/tinker", api_key=f"tml-{token}")
-    offered = tinker.RestClient(base_url=f"{stack.url}/tinker", api_key=f"tml-{token}").get_server_capabilities().result().supported_models
+    offered = (
+        tinker.RestClient(base_url=f"{stack.url}/tinker", api_key=f"tml-{token}")
+        .get_server_capabilities()
+        .result()
+        .supported_models
+    )
     assert [model.model_name for model in offered] == [str(tiny_model), "rollout"]  # the tier's base and name
 
     training = service.create_lora_training_client(base_model=str(tiny_model), rank=8).result()
@@ -117,7 +122,9 @@ def test_the_official_tinker_client_trains_samples_and_ends_a_run(stack, tiny_mo
     assert (run.method, run.status, model.optim_steps) == ("tinker", Run.Status.RUNNING, STEPS + 1)
     assert run.learner_step == STEPS + 2  # the RL step, then the load: a run's steps only go forward
     recorded = list(
-        MetricPoint.objects.filter(run=run, name="learner/loss").order_by("step").values_list("value", flat=True)
+        MetricPoint.objects.filter(run=run, name="learner/loss")
+        .order_by("step")
+        .values_list("value", flat=True)
     )
     assert len(recorded) == STEPS and recorded[-1] < recorded[0]  # the RL step is no supervised step
     assert recorded[0] == pytest.approx(losses[0], rel=1e-3)  # the first step's loss, before any update

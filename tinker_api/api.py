@@ -34,7 +34,7 @@ from runs.models import Run
 from runs.openai_views import caller
 from tinker_api import selectors, services, wire
 from tinker_api.models import TinkerModel, TinkerRequest, TinkerSession
-from tinker_api.services import TinkerRefusal
+from tinker_api.services import TinkerApiError
 
 logger = logging.getLogger(__name__)
 POLL_INTERVAL = 0.02  # seconds between looks at a pending request while a poll is held
@@ -71,7 +71,7 @@ def tinker_api(*methods: str) -> Callable:
             try:
                 user = _caller(request)
                 return view(request, user, *args, **kwargs)
-            except TinkerRefusal as exc:
+            except TinkerApiError as exc:
                 return _refusal(exc.status, str(exc))
             except OpenAIError as exc:
                 response = _refusal(exc.status, exc.message)
@@ -100,7 +100,7 @@ def _caller(request: HttpRequest):
         request.META["HTTP_AUTHORIZATION"] = f"Bearer {key.removeprefix('tml-')}"
         request.__dict__.pop("headers", None)  # built from META once; read it again
     if not request.META.get("HTTP_AUTHORIZATION"):
-        raise TinkerRefusal(401, "send your Flywheel API token as the API key (TINKER_API_KEY=tml-<token>)")
+        raise TinkerApiError(401, "send your Flywheel API token as the API key (TINKER_API_KEY=tml-<token>)")
     return caller(request)
 
 
@@ -108,9 +108,9 @@ def _body(request: HttpRequest) -> dict:
     try:
         body = strict_json.loads(request.body or b"{}")
     except (strict_json.JsonInputError, ValueError, UnicodeDecodeError) as exc:
-        raise TinkerRefusal(400, f"the body is not valid JSON: {exc}") from None
+        raise TinkerApiError(400, f"the body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
-        raise TinkerRefusal(400, "the body must be a JSON object")
+        raise TinkerApiError(400, "the body must be a JSON object")
     return body
 
 
@@ -121,7 +121,7 @@ def _idempotency(request: HttpRequest) -> str:
 def _editable_session(user, key: Any) -> TinkerSession:
     session = selectors.session_for(user=user, key=str(key or ""))
     if session is None:
-        raise TinkerRefusal(404, f"no session {key!r} in a project of yours", field="session_id")
+        raise TinkerApiError(404, f"no session {key!r} in a project of yours", field="session_id")
     project_selectors.require(user=user, project_id=session.project_id, permission=Permission.EDIT)
     return session
 
@@ -129,14 +129,14 @@ def _editable_session(user, key: Any) -> TinkerSession:
 def _editable_model(user, model_id: Any) -> TinkerModel:
     model = selectors.model_for(user=user, model_id=str(model_id or ""))
     if model is None:
-        raise TinkerRefusal(404, f"no model {model_id!r} in a project of yours", field="model_id")
+        raise TinkerApiError(404, f"no model {model_id!r} in a project of yours", field="model_id")
     project_selectors.require(user=user, project_id=model.session.project_id, permission=Permission.EDIT)
     return model
 
 
 def _future(request: TinkerRequest, **extra: Any) -> JsonResponse:
     body = {"request_id": request.key}
-    if request.model_id is not None:
+    if request.model is not None:
         body["model_id"] = request.model.model_id
     return JsonResponse(body | extra)
 
@@ -179,7 +179,9 @@ def server_capabilities(request: HttpRequest, user) -> HttpResponse:
         projects = [_project(request, user, request.GET.get("project_id"))]
     except NoProjectError:  # no default: what any of the caller's projects offers
         projects = list(Project.objects.filter(pk__in=project_selectors.visible_project_ids(user=user)))
-    names = list(dict.fromkeys(name for project in projects for name in selectors.models_offered(project=project)))
+    names = list(
+        dict.fromkeys(name for project in projects for name in selectors.models_offered(project=project))
+    )
     return JsonResponse(
         {"supported_models": [{"model_name": name, "trainable": True, "sampleable": True} for name in names]}
     )
@@ -211,7 +213,7 @@ def session_finish(request: HttpRequest, user, session_id: str) -> HttpResponse:
 def session_detail(request: HttpRequest, user, session_id: str) -> HttpResponse:
     session = selectors.session_for(user=user, key=session_id)
     if session is None:
-        raise TinkerRefusal(404, f"no session {session_id!r} in a project of yours")
+        raise TinkerApiError(404, f"no session {session_id!r} in a project of yours")
     return JsonResponse(
         {
             "training_run_ids": [model.model_id for model in session.models.order_by("seq_id")],
@@ -235,7 +237,7 @@ def create_model(request: HttpRequest, user) -> HttpResponse:
 def get_info(request: HttpRequest, user) -> HttpResponse:
     model = selectors.model_for(user=user, model_id=str(_body(request).get("model_id") or ""))
     if model is None:
-        raise TinkerRefusal(404, "no such model in a project of yours", field="model_id")
+        raise TinkerApiError(404, "no such model in a project of yours", field="model_id")
     tier_config = model.run.tier_config
     return JsonResponse(
         {
@@ -246,7 +248,11 @@ def get_info(request: HttpRequest, user) -> HttpResponse:
             "lora_rank": model.lora["rank"] if model.lora else None,
             # The client loads the tokenizer itself (AutoTokenizer.from_pretrained): the tier's base
             # model, a path on this machine or a hub id.
-            "model_data": {"arch": "causal_lm", "model_name": model.base_model, "tokenizer_id": tier_config["base_model"]},
+            "model_data": {
+                "arch": "causal_lm",
+                "model_name": model.base_model,
+                "tokenizer_id": tier_config["base_model"],
+            },
         }
     )
 
@@ -254,13 +260,15 @@ def get_info(request: HttpRequest, user) -> HttpResponse:
 @tinker_api("POST")
 def forward_backward(request: HttpRequest, user) -> HttpResponse:
     if wire.PROTO_CONTENT_TYPE not in request.headers.get("Content-Type", ""):
-        raise TinkerRefusal(415, f"send forward_backward as {wire.PROTO_CONTENT_TYPE} (the SDK does)")
+        raise TinkerApiError(415, f"send forward_backward as {wire.PROTO_CONTENT_TYPE} (the SDK does)")
     if request.headers.get("Content-Encoding"):
-        raise TinkerRefusal(415, "send the body uncompressed (this server's client config asks for that)")
+        raise TinkerApiError(415, "send the body uncompressed (this server's client config asks for that)")
     parsed = wire.forward_backward_read(request.body)  # checked here: a bad datum fails at once
     model = _editable_model(user, parsed.model_id)
     kind = TinkerRequest.Kind.FORWARD if parsed.forward_only else TinkerRequest.Kind.FORWARD_BACKWARD
-    queued = services.request_submit(model=model, kind=kind, body=request.body, idempotency_key=_idempotency(request))
+    queued = services.request_submit(
+        model=model, kind=kind, body=request.body, idempotency_key=_idempotency(request)
+    )
     return _future(queued)
 
 
@@ -292,15 +300,17 @@ def _adam_check(body: dict) -> None:
     params = body.get("adam_params")
     if params is None:
         if body.get("optimizer_params") is not None:
-            raise TinkerRefusal(400, "this server trains with AdamW: send adam_params", field="optimizer_params")
-        raise TinkerRefusal(400, "is required", field="adam_params")
+            raise TinkerApiError(
+                400, "this server trains with AdamW: send adam_params", field="optimizer_params"
+            )
+        raise TinkerApiError(400, "is required", field="adam_params")
     for name in ("learning_rate", "beta1", "beta2", "eps", "weight_decay", "grad_clip_norm"):
         value = params.get(name, 0.0)
         if not isinstance(value, int | float) or value != value or value < 0:
-            raise TinkerRefusal(400, "must be a number, 0 or more", field=f"adam_params.{name}")
+            raise TinkerApiError(400, "must be a number, 0 or more", field=f"adam_params.{name}")
     for name in ("beta1", "beta2"):
         if params.get(name, 0.9) >= 1:
-            raise TinkerRefusal(400, "must be below 1", field=f"adam_params.{name}")
+            raise TinkerApiError(400, "must be below 1", field=f"adam_params.{name}")
 
 
 optim_step = _model_request(TinkerRequest.Kind.OPTIM_STEP)
@@ -331,8 +341,10 @@ def load_weights(request: HttpRequest, user) -> HttpResponse:
 def checkpoints(request: HttpRequest, user, model_id: str) -> HttpResponse:
     model = selectors.model_for(user=user, model_id=model_id)
     if model is None:
-        raise TinkerRefusal(404, f"no model {model_id!r} in a project of yours")
-    return JsonResponse({"checkpoints": [_checkpoint(weights) for weights in selectors.weights_of(model=model)]})
+        raise TinkerApiError(404, f"no model {model_id!r} in a project of yours")
+    return JsonResponse(
+        {"checkpoints": [_checkpoint(weights) for weights in selectors.weights_of(model=model)]}
+    )
 
 
 def _checkpoint(weights) -> dict:
@@ -362,11 +374,13 @@ def asample(request: HttpRequest, user) -> HttpResponse:
     sampler = _sampler(user, body)
     count = body.get("num_samples", 1)
     if not isinstance(count, int) or not 1 <= count <= 1024:
-        raise TinkerRefusal(400, "must be an integer from 1 to 1024", field="num_samples")
+        raise TinkerApiError(400, "must be an integer from 1 to 1024", field="num_samples")
     chunks = (body.get("prompt") or {}).get("chunks") or []
     if not chunks or any(chunk.get("type", "encoded_text") != "encoded_text" for chunk in chunks):
-        raise TinkerRefusal(400, "send the prompt as token chunks (ModelInput.from_ints)", field="prompt")
-    queued = services.sample_submit(sampler=sampler, body=json.dumps(body).encode(), idempotency_key=_idempotency(request))
+        raise TinkerApiError(400, "send the prompt as token chunks (ModelInput.from_ints)", field="prompt")
+    queued = services.sample_submit(
+        sampler=sampler, body=json.dumps(body).encode(), idempotency_key=_idempotency(request)
+    )
     return _future(queued, sample_sequence_ids=[f"{queued.key}:{index}" for index in range(count)])
 
 
@@ -375,10 +389,16 @@ def _sampler(user, body: dict):
     if key:
         sampler = selectors.sampler_for(user=user, key=str(key))
         if sampler is None:
-            raise TinkerRefusal(404, f"no sampling session {key!r} in a project of yours", field="sampling_session_id")
-        project_selectors.require(user=user, project_id=sampler.session.project_id, permission=Permission.EDIT)
+            raise TinkerApiError(
+                404, f"no sampling session {key!r} in a project of yours", field="sampling_session_id"
+            )
+        project_selectors.require(
+            user=user, project_id=sampler.session.project_id, permission=Permission.EDIT
+        )
         return sampler
-    raise TinkerRefusal(400, "create a sampling session first (the SDK's SamplingClient does)", field="sampling_session_id")
+    raise TinkerApiError(
+        400, "create a sampling session first (the SDK's SamplingClient does)", field="sampling_session_id"
+    )
 
 
 # --- futures ---------------------------------------------------------------------------------
@@ -388,8 +408,8 @@ def _answer(request: TinkerRequest) -> HttpResponse | None:
     """The request's answer if it has one: its result, or its failure in the SDK's shape."""
     if request.status == TinkerRequest.Status.DONE:
         if request.result_proto:
-            return HttpResponse(bytes(request.result), content_type=wire.PROTO_CONTENT_TYPE)
-        return HttpResponse(bytes(request.result), content_type="application/json")
+            return HttpResponse(bytes(request.result or b""), content_type=wire.PROTO_CONTENT_TYPE)
+        return HttpResponse(bytes(request.result or b""), content_type="application/json")
     if request.status == TinkerRequest.Status.FAILED:
         return JsonResponse({"error": request.error, "category": "user" if request.user_error else "server"})
     return None
@@ -397,7 +417,7 @@ def _answer(request: TinkerRequest) -> HttpResponse | None:
 
 def _queue_state(request: TinkerRequest) -> tuple[str, str | None]:
     """Why a request waits: its model's run is queued behind others, or paused."""
-    if request.model_id is None:
+    if request.model is None:
         return "active", None
     status = Run.objects.filter(pk=request.model.run_id).values_list("status", flat=True).first()
     if status == Run.Status.QUEUED:
@@ -424,11 +444,16 @@ async def retrieve_future(request: HttpRequest) -> HttpResponse:
             if time.monotonic() >= deadline:
                 state, reason = await sync_to_async(_queue_state)(found)
                 return JsonResponse(
-                    {"type": "try_again", "request_id": key, "queue_state": state, "queue_state_reason": reason}
+                    {
+                        "type": "try_again",
+                        "request_id": key,
+                        "queue_state": state,
+                        "queue_state_reason": reason,
+                    }
                 )
             await asyncio.sleep(POLL_INTERVAL)
             found = await sync_to_async(TinkerRequest.objects.select_related("model").get)(pk=found.pk)
-    except TinkerRefusal as exc:
+    except TinkerApiError as exc:
         return _refusal(exc.status, str(exc))
     except OpenAIError as exc:
         return _refusal(exc.status, exc.message)

@@ -74,7 +74,9 @@ class TinkerModel(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["session", "seq_id"], name="tinker_model_seq_per_session")]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq_id"], name="tinker_model_seq_per_session")
+        ]
 
     def __str__(self) -> str:
         return self.model_id
@@ -116,7 +118,9 @@ class TinkerRequest(models.Model):
 
     key = models.CharField(max_length=64, unique=True, default=request_key)
     session = models.ForeignKey(TinkerSession, on_delete=models.CASCADE, related_name="requests")
-    model = models.ForeignKey(TinkerModel, null=True, blank=True, on_delete=models.CASCADE, related_name="requests")
+    model = models.ForeignKey(
+        TinkerModel, null=True, blank=True, on_delete=models.CASCADE, related_name="requests"
+    )
     sampler = models.ForeignKey(
         TinkerSampler, null=True, blank=True, on_delete=models.CASCADE, related_name="requests"
     )
@@ -164,9 +168,9 @@ class TinkerWeights(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["model", "kind", "name"], name="tinker_weights_name")]
 
+    def __str__(self) -> str:
+        return self.path
+
     @property
     def path(self) -> str:
         return f"tinker://{self.model.model_id}/{self.kind}/{self.name}"
-
-    def __str__(self) -> str:
-        return self.path

@@ -12,7 +12,9 @@ from tinker_api.models import TinkerModel, TinkerRequest, TinkerSampler, TinkerS
 
 
 def sessions_for(*, user: AbstractBaseUser) -> QuerySet[TinkerSession]:
-    return TinkerSession.objects.filter(project_id__in=visible_project_ids(user=user)).select_related("project")
+    return TinkerSession.objects.filter(project_id__in=visible_project_ids(user=user)).select_related(
+        "project"
+    )
 
 
 def session_for(*, user: AbstractBaseUser, key: str) -> TinkerSession | None:
@@ -67,7 +69,11 @@ def weights_by_path(*, path: str) -> TinkerWeights | None:
     if not path.startswith("tinker://") or len(parts) != 3:
         return None
     model_id, kind, name = parts
-    return TinkerWeights.objects.filter(model__model_id=model_id, kind=kind, name=name).select_related("model").first()
+    return (
+        TinkerWeights.objects.filter(model__model_id=model_id, kind=kind, name=name)
+        .select_related("model")
+        .first()
+    )
 
 
 def weights_of(*, model: TinkerModel) -> QuerySet[TinkerWeights]:

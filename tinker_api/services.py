@@ -3,7 +3,7 @@ the learner and the rollout workers run, sampling sessions and named weights.
 
 The web process only queues: a training request waits for its model's learner process
 (workers/learners/tinker.py), a sample for a rollout worker (`workers.rollout.tinker_sample`).
-Every refusal is a `TinkerRefusal` naming the field; nothing is written when one is raised.
+Every refusal is a `TinkerApiError` naming the field; nothing is written when one is raised.
 """
 
 import hashlib
@@ -19,9 +19,9 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.roles import Permission
 from projects import selectors as project_selectors
 from projects.models import Project, TaskSet, TaskSetVersion
-from core.roles import Permission
 from rewards import services as reward_services
 from rewards.models import RewardRule
 from runs import lifecycle
@@ -36,7 +36,7 @@ MAX_STEPS = 10**9
 TERMINAL = set(Run.TERMINAL)
 
 
-class TinkerRefusal(Exception):
+class TinkerApiError(Exception):
     """A request the API refuses: the status, what is wrong and where."""
 
     def __init__(self, status: int, message: str, *, field: str = "") -> None:
@@ -53,12 +53,12 @@ def session_create(*, user: AbstractBaseUser, project: Project, body: dict) -> T
     tags = body.get("tags") or []
     metadata = body.get("user_metadata") or {}
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
-        raise TinkerRefusal(400, "must be a list of strings", field="tags")
+        raise TinkerApiError(400, "must be a list of strings", field="tags")
     if not isinstance(metadata, dict):
-        raise TinkerRefusal(400, "must be an object", field="user_metadata")
+        raise TinkerApiError(400, "must be an object", field="user_metadata")
     return TinkerSession.objects.create(
         project=project,
-        created_by=user,
+        created_by_id=user.pk,
         display_name=str(body.get("display_name") or "")[:200],
         tags=tags[:50],
         user_metadata=metadata,
@@ -68,7 +68,7 @@ def session_create(*, user: AbstractBaseUser, project: Project, body: dict) -> T
 
 def session_heartbeat(*, session: TinkerSession) -> None:
     if session.status != TinkerSession.Status.ACTIVE:
-        raise TinkerRefusal(400, f"the session has {session.status}", field="session_id")
+        raise TinkerApiError(400, f"the session has {session.status}", field="session_id")
     TinkerSession.objects.filter(pk=session.pk).update(heartbeat_at=timezone.now())
 
 
@@ -85,7 +85,9 @@ def session_end(*, session: TinkerSession, status: str = TinkerSession.Status.FI
                 error=f"the session {status} before this request ran",
                 finished_at=timezone.now(),
             )
-            queued = Run.objects.filter(tinker_model__session=session, status__in=(Run.Status.QUEUED, Run.Status.PAUSED))
+            queued = Run.objects.filter(
+                tinker_model__session=session, status__in=(Run.Status.QUEUED, Run.Status.PAUSED)
+            )
             for run in queued:
                 lifecycle.run_cancel(run=run)
 
@@ -105,10 +107,12 @@ def sessions_expire() -> int:
 def _tier_for(project: Project, base_model: str) -> Tier:
     """The project's tier a client's base model names: by the tier's name or its base model."""
     tiers = Tier.objects.filter(project=project)
-    found = tiers.filter(name=base_model).first() or tiers.filter(base_model=base_model).order_by("pk").first()
+    found = (
+        tiers.filter(name=base_model).first() or tiers.filter(base_model=base_model).order_by("pk").first()
+    )
     if found is None:
         offered = sorted({tier.base_model for tier in tiers} | {tier.name for tier in tiers})
-        raise TinkerRefusal(
+        raise TinkerApiError(
             400,
             f"no tier of project {project.name!r} has the base model {base_model!r}; "
             f"this server offers {', '.join(offered) or 'no model: add a tier first'}",
@@ -128,7 +132,7 @@ def _placeholders(project: Project, by: AbstractBaseUser) -> tuple[TaskSetVersio
                     project=project,
                     name=PLACEHOLDER,
                     description="Runs of the Tinker API: each client's loop sends its own data",
-                    created_by=by,
+                    created_by_id=by.pk,
                 )
                 TaskSetVersion.all_objects.create(
                     task_set=task_set,
@@ -137,7 +141,7 @@ def _placeholders(project: Project, by: AbstractBaseUser) -> tuple[TaskSetVersio
                     item_count=0,
                     heldout_fraction=0.0,
                     source_name="Tinker API: no items (the data comes from the client's loop)",
-                    created_by=by,
+                    created_by_id=by.pk,
                 )
         except IntegrityError:  # another session made them first
             task_set = TaskSet.objects.get(project=project, name=PLACEHOLDER)
@@ -148,14 +152,24 @@ def _placeholders(project: Project, by: AbstractBaseUser) -> tuple[TaskSetVersio
                 rule = reward_services.reward_rule_create(
                     project=project,
                     name=PLACEHOLDER,
-                    spec={"type": "string_check", "name": "none", "input": "{{sample.output_text}}",
-                          "reference": "", "operation": "eq"},
+                    spec={
+                        "type": "string_check",
+                        "name": "none",
+                        "input": "{{sample.output_text}}",
+                        "reference": "",
+                        "operation": "eq",
+                    },
                     by=by,
                     description="Runs of the Tinker API: each client's loop computes its own rewards",
                 )
         except ValidationError:
             rule = RewardRule.objects.get(project=project, name=PLACEHOLDER)
-    return task_set.versions.order_by("number").first(), rule.versions.order_by("number").first()
+    version, rule_version = (
+        task_set.versions.order_by("number").first(),
+        rule.versions.order_by("number").first(),
+    )
+    assert version is not None and rule_version is not None  # made together with their parents
+    return version, rule_version
 
 
 def lora_spec(lora: dict) -> str:
@@ -166,7 +180,7 @@ def lora_spec(lora: dict) -> str:
         if lora.get(flag, True)
     ]
     if not parts:
-        raise TinkerRefusal(400, "train at least one of attention, MLP or unembedding", field="lora_config")
+        raise TinkerApiError(400, "train at least one of attention, MLP or unembedding", field="lora_config")
     return ",".join(parts)
 
 
@@ -176,7 +190,7 @@ def _lora(body: dict) -> dict | None:
         return None
     rank = lora.get("rank")
     if not isinstance(rank, int) or not 1 <= rank <= 1024:
-        raise TinkerRefusal(400, "must be an integer from 1 to 1024", field="lora_config.rank")
+        raise TinkerApiError(400, "must be an integer from 1 to 1024", field="lora_config.rank")
     return {
         "rank": rank,
         "seed": lora.get("seed"),
@@ -190,13 +204,20 @@ def _optimizer(body: dict) -> dict:
     optimizer = body.get("optimizer_config") or {"type": "adamw"}
     if not isinstance(optimizer, dict) or optimizer.get("type", "adamw") != "adamw":
         kind = optimizer.get("type") if isinstance(optimizer, dict) else optimizer
-        raise TinkerRefusal(400, f"{kind!r} is not served; this server trains with AdamW", field="optimizer_config")
+        raise TinkerApiError(
+            400, f"{kind!r} is not served; this server trains with AdamW", field="optimizer_config"
+        )
     return {"type": "adamw"}
 
 
 @transaction.atomic
 def model_create(
-    *, session: TinkerSession, by: AbstractBaseUser, body: dict, idempotency_key: str = "", load: dict | None = None
+    *,
+    session: TinkerSession,
+    by: AbstractBaseUser,
+    body: dict,
+    idempotency_key: str = "",
+    load: dict | None = None,
 ) -> TinkerRequest:
     """A training model: a run of method `tinker` (queued like any run of its project) and the
     request that completes once its learner has loaded it. With `load` (a create-via-load), the
@@ -206,15 +227,19 @@ def model_create(
     _active(session)
     seq_id = body.get("model_seq_id")
     if not isinstance(seq_id, int) or seq_id < 0:
-        raise TinkerRefusal(400, "must be a non-negative integer", field="model_seq_id")
+        raise TinkerApiError(400, "must be a non-negative integer", field="model_seq_id")
     model_id = f"{session.key}:train:{seq_id}"
     if TinkerModel.objects.filter(model_id=model_id).exists():
-        raise TinkerRefusal(400, f"model {model_id} exists already", field="model_seq_id")
+        raise TinkerApiError(400, f"model {model_id} exists already", field="model_seq_id")
     source = load["weights"] if load else None
     base_model = str(body.get("base_model") or (source.model.base_model if source else ""))
     if not base_model:
-        raise TinkerRefusal(400, "is required", field="base_model")
-    tier = source.model.run.tier if source and not body.get("base_model") else _tier_for(session.project, base_model)
+        raise TinkerApiError(400, "is required", field="base_model")
+    tier = (
+        source.model.run.tier
+        if source and not body.get("base_model")
+        else _tier_for(session.project, base_model)
+    )
     lora = source.model.lora if source else _lora(body)
     hyperparameters: dict[str, Any] = {"adapter": "none"}
     if lora is not None:
@@ -242,7 +267,7 @@ def model_create(
         run = lifecycle.run_create(request=request, by=by)
     except ValidationError as exc:
         problems = "; ".join(f"{field}: {' '.join(m)}" for field, m in exc.message_dict.items())
-        raise TinkerRefusal(400, f"the model cannot be made: {problems}", field="base_model") from None
+        raise TinkerApiError(400, f"the model cannot be made: {problems}", field="base_model") from None
     model = TinkerModel.objects.create(
         model_id=model_id,
         session=session,
@@ -256,7 +281,11 @@ def model_create(
     )
     kind = TinkerRequest.Kind.LOAD_WEIGHTS if load else TinkerRequest.Kind.CREATE_MODEL
     return TinkerRequest.objects.create(
-        session=session, model=model, kind=kind, idempotency_key=idempotency_key, body=json.dumps(body).encode()
+        session=session,
+        model=model,
+        kind=kind,
+        idempotency_key=idempotency_key,
+        body=json.dumps(body).encode(),
     )
 
 
@@ -269,19 +298,17 @@ def _again(session: TinkerSession, idempotency_key: str) -> TinkerRequest | None
 
 def _active(session: TinkerSession) -> None:
     if session.status != TinkerSession.Status.ACTIVE:
-        raise TinkerRefusal(400, f"the session has {session.status}; start a new one", field="session_id")
+        raise TinkerApiError(400, f"the session has {session.status}; start a new one", field="session_id")
 
 
-def request_submit(
-    *, model: TinkerModel, kind: str, body: bytes, idempotency_key: str = ""
-) -> TinkerRequest:
+def request_submit(*, model: TinkerModel, kind: str, body: bytes, idempotency_key: str = "") -> TinkerRequest:
     """Queue work for a model's learner; its run must not have ended."""
     if (again := _again(model.session, idempotency_key)) is not None:
         return again
     _active(model.session)
     status = Run.objects.filter(pk=model.run_id).values_list("status", flat=True).get()
     if status in TERMINAL:
-        raise TinkerRefusal(400, f"the model's run ({model.run_id}) is {status}", field="model_id")
+        raise TinkerApiError(400, f"the model's run ({model.run_id}) is {status}", field="model_id")
     try:
         with transaction.atomic():
             return TinkerRequest.objects.create(
@@ -303,12 +330,16 @@ def weights_for(*, user: AbstractBaseUser, path: str, kind: str, field: str) -> 
 
     found = weights_at(user=user, path=path)
     if found is None:
-        raise TinkerRefusal(404, f"no saved weights at {path!r} that you can read", field=field)
+        raise TinkerApiError(404, f"no saved weights at {path!r} that you can read", field=field)
     if found.kind != kind:
-        wanted = "sampler weights (save_weights_for_sampler)" if kind == TinkerWeights.Kind.SAMPLER else (
-            "training weights (save_weights / save_state)"
+        wanted = (
+            "sampler weights (save_weights_for_sampler)"
+            if kind == TinkerWeights.Kind.SAMPLER
+            else ("training weights (save_weights / save_state)")
         )
-        raise TinkerRefusal(400, f"{path} holds {found.get_kind_display()}; this needs {wanted}", field=field)
+        raise TinkerApiError(
+            400, f"{path} holds {found.get_kind_display()}; this needs {wanted}", field=field
+        )
     return found
 
 
@@ -330,7 +361,7 @@ def sampler_create(*, session: TinkerSession, user: AbstractBaseUser, body: dict
         )
     base_model = body.get("base_model")
     if not base_model:
-        raise TinkerRefusal(400, "name a base_model or a model_path", field="base_model")
+        raise TinkerApiError(400, "name a base_model or a model_path", field="base_model")
     tier = _tier_for(session.project, str(base_model))
     return TinkerSampler.objects.create(session=session, seq_id=seq_id, tier=tier, base_model=str(base_model))
 
@@ -390,7 +421,9 @@ def sample_take(*, request_id: int) -> TinkerRequest | None:
     taken = TinkerRequest.objects.filter(
         pk=request_id, kind=TinkerRequest.Kind.SAMPLE, status=TinkerRequest.Status.PENDING
     ).update(status=TinkerRequest.Status.RUNNING, started_at=timezone.now())
-    return TinkerRequest.objects.select_related("sampler", "sampler__run").get(pk=request_id) if taken else None
+    return (
+        TinkerRequest.objects.select_related("sampler", "sampler__run").get(pk=request_id) if taken else None
+    )
 
 
 def request_done(*, request: TinkerRequest, result: bytes, proto: bool = False) -> None:
@@ -401,7 +434,10 @@ def request_done(*, request: TinkerRequest, result: bytes, proto: bool = False) 
 
 def request_failed(*, request: TinkerRequest, error: str, user_error: bool = True) -> None:
     TinkerRequest.objects.filter(pk=request.pk).update(
-        status=TinkerRequest.Status.FAILED, error=error[:5000], user_error=user_error, finished_at=timezone.now()
+        status=TinkerRequest.Status.FAILED,
+        error=error[:5000],
+        user_error=user_error,
+        finished_at=timezone.now(),
     )
 
 
@@ -412,7 +448,9 @@ def requests_refuse(*, model: TinkerModel, why: str) -> int:
     ).update(status=TinkerRequest.Status.FAILED, error=why, finished_at=timezone.now())
 
 
-def weights_record(*, model: TinkerModel, kind: str, name: str, step: int, ttl_seconds: int | None) -> TinkerWeights:
+def weights_record(
+    *, model: TinkerModel, kind: str, name: str, step: int, ttl_seconds: int | None
+) -> TinkerWeights:
     expires = timezone.now() + timedelta(seconds=ttl_seconds) if ttl_seconds else None
     weights, _ = TinkerWeights.objects.update_or_create(
         model=model, kind=kind, name=name, defaults={"step": step, "expires_at": expires}
@@ -422,7 +460,7 @@ def weights_record(*, model: TinkerModel, kind: str, name: str, step: int, ttl_s
 
 def name_check(name: str, field: str = "path") -> str:
     if not NAME.match(name):
-        raise TinkerRefusal(
+        raise TinkerApiError(
             400, f"{name!r}: a name of letters, digits, '.', '_' and '-' (at most 200)", field=field
         )
     return name

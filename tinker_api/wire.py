@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 PROTO_CONTENT_TYPE = "application/x-protobuf"
 # The losses the SDK names and this server computes (workers/learners/tinker.py), with the
@@ -31,7 +32,7 @@ LOSS_INPUTS: dict[str, tuple[str, ...]] = {
 }
 REFUSED_LOSSES = {
     "gspo": "gspo is not served here yet; use ppo or cispo (token-level clipping)",
-    "stable_reinforce": "stable_reinforce needs the sampler's stability records, which this server keeps none of",
+    "stable_reinforce": "stable_reinforce needs the sampler's stability records; this server keeps none",
     "custom": "custom losses run in your process: use forward_backward_custom, which calls forward",
 }
 
@@ -115,7 +116,9 @@ def _tokens(datum: Any, where: str) -> list[int]:
     for number, chunk in enumerate(datum.model_input):
         kind = chunk.WhichOneof("chunk")
         if kind != "encoded_text":
-            raise WireError(f"{where}.model_input.chunks[{number}]: {kind} chunks are not served; send tokens")
+            raise WireError(
+                f"{where}.model_input.chunks[{number}]: {kind} chunks are not served; send tokens"
+            )
         tokens += np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).tolist()
     return tokens
 
@@ -127,7 +130,7 @@ def forward_backward_read(body: bytes) -> ForwardBackward:
     message = pb.ForwardBackwardRequest()
     try:
         message.ParseFromString(body)
-    except Exception as exc:  # protobuf's DecodeError and friends
+    except DecodeError as exc:
         raise WireError(f"the body is not a ForwardBackwardRequest: {exc}") from None
     loss = message.loss_fn
     if loss in REFUSED_LOSSES:
@@ -141,7 +144,10 @@ def forward_backward_read(body: bytes) -> ForwardBackward:
     for index, raw in enumerate(message.data):
         where = f"data[{index}]"
         tokens = _tokens(raw, where)
-        inputs = {name: _tensor(tensor, f"{where}.loss_fn_inputs.{name}") for name, tensor in raw.loss_fn_inputs.items()}
+        inputs = {
+            name: _tensor(tensor, f"{where}.loss_fn_inputs.{name}")
+            for name, tensor in raw.loss_fn_inputs.items()
+        }
         needed = ("target_tokens", *LOSS_INPUTS[loss])
         if loss == "cross_entropy" and "weights" not in inputs and "target_tokens" in inputs:
             inputs["weights"] = [1.0] * len(inputs["target_tokens"])
@@ -150,7 +156,8 @@ def forward_backward_read(body: bytes) -> ForwardBackward:
                 raise WireError(f"{where}.loss_fn_inputs: {loss} needs {name!r}")
             if len(inputs[name]) != len(tokens):
                 raise WireError(
-                    f"{where}.loss_fn_inputs.{name}: {len(inputs[name])} values for {len(tokens)} input tokens"
+                    f"{where}.loss_fn_inputs.{name}: {len(inputs[name])} values "
+                    f"for {len(tokens)} input tokens"
                 )
         if not tokens:
             raise WireError(f"{where}.model_input: no tokens")
@@ -178,7 +185,9 @@ def _batched(rows: list[list[float]], dtype: Any) -> Any:
     )
 
 
-def forward_backward_write(outputs: dict[str, list[list[float]]], metrics: dict[str, float], count: int) -> bytes:
+def forward_backward_write(
+    outputs: dict[str, list[list[float]]], metrics: dict[str, float], count: int
+) -> bytes:
     """A `ForwardBackwardOutput`: per datum, each named output (`logprobs`, `elementwise_loss`)."""
     pb = schema()
     record = pb.ArrayRecord(type_tag="ArrayRecord", num_datums=count)

@@ -157,8 +157,8 @@ def train_items(run: Run) -> list[dict]:
 
 def learner_main(run_id: int, log: Log = print) -> None:
     """The run's learner, whatever its algorithm: one that learns from the run's rollouts (`online`),
-    one that learns from the task set's examples, or one whose module serves its own loop. Under `accelerate launch` rank 0 leads and
-    the others follow it (workers/learner_group.py)."""
+    one that learns from the task set's examples, or one whose module serves its own loop. Under
+    `accelerate launch` rank 0 leads and the others follow it (workers/learner_group.py)."""
     method = Run.objects.filter(pk=run_id).values_list("method", flat=True).get()
     algorithm = algorithm_get(method)
     module = importlib.import_module(algorithm.learner) if algorithm is not None else None

@@ -43,7 +43,9 @@ def sample_run(request_id: int) -> None:
         tinker_services.request_failed(request=request, error=str(exc))
         return
     except Exception as exc:  # noqa: BLE001  (the client reads why; the worker goes on)
-        tinker_services.request_failed(request=request, error=f"{type(exc).__name__}: {exc}", user_error=False)
+        tinker_services.request_failed(
+            request=request, error=f"{type(exc).__name__}: {exc}", user_error=False
+        )
         return
     tinker_services.request_done(request=request, result=answer, proto=True)
 
@@ -104,7 +106,8 @@ def sample(tier: TierModel, body: dict) -> bytes:
     count = int(body.get("num_samples", 1))
     completions = decode(tier, [tuple(tokens)] * count, settings, generator=generator)
     sequences = [
-        wire.Sequence(tokens=c.token_ids, logprobs=c.logprobs, stopped=c.finish_reason == "stop") for c in completions
+        wire.Sequence(tokens=c.token_ids, logprobs=c.logprobs, stopped=c.finish_reason == "stop")
+        for c in completions
     ]
     prompt_logprobs = _prompt_logprobs(tier, tokens) if body.get("prompt_logprobs") else None
     return wire.sample_write(sequences, prompt_logprobs)
@@ -117,4 +120,3 @@ def _prompt_logprobs(tier: TierModel, tokens: list[int]) -> list[float | None]:
     logits = tier.model(input_ids=ids).logits[0, :-1].float()
     picked = logits.gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     return [None, *picked.cpu().tolist()]
-

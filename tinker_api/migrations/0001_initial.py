@@ -2,114 +2,293 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import tinker_api.models
 from django.conf import settings
 from django.db import migrations, models
 
+import tinker_api.models
+
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('projects', '0001_initial'),
-        ('runs', '0019_project_quota'),
+        ("projects", "0001_initial"),
+        ("runs", "0019_project_quota"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='TinkerSession',
+            name="TinkerSession",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(default=tinker_api.models.session_key, max_length=64, unique=True)),
-                ('display_name', models.CharField(blank=True, max_length=200)),
-                ('tags', models.JSONField(blank=True, default=list)),
-                ('user_metadata', models.JSONField(blank=True, default=dict)),
-                ('sdk_version', models.CharField(blank=True, max_length=40)),
-                ('status', models.CharField(choices=[('active', 'Active'), ('finished', 'Finished'), ('expired', 'Expired')], db_index=True, default='active', max_length=10)),
-                ('heartbeat_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('ended_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='tinker_sessions', to='projects.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(default=tinker_api.models.session_key, max_length=64, unique=True)),
+                ("display_name", models.CharField(blank=True, max_length=200)),
+                ("tags", models.JSONField(blank=True, default=list)),
+                ("user_metadata", models.JSONField(blank=True, default=dict)),
+                ("sdk_version", models.CharField(blank=True, max_length=40)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("active", "Active"), ("finished", "Finished"), ("expired", "Expired")],
+                        db_index=True,
+                        default="active",
+                        max_length=10,
+                    ),
+                ),
+                ("heartbeat_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("ended_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="tinker_sessions",
+                        to="projects.project",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='TinkerSampler',
+            name="TinkerSampler",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(default=tinker_api.models.sampler_key, max_length=64, unique=True)),
-                ('seq_id', models.PositiveIntegerField(default=0)),
-                ('policy_version', models.PositiveIntegerField(blank=True, null=True)),
-                ('base_model', models.CharField(max_length=500)),
-                ('model_path', models.CharField(blank=True, max_length=500)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='runs.run')),
-                ('tier', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.tier')),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='samplers', to='tinker_api.tinkersession')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(default=tinker_api.models.sampler_key, max_length=64, unique=True)),
+                ("seq_id", models.PositiveIntegerField(default=0)),
+                ("policy_version", models.PositiveIntegerField(blank=True, null=True)),
+                ("base_model", models.CharField(max_length=500)),
+                ("model_path", models.CharField(blank=True, max_length=500)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="runs.run",
+                    ),
+                ),
+                (
+                    "tier",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="runs.tier",
+                    ),
+                ),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="samplers",
+                        to="tinker_api.tinkersession",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='TinkerModel',
+            name="TinkerModel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model_id', models.CharField(max_length=120, unique=True)),
-                ('seq_id', models.PositiveIntegerField()),
-                ('base_model', models.CharField(help_text='As the client named it', max_length=500)),
-                ('lora', models.JSONField(blank=True, help_text='rank, seed, train_mlp/attn/unembed; None: full', null=True)),
-                ('optimizer', models.JSONField(blank=True, default=dict)),
-                ('load_path', models.CharField(blank=True, help_text='tinker:// weights it starts from', max_length=500)),
-                ('load_optimizer', models.BooleanField(default=False)),
-                ('optim_steps', models.PositiveIntegerField(default=0)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('run', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='tinker_model', to='runs.run')),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='models', to='tinker_api.tinkersession')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model_id", models.CharField(max_length=120, unique=True)),
+                ("seq_id", models.PositiveIntegerField()),
+                ("base_model", models.CharField(help_text="As the client named it", max_length=500)),
+                (
+                    "lora",
+                    models.JSONField(
+                        blank=True, help_text="rank, seed, train_mlp/attn/unembed; None: full", null=True
+                    ),
+                ),
+                ("optimizer", models.JSONField(blank=True, default=dict)),
+                (
+                    "load_path",
+                    models.CharField(
+                        blank=True, help_text="tinker:// weights it starts from", max_length=500
+                    ),
+                ),
+                ("load_optimizer", models.BooleanField(default=False)),
+                ("optim_steps", models.PositiveIntegerField(default=0)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "run",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="tinker_model",
+                        to="runs.run",
+                    ),
+                ),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="models",
+                        to="tinker_api.tinkersession",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='TinkerWeights',
+            name="TinkerWeights",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('weights', 'State'), ('sampler_weights', 'Sampler')], max_length=16)),
-                ('name', models.CharField(max_length=200)),
-                ('step', models.PositiveIntegerField(help_text="The run's checkpoint step or policy version")),
-                ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('model', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='weights', to='tinker_api.tinkermodel')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("weights", "State"), ("sampler_weights", "Sampler")], max_length=16
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                (
+                    "step",
+                    models.PositiveIntegerField(help_text="The run's checkpoint step or policy version"),
+                ),
+                ("expires_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="weights",
+                        to="tinker_api.tinkermodel",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='TinkerRequest',
+            name="TinkerRequest",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(default=tinker_api.models.request_key, max_length=64, unique=True)),
-                ('kind', models.CharField(choices=[('create_model', 'Create Model'), ('forward_backward', 'Forward Backward'), ('forward', 'Forward'), ('optim_step', 'Optim Step'), ('save_weights', 'Save Weights'), ('save_weights_for_sampler', 'Save Weights For Sampler'), ('load_weights', 'Load Weights'), ('sample', 'Sample')], max_length=32)),
-                ('idempotency_key', models.CharField(blank=True, max_length=200)),
-                ('body', models.BinaryField(help_text='As sent: protobuf for forward passes, else JSON')),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed')], db_index=True, default='pending', max_length=8)),
-                ('result', models.BinaryField(blank=True, null=True)),
-                ('result_proto', models.BooleanField(default=False, help_text='The result is protobuf, else JSON')),
-                ('error', models.TextField(blank=True)),
-                ('user_error', models.BooleanField(default=True, help_text="The request's fault, not the server's")),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('model', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='requests', to='tinker_api.tinkermodel')),
-                ('sampler', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='requests', to='tinker_api.tinkersampler')),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='requests', to='tinker_api.tinkersession')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(default=tinker_api.models.request_key, max_length=64, unique=True)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("create_model", "Create Model"),
+                            ("forward_backward", "Forward Backward"),
+                            ("forward", "Forward"),
+                            ("optim_step", "Optim Step"),
+                            ("save_weights", "Save Weights"),
+                            ("save_weights_for_sampler", "Save Weights For Sampler"),
+                            ("load_weights", "Load Weights"),
+                            ("sample", "Sample"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("idempotency_key", models.CharField(blank=True, max_length=200)),
+                ("body", models.BinaryField(help_text="As sent: protobuf for forward passes, else JSON")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("done", "Done"),
+                            ("failed", "Failed"),
+                        ],
+                        db_index=True,
+                        default="pending",
+                        max_length=8,
+                    ),
+                ),
+                ("result", models.BinaryField(blank=True, null=True)),
+                (
+                    "result_proto",
+                    models.BooleanField(default=False, help_text="The result is protobuf, else JSON"),
+                ),
+                ("error", models.TextField(blank=True)),
+                (
+                    "user_error",
+                    models.BooleanField(default=True, help_text="The request's fault, not the server's"),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "model",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="requests",
+                        to="tinker_api.tinkermodel",
+                    ),
+                ),
+                (
+                    "sampler",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="requests",
+                        to="tinker_api.tinkersampler",
+                    ),
+                ),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="requests",
+                        to="tinker_api.tinkersession",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['model', 'status', 'id'], name='tinker_api__model_i_98a796_idx')],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('idempotency_key', ''), _negated=True), fields=('session', 'idempotency_key'), name='tinker_request_once_per_key')],
+                "indexes": [
+                    models.Index(fields=["model", "status", "id"], name="tinker_api__model_i_98a796_idx")
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("idempotency_key", ""), _negated=True),
+                        fields=("session", "idempotency_key"),
+                        name="tinker_request_once_per_key",
+                    )
+                ],
             },
         ),
         migrations.AddConstraint(
-            model_name='tinkermodel',
-            constraint=models.UniqueConstraint(fields=('session', 'seq_id'), name='tinker_model_seq_per_session'),
+            model_name="tinkermodel",
+            constraint=models.UniqueConstraint(
+                fields=("session", "seq_id"), name="tinker_model_seq_per_session"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='tinkerweights',
-            constraint=models.UniqueConstraint(fields=('model', 'kind', 'name'), name='tinker_weights_name'),
+            model_name="tinkerweights",
+            constraint=models.UniqueConstraint(fields=("model", "kind", "name"), name="tinker_weights_name"),
         ),
     ]

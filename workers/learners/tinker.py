@@ -120,7 +120,8 @@ def _created(served: Served) -> None:
     first = served.row.requests.filter(status=TinkerRequest.Status.PENDING).order_by("pk").first()
     if first is not None and first.kind == TinkerRequest.Kind.CREATE_MODEL:
         tinker_services.request_done(
-            request=first, result=json.dumps({"model_id": served.row.model_id, "type": "create_model"}).encode()
+            request=first,
+            result=json.dumps({"model_id": served.row.model_id, "type": "create_model"}).encode(),
         )
 
 
@@ -143,7 +144,9 @@ def _run_request(served: Served, request: TinkerRequest, log: Log) -> None:
         return
     except Exception as exc:  # noqa: BLE001  (the learner goes on; the client reads why)
         log(f"run {served.run.pk}: {request.kind} {request.key} failed: {exc!r}")
-        tinker_services.request_failed(request=request, error=f"{type(exc).__name__}: {exc}", user_error=False)
+        tinker_services.request_failed(
+            request=request, error=f"{type(exc).__name__}: {exc}", user_error=False
+        )
         return
     served.seconds += time.monotonic() - started
     tinker_services.request_done(request=request, result=result, proto=proto)
@@ -158,8 +161,10 @@ def forward_backward(served: Served, request: wire.ForwardBackward) -> bytes:
     learner = served.learner
     model, device = learner.model, learner.accelerator.device
     lengths = [len(datum.tokens) for datum in request.data]
-    parts = budget_groups(lengths, served.config.micro_batch_tokens) if served.config.micro_batch_tokens else (
-        length_parts(lengths)
+    parts = (
+        budget_groups(lengths, served.config.micro_batch_tokens)
+        if served.config.micro_batch_tokens
+        else (length_parts(lengths))
     )
     logprobs: list[list[float]] = [[] for _ in request.data]
     losses: list[list[float]] = [[] for _ in request.data]
@@ -198,10 +203,14 @@ def forward_backward(served: Served, request: wire.ForwardBackward) -> bytes:
         served.weight += sum(sum(datum.inputs.get("weights", [])) for datum in request.data)
         served.passes[request.loss_fn] = served.passes.get(request.loss_fn, 0) + 1
     metrics = {"loss:sum": total}
-    return wire.forward_backward_write({"logprobs": logprobs, "elementwise_loss": losses}, metrics, len(request.data))
+    return wire.forward_backward_write(
+        {"logprobs": logprobs, "elementwise_loss": losses}, metrics, len(request.data)
+    )
 
 
-def token_losses(loss_fn: str, current: torch.Tensor, inputs: dict[str, torch.Tensor], config: dict) -> torch.Tensor:
+def token_losses(
+    loss_fn: str, current: torch.Tensor, inputs: dict[str, torch.Tensor], config: dict
+) -> torch.Tensor:
     """Each token's loss under Tinker's definition of `loss_fn` (the total is their sum). RL losses
     weigh each token by `weights` when the datum sends them (a mask), by 1 otherwise."""
     if loss_fn == "cross_entropy":
@@ -271,12 +280,19 @@ def _name(body: dict, served: Served, kind: str) -> str:
 def save_weights(served: Served, body: dict) -> dict:
     """A run checkpoint (weights, optimiser and step) under the client's name."""
     name = _name(body, served, TinkerWeights.Kind.STATE)
-    if not body.get("overwrite") and served.row.weights.filter(kind=TinkerWeights.Kind.STATE, name=name).exists():
+    if (
+        not body.get("overwrite")
+        and served.row.weights.filter(kind=TinkerWeights.Kind.STATE, name=name).exists()
+    ):
         raise RequestError(f"path: weights named {name!r} exist already (send overwrite to replace them)")
     Checkpoint.objects.filter(run=served.run, step=served.step).delete()  # the weights as they are now
     checkpoint(served.run, served.learner, served.config, served.step)
     saved = tinker_services.weights_record(
-        model=served.row, kind=TinkerWeights.Kind.STATE, name=name, step=served.step, ttl_seconds=body.get("ttl_seconds")
+        model=served.row,
+        kind=TinkerWeights.Kind.STATE,
+        name=name,
+        step=served.step,
+        ttl_seconds=body.get("ttl_seconds"),
     )
     return {"path": saved.path, "type": "save_weights"}
 
@@ -299,7 +315,9 @@ def save_weights_for_sampler(served: Served, body: dict) -> dict:
         step=served.step,
         ttl_seconds=body.get("ttl_seconds"),
     )
-    run_event(served.run, "checkpoint", f"sampler weights {name} at step {served.step}", data={"step": served.step})
+    run_event(
+        served.run, "checkpoint", f"sampler weights {name} at step {served.step}", data={"step": served.step}
+    )
     return {"path": saved.path, "type": "save_weights_for_sampler"}
 
 
@@ -324,7 +342,9 @@ def load_weights(served: Served, body: dict) -> dict:
     # named by them) only go forward, and a version once published never changes.
     served.learner.state.step = step + 1
     Run.objects.filter(pk=served.run.pk).update(learner_step=served.step, heartbeat_at=timezone.now())
-    run_event(served.run, "checkpoint", f"loaded {body['path']} as step {served.step}", data={"step": served.step})
+    run_event(
+        served.run, "checkpoint", f"loaded {body['path']} as step {served.step}", data={"step": served.step}
+    )
     return {"path": body["path"], "model_id": served.row.model_id, "type": "load_weights"}
 
 
@@ -349,7 +369,9 @@ def _stop(served: Served, why: str) -> None:
         return
     tinker_services.requests_refuse(model=served.row, why=f"the model's run ({run.pk}) was cancelled")
     if why == S.CANCELLING:
-        run_transition(run, allowed=(S.CANCELLING,), to=S.CANCELLED, message=f"cancelled at step {served.step}")
+        run_transition(
+            run, allowed=(S.CANCELLING,), to=S.CANCELLED, message=f"cancelled at step {served.step}"
+        )
 
 
 def _finish(served: Served, ended: str) -> None:
