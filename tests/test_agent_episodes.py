@@ -320,6 +320,7 @@ def agent_run(db, tiny_model, settings, tmp_path):
     return run
 
 
+@pytest.mark.backend_independent
 def test_a_runs_agent_batch_stores_every_turn_and_the_learner_reads_them_back(agent_run):
     items = list(agent_run.task_set_version.items.filter(split="train").values_list("pk", flat=True))
     batch = RolloutBatch.objects.create(run=agent_run, index=0, step=0, policy_version=0, item_ids=items)

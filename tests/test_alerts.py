@@ -209,6 +209,7 @@ def hosts():
         yield
 
 
+@pytest.mark.backend_independent
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(600)
 def test_a_run_whose_monitor_fires_pauses_itself_after_that_step(tiny_model, hosts):

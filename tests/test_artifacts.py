@@ -148,6 +148,7 @@ def test_a_version_published_again_after_a_rollback_is_never_read_from_the_old_c
     assert torch.equal(first_weight(policy_dir(run.pk, 1)), next(new.model.parameters()))
 
 
+@pytest.mark.backend_independent
 def test_workers_with_their_own_flywheel_home_get_policies_and_checkpoints_through_the_storage(
     tiny_model, tmp_path
 ):
@@ -169,6 +170,7 @@ def test_workers_with_their_own_flywheel_home_get_policies_and_checkpoints_throu
     assert all(artifact_exists(f"runs/{name}/policies/v{version}") for version in range(3))
 
 
+@pytest.mark.backend_independent
 def test_workers_share_policies_and_checkpoints_through_an_s3_bucket_and_nothing_on_disk(
     tiny_model, tmp_path, s3_endpoint
 ):

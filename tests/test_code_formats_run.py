@@ -61,6 +61,7 @@ def host():
         yield host
 
 
+@pytest.mark.backend_independent
 def test_a_grpo_run_stores_and_shows_each_tests_outcome_in_every_format(tiny_model, host):
     setup = formats_project(tiny_model)
     body = run_body(setup, steps=1, group_size=2, batch_size=5, eval_items=2, eval_every=100)

@@ -359,6 +359,7 @@ def _decode_and_compare(engine: dict, urls: str) -> None:
     assert verdict == tier_judge(tier_snapshot(engine["tier"]))("rollout", messages, params)
 
 
+@pytest.mark.backend_independent
 @pytest.mark.timeout(900)
 def test_a_lora_grpo_run_rolls_out_through_the_engine_swapping_each_versions_adapter(engine, tiny_model):  # noqa: F811
     tier = engine_tier(engine, engine["url"])

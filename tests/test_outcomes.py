@@ -153,6 +153,7 @@ def test_the_stop_default_can_be_turned_into_an_alert_over_rest_and_back(lab):
     assert run.monitor_actions == {}
 
 
+@pytest.mark.backend_independent
 @pytest.mark.django_db(transaction=True)
 def test_a_run_whose_groups_never_vary_stops_as_failed_with_its_reason(tiny_model):
     """Through the real workers: the rule pays only a text the tiny model never writes, so every
@@ -244,6 +245,7 @@ def test_a_failed_final_evaluation_is_recorded_and_ends_the_wait_instead_of_hang
     assert run.events.filter(kind="evaluation_failed").count() == 1
 
 
+@pytest.mark.backend_independent
 @pytest.mark.django_db(transaction=True)
 def test_a_fork_is_evaluated_at_every_step_and_its_outcome_is_against_its_checkpoint(tiny_model):
     """The case a user met: a run forked from a checkpoint, eval_every 1, ended with held-out

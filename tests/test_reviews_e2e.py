@@ -26,7 +26,11 @@ from tests.run_harness import (
     worker_env,
 )
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(900),
+    pytest.mark.backend_independent,
+]
 __all__ = ["tiny_model"]
 
 

@@ -117,6 +117,7 @@ def test_reward_models_over_rest_check_the_callers_role_and_name_bad_fields(team
 # --- through the workers ---------------------------------------------------------------------
 
 
+@pytest.mark.backend_independent
 @pytest.mark.django_db(transaction=True)
 def test_a_version_trains_in_a_learner_process_and_reports_held_out_pair_accuracy(tiny_model):
     setup = with_pairs(demo_project(tiny_model, train_size=32, heldout_size=16))
@@ -189,6 +190,7 @@ def trained_version(setup: dict, tiny_model: Path, folder: Path) -> RewardModelV
     )
 
 
+@pytest.mark.backend_independent
 @pytest.mark.django_db(transaction=True)
 def test_grpo_against_a_reward_model_raises_its_score_and_the_run_links_the_version(tiny_model, tmp_path):
     setup = with_pairs(demo_project(tiny_model, train_size=16, heldout_size=4))

@@ -23,6 +23,8 @@ from tests.run_harness import Host, demo_project, tiny_model, wait_until, worker
 from tests.test_reward_models import trained_version, with_pairs
 from workers.reward_model_supervisor import reward_models_watchdog
 
+pytestmark = pytest.mark.backend_independent
+
 __all__ = ["tiny_model"]
 TRAIN, HELDOUT, BATCH, EPOCHS = 32, 16, 8, 30
 STEPS_PER_EPOCH = TRAIN // BATCH

@@ -94,6 +94,7 @@ def with_preference_pairs(setup: dict) -> dict:
     return setup | {"version": result.version}
 
 
+@pytest.mark.backend_independent
 @pytest.mark.parametrize("method", ["sft", "dpo"])
 def test_sft_and_dpo_runs_train_on_the_task_set_through_the_learner_and_succeed(tiny_model, hosts, method):
     setup = demo_project(tiny_model)
@@ -147,6 +148,7 @@ def spare_learners(worker) -> list[psutil.Process]:
     return spares
 
 
+@pytest.mark.backend_independent
 def test_runs_start_on_the_spare_learner_their_worker_keeps_loaded(tiny_model):
     """A learner worker loads a spare learner when it starts, and another after each learner: each
     run's learner is that process, which skips the seconds of loading Python, Django and torch."""
@@ -174,6 +176,7 @@ def mapped_files(process) -> set[str]:
     return {Path(mapping.path).name for mapping in psutil.Process(process.pid).memory_maps()}
 
 
+@pytest.mark.backend_independent
 def test_workers_that_sample_import_transformers_before_their_first_batch():
     """A rollout or eval worker has imported transformers (and so mapped the tokenizers library) by
     the time it says it is ready; a worker that only supervises learners has not."""

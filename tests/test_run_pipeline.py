@@ -47,6 +47,7 @@ def metric_by_step(run: Run, name: str) -> dict[int, float]:
     return dict(MetricPoint.objects.filter(run=run, name=name).values_list("step", "value"))
 
 
+@pytest.mark.backend_independent
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(600)
 def test_an_async_run_in_one_item_batches_learns_each_episode_once_within_the_staleness_bound(

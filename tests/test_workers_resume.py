@@ -24,6 +24,8 @@ from tests.tiny_base import TINY
 from workers.base_model import base_model_build
 from workers.learners.common import COMPLETE_MARKER
 
+pytestmark = pytest.mark.backend_independent
+
 PROCESS_TIMEOUT = 120
 # Graded in the sandbox like any code item, but on the length of whatever the model wrote, so even
 # an untrained model's group rewards vary and every GRPO step learns.
