@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from django.core.exceptions import ValidationError
+from django.urls import reverse
 from tinker import types
 from tinker.proto.request_conv import forward_backward_request_to_proto
 from tinker.proto.response_conv import deserialize_forward_backward_output, deserialize_sample_response
@@ -374,3 +375,15 @@ def test_a_tinker_run_cannot_be_launched_or_cloned_by_hand(client, world):
     }
     assert "tinker" not in [name for name, _ in launch_choices()]
     assert "tinker" in [name for name, _ in algorithm_choices()]
+
+
+def test_a_tinker_run_shows_on_the_run_page_and_in_the_runs_table(client, world):
+    session = session_of(client, world)
+    model_of(client, world, session)
+    run = TinkerModel.objects.get().run
+    client.force_login(world[Role.VIEWER])
+    page = client.get(reverse("run-detail", kwargs={"run_id": run.pk}))
+    assert page.status_code == 200
+    assert "Your own loop (Tinker API)" in page.content.decode()
+    table = client.get(reverse("run-list"))
+    assert table.status_code == 200 and run.name in table.content.decode()
