@@ -384,6 +384,8 @@ def test_a_tinker_run_shows_on_the_run_page_and_in_the_runs_table(client, world)
     client.force_login(world[Role.VIEWER])
     page = client.get(reverse("run-detail", kwargs={"run_id": run.pk}))
     assert page.status_code == 200
-    assert "Your own loop (Tinker API)" in page.content.decode()
+    html = page.content.decode()
+    assert "Your own loop (Tinker API)" in html
+    assert 'id="run-tinker"' in html and f"<code>{session}:train:0</code>" in html
     table = client.get(reverse("run-list"))
     assert table.status_code == 200 and run.name in table.content.decode()

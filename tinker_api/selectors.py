@@ -3,11 +3,11 @@ models this server offers. A session belongs to its project: anyone who may view
 read it, only its editors may drive it (the views ask)."""
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
 from projects.models import Project
 from projects.selectors import visible_project_ids
-from runs.models import Tier
+from runs.models import Run, Tier
 from tinker_api.models import TinkerModel, TinkerRequest, TinkerSampler, TinkerSession, TinkerWeights
 
 
@@ -78,6 +78,18 @@ def weights_by_path(*, path: str) -> TinkerWeights | None:
 
 def weights_of(*, model: TinkerModel) -> QuerySet[TinkerWeights]:
     return model.weights.select_related("model").order_by("created_at", "pk")
+
+
+def model_of_run(*, run: Run) -> TinkerModel | None:
+    return TinkerModel.objects.filter(run=run).select_related("session").first()
+
+
+def request_counts(*, model: TinkerModel) -> dict[str, int]:
+    """The model's requests by state, every state named (0 when none)."""
+    counts = dict.fromkeys(TinkerRequest.Status.values, 0)
+    for status, count in model.requests.values_list("status").annotate(count=Count("pk")).order_by():
+        counts[status] = count
+    return counts
 
 
 def models_offered(*, project: Project) -> list[str]:
