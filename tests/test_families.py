@@ -1,7 +1,7 @@
 """Any causal LM: tiny random-initialised models of seven families (their own tokenizers, chat
-templates, end-of-sequence ids, padding sides, tied embeddings, missing pad tokens) run GRPO, SFT
-and DPO through the real workers, each run's held-out evaluation and a final evaluation across two
-tiers (one speculative) included."""
+templates, end-of-sequence ids, padding sides, tied embeddings, missing pad tokens) run GRPO through
+the real workers, and SFT and DPO in turn (each on at least three families), each run's held-out
+evaluation and a final evaluation across two tiers (one speculative) included."""
 
 import json
 from pathlib import Path
@@ -121,14 +121,25 @@ def finished(run: Run) -> Run:
     return Run.objects.get(pk=run.pk)
 
 
+# GRPO runs on every family (templates, generation, the learner's log-probs); SFT and DPO take
+# turns, so each runs on at least three families of different shapes and all three on the first.
+OFFLINE_METHODS = {
+    family: ("sft", "dpo") if index == 0 else (("sft",) if index % 2 else ("dpo",))
+    for index, family in enumerate(FAMILIES)
+}
+OFFLINE_HYPERPARAMETERS = {
+    "sft": {"epochs": 10, "gradient_checkpointing": "on"},
+    "dpo": {"epochs": 10, "micro_batch_tokens": 64},
+}
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_grpo_sft_and_dpo_run_on_each_family_through_the_real_workers(family_dirs, hosts, family):
     setup = family_project(family_dirs[family])
     runs = [
         launch(setup, "grpo", {"group_size": 2, "staleness": 1, "micro_batch_tokens": 64}),
-        launch(setup, "sft", {"epochs": 10, "gradient_checkpointing": "on"}),
-        launch(setup, "dpo", {"epochs": 10, "micro_batch_tokens": 64}),
+        *(launch(setup, method, OFFLINE_HYPERPARAMETERS[method]) for method in OFFLINE_METHODS[family]),
     ]
     for run in runs:
         run = finished(run)

@@ -6,6 +6,7 @@ Read from the source with `ast`, so a late import inside a function counts as mu
 """
 
 import ast
+import functools
 import os
 import subprocess
 import sys
@@ -211,20 +212,26 @@ def cross_package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return [component for component in cycles(without_tasks) if len({app(m) for m in component}) > 1]
 
 
+@functools.cache
+def project_graph() -> dict[str, set[str]]:
+    """The project's import graph, read once for all the tests that check it (callers only read it)."""
+    return import_graph(ROOT, APPLICATIONS)
+
+
 def test_inference_and_sandboxes_import_no_other_package_and_no_django():
     assert bottom_violations(ROOT, APPLICATIONS) == []
 
 
 def test_the_api_core_imports_no_other_package():
-    assert core_violations(import_graph(ROOT, APPLICATIONS)) == []
+    assert core_violations(project_graph()) == []
 
 
 def test_nothing_imports_the_wiring():
-    assert wiring_violations(import_graph(ROOT, APPLICATIONS)) == []
+    assert wiring_violations(project_graph()) == []
 
 
 def test_domain_apps_reach_workers_only_from_their_task_modules():
-    graph = import_graph(ROOT, APPLICATIONS)
+    graph = project_graph()
     assert upward_violations(graph) == []
     # The exception is used, and only there: runs' tasks run the supervisor's and evaluation's code,
     # reward models' the reward-model learner's, evaluations' the suite driver's, the Tinker API's
@@ -236,7 +243,7 @@ def test_domain_apps_reach_workers_only_from_their_task_modules():
 
 
 def test_no_import_cycle_joins_two_packages_except_through_a_task():
-    graph = import_graph(ROOT, APPLICATIONS)
+    graph = project_graph()
     assert cross_package_cycles(graph) == []
     # Task and service pairs do form cycles, which is why they are set aside above.
     assert ["webhooks.services", "webhooks.tasks"] in cycles(graph)
@@ -276,7 +283,7 @@ def test_every_package_has_a_layer():
 
 
 def test_packages_import_only_their_layer_or_lower_ones():
-    graph = import_graph(ROOT, APPLICATIONS)
+    graph = project_graph()
     assert layer_violations(graph, LAYERS) == []
     assert package_cycles(graph) == []
 
@@ -295,7 +302,7 @@ def test_the_layer_check_names_an_import_up_from_runs_and_the_cycle_it_makes():
 
 
 def test_every_celery_task_module_sits_beside_a_service_or_drives_runs():
-    graph = import_graph(ROOT, APPLICATIONS)
+    graph = project_graph()
     assert sorted(m for m in graph if is_task_module(m)) == [
         "evaluations.tasks",
         "reward_models.tasks",

@@ -255,13 +255,18 @@ def test_the_metrics_endpoint_serves_a_million_point_series_downsampled(lab):
     rng = random.Random(3)
     values = [rng.random() for _ in range(MILLION)]
     values[500_000] = 9.0
-    # Raw inserts in one transaction: a million model instances would take the test's time.
+    # Raw inserts in one transaction (a million model instances would take the test's time); on
+    # PostgreSQL by COPY, which takes a second where row-by-row inserts take a minute.
     table, now = MetricPoint._meta.db_table, timezone.now()
+    rows = [(run.pk, "reward/mean", step, value, now) for step, value in enumerate(values)]
+    columns = "(run_id, name, step, value, created_at)"
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.executemany(
-            f"INSERT INTO {table} (run_id, name, step, value, created_at) VALUES (%s, %s, %s, %s, %s)",
-            [(run.pk, "reward/mean", step, value, now) for step, value in enumerate(values)],
-        )
+        if connection.vendor == "postgresql":
+            with cursor.cursor.copy(f"COPY {table} {columns} FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        else:
+            cursor.executemany(f"INSERT INTO {table} {columns} VALUES (%s, %s, %s, %s, %s)", rows)
     client = api_client_for(lab["viewer"])
     started = time.perf_counter()
     body = client.get(f"/api/v1/runs/{run.pk}/metrics", {"max_points": 2000}).json()
