@@ -389,8 +389,9 @@ def external_agents(run, url: str, token: str) -> dict:
     }
 
 
-def web_start(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    """The web server as `make up` starts it, on a free port; returns once it answers."""
+def web_start(env: dict[str, str], health: str = "/healthz") -> tuple[subprocess.Popen, str]:
+    """The web server as `make up` starts it, on a free port; returns once `health` answers (the
+    bare /healthz wants a live worker on every queue)."""
     import urllib.request
 
     from django.conf import settings
@@ -407,7 +408,7 @@ def web_start(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
     deadline = time.monotonic() + 120
     while True:
         try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=5) as answer:
+            with urllib.request.urlopen(f"{url}{health}", timeout=5) as answer:
                 if answer.status == 200:
                     return server, url
         except OSError:

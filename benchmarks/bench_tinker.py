@@ -22,6 +22,7 @@ change it.
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -212,13 +213,14 @@ def main() -> None:
     )
     _, token = project_services.api_token_create(user=owner, name="bench", default_project=project)
     load_before = os.getloadavg()
-    workers = start_workers(env, WORKERS, "bench-tinker")
-    web, url = web_start(env)
     started = time.monotonic()
     figures: dict[str, list] = {"api": [], "local": []}
     learned: dict[str, list] = {"api": [], "local": []}
     samples: dict[str, list] = {"api": [], "local": []}
-    try:
+    workers, web, service = [], None, None
+    try:  # whatever fails, the processes started here are stopped
+        workers = start_workers(env, WORKERS, f"bench-tinker-{os.getpid()}")
+        web, url = web_start(env, health="/tinker/api/v1/healthz")  # no eval worker: /healthz would say so
         service = tinker.ServiceClient(base_url=f"{url}/tinker", api_key=f"tml-{token}")
         training = service.create_lora_training_client(base_model="tiny", rank=RANK).result()
         local = Local(model, home)
@@ -229,7 +231,7 @@ def main() -> None:
                 seconds, first, last = api_round(training, rows) if side == "api" else local.round(rows)
                 figures[side] += seconds
                 learned[side].append((first, last))
-        sampler = training.save_weights_and_get_sampling_client()
+        sampler = training.save_weights_and_get_sampling_client().result()
         run = TinkerModel.objects.select_related("run").get(model_id=training.model_id).run
         run.refresh_from_db()
         for number in range(ROUNDS):
@@ -240,14 +242,19 @@ def main() -> None:
                     else local_samples(run, run.policy_version, prompt)
                 )
                 samples[side].append(rate)
-        service.close("success").result()
     finally:
-        web.terminate()
-        web.wait(timeout=60)
+        if service is not None:
+            service.close("success").result()  # the session ends, and the model's run with it
+        if web is not None:
+            web.terminate()
+            web.wait(timeout=60)
         for process in workers:
             process.terminate()
         for process in workers:
-            process.wait(timeout=60)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:  # a worker still finishing a task
+                process.kill()
         from webapp.stack import process_stop
 
         process_stop("redis")

@@ -128,6 +128,16 @@ def lora_wrap(model: Any, settings: LoraSettings) -> Any:
     return get_peft_model(model, config)
 
 
+def model_save(model: Any, path: str | Path) -> None:
+    """`save_pretrained`, an adapter without the frozen base weights peft would add to it: a LoRA on
+    the output head tied to the embeddings makes peft save the head's base weight too, which peft's
+    hot swap (`adapter_activate`) then refuses; the base model holds it already."""
+    if getattr(model, "peft_config", None) is not None:
+        model.save_pretrained(path, save_embedding_layers=False)
+    else:
+        model.save_pretrained(path)
+
+
 def lora_resume(model: Any, path: str | Path, *, trainable: bool) -> Any:
     """The base `model` with the adapter at `path` attached (to continue training it, or to serve)."""
     from peft import PeftModel

@@ -19,6 +19,7 @@ from core.artifacts import (
     artifacts_under,
     cache_root,
 )
+from inference.adapters import model_save
 from runs.models import Run
 
 
@@ -73,7 +74,7 @@ def policy_publish(run_id: int, version: int, model, tokenizer) -> Path:
         return artifact_get(prefix)
     partial = staging_dir()
     try:
-        model.save_pretrained(partial)
+        model_save(model, partial)
         tokenizer.save_pretrained(partial)
         identity = artifact_put(partial, prefix)
         return artifact_cache_put(partial, prefix, identity)

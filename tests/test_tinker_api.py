@@ -389,3 +389,33 @@ def test_a_tinker_run_shows_on_the_run_page_and_in_the_runs_table(client, world)
     assert 'id="run-tinker"' in html and f"<code>{session}:train:0</code>" in html
     table = client.get(reverse("run-list"))
     assert table.status_code == 200 and run.name in table.content.decode()
+
+
+def test_an_adapter_on_the_tied_output_head_swaps_into_a_resident_base(tiny_model, tmp_path):
+    """Tinker trains the unembedding by default; peft would save the tied head's frozen base weight
+    with the adapter, which its hot swap refuses: a rollout worker could sample one version only."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    from inference.adapters import LoraSettings, adapter_activate, lora_wrap, model_save
+
+    trained = lora_wrap(
+        AutoModelForCausalLM.from_pretrained(tiny_model),
+        LoraSettings(rank=4, alpha=32.0, target_modules="attention,mlp,unembed"),
+    )
+    model_save(trained, tmp_path / "v1")
+    with torch.no_grad():
+        for parameter in trained.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.01)
+    model_save(trained, tmp_path / "v2")
+    with safe_open(str(tmp_path / "v1" / "adapter_model.safetensors"), "pt") as saved:
+        assert [key for key in saved.keys() if "lm_head" in key] == [
+            "base_model.model.lm_head.lora_A.weight",
+            "base_model.model.lm_head.lora_B.weight",
+        ]
+    served = adapter_activate(AutoModelForCausalLM.from_pretrained(tiny_model), tmp_path / "v1")
+    served = adapter_activate(served, tmp_path / "v2")  # the second version: swapped in place
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        assert torch.allclose(served(input_ids=ids).logits, trained(input_ids=ids).logits, atol=1e-5)

@@ -76,7 +76,7 @@ def test_the_official_tinker_client_trains_samples_and_ends_a_run(stack, tiny_mo
         assert result.metrics["loss:sum"] == pytest.approx(-(logprobs * weights).sum(), rel=1e-4)
     assert losses[-1] < 0.5 * losses[0], losses  # it learned the completion
 
-    sampler = training.save_weights_and_get_sampling_client(name="learned")
+    sampler = training.save_weights_and_get_sampling_client().result()
     answer = sampler.sample(
         prompt=types.ModelInput.from_ints(prompt),
         num_samples=2,

@@ -20,7 +20,7 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
-from inference.adapters import LoraSettings, lora_wrap
+from inference.adapters import LoraSettings, lora_wrap, model_save
 from inference.chat import Prompt, chat_render, turn_end_text
 from inference.chat import completion_render as completion_render
 from inference.generation import prompt_token_ids
@@ -300,7 +300,7 @@ def final_save(learner: Learner, config: LearnerConfig) -> Path:
     learner.accelerator.wait_for_everyone()
     if learner.accelerator.is_main_process:
         model = learner.accelerator.unwrap_model(learner.model)
-        model.save_pretrained(path)
+        model_save(model, path)
         learner.tokenizer.save_pretrained(path)
     return path
 

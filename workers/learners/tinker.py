@@ -9,10 +9,11 @@ of saved weights is a step too: the run's steps only go forward).
 /v1 serves as run-<id>, what sampling sessions decode); `save_weights` is a run checkpoint, with the
 optimiser, that `load_weights` (or a new model made from it) restores.
 
-The run's controls hold: a pause checkpoints the model and ends this process (its requests wait,
-and go on in a new learner after a resume), a cancel refuses what is queued, a crash restarts the
-learner from the run's last checkpoint. When the client's session ends (closed, or its heartbeats
-stopped) the run succeeds.
+The run's controls hold: a pause (by hand, or at a money or device-hours budget) checkpoints the
+model and ends this process (its requests wait, and go on in a new learner after a resume), a
+cancel refuses what is queued, a crash restarts the learner from the run's last checkpoint. When
+the client's session ends (closed, or its heartbeats stopped) or a wall-time budget runs out, the
+run succeeds and what is queued is refused.
 """
 
 import json
@@ -25,6 +26,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from core.exceptions import StateError
+from costs import services as costs
 from runs.lifecycle import run_event, run_transition
 from runs.models import Checkpoint, Run
 from runs.run_store import checkpoint_fetch, checkpoint_prefix
@@ -43,6 +45,7 @@ from workers.learners.common import (
 )
 from workers.run_learner import (
     StopRequestedError,
+    budget_spent,
     checkpoint,
     common_settings,
     cost_metrics_write,
@@ -92,19 +95,13 @@ def serve(run_id: int, log: Log = print) -> None:
     step = resume(run, learner, config)
     served = Served(run=run, row=row, learner=learner, config=config)
     run = served.run = mark_running(run)
-    log(f"run {run.pk}: tinker model {row.model_id} resident at step {step} (optim steps)")
+    log(f"run {run.pk}: tinker model {row.model_id} resident at step {step}")
     _created(served)
     looked, idle = 0.0, IDLE_SLEEP[0]
     while True:
         if time.monotonic() - looked >= STATUS_EVERY:
             looked = time.monotonic()
-            try:
-                status_check(run)
-            except StopRequestedError as stop:
-                _stop(served, str(stop))
-                return
-            if (ended := _session_ended(row.session)) is not None:
-                _finish(served, ended)
+            if _ended(served):
                 return
         request = tinker_services.request_take(model=row)
         if request is None:
@@ -113,6 +110,27 @@ def serve(run_id: int, log: Log = print) -> None:
             continue
         idle = IDLE_SLEEP[0]
         _run_request(served, request, log)
+
+
+def _ended(served: Served) -> bool:
+    """Whether this learner is done, having ended the run as it should: paused or cancelled, its
+    session over, or a budget reached."""
+    run = served.run
+    try:
+        status_check(run)
+    except StopRequestedError as stop:
+        _stop(served, str(stop))
+        return True
+    if (ended := _session_ended(served.row.session)) is not None:
+        _finish(served, f"the Tinker session {ended} after {served.step} steps", f"the session {ended}")
+        return True
+    if (spent := budget_spent(run)) is not None:
+        _finish(served, f"succeeded: stopped, {spent}", f"the run stopped: {spent}")
+        return True
+    if served.step > 0 and costs.run_budget_check(run=run, step=served.step) is not None:
+        _stop(served, S.PAUSING)  # its requests wait for a resume, as for any pause
+        return True
+    return False
 
 
 def _created(served: Served) -> None:
@@ -374,15 +392,11 @@ def _stop(served: Served, why: str) -> None:
         )
 
 
-def _finish(served: Served, ended: str) -> None:
-    run = served.run
-    tinker_services.requests_refuse(model=served.row, why=f"the session {ended}")
+def _finish(served: Served, message: str, why: str) -> None:
+    """The run succeeds: its session ended, or a wall-time or sandbox budget ran out (what is
+    still queued is refused with `why`)."""
+    tinker_services.requests_refuse(model=served.row, why=why)
     try:
-        run_transition(
-            run,
-            allowed=(S.RUNNING,),
-            to=S.SUCCEEDED,
-            message=f"the Tinker session {ended} after {served.step} optim steps",
-        )
+        run_transition(served.run, allowed=(S.RUNNING,), to=S.SUCCEEDED, message=message)
     except StateError:  # paused or cancelled meanwhile: that ends it
         pass
