@@ -37,7 +37,9 @@ from tinker_api.models import TinkerModel, TinkerRequest, TinkerSession
 from tinker_api.services import TinkerApiError
 
 logger = logging.getLogger(__name__)
-POLL_INTERVAL = 0.02  # seconds between looks at a pending request while a poll is held
+# Seconds between looks at a pending request while a poll is held: 2 ms at first (a training
+# step's answer comes within milliseconds), doubling to 20 ms (a sample or a model's load, seconds).
+POLL_INTERVAL = (0.002, 0.02)
 
 CLIENT_CONFIG = {
     # API keys, no JWT exchange; plain httpx (the SDK's pyqwest transport is for its cloud).
@@ -438,6 +440,7 @@ async def retrieve_future(request: HttpRequest) -> HttpResponse:
         if found is None:
             return _refusal(404, f"request_id: no request {key!r} in a project of yours")
         deadline = time.monotonic() + settings.FLYWHEEL_TINKER_POLL_SECONDS
+        interval = POLL_INTERVAL[0]
         while True:
             if (answer := _answer(found)) is not None:
                 return answer
@@ -451,7 +454,8 @@ async def retrieve_future(request: HttpRequest) -> HttpResponse:
                         "queue_state_reason": reason,
                     }
                 )
-            await asyncio.sleep(POLL_INTERVAL)
+            await asyncio.sleep(interval)
+            interval = min(interval * 2, POLL_INTERVAL[1])
             found = await sync_to_async(TinkerRequest.objects.select_related("model").get)(pk=found.pk)
     except TinkerApiError as exc:
         return _refusal(exc.status, str(exc))
