@@ -476,16 +476,9 @@ def main() -> None:
             for mode in order:
                 results.append(one_seed(seed, owner, items, *taught[seed], mode=mode, web=url))
     finally:
-        if web is not None:
-            web.terminate()
-            web.wait(timeout=60)
-        for process in workers:
-            process.terminate()
-        for process in workers:
-            process.wait(timeout=60)
-        from webapp.stack import process_stop
+        from benchmarks.worker_processes import stop_all
 
-        process_stop("redis")
+        stop_all(([web] if web is not None else []) + workers)
     lifts = [result["lift_points"] for result in results]
     by_mode = {
         mode: [result["lift_points"] for result in results if result["mode"] == mode] for mode in MODES

@@ -382,13 +382,9 @@ def main() -> None:
             )
             print(f"repeat {repeat + 1}: speedup {speedup:.2f}x, ideal {rounded(ideal)}", flush=True)
     finally:
-        for process in workers:
-            process.terminate()
-        for process in workers:
-            process.wait(timeout=60)
-        from webapp.stack import process_stop
+        from benchmarks.worker_processes import stop_all
 
-        process_stop("redis")
+        stop_all(workers)
 
     def both(mode: str, key: str) -> list[float]:
         return [repeat[mode][key] for repeat in repeats]

@@ -22,7 +22,6 @@ change it.
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -194,7 +193,7 @@ def main() -> None:
     from django.core.management import call_command
     from transformers import AutoTokenizer
 
-    from benchmarks.worker_processes import start_workers
+    from benchmarks.worker_processes import start_workers, stop_all
     from projects import services as project_services
     from runs import services as run_services
     from tinker_api.models import TinkerModel
@@ -245,19 +244,7 @@ def main() -> None:
     finally:
         if service is not None:
             service.close("success").result()  # the session ends, and the model's run with it
-        if web is not None:
-            web.terminate()
-            web.wait(timeout=60)
-        for process in workers:
-            process.terminate()
-        for process in workers:
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:  # a worker still finishing a task
-                process.kill()
-        from webapp.stack import process_stop
-
-        process_stop("redis")
+        stop_all(([web] if web is not None else []) + workers)
     tokens = BATCH * SEQ
     rate = {side: tokens / statistics.median(seconds) for side, seconds in figures.items()}
     sample_rate = {side: statistics.median(values) for side, values in samples.items()}

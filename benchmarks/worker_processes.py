@@ -34,3 +34,18 @@ def start_workers(
         threading.Thread(target=lambda process=process: [None for _ in process.stdout], daemon=True).start()
         processes.append(process)
     return processes
+
+
+def stop_all(processes: list[subprocess.Popen]) -> None:
+    """Stop what `start_workers` (and a web server beside them) started, then the embedded Redis: a
+    process still busy after a minute is killed."""
+    from webapp.stack import process_stop
+
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # a worker still finishing a task
+            process.kill()
+    process_stop("redis")

@@ -15,8 +15,8 @@ from flywheel import Client
 from flywheel.errors import ConflictError
 from projects import services as project_services
 from runs.models import MetricPoint, Run, Trajectory
-from tests.run_harness import Host, demo_project, hosts_killed, tiny_model, wait_until, worker_env
-from tests.web_server import WebServer
+from tests.run_harness import demo_project, tiny_model, wait_until
+from tests.web_server import served_with_workers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.backend_independent]
 __all__ = ["tiny_model"]
@@ -28,13 +28,8 @@ STEPS, ITEMS, GROUP = 2, 2, 2
 
 @pytest.fixture
 def stack(tmp_path):
-    env = worker_env()
-    learner_host, rollout_host = Host(env), Host(env)
-    with hosts_killed(learner_host, rollout_host):
-        learner_host.worker("learner")
-        rollout_host.worker("rollout,eval")
-        with WebServer(env, tmp_path / "web.log") as server:
-            yield server
+    with served_with_workers(tmp_path / "web.log", rollout_queues="rollout,eval") as server:
+        yield server
 
 
 def play(model: openai.OpenAI, run: int, episode: dict) -> None:

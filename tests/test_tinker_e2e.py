@@ -12,8 +12,8 @@ from tinker import types
 
 from projects import services as project_services
 from runs.models import MetricPoint, Run
-from tests.run_harness import Host, demo_project, hosts_killed, tiny_model, wait_until, worker_env
-from tests.web_server import WebServer
+from tests.run_harness import demo_project, tiny_model, wait_until
+from tests.web_server import served_with_workers
 from tinker_api.models import TinkerModel, TinkerSession
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.backend_independent]
@@ -24,13 +24,8 @@ STEPS = 20
 
 @pytest.fixture
 def stack(tmp_path):
-    env = worker_env()
-    learner_host, rollout_host = Host(env), Host(env)
-    with hosts_killed(learner_host, rollout_host):
-        learner_host.worker("learner")
-        rollout_host.worker("rollout")
-        with WebServer(env, tmp_path / "web.log") as server:
-            yield server
+    with served_with_workers(tmp_path / "web.log") as server:
+        yield server
 
 
 def datum(tokenizer, prompt: str, completion: str) -> tuple[types.Datum, list[int], list[int]]:

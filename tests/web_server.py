@@ -2,6 +2,7 @@
 tests that must measure it from outside (its memory) or talk to it over real sockets (the API
 fuzzer)."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -10,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from webapp import web_server
@@ -84,3 +86,18 @@ class WebServer:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+
+
+@contextlib.contextmanager
+def served_with_workers(log: Path, rollout_queues: str = "rollout") -> Iterator["WebServer"]:
+    """A live web server with a learner host and a rollout host of its own behind it: what a
+    client of an API (the OpenAI one, Tinker's) talks to in an end-to-end test."""
+    from tests.run_harness import Host, hosts_killed, worker_env
+
+    env = worker_env()
+    learner_host, rollout_host = Host(env), Host(env)
+    with hosts_killed(learner_host, rollout_host):
+        learner_host.worker("learner")
+        rollout_host.worker(rollout_queues)
+        with WebServer(env, log) as server:
+            yield server
