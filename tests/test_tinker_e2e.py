@@ -109,8 +109,26 @@ def test_the_official_tinker_client_trains_samples_and_ends_a_run(stack, tiny_mo
     restored = training.forward([example], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
     assert restored == pytest.approx(before, abs=1e-5)
     rest = tinker.RestClient(base_url=f"{stack.url}/tinker", api_key=f"tml-{token}")
+    found = rest.get_training_run_by_tinker_path(saved.path).result()  # what a resume reads
+    assert (found.base_model, found.is_lora, found.lora_rank) == (str(tiny_model), True, 8)
+
+    # Named sampler weights (the restored ones), sampled by a client made from their path: a second
+    # policy version on the rollout worker, swapped into the base it keeps resident.
+    named = training.save_weights_for_sampler("restored").result()
+    again = service.create_sampling_client(model_path=named.path).result()
+    assert again.get_base_model() == str(tiny_model)
+    greedy = types.SamplingParams(max_tokens=len(completion), temperature=0.0)
+    replayed = again.sample(prompt=types.ModelInput.from_ints(prompt), num_samples=1, sampling_params=greedy)
+    assert replayed.result().sequences[0].tokens == completion
     listed = rest.list_checkpoints(training.model_id).result().checkpoints
-    assert [(c.checkpoint_type, c.tinker_path) for c in listed] == [("training", saved.path)]
+    assert [(c.checkpoint_type, c.tinker_path) for c in listed] == [
+        ("training", saved.path),
+        ("sampler", named.path),
+    ]
+    rest.delete_checkpoint_from_tinker_path(saved.path).result()
+    assert [c.tinker_path for c in rest.list_checkpoints(training.model_id).result().checkpoints] == [
+        named.path
+    ]
 
     model = TinkerModel.objects.select_related("run").get()
     run = model.run
@@ -123,7 +141,7 @@ def test_the_official_tinker_client_trains_samples_and_ends_a_run(stack, tiny_mo
     )
     assert len(recorded) == STEPS and recorded[-1] < recorded[0]  # the RL step is no supervised step
     assert recorded[0] == pytest.approx(losses[0], rel=1e-3)  # the first step's loss, before any update
-    assert Run.objects.get(pk=run.pk).policy_version == STEPS
+    assert Run.objects.get(pk=run.pk).policy_version == STEPS + 2  # the restored weights, published
 
     service.close("success").result()
     assert TinkerSession.objects.get().status == TinkerSession.Status.FINISHED

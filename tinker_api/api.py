@@ -339,14 +339,54 @@ def load_weights(request: HttpRequest, user) -> HttpResponse:
     return _future(queued)
 
 
-@tinker_api("GET")
-def checkpoints(request: HttpRequest, user, model_id: str) -> HttpResponse:
+def _readable_model(user, model_id: str) -> TinkerModel:
     model = selectors.model_for(user=user, model_id=model_id)
     if model is None:
         raise TinkerApiError(404, f"no model {model_id!r} in a project of yours")
+    return model
+
+
+@tinker_api("GET")
+def training_run(request: HttpRequest, user, model_id: str) -> HttpResponse:
+    """The SDK's TrainingRun: what a resume reads to find a checkpoint's base model and LoRA."""
+    model = _readable_model(user, model_id)
+    saved = list(selectors.weights_of(model=model))
+    last = {
+        kind: next((w for w in reversed(saved) if w.kind == kind), None)
+        for kind in ("weights", "sampler_weights")
+    }
+    last_request = model.requests.order_by("-pk").values_list("created_at", flat=True).first()
+    return JsonResponse(
+        {
+            "training_run_id": model.model_id,
+            "base_model": model.base_model,
+            "model_owner": model.session.created_by.get_username(),
+            "is_lora": model.lora is not None,
+            "lora_rank": model.lora["rank"] if model.lora else None,
+            "last_request_time": (last_request or model.created_at).isoformat(),
+            "last_checkpoint": _checkpoint(last["weights"]) if last["weights"] else None,
+            "last_sampler_checkpoint": _checkpoint(last["sampler_weights"])
+            if last["sampler_weights"]
+            else None,
+            "user_metadata": None,
+        }
+    )
+
+
+@tinker_api("GET")
+def checkpoints(request: HttpRequest, user, model_id: str) -> HttpResponse:
+    model = _readable_model(user, model_id)
     return JsonResponse(
         {"checkpoints": [_checkpoint(weights) for weights in selectors.weights_of(model=model)]}
     )
+
+
+@tinker_api("DELETE")
+def checkpoint_delete(request: HttpRequest, user, model_id: str, kind: str, name: str) -> HttpResponse:
+    """Forget saved weights by name (the run keeps its checkpoints and policy versions: its history)."""
+    model = _editable_model(user, model_id)
+    services.weights_forget(model=model, kind=kind, name=name)
+    return HttpResponse(status=204)
 
 
 def _checkpoint(weights) -> dict:
@@ -384,6 +424,20 @@ def asample(request: HttpRequest, user) -> HttpResponse:
         sampler=sampler, body=json.dumps(body).encode(), idempotency_key=_idempotency(request)
     )
     return _future(queued, sample_sequence_ids=[f"{queued.key}:{index}" for index in range(count)])
+
+
+@tinker_api("GET")
+def sampler_detail(request: HttpRequest, user, sampler_id: str) -> HttpResponse:
+    sampler = selectors.sampler_for(user=user, key=sampler_id)
+    if sampler is None:
+        raise TinkerApiError(404, f"no sampling session {sampler_id!r} in a project of yours")
+    return JsonResponse(
+        {
+            "sampler_id": sampler.key,
+            "base_model": sampler.base_model,
+            "model_path": sampler.model_path or None,
+        }
+    )
 
 
 def _sampler(user, body: dict):

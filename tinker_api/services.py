@@ -458,6 +458,12 @@ def weights_record(
     return weights
 
 
+def weights_forget(*, model: TinkerModel, kind: str, name: str) -> None:
+    deleted, _ = TinkerWeights.objects.filter(model=model, kind=kind, name=name).delete()
+    if not deleted:
+        raise TinkerApiError(404, f"no weights named {name!r} ({kind}) of model {model.model_id}")
+
+
 def name_check(name: str, field: str = "path") -> str:
     if not NAME.match(name):
         raise TinkerApiError(

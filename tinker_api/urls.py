@@ -5,6 +5,7 @@ from django.urls import path, re_path
 from tinker_api import api
 
 SESSION = r"(?P<session_id>[A-Za-z0-9-]{1,64})"
+MODEL = r"(?P<model_id>[A-Za-z0-9:-]{1,120})"
 
 urlpatterns = [
     path("api/v1/healthz", api.healthz, name="tinker-healthz"),
@@ -23,10 +24,15 @@ urlpatterns = [
     path("api/v1/save_weights", api.save_weights, name="tinker-save-weights"),
     path("api/v1/save_weights_for_sampler", api.save_weights_for_sampler, name="tinker-save-for-sampler"),
     path("api/v1/load_weights", api.load_weights, name="tinker-load-weights"),
+    re_path(rf"^api/v1/training_runs/{MODEL}$", api.training_run, name="tinker-training-run"),
+    re_path(rf"^api/v1/training_runs/{MODEL}/checkpoints$", api.checkpoints, name="tinker-checkpoints"),
     re_path(
-        r"^api/v1/training_runs/(?P<model_id>[A-Za-z0-9:-]{1,120})/checkpoints$",
-        api.checkpoints,
-        name="tinker-checkpoints",
+        rf"^api/v1/training_runs/{MODEL}/checkpoints/(?P<kind>weights|sampler_weights)/(?P<name>[A-Za-z0-9._-]{{1,200}})$",
+        api.checkpoint_delete,
+        name="tinker-checkpoint",
+    ),
+    re_path(
+        r"^api/v1/samplers/(?P<sampler_id>[A-Za-z0-9-]{1,64})$", api.sampler_detail, name="tinker-sampler"
     ),
     path("api/v1/create_sampling_session", api.create_sampling_session, name="tinker-create-sampler"),
     path("api/v1/asample", api.asample, name="tinker-asample"),
