@@ -419,3 +419,16 @@ def test_an_adapter_on_the_tied_output_head_swaps_into_a_resident_base(tiny_mode
     ids = torch.tensor([[5, 6, 7]])
     with torch.no_grad():
         assert torch.allclose(served(input_ids=ids).logits, trained(input_ids=ids).logits, atol=1e-5)
+
+
+def test_a_request_a_dead_learner_was_running_fails_as_the_servers_fault(client, world):
+    session = session_of(client, world)
+    future = model_of(client, world, session)
+    model = TinkerModel.objects.get()
+    taken = tinker_services.request_take(model=model)
+    assert taken is not None and taken.key == future["request_id"]
+    assert tinker_services.requests_interrupted(model=model, step=3) == 1
+    answer = call(client, world["keys"][Role.OWNER], "retrieve_future", {"request_id": future["request_id"]})
+    assert answer.json()["category"] == "server"
+    assert answer.json()["error"].startswith("the model's learner restarted from its checkpoint at step 3")
+    assert tinker_services.requests_interrupted(model=model, step=3) == 0  # only what was running

@@ -441,6 +441,17 @@ def request_failed(*, request: TinkerRequest, error: str, user_error: bool = Tru
     )
 
 
+def requests_interrupted(*, model: TinkerModel, step: int) -> int:
+    """Fail the requests a learner that died was running (its restart resumes at `step`)."""
+    return TinkerRequest.objects.filter(model=model, status=TinkerRequest.Status.RUNNING).update(
+        status=TinkerRequest.Status.FAILED,
+        error=f"the model's learner restarted from its checkpoint at step {step} while this ran: "
+        "the steps since that checkpoint are lost; load your last saved state and go on",
+        user_error=False,
+        finished_at=timezone.now(),
+    )
+
+
 def requests_refuse(*, model: TinkerModel, why: str) -> int:
     """Fail what the model's learner will not run (its run was cancelled or ended)."""
     return TinkerRequest.objects.filter(

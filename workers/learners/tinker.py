@@ -98,6 +98,10 @@ def serve(run_id: int, log: Log = print) -> None:
     step = resume(run, learner, config)
     served = Served(run=run, row=row, learner=learner, config=config)
     run = served.run = mark_running(run)
+    if interrupted := tinker_services.requests_interrupted(model=row, step=step):
+        # A learner that died mid-request: what it was running is lost, and with it whatever the
+        # model did since the checkpoint it resumed from; the client is told, not left waiting.
+        run_event(run, "restart", f"{interrupted} Tinker request(s) lost; the model resumed at step {step}")
     log(f"run {run.pk}: tinker model {row.model_id} resident at step {step}")
     _created(served)
     looked, idle, worked = 0.0, IDLE_SLEEP[0], time.monotonic()
