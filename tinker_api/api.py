@@ -515,3 +515,6 @@ async def retrieve_future(request: HttpRequest) -> HttpResponse:
         return _refusal(exc.status, str(exc))
     except OpenAIError as exc:
         return _refusal(exc.status, exc.message)
+    except Exception:
+        logger.exception("the Tinker API failed on %s", request.path)
+        return _refusal(500, "internal error; it has been logged")
