@@ -26,7 +26,7 @@ from tests.run_harness import Host, hosts_killed, wait_until, worker_env
 from workers.learners.common import SequenceBatch, budget_groups, learner_create, sequence_batch
 from workers.learners.grpo import GRPOBatch, GRPOConfig, learn_on_batch
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.backend_independent]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.ci_embedded_only]
 FINISHED = ["succeeded", "failed"]
 SYSTEM = "Answer with one line of Python."
 

@@ -25,7 +25,7 @@ from tests.run_harness import (
 )
 from webapp.embedded_redis import redis_binary, redis_ping
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.backend_independent]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.ci_embedded_only]
 __all__ = ["tiny_model"]
 STEPS, BATCH, GROUP = 5, 4, 4
 
