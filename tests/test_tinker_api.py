@@ -228,6 +228,13 @@ def model_of(client, world, session: str, **headers) -> dict:
     return answer.json()
 
 
+def test_the_client_config_keeps_forward_backward_chunks_under_the_body_limit(client, world, settings):
+    settings.FLYWHEEL_MAX_BODY_MB = 2
+    config = call(client, world["keys"][Role.VIEWER], "client/config", {"sdk_version": "0.38.0"}).json()
+    assert config["fwdbwd_max_chunk_bytes_count"] == 1024 * 1024
+    assert (config["parallel_fwdbwd_chunks"], config["use_pyqwest_transport"]) == (False, False)
+
+
 def test_a_session_acts_in_the_named_project_and_needs_a_key(client, world):
     assert call(client, None, "create_session", {}).status_code == 401
     refused = call(client, "tml-not-a-token", "create_session", {})

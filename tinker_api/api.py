@@ -153,7 +153,10 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 @tinker_api("POST")
 def client_config(request: HttpRequest, user) -> HttpResponse:
-    return JsonResponse(CLIENT_CONFIG)
+    # The SDK splits a forward_backward into chunks of at most this many (estimated) bytes: half the
+    # server's body limit, so that no chunk is refused as too large.
+    chunk = min(5_000_000, settings.FLYWHEEL_MAX_BODY_MB * 1024 * 1024 // 2)
+    return JsonResponse(CLIENT_CONFIG | {"fwdbwd_max_chunk_bytes_count": chunk})
 
 
 @tinker_api("POST")
