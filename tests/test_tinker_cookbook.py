@@ -15,7 +15,7 @@ from tests.run_harness import demo_project, tiny_model
 from tests.web_server import served_with_workers
 from tinker_api.models import TinkerModel, TinkerWeights
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.backend_independent]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.ci_embedded_only]
 __all__ = ["tiny_model"]
 EPOCHS, BATCH = 3, 8
 
