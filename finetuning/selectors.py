@@ -24,16 +24,22 @@ class NoProjectError(LookupError):
     """The call names no project it may act in."""
 
 
-def project_of(*, user: AbstractBaseUser, header: str | None, token_digest: str | None = None) -> Project:
-    """The project named by the `OpenAI-Project` header (its id or name), else the bearer token's
-    default project, else the caller's only project; a project the caller is not in is reported as
-    absent."""
+def project_of(
+    *,
+    user: AbstractBaseUser,
+    header: str | None,
+    token_digest: str | None = None,
+    named_by: str = "the OpenAI-Project header",
+) -> Project:
+    """The project named by `header` (its id or name; `named_by` says where the caller sends it),
+    else the bearer token's default project, else the caller's only project; a project the caller
+    is not in is reported as absent."""
     mine = Project.objects.filter(pk__in=project_selectors.visible_project_ids(user=user))
     if header:
         found = mine.filter(pk=int(header)).first() if re.fullmatch(r"[0-9]{1,18}", header) else None
         found = found or mine.filter(name=header).first()
         if found is None:
-            raise NoProjectError(f"OpenAI-Project: no project {header!r} that you are a member of")
+            raise NoProjectError(f"{named_by}: no project {header!r} that you are a member of")
         return found
     token = ApiToken.objects.filter(digest=token_digest).first() if token_digest else None
     if token is not None and token.default_project_id is not None:
@@ -41,13 +47,13 @@ def project_of(*, user: AbstractBaseUser, header: str | None, token_digest: str 
         if found is None:  # the caller has left the project since the token was made
             raise NoProjectError(
                 f"this token's default project ({token.default_project_id}) is no longer one of yours: "
-                "name the project with the OpenAI-Project header (its id or name)"
+                f"name the project with {named_by} (its id or name)"
             )
         return found
     projects = list(mine.order_by("pk")[:2])
     if len(projects) != 1:
         raise NoProjectError(
-            "name the project with the OpenAI-Project header (its id or name), or give the API token a "
+            f"name the project with {named_by} (its id or name), or give the API token a "
             f"default project: you are a member of {'no project' if not projects else 'several'}"
         )
     return projects[0]

@@ -115,6 +115,17 @@ def test_the_sdk_reads_our_forward_backward_output_and_samples():
             ),
             "data[0].loss_fn_inputs.target_tokens: 2 values for 3 input tokens",
         ),
+        (
+            fb_body(
+                data=[
+                    types.Datum(
+                        model_input=types.ModelInput.from_ints([5, 6]),
+                        loss_fn_inputs={"target_tokens": np.array([[6, 0], [7, 0]]), "weights": [1.0, 1.0]},
+                    )
+                ]
+            ),
+            "data[0].loss_fn_inputs.target_tokens: a 2-D tensor; this server takes one value per position",
+        ),
         (b"\xff\xff not protobuf", "the body is not a ForwardBackwardRequest"),
     ],
 )
@@ -250,7 +261,10 @@ def test_a_session_acts_in_the_named_project_and_needs_a_key(client, world):
     other = call(
         client, world["keys"]["outsider"], "create_session", {"project_id": str(world["project"].pk)}
     )
-    assert other.status_code == 400 and "project_id" in other.json()["detail"]
+    assert other.status_code == 400
+    assert other.json()["detail"].startswith(
+        f"project_id (ServiceClient(project_id=...) or TINKER_PROJECT_ID): no project '{world['project'].pk}'"
+    )
 
 
 @pytest.mark.parametrize(
@@ -365,8 +379,10 @@ def test_a_finished_or_silent_session_ends_its_work(client, world, settings):
     assert TinkerModel.objects.get().run.status == Run.Status.CANCELLED  # it never started
     refused = call(client, world["keys"][Role.OWNER], "session_heartbeat", {"session_id": session})
     assert refused.status_code == 400 and "finished" in refused.json()["detail"]
-    silent = session_of(client, world)
-    TinkerSession.objects.filter(key=silent).update(heartbeat_at="2020-01-01T00:00:00Z")
+    silent, other = session_of(client, world), session_of(client, world)
+    TinkerSession.objects.filter(key__in=[silent, other]).update(heartbeat_at="2020-01-01T00:00:00Z")
+    assert tinker_services.sessions_expire(only=TinkerSession.objects.get(key=silent)) == 1
+    assert TinkerSession.objects.get(key=other).status == TinkerSession.Status.ACTIVE
     assert tinker_services.sessions_expire() == 1
     assert TinkerSession.objects.get(key=silent).status == TinkerSession.Status.EXPIRED
 

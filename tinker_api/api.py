@@ -26,6 +26,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from core import strict_json
 from core.roles import Permission
+from core.tokens import token_digest
 from finetuning.selectors import NoProjectError, project_of
 from inference.openai_protocol import OpenAIError
 from projects import selectors as project_selectors
@@ -81,7 +82,7 @@ def tinker_api(*methods: str) -> Callable:
                     response[name] = value
                 return response
             except NoProjectError as exc:
-                return _refusal(400, f"project_id: {exc}".replace("the OpenAI-Project header", "project_id"))
+                return _refusal(400, str(exc))
             except PermissionDenied as exc:
                 return _refusal(403, str(exc))
             except wire.WireError as exc:
@@ -172,10 +173,9 @@ def telemetry(request: HttpRequest, user) -> HttpResponse:
 
 def _project(request: HttpRequest, user, named: Any) -> Project:
     parts = request.headers.get("Authorization", "").split()
-    from core.tokens import token_digest
-
     digest = token_digest(parts[1]) if len(parts) == 2 else None
-    return project_of(user=user, header=str(named) if named else None, token_digest=digest)
+    named_by = "project_id (ServiceClient(project_id=...) or TINKER_PROJECT_ID)"
+    return project_of(user=user, header=str(named) if named else None, token_digest=digest, named_by=named_by)
 
 
 @tinker_api("GET")

@@ -45,19 +45,20 @@ def request_for(*, user: AbstractBaseUser, key: str) -> TinkerRequest | None:
     )
 
 
-def weights_at(*, user: AbstractBaseUser, path: str) -> TinkerWeights | None:
-    """Weights by their path, tinker://<model id>/<weights|sampler_weights>/<name>."""
+def _weights_named(path: str) -> QuerySet[TinkerWeights]:
+    """Weights by their path, tinker://<model id>/<weights|sampler_weights>/<name> (none if malformed)."""
     parts = path.removeprefix("tinker://").split("/")
     if not path.startswith("tinker://") or len(parts) != 3:
-        return None
+        return TinkerWeights.objects.none()
     model_id, kind, name = parts
+    return TinkerWeights.objects.filter(model__model_id=model_id, kind=kind, name=name)
+
+
+def weights_at(*, user: AbstractBaseUser, path: str) -> TinkerWeights | None:
+    """Saved weights by their path, in a project the caller can view."""
     return (
-        TinkerWeights.objects.filter(
-            model__model_id=model_id,
-            kind=kind,
-            name=name,
-            model__session__project_id__in=visible_project_ids(user=user),
-        )
+        _weights_named(path)
+        .filter(model__session__project_id__in=visible_project_ids(user=user))
         .select_related("model", "model__run", "model__run__tier", "model__session")
         .first()
     )
@@ -65,15 +66,7 @@ def weights_at(*, user: AbstractBaseUser, path: str) -> TinkerWeights | None:
 
 def weights_by_path(*, path: str) -> TinkerWeights | None:
     """Weights by their path, for the learner that loads them (the view checked the caller)."""
-    parts = path.removeprefix("tinker://").split("/")
-    if not path.startswith("tinker://") or len(parts) != 3:
-        return None
-    model_id, kind, name = parts
-    return (
-        TinkerWeights.objects.filter(model__model_id=model_id, kind=kind, name=name)
-        .select_related("model")
-        .first()
-    )
+    return _weights_named(path).select_related("model").first()
 
 
 def weights_of(*, model: TinkerModel) -> QuerySet[TinkerWeights]:

@@ -26,6 +26,7 @@ from rewards import services as reward_services
 from rewards.models import RewardRule
 from runs import lifecycle
 from runs.models import Run, Tier
+from tinker_api import selectors
 from tinker_api.models import TinkerModel, TinkerRequest, TinkerSampler, TinkerSession, TinkerWeights
 
 SAMPLE_TASK = "workers.rollout.tinker_sample"
@@ -92,10 +93,12 @@ def session_end(*, session: TinkerSession, status: str = TinkerSession.Status.FI
                 lifecycle.run_cancel(run=run)
 
 
-def sessions_expire() -> int:
-    """Sessions whose client stopped sending heartbeats are ended (the scheduler's tick)."""
+def sessions_expire(*, only: TinkerSession | None = None) -> int:
+    """Sessions whose client stopped sending heartbeats are ended: every one (the scheduler's
+    tick), or `only` (its model's learner, every second)."""
     stale = timezone.now() - timedelta(seconds=settings.FLYWHEEL_TINKER_SESSION_TIMEOUT)
-    expired = list(TinkerSession.objects.filter(status=TinkerSession.Status.ACTIVE, heartbeat_at__lt=stale))
+    silent = TinkerSession.objects.filter(status=TinkerSession.Status.ACTIVE, heartbeat_at__lt=stale)
+    expired = list(silent.filter(pk=only.pk) if only is not None else silent)
     for session in expired:
         session_end(session=session, status=TinkerSession.Status.EXPIRED)
     return len(expired)
@@ -326,9 +329,7 @@ def request_submit(*, model: TinkerModel, kind: str, body: bytes, idempotency_ke
 
 def weights_for(*, user: AbstractBaseUser, path: str, kind: str, field: str) -> TinkerWeights:
     """Saved weights by their tinker:// path, in a project the caller can view."""
-    from tinker_api.selectors import weights_at
-
-    found = weights_at(user=user, path=path)
+    found = selectors.weights_at(user=user, path=path)
     if found is None:
         raise TinkerApiError(404, f"no saved weights at {path!r} that you can read", field=field)
     if found.kind != kind:

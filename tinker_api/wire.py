@@ -74,41 +74,25 @@ class ForwardBackward:
     data: list[Datum]
 
 
-_NUMPY = {1: np.float32, 2: np.int64, 3: np.int32}
-
-
 def _tensor(message: Any, where: str) -> list[float]:
+    """One value per input token. The SDK writes float32 and int64 (ints also as int32); a sparse
+    tensor is 2-D (the SDK sparsifies only 2-D inputs), and 2-D inputs are not served."""
     pb = schema()
-    dtype = _NUMPY.get(message.dtype)
+    dtype = {pb.DTYPE_FLOAT32: np.float32, pb.DTYPE_INT64: np.int64, pb.DTYPE_INT32: np.int32}.get(
+        message.dtype
+    )
     if dtype is None:
-        if message.dtype == pb.DTYPE_BFLOAT16:
-            raw = message.dense or message.sparse_csr.values
-            values = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
-            dtype, dense = np.float32, values
-        else:
-            raise WireError(f"{where}: unsupported dtype {message.dtype}")
+        raise WireError(f"{where}: unsupported dtype {message.dtype}; send float32 or int64")
     shape = list(message.shape)
-    if message.HasField("sparse_csr"):
-        csr = message.sparse_csr
-        values = np.frombuffer(csr.values, dtype=dtype)
-        rows = np.frombuffer(csr.crow_indices, dtype=np.int64)
-        columns = np.frombuffer(csr.col_indices, dtype=np.int64)
-        if len(shape) != 2 or len(rows) != shape[0] + 1 or len(columns) != len(values):
-            raise WireError(f"{where}: a sparse tensor's shape and indices disagree")
-        dense = np.zeros(shape, dtype=dtype)
-        for row in range(shape[0]):
-            start, end = int(rows[row]), int(rows[row + 1])
-            dense[row, columns[start:end]] = values[start:end]
-    elif message.dtype != pb.DTYPE_BFLOAT16:
-        dense = np.frombuffer(message.dense, dtype=dtype)
-    if shape and math.prod(shape) != dense.size:
-        raise WireError(f"{where}: {dense.size} values do not fill the shape {shape}")
-    if dense.ndim > 1 or (shape and len(shape) > 1):
+    if message.HasField("sparse_csr") or len(shape) > 1:
         raise WireError(
-            f"{where}: a {len(shape)}-D tensor; this server takes one value per position "
+            f"{where}: a {max(len(shape), 2)}-D tensor; this server takes one value per position "
             "(2-D inputs such as top-k distillation targets are not served yet)"
         )
-    return dense.astype(np.float64).tolist()
+    values = np.frombuffer(message.dense, dtype=dtype)
+    if shape and shape[0] != values.size:
+        raise WireError(f"{where}: {values.size} values do not fill the shape {shape}")
+    return values.astype(np.float64).tolist()
 
 
 def _tokens(datum: Any, where: str) -> list[int]:

@@ -118,7 +118,7 @@ def policy_version_load(run: Run, version: int, settings: TierSettings) -> TierM
     path = policy_dir(run.pk, version)
     if is_adapter(path) and settings.precision != "int8":
         return tier_adapter_serve(settings, path, version=version)
-    return _policy_at(str(path), version, settings)
+    return policy_at_path(str(path), version, settings)
 
 
 def engine_adapter_name(run: Run, version: int) -> str:
@@ -147,7 +147,8 @@ def engine_policy_load(run: Run, version: int, settings: TierSettings) -> Engine
 
 
 @lru_cache(maxsize=2)
-def _policy_at(path: str, version: int, settings: TierSettings) -> TierModel:
+def policy_at_path(path: str, version: int, settings: TierSettings) -> TierModel:
+    """The policy at `path` prepared for the tier, kept per process (the last two asked for)."""
     policy = policy_load(path)
     policy.version = version
     return tier_prepare(policy, settings)

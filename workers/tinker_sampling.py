@@ -19,7 +19,7 @@ from inference.settings import MAX_NEW_TOKENS, TierSettings, tier_snapshot
 from tinker_api import services as tinker_services
 from tinker_api import wire
 from tinker_api.models import TinkerSampler
-from workers.run_rollout import _policy_at, policy_version_load
+from workers.run_rollout import policy_at_path, policy_version_load
 
 REFUSED = {
     "topk_prompt_logprobs": "top-k prompt log-probs are not served yet",
@@ -57,7 +57,7 @@ def _weights(sampler: TinkerSampler) -> TierModel:
     if sampler.tier is None:
         raise SampleError("base_model: the sampling session's tier was deleted")
     settings = TierSettings.from_config(tier_snapshot(sampler.tier))
-    return _policy_at(str(settings.base_model), 0, settings)
+    return policy_at_path(str(settings.base_model), 0, settings)
 
 
 def _settings(tier: TierModel, params: dict, tokenizer) -> TierSettings:

@@ -152,7 +152,7 @@ def _created(served: Served) -> None:
 
 
 def _session_ended(session: TinkerSession) -> str | None:
-    tinker_services.sessions_expire()
+    tinker_services.sessions_expire(only=session)
     status = TinkerSession.objects.filter(pk=session.pk).values_list("status", flat=True).get()
     return None if status == TinkerSession.Status.ACTIVE else status
 
