@@ -25,7 +25,8 @@ from runs.models import Run
 from tests.run_harness import tiny_model
 from tinker_api import services as tinker_services
 from tinker_api import wire
-from tinker_api.models import TinkerModel, TinkerRequest, TinkerSession
+from tinker_api.models import TinkerModel, TinkerRequest, TinkerSession, TinkerWeights
+from workers import tinker_sampling
 from workers.learners.tinker import token_losses
 
 __all__ = ["tiny_model"]
@@ -455,3 +456,135 @@ def test_a_request_a_dead_learner_was_running_fails_as_the_servers_fault(client,
     assert answer.json()["category"] == "server"
     assert answer.json()["error"].startswith("the model's learner restarted from its checkpoint at step 3")
     assert tinker_services.requests_interrupted(model=model, step=3) == 0  # only what was running
+
+
+def test_pending_samples_of_a_session_decode_as_one_batch_each_answered_as_if_alone(
+    client, world, tiny_model, monkeypatch
+):
+    run_services.tier_create(
+        project=world["project"], by=world[Role.OWNER], name="tiny", base_model=str(tiny_model)
+    )
+    session = TinkerSession.objects.get(key=session_of(client, world))
+    sampler = tinker_services.sampler_create(
+        session=session, user=world[Role.OWNER], body={"base_model": str(tiny_model)}
+    )
+
+    def body(tokens: list[int], count: int = 2, **params) -> dict:
+        params = {"max_tokens": 6, "temperature": 0.0} | params
+        return {
+            "prompt": {"chunks": [{"type": "encoded_text", "tokens": tokens}]},
+            "num_samples": count,
+            "sampling_params": params,
+        }
+
+    bodies = [
+        body([5, 6, 7]),
+        body([8, 9], count=3),
+        body([10, 11, 12, 13]),
+        body([5, 6], seed=4, temperature=1.0),
+        body([99999]),
+    ]
+    requests = [tinker_services.sample_submit(sampler=sampler, body=json.dumps(b).encode()) for b in bodies]
+    decoded: list[int] = []
+    real_decode = tinker_sampling.decode
+    monkeypatch.setattr(
+        tinker_sampling,
+        "decode",
+        lambda tier, prompts, *a, **k: decoded.append(len(prompts)) or real_decode(tier, prompts, *a, **k),
+    )
+
+    tinker_sampling.sample_run(requests[0].pk)
+
+    statuses = [TinkerRequest.objects.get(pk=r.pk) for r in requests]
+    assert [r.status for r in statuses] == ["done"] * 4 + ["failed"]
+    assert "prompt: token ids" in statuses[4].error
+    assert decoded == [2 + 3 + 2, 2]  # the greedy ones together, the seeded one alone
+    tier = tinker_sampling.sampler_weights(sampler)
+    for request, sent in zip(statuses[:4], bodies[:4], strict=True):
+        answer = deserialize_sample_response(bytes(request.result))
+        alone = deserialize_sample_response(tinker_sampling.sample(tier, sent))
+        assert len(answer.sequences) == sent["num_samples"]
+        assert [s.tokens for s in answer.sequences] == [s.tokens for s in alone.sequences]
+        for batched, single in zip(answer.sequences, alone.sequences, strict=True):
+            assert batched.logprobs == pytest.approx(single.logprobs, abs=1e-4)
+    # A redelivered task finds its request taken and does nothing.
+    decoded.clear()
+    tinker_sampling.sample_run(requests[1].pk)
+    assert decoded == []
+
+
+def test_the_callers_training_runs_sessions_and_checkpoints_list_newest_first_in_pages(client, world):
+    owner, viewer = world["keys"][Role.OWNER], world["keys"][Role.VIEWER]
+    first_session, second_session = session_of(client, world), session_of(client, world)
+    first = model_of(client, world, first_session)["model_id"]
+    second = model_of(client, world, second_session)["model_id"]
+    model = TinkerModel.objects.get(model_id=first)
+    TinkerWeights.objects.create(model=model, kind=TinkerWeights.Kind.STATE, name="a", step=1)
+    TinkerWeights.objects.create(model=model, kind=TinkerWeights.Kind.SAMPLER, name="b", step=2)
+
+    runs = call(client, owner, "training_runs?limit=1").json()
+    assert [r["training_run_id"] for r in runs["training_runs"]] == [second]
+    assert runs["cursor"] == {"offset": 0, "limit": 1, "total_count": 2}
+    later = call(client, owner, "training_runs?limit=1&offset=1").json()
+    assert [(r["training_run_id"], r["lora_rank"]) for r in later["training_runs"]] == [(first, 4)]
+    # Another member opened none of them; with access_scope=accessible they see the project's.
+    assert call(client, viewer, "training_runs").json()["cursor"]["total_count"] == 0
+    assert call(client, viewer, "training_runs?access_scope=accessible").json()["cursor"]["total_count"] == 2
+    assert (
+        call(client, world["keys"]["outsider"], "training_runs?access_scope=accessible").json()[
+            "training_runs"
+        ]
+        == []
+    )
+    other = call(client, owner, f"training_runs?project_id={world['project'].pk + 1000}").json()
+    assert other["training_runs"] == []
+    refused = call(client, owner, "training_runs?limit=0")
+    assert (refused.status_code, refused.headers["x-should-retry"]) == (400, "false")
+    assert "limit" in refused.json()["detail"]
+
+    assert call(client, owner, "sessions").json() == {"sessions": [second_session, first_session]}
+    assert call(client, viewer, "sessions?access_scope=accessible&limit=1").json() == {
+        "sessions": [second_session]
+    }
+    listed = call(client, owner, "checkpoints").json()
+    assert [c["checkpoint_id"] for c in listed["checkpoints"]] == ["sampler_weights/b", "weights/a"]
+    assert listed["cursor"]["total_count"] == 2
+    assert call(client, viewer, "checkpoints").json()["checkpoints"] == []
+
+
+def test_weights_info_says_what_loading_saved_weights_needs(client, world):
+    model_id = model_of(client, world, session_of(client, world))["model_id"]
+    TinkerWeights.objects.create(
+        model=TinkerModel.objects.get(model_id=model_id), kind="weights", name="s", step=3
+    )
+    path = f"tinker://{model_id}/weights/s"
+    info = call(client, world["keys"][Role.VIEWER], "weights_info", {"tinker_path": path})
+    assert info.json() == {
+        "base_model": BASE,
+        "is_lora": True,
+        "lora_rank": 4,
+        "train_unembed": True,  # the SDK's defaults, as the model was made
+        "train_mlp": True,
+        "train_attn": True,
+    }
+    missing = call(client, world["keys"]["outsider"], "weights_info", {"tinker_path": path})
+    assert missing.status_code == 404 and "tinker_path" in missing.json()["detail"]
+
+
+def test_a_cancelled_sample_is_not_decoded_and_its_poll_says_why(client, world):
+    session = TinkerSession.objects.get(key=session_of(client, world))
+    sampler = tinker_services.sampler_create(
+        session=session, user=world[Role.OWNER], body={"base_model": BASE}
+    )
+    pending = tinker_services.sample_submit(sampler=sampler, body=b"{}")
+    done = tinker_services.sample_submit(sampler=sampler, body=b"{}")
+    tinker_services.request_done(request=done, result=b"x", proto=True)
+    viewer = call(client, world["keys"][Role.VIEWER], "cancel_future", {"request_id": pending.key})
+    assert viewer.status_code == 403
+    for request in (pending, done):
+        answer = call(client, world["keys"][Role.OWNER], "cancel_future", {"request_id": request.key})
+        assert answer.status_code == 200
+    assert TinkerRequest.objects.get(pk=done.pk).status == "done"  # a finished one stays finished
+    polled = call(client, world["keys"][Role.OWNER], "retrieve_future", {"request_id": pending.key})
+    assert polled.json() == {"error": "cancelled by the client", "category": "user"}
+    assert tinker_services.samples_take(request_id=pending.pk, limit=8) == []  # no worker takes it

@@ -111,6 +111,14 @@ def test_the_official_tinker_client_trains_samples_and_ends_a_run(stack, tiny_mo
     rest = tinker.RestClient(base_url=f"{stack.url}/tinker", api_key=f"tml-{token}")
     found = rest.get_training_run_by_tinker_path(saved.path).result()  # what a resume reads
     assert (found.base_model, found.is_lora, found.lora_rank) == (str(tiny_model), True, 8)
+    info = rest.get_weights_info_by_tinker_path(saved.path).result()
+    assert (info.base_model, info.lora_rank) == (str(tiny_model), 8)
+    runs = rest.list_training_runs().result()
+    assert ([r.training_run_id for r in runs.training_runs], runs.cursor.total_count) == (
+        [training.model_id],
+        1,
+    )
+    assert rest.list_user_checkpoints().result().checkpoints[0].tinker_path == saved.path
 
     # Named sampler weights (the restored ones), sampled by a client made from their path: a second
     # policy version on the rollout worker, swapped into the base it keeps resident.

@@ -349,29 +349,106 @@ def _readable_model(user, model_id: str) -> TinkerModel:
     return model
 
 
-@tinker_api("GET")
-def training_run(request: HttpRequest, user, model_id: str) -> HttpResponse:
+def _training_run(model: TinkerModel) -> dict:
     """The SDK's TrainingRun: what a resume reads to find a checkpoint's base model and LoRA."""
-    model = _readable_model(user, model_id)
     saved = list(selectors.weights_of(model=model))
     last = {
         kind: next((w for w in reversed(saved) if w.kind == kind), None)
         for kind in ("weights", "sampler_weights")
     }
     last_request = model.requests.order_by("-pk").values_list("created_at", flat=True).first()
+    return {
+        "training_run_id": model.model_id,
+        "base_model": model.base_model,
+        "model_owner": model.session.created_by.get_username(),
+        "is_lora": model.lora is not None,
+        "lora_rank": model.lora["rank"] if model.lora else None,
+        "last_request_time": (last_request or model.created_at).isoformat(),
+        "last_checkpoint": _checkpoint(last["weights"]) if last["weights"] else None,
+        "last_sampler_checkpoint": _checkpoint(last["sampler_weights"]) if last["sampler_weights"] else None,
+        "user_metadata": None,
+    }
+
+
+@tinker_api("GET")
+def training_run(request: HttpRequest, user, model_id: str) -> HttpResponse:
+    return JsonResponse(_training_run(_readable_model(user, model_id)))
+
+
+def _page(request: HttpRequest, default_limit: int) -> tuple[int, int, bool]:
+    """`limit` (1 to 1000), `offset`, and whether `access_scope` asks for everything the caller can
+    read ("accessible") rather than what they made ("owned", the SDK's default)."""
+    try:
+        limit = int(request.GET.get("limit", default_limit))
+        offset = int(request.GET.get("offset", 0))
+    except ValueError:
+        raise TinkerApiError(400, "limit and offset must be integers", field="limit") from None
+    if not 1 <= limit <= 1000 or offset < 0:
+        raise TinkerApiError(400, "limit must be from 1 to 1000 and offset 0 or more", field="limit")
+    scope = request.GET.get("access_scope", "owned")
+    if scope not in ("owned", "accessible"):
+        raise TinkerApiError(400, "access_scope must be owned or accessible", field="access_scope")
+    return limit, offset, scope == "owned"
+
+
+def _cursor(offset: int, limit: int, total: int) -> dict:
+    return {"offset": offset, "limit": limit, "total_count": total}
+
+
+@tinker_api("GET")
+def training_runs(request: HttpRequest, user) -> HttpResponse:
+    """The caller's training runs (their models), newest first; `project_id` narrows them."""
+    limit, offset, owned = _page(request, 20)
+    models = selectors.models_for(user=user, owned=owned, project_id=request.GET.get("project_id"))
+    page = models[offset : offset + limit]
     return JsonResponse(
         {
-            "training_run_id": model.model_id,
-            "base_model": model.base_model,
-            "model_owner": model.session.created_by.get_username(),
-            "is_lora": model.lora is not None,
-            "lora_rank": model.lora["rank"] if model.lora else None,
-            "last_request_time": (last_request or model.created_at).isoformat(),
-            "last_checkpoint": _checkpoint(last["weights"]) if last["weights"] else None,
-            "last_sampler_checkpoint": _checkpoint(last["sampler_weights"])
-            if last["sampler_weights"]
-            else None,
-            "user_metadata": None,
+            "training_runs": [_training_run(model) for model in page],
+            "cursor": _cursor(offset, limit, models.count()),
+        }
+    )
+
+
+@tinker_api("GET")
+def sessions(request: HttpRequest, user) -> HttpResponse:
+    limit, offset, owned = _page(request, 20)
+    found = selectors.sessions_for(user=user)
+    if owned:
+        found = found.filter(created_by=user)
+    keys = found.order_by("-created_at", "-pk").values_list("key", flat=True)[offset : offset + limit]
+    return JsonResponse({"sessions": list(keys)})
+
+
+@tinker_api("GET")
+def user_checkpoints(request: HttpRequest, user) -> HttpResponse:
+    """Every checkpoint of the caller's training runs, newest first."""
+    limit, offset, _ = _page(request, 100)
+    saved = selectors.weights_for(user=user)
+    page = saved[offset : offset + limit]
+    return JsonResponse(
+        {
+            "checkpoints": [_checkpoint(weights) for weights in page],
+            "cursor": _cursor(offset, limit, saved.count()),
+        }
+    )
+
+
+@tinker_api("POST")
+def weights_info(request: HttpRequest, user) -> HttpResponse:
+    """What loading saved weights needs to know: their base model and LoRA."""
+    path = str(_body(request).get("tinker_path") or "")
+    weights = selectors.weights_at(user=user, path=path)
+    if weights is None:
+        raise TinkerApiError(404, f"no saved weights at {path!r} in a project of yours", field="tinker_path")
+    lora = weights.model.lora
+    return JsonResponse(
+        {
+            "base_model": weights.model.base_model,
+            "is_lora": lora is not None,
+            "lora_rank": lora["rank"] if lora else None,
+            "train_unembed": lora.get("train_unembed") if lora else None,
+            "train_mlp": lora.get("train_mlp") if lora else None,
+            "train_attn": lora.get("train_attn") if lora else None,
         }
     )
 
@@ -427,6 +504,18 @@ def asample(request: HttpRequest, user) -> HttpResponse:
         sampler=sampler, body=json.dumps(body).encode(), idempotency_key=_idempotency(request)
     )
     return _future(queued, sample_sequence_ids=[f"{queued.key}:{index}" for index in range(count)])
+
+
+@tinker_api("POST")
+def cancel_future(request: HttpRequest, user) -> HttpResponse:
+    """The SDK gave up on a sample: one not started yet is not decoded (a started one finishes)."""
+    key = str(_body(request).get("request_id") or "")
+    found = selectors.request_for(user=user, key=key)
+    if found is None:
+        raise TinkerApiError(404, f"no request {key!r} in a project of yours", field="request_id")
+    project_selectors.require(user=user, project_id=found.session.project_id, permission=Permission.EDIT)
+    services.request_cancel(request=found)
+    return JsonResponse(None, safe=False)
 
 
 @tinker_api("GET")

@@ -417,13 +417,40 @@ def request_take(*, model: TinkerModel) -> TinkerRequest | None:
         return request
 
 
-def sample_take(*, request_id: int) -> TinkerRequest | None:
-    """A sample request to run, or None when another worker has it or it was ended."""
-    taken = TinkerRequest.objects.filter(
-        pk=request_id, kind=TinkerRequest.Kind.SAMPLE, status=TinkerRequest.Status.PENDING
-    ).update(status=TinkerRequest.Status.RUNNING, started_at=timezone.now())
-    return (
-        TinkerRequest.objects.select_related("sampler", "sampler__run").get(pk=request_id) if taken else None
+def samples_take(*, request_id: int, limit: int) -> list[TinkerRequest]:
+    """The sample request to run and, when it could be taken, up to `limit - 1` more pending ones
+    of the same sampling session (oldest first) to decode with it as one batch; empty when another
+    worker has it or it was ended. Each is taken by its own conditional update, so two workers
+    never take the same request."""
+    pending = TinkerRequest.objects.filter(
+        kind=TinkerRequest.Kind.SAMPLE, status=TinkerRequest.Status.PENDING
+    )
+    if not pending.filter(pk=request_id).update(
+        status=TinkerRequest.Status.RUNNING, started_at=timezone.now()
+    ):
+        return []
+    first = TinkerRequest.objects.select_related("sampler", "sampler__run").get(pk=request_id)
+    others = (
+        pending.filter(sampler_id=first.sampler_id).order_by("pk").values_list("pk", flat=True)[: limit - 1]
+    )
+    taken = [
+        pk
+        for pk in others
+        if pending.filter(pk=pk).update(status=TinkerRequest.Status.RUNNING, started_at=timezone.now())
+    ]
+    return [first, *TinkerRequest.objects.filter(pk__in=taken).order_by("pk")]
+
+
+def request_cancel(*, request: TinkerRequest) -> bool:
+    """Cancel a sample no worker has taken yet; False when it had started or ended."""
+    return bool(
+        TinkerRequest.objects.filter(
+            pk=request.pk, kind=TinkerRequest.Kind.SAMPLE, status=TinkerRequest.Status.PENDING
+        ).update(
+            status=TinkerRequest.Status.FAILED,
+            error="cancelled by the client",
+            finished_at=timezone.now(),
+        )
     )
 
 

@@ -24,6 +24,11 @@ urlpatterns = [
     path("api/v1/save_weights", api.save_weights, name="tinker-save-weights"),
     path("api/v1/save_weights_for_sampler", api.save_weights_for_sampler, name="tinker-save-for-sampler"),
     path("api/v1/load_weights", api.load_weights, name="tinker-load-weights"),
+    path("api/v1/training_runs", api.training_runs, name="tinker-training-runs"),
+    path("api/v1/sessions", api.sessions, name="tinker-sessions"),
+    path("api/v1/checkpoints", api.user_checkpoints, name="tinker-user-checkpoints"),
+    path("api/v1/weights_info", api.weights_info, name="tinker-weights-info"),
+    path("api/v1/cancel_future", api.cancel_future, name="tinker-cancel-future"),
     re_path(rf"^api/v1/training_runs/{MODEL}$", api.training_run, name="tinker-training-run"),
     re_path(rf"^api/v1/training_runs/{MODEL}/checkpoints$", api.checkpoints, name="tinker-checkpoints"),
     re_path(

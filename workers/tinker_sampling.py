@@ -2,23 +2,26 @@
 of a Tinker model's run, or a tier's base model) decode the request's prompt tokens `num_samples`
 times with the same decoder as runs (inference.decoding.decode), and the answer is the SDK's
 SampleResponse: each sequence's tokens, their log-probs and why it stopped, and the prompt's
-log-probs when asked.
+log-probs when asked. The pending requests of one sampling session decode as one batch (a loop
+sends one request per episode: the cookbook's RL loop sends a batch's worth at once).
 
 Where Flywheel's decoder differs from Tinker's sampler the request is refused by name rather than
 answered differently: top-k log-probs, target and alternative prompt tokens. Token-id stops stop
 at their text; an empty stop list still stops at the end-of-sequence token.
 """
 
+import itertools
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
+from django.conf import settings
 
 from inference.decoding import TierModel, decode
 from inference.settings import MAX_NEW_TOKENS, TierSettings, tier_snapshot
 from tinker_api import services as tinker_services
 from tinker_api import wire
-from tinker_api.models import TinkerSampler
+from tinker_api.models import TinkerRequest, TinkerSampler
 from workers.run_rollout import policy_at_path, policy_version_load
 
 REFUSED = {
@@ -34,30 +37,44 @@ class SampleError(ValueError):
 
 
 def sample_run(request_id: int) -> None:
-    request = tinker_services.sample_take(request_id=request_id)
-    if request is None:  # another worker has it, or its session ended
+    """Sample the request and the other pending ones of its sampling session, as one batch."""
+    requests = tinker_services.samples_take(
+        request_id=request_id, limit=settings.FLYWHEEL_TINKER_SAMPLE_BATCH
+    )
+    if not requests:  # another worker has it, or its session ended
         return
     try:
-        answer = sample(_weights(request.sampler), json.loads(bytes(request.body)))
+        tier = sampler_weights(requests[0].sampler)
+        plans: list[tuple[TinkerRequest, Plan]] = []
+        for request in requests:
+            try:
+                plans.append((request, plan(tier, json.loads(bytes(request.body)))))
+            except SampleError as exc:
+                tinker_services.request_failed(request=request, error=str(exc))
+        for batch in batches(plans):
+            answers = sample_batch(tier, [p for _, p in batch])
+            for (request, _), answer in zip(batch, answers, strict=True):
+                tinker_services.request_done(request=request, result=answer, proto=True)
     except SampleError as exc:
-        tinker_services.request_failed(request=request, error=str(exc))
-        return
+        for request in requests:
+            tinker_services.request_failed(request=request, error=str(exc))
     except Exception as exc:  # noqa: BLE001  (the client reads why; the worker goes on)
-        tinker_services.request_failed(
-            request=request, error=f"{type(exc).__name__}: {exc}", user_error=False
-        )
-        return
-    tinker_services.request_done(request=request, result=answer, proto=True)
+        for request in TinkerRequest.objects.filter(
+            pk__in=[r.pk for r in requests], status=TinkerRequest.Status.RUNNING
+        ):
+            tinker_services.request_failed(
+                request=request, error=f"{type(exc).__name__}: {exc}", user_error=False
+            )
 
 
-def _weights(sampler: TinkerSampler) -> TierModel:
+def sampler_weights(sampler: TinkerSampler) -> TierModel:
     if sampler.run is not None:
-        settings = TierSettings.from_config(sampler.run.tier_config)
-        return policy_version_load(sampler.run, sampler.policy_version or 0, settings)
+        tier_settings = TierSettings.from_config(sampler.run.tier_config)
+        return policy_version_load(sampler.run, sampler.policy_version or 0, tier_settings)
     if sampler.tier is None:
         raise SampleError("base_model: the sampling session's tier was deleted")
-    settings = TierSettings.from_config(tier_snapshot(sampler.tier))
-    return policy_at_path(str(settings.base_model), 0, settings)
+    tier_settings = TierSettings.from_config(tier_snapshot(sampler.tier))
+    return policy_at_path(str(tier_settings.base_model), 0, tier_settings)
 
 
 def _settings(tier: TierModel, params: dict, tokenizer) -> TierSettings:
@@ -88,29 +105,78 @@ def _settings(tier: TierModel, params: dict, tokenizer) -> TierSettings:
     )
 
 
-def sample(tier: TierModel, body: dict) -> bytes:
+@dataclass(frozen=True)
+class Plan:
+    """One sample request, checked: what to decode and how."""
+
+    tokens: tuple[int, ...]
+    count: int
+    settings: TierSettings
+    seed: int | None
+    prompt_logprobs: bool
+
+
+def plan(tier: TierModel, body: dict) -> Plan:
     for name, why in REFUSED.items():
         if body.get(name):
             raise SampleError(f"{name}: {why}")
-    tokens = [token for chunk in body["prompt"]["chunks"] for token in chunk.get("tokens", [])]
+    tokens = tuple(token for chunk in body["prompt"]["chunks"] for token in chunk.get("tokens", []))
     if not tokens:
         raise SampleError("prompt: no tokens")
     vocabulary = tier.model.get_input_embeddings().num_embeddings
     if any(not isinstance(token, int) or not 0 <= token < vocabulary for token in tokens):
         raise SampleError(f"prompt: token ids must be from 0 to {vocabulary - 1}")
     params = body.get("sampling_params") or {}
-    settings = _settings(tier, params, tier.tokenizer)
-    generator = None
-    if params.get("seed") is not None:
-        generator = torch.Generator(device=tier.device).manual_seed(int(params["seed"]))
-    count = int(body.get("num_samples", 1))
-    completions = decode(tier, [tuple(tokens)] * count, settings, generator=generator)
-    sequences = [
-        wire.Sequence(tokens=c.token_ids, logprobs=c.logprobs, stopped=c.finish_reason == "stop")
-        for c in completions
-    ]
-    prompt_logprobs = _prompt_logprobs(tier, tokens) if body.get("prompt_logprobs") else None
-    return wire.sample_write(sequences, prompt_logprobs)
+    seed = params.get("seed")
+    return Plan(
+        tokens=tokens,
+        count=int(body.get("num_samples", 1)),
+        settings=_settings(tier, params, tier.tokenizer),
+        seed=None if seed is None else int(seed),
+        prompt_logprobs=bool(body.get("prompt_logprobs")),
+    )
+
+
+def batches(plans: list[tuple[TinkerRequest, Plan]]) -> list[list[tuple[TinkerRequest, Plan]]]:
+    """Requests that can decode together: the same settings and no seed. A seeded request decodes
+    alone, so its samples are what its seed gives whatever else was pending."""
+    groups: list[list[tuple[TinkerRequest, Plan]]] = []
+    for entry in plans:
+        same = next(
+            (
+                g
+                for g in groups
+                if entry[1].seed is None and g[0][1].seed is None and g[0][1].settings == entry[1].settings
+            ),
+            None,
+        )
+        if same is None:
+            groups.append([entry])
+        else:
+            same.append(entry)
+    return groups
+
+
+def sample_batch(tier: TierModel, plans: list[Plan]) -> list[bytes]:
+    """Each plan's SampleResponse, decoded in one call (plans share settings; a seed only alone)."""
+    seed = plans[0].seed
+    generator = None if seed is None else torch.Generator(device=tier.device).manual_seed(seed)
+    prompts = [p.tokens for p in plans for _ in range(p.count)]
+    completions = iter(decode(tier, prompts, plans[0].settings, generator=generator))
+    answers = []
+    for p in plans:
+        sequences = [
+            wire.Sequence(tokens=c.token_ids, logprobs=c.logprobs, stopped=c.finish_reason == "stop")
+            for c in itertools.islice(completions, p.count)
+        ]
+        prompt_logprobs = _prompt_logprobs(tier, list(p.tokens)) if p.prompt_logprobs else None
+        answers.append(wire.sample_write(sequences, prompt_logprobs))
+    return answers
+
+
+def sample(tier: TierModel, body: dict) -> bytes:
+    """One request's SampleResponse."""
+    return sample_batch(tier, [plan(tier, body)])[0]
 
 
 @torch.no_grad()
