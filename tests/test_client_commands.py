@@ -242,7 +242,12 @@ def test_building_the_client_leaves_nothing_untracked_in_the_source_tree(tmp_pat
         requires = sorted(
             line.split(": ", 1)[1] for line in metadata.splitlines() if line.startswith("Requires-Dist")
         )
-        assert requires == ["httpx<1,>=0.27", "tqdm<5,>=4.60", "websockets<18,>=13"]  # ranges, not pins
+        assert requires == [  # ranges, not pins; the cookbook only for flywheel.cookbook
+            "httpx<1,>=0.27",
+            'tinker-cookbook<0.7,>=0.6; extra == "cookbook"',
+            "tqdm<5,>=4.60",
+            "websockets<18,>=13",
+        ]
     finally:
         if not had_build:
             shutil.rmtree(CLIENT / "build", ignore_errors=True)

@@ -414,7 +414,7 @@ def sessions(request: HttpRequest, user) -> HttpResponse:
     limit, offset, owned = _page(request, 20)
     found = selectors.sessions_for(user=user)
     if owned:
-        found = found.filter(created_by=user)
+        found = found.filter(created_by_id=user.pk)
     keys = found.order_by("-created_at", "-pk").values_list("key", flat=True)[offset : offset + limit]
     return JsonResponse({"sessions": list(keys)})
 

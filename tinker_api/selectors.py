@@ -75,7 +75,7 @@ def models_for(
     """Models the caller can read (`owned`: of sessions they opened), newest first."""
     models = TinkerModel.objects.filter(session__project_id__in=visible_project_ids(user=user))
     if owned:
-        models = models.filter(session__created_by=user)
+        models = models.filter(session__created_by_id=user.pk)
     if project_id:
         models = models.filter(session__project_id=int(project_id)) if project_id.isdigit() else models.none()
     return models.select_related("session", "session__created_by", "run").order_by("-created_at", "-pk")
@@ -85,7 +85,8 @@ def weights_for(*, user: AbstractBaseUser) -> QuerySet[TinkerWeights]:
     """Saved weights of the models of sessions the caller opened, newest first."""
     return (
         TinkerWeights.objects.filter(
-            model__session__created_by=user, model__session__project_id__in=visible_project_ids(user=user)
+            model__session__created_by_id=user.pk,
+            model__session__project_id__in=visible_project_ids(user=user),
         )
         .select_related("model")
         .order_by("-created_at", "-pk")
