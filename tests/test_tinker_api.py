@@ -26,6 +26,7 @@ from tests.run_harness import tiny_model
 from tinker_api import services as tinker_services
 from tinker_api import wire
 from tinker_api.models import TinkerModel, TinkerRequest, TinkerSession, TinkerWeights
+from traces.models import Trace
 from workers import tinker_sampling
 from workers.learners.tinker import token_losses
 
@@ -405,12 +406,21 @@ def test_a_tinker_run_shows_on_the_run_page_and_in_the_runs_table(client, world)
     session = session_of(client, world)
     model_of(client, world, session)
     run = TinkerModel.objects.get().run
+    for index in range(3):  # samples of this run's policy, as the rollout workers record them
+        Trace.objects.create(
+            project=world["project"], external_id=f"s{index}", prompt="p", model=f"run-{run.pk}"
+        )
+    Trace.objects.create(project=world["project"], external_id="other", prompt="p", model="run-0")
     client.force_login(world[Role.VIEWER])
     page = client.get(reverse("run-detail", kwargs={"run_id": run.pk}))
     assert page.status_code == 200
     html = page.content.decode()
     assert "Your own loop (Tinker API)" in html
     assert 'id="run-tinker"' in html and f"<code>{session}:train:0</code>" in html
+    samples = (
+        f'href="{reverse("trace-list", args=[world["project"].pk])}?model=run-{run.pk}">3 recorded as traces'
+    )
+    assert samples in html
     table = client.get(reverse("run-list"))
     assert table.status_code == 200 and run.name in table.content.decode()
 
@@ -511,6 +521,17 @@ def test_pending_samples_of_a_session_decode_as_one_batch_each_answered_as_if_al
     decoded.clear()
     tinker_sampling.sample_run(requests[1].pk)
     assert decoded == []
+
+    # Every sample is a trace of the project, for reviewers: its prompt and completion as text.
+    traces = Trace.objects.filter(project=world["project"], metadata__source="tinker").order_by("pk")
+    assert traces.count() == 2 + 3 + 2 + 2
+    first = traces.get(external_id=f"tinker-{requests[1].key}-2")
+    sequence = deserialize_sample_response(bytes(statuses[1].result)).sequences[2]
+    assert first.prompt == tier.tokenizer.decode([8, 9], skip_special_tokens=True)
+    assert first.completion == tier.tokenizer.decode(sequence.tokens, skip_special_tokens=True)
+    assert (first.model, first.tier.name) == (str(tiny_model), "tiny")
+    assert first.metadata["request"] == requests[1].key
+    assert first.metadata["completion_tokens"] == len(sequence.tokens)
 
 
 def test_the_callers_training_runs_sessions_and_checkpoints_list_newest_first_in_pages(client, world):

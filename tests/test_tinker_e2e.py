@@ -15,6 +15,7 @@ from runs.models import MetricPoint, Run
 from tests.run_harness import demo_project, tiny_model, wait_until
 from tests.web_server import served_with_workers
 from tinker_api.models import TinkerModel, TinkerSession
+from traces.models import Trace
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.backend_independent]
 __all__ = ["tiny_model"]
@@ -83,6 +84,8 @@ def test_the_official_tinker_client_trains_samples_and_ends_a_run(stack, tiny_mo
         assert sequence.tokens[: len(completion)] == completion  # what it was taught, greedily
         assert len(sequence.logprobs) == len(sequence.tokens)
     assert answer.prompt_logprobs[0] is None and len(answer.prompt_logprobs) == len(prompt)
+    recorded = Trace.objects.filter(metadata__source="tinker").order_by("external_id")
+    assert [(t.prompt, t.completion[:1]) for t in recorded] == [("2+3=", "5")] * 2  # for reviewers
 
     # Training state saved by name, an RL step (importance sampling on what it sampled, every token
     # pushed down), then the state loaded back: the model is exactly what was saved.

@@ -1,5 +1,6 @@
 """The run page's Tinker card (registered with runs.run_page): for a run that is a Tinker API
-model, the session driving it, its requests by state and the weights it saved, by path."""
+model, the session driving it, its requests by state, the weights it saved, by path, and its
+samples, recorded as traces for reviewers."""
 
 from typing import Any
 
@@ -21,5 +22,6 @@ def run_tinker_section(request: HttpRequest, run: Run) -> dict[str, Any]:
             "session": model.session,
             "requests": selectors.request_counts(model=model),
             "weights": list(selectors.weights_of(model=model)),
+            "samples": selectors.samples_recorded(run=run),
         }
     }

@@ -9,6 +9,7 @@ from projects.models import Project
 from projects.selectors import visible_project_ids
 from runs.models import Run, Tier
 from tinker_api.models import TinkerModel, TinkerRequest, TinkerSampler, TinkerSession, TinkerWeights
+from traces.models import Trace
 
 
 def sessions_for(*, user: AbstractBaseUser) -> QuerySet[TinkerSession]:
@@ -99,6 +100,11 @@ def weights_of(*, model: TinkerModel) -> QuerySet[TinkerWeights]:
 
 def model_of_run(*, run: Run) -> TinkerModel | None:
     return TinkerModel.objects.filter(run=run).select_related("session").first()
+
+
+def samples_recorded(*, run: Run) -> int:
+    """The model's samples recorded as traces of its project (workers.tinker_sampling names them)."""
+    return Trace.objects.filter(project_id=run.project_id, model=f"run-{run.pk}").count()
 
 
 def request_counts(*, model: TinkerModel) -> dict[str, int]:

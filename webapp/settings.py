@@ -322,6 +322,8 @@ FLYWHEEL_TINKER_POLL_SECONDS = env_int("FLYWHEEL_TINKER_POLL_SECONDS", 10)
 FLYWHEEL_TINKER_LORA_ALPHA = float(env_int("FLYWHEEL_TINKER_LORA_ALPHA", 32))
 # A rollout worker decodes up to this many pending sample requests of one sampling session at once.
 FLYWHEEL_TINKER_SAMPLE_BATCH = env_int("FLYWHEEL_TINKER_SAMPLE_BATCH", 64)
+# Each Tinker sample is recorded as a trace of its project (reviewers read and label them).
+FLYWHEEL_TINKER_RECORD_SAMPLES = env_bool("FLYWHEEL_TINKER_RECORD_SAMPLES", True)
 # Runs of one project that may be active (starting, running, pausing) at once; the rest queue.
 FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS = env_int("FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS", 1)
 # Runs one user may have active at once across projects (0: no limit); the others wait, saying why.

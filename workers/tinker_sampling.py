@@ -12,6 +12,7 @@ at their text; an empty stop list still stops at the end-of-sequence token.
 
 import itertools
 import json
+import logging
 from dataclasses import dataclass, replace
 
 import torch
@@ -22,8 +23,10 @@ from inference.settings import MAX_NEW_TOKENS, TierSettings, tier_snapshot
 from tinker_api import services as tinker_services
 from tinker_api import wire
 from tinker_api.models import TinkerRequest, TinkerSampler
+from traces.ingest import traces_ingest
 from workers.run_rollout import policy_at_path, policy_version_load
 
+logger = logging.getLogger(__name__)
 REFUSED = {
     "topk_prompt_logprobs": "top-k prompt log-probs are not served yet",
     "topk_sample_logprobs": "top-k sample log-probs are not served yet",
@@ -52,8 +55,11 @@ def sample_run(request_id: int) -> None:
             except SampleError as exc:
                 tinker_services.request_failed(request=request, error=str(exc))
         for batch in batches(plans):
-            answers = sample_batch(tier, [p for _, p in batch])
-            for (request, _), answer in zip(batch, answers, strict=True):
+            sampled = sample_batch(tier, [p for _, p in batch])
+            if settings.FLYWHEEL_TINKER_RECORD_SAMPLES:  # before the answers: what a client saw is there
+                samples_record(tier, [(r, p, seqs) for (r, p), (seqs, _) in zip(batch, sampled, strict=True)])
+            for (request, _), (sequences, prompt_logprobs) in zip(batch, sampled, strict=True):
+                answer = wire.sample_write(sequences, prompt_logprobs)
                 tinker_services.request_done(request=request, result=answer, proto=True)
     except SampleError as exc:
         for request in requests:
@@ -157,26 +163,29 @@ def batches(plans: list[tuple[TinkerRequest, Plan]]) -> list[list[tuple[TinkerRe
     return groups
 
 
-def sample_batch(tier: TierModel, plans: list[Plan]) -> list[bytes]:
-    """Each plan's SampleResponse, decoded in one call (plans share settings; a seed only alone)."""
+Sampled = tuple[list[wire.Sequence], list[float | None] | None]  # the sequences, the prompt's log-probs
+
+
+def sample_batch(tier: TierModel, plans: list[Plan]) -> list[Sampled]:
+    """Each plan's sequences (and prompt log-probs when asked), decoded in one call (the plans
+    share settings; a seed only alone)."""
     seed = plans[0].seed
     generator = None if seed is None else torch.Generator(device=tier.device).manual_seed(seed)
     prompts = [p.tokens for p in plans for _ in range(p.count)]
     completions = iter(decode(tier, prompts, plans[0].settings, generator=generator))
-    answers = []
+    sampled: list[Sampled] = []
     for p in plans:
         sequences = [
             wire.Sequence(tokens=c.token_ids, logprobs=c.logprobs, stopped=c.finish_reason == "stop")
             for c in itertools.islice(completions, p.count)
         ]
-        prompt_logprobs = _prompt_logprobs(tier, list(p.tokens)) if p.prompt_logprobs else None
-        answers.append(wire.sample_write(sequences, prompt_logprobs))
-    return answers
+        sampled.append((sequences, _prompt_logprobs(tier, list(p.tokens)) if p.prompt_logprobs else None))
+    return sampled
 
 
 def sample(tier: TierModel, body: dict) -> bytes:
     """One request's SampleResponse."""
-    return sample_batch(tier, [plan(tier, body)])[0]
+    return wire.sample_write(*sample_batch(tier, [plan(tier, body)])[0])
 
 
 @torch.no_grad()
@@ -186,3 +195,38 @@ def _prompt_logprobs(tier: TierModel, tokens: list[int]) -> list[float | None]:
     logits = tier.model(input_ids=ids).logits[0, :-1].float()
     picked = logits.gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     return [None, *picked.cpu().tolist()]
+
+
+def samples_record(tier: TierModel, answered: list[tuple[TinkerRequest, Plan, list[wire.Sequence]]]) -> None:
+    """Each sampled sequence as a trace of the session's project, for reviewers to read and label:
+    named by its request and index, so a redelivered request records the same traces again. The
+    client has its answer already; a failure to record is logged, not sent to it."""
+    sampler = answered[0][0].sampler
+    model = f"run-{sampler.run_id}" if sampler.run_id else sampler.base_model
+    reports = []
+    for request, p, sequences in answered:
+        prompt = tier.tokenizer.decode(list(p.tokens), skip_special_tokens=True)
+        for index, sequence in enumerate(sequences):
+            reports.append(
+                {
+                    "id": f"tinker-{request.key}-{index}",
+                    "prompt": prompt or "(special tokens only)",
+                    "completion": tier.tokenizer.decode(sequence.tokens, skip_special_tokens=True),
+                    "model": model[:200],
+                    "tier": sampler.tier_id,
+                    "metadata": {
+                        "source": "tinker",
+                        "run": sampler.run_id,
+                        "policy_version": sampler.policy_version,
+                        "sampling_session": sampler.key,
+                        "request": request.key,
+                        "sample": index,
+                        "stop_reason": "stop" if sequence.stopped else "length",
+                        "completion_tokens": len(sequence.tokens),
+                    },
+                }
+            )
+    try:
+        traces_ingest(project=sampler.session.project, reports=reports)
+    except Exception:  # noqa: BLE001  (the samples were answered; only their record is lost)
+        logger.exception("recording %d Tinker samples as traces failed", len(reports))
