@@ -15,8 +15,14 @@ MAX_TOKENS tokens for a prompt, against the rollout workers' own decoder run in 
 same published policy version (inference.decoding.decode, the same settings): generated tokens per
 second, medians over rounds.
 
-Ends with one line of JSON. BENCH_TINKER_STEPS, _BATCH, _SEQ, _ROUNDS, _SAMPLES, _MAX_TOKENS
-change it.
+**Episodes.** An RL loop sends one sample request per episode, all at once (the cookbook's does):
+EPISODES single-sample requests submitted together through the API, which a rollout worker decodes
+as one batch (FLYWHEEL_TINKER_SAMPLE_BATCH), against the same EPISODES completions as one decode in
+this process: generated tokens per second, medians over rounds. Every API sample is also recorded
+as a trace (FLYWHEEL_TINKER_RECORD_SAMPLES), inside the timed span.
+
+Ends with one line of JSON. BENCH_TINKER_STEPS, _BATCH, _SEQ, _ROUNDS, _SAMPLES, _EPISODES,
+_MAX_TOKENS change it.
 """
 
 import json
@@ -38,6 +44,7 @@ SEQ = int(os.environ.get("BENCH_TINKER_SEQ", "64"))
 ROUNDS = int(os.environ.get("BENCH_TINKER_ROUNDS", "3"))
 SAMPLES = int(os.environ.get("BENCH_TINKER_SAMPLES", "8"))
 MAX_TOKENS = int(os.environ.get("BENCH_TINKER_MAX_TOKENS", "32"))
+EPISODES = int(os.environ.get("BENCH_TINKER_EPISODES", "32"))
 RANK = 8
 LEARNING_RATE = 1e-3
 WORKERS = (("learner", "learner"), ("rollout", "rollout"))
@@ -157,7 +164,7 @@ class Local:
         return seconds, losses[0], losses[-1]
 
 
-def local_samples(run, version: int, prompt: list[int]) -> float:
+def local_samples(run, version: int, prompt: list[int], count: int = SAMPLES) -> float:
     """The rollout workers' decoder on the same published version: generated tokens per second."""
     from dataclasses import replace
 
@@ -169,7 +176,7 @@ def local_samples(run, version: int, prompt: list[int]) -> float:
     tier = policy_version_load(run, version, settings)
     settings = replace(settings, temperature=1.0, max_new_tokens=MAX_TOKENS, stop=())
     started = time.perf_counter()
-    completions = decode(tier, [tuple(prompt)] * SAMPLES, settings)
+    completions = decode(tier, [tuple(prompt)] * count, settings)
     return sum(len(c.token_ids) for c in completions) / (time.perf_counter() - started)
 
 
@@ -183,6 +190,20 @@ def api_samples(sampler, prompt: list[int]) -> float:
         sampling_params=types.SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0),
     ).result()
     return sum(len(s.tokens) for s in answer.sequences) / (time.perf_counter() - started)
+
+
+def api_episodes(sampler, prompt: list[int]) -> float:
+    """EPISODES one-sample requests sent together, as an RL loop's episodes are."""
+    from tinker import types
+
+    params = types.SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0)
+    started = time.perf_counter()
+    futures = [
+        sampler.sample(prompt=types.ModelInput.from_ints(prompt), num_samples=1, sampling_params=params)
+        for _ in range(EPISODES)
+    ]
+    tokens = sum(len(future.result().sequences[0].tokens) for future in futures)
+    return tokens / (time.perf_counter() - started)
 
 
 def main() -> None:
@@ -216,6 +237,7 @@ def main() -> None:
     figures: dict[str, list] = {"api": [], "local": []}
     learned: dict[str, list] = {"api": [], "local": []}
     samples: dict[str, list] = {"api": [], "local": []}
+    episodes: dict[str, list] = {"api": [], "local": []}
     workers, web, service = [], None, None
     try:  # whatever fails, the processes started here are stopped
         workers = start_workers(env, WORKERS, f"bench-tinker-{os.getpid()}")
@@ -241,6 +263,14 @@ def main() -> None:
                     else local_samples(run, run.policy_version, prompt)
                 )
                 samples[side].append(rate)
+        for number in range(ROUNDS):
+            for side in ("api", "local") if number % 2 == 0 else ("local", "api"):
+                rate = (
+                    api_episodes(sampler, prompt)
+                    if side == "api"
+                    else local_samples(run, run.policy_version, prompt, EPISODES)
+                )
+                episodes[side].append(rate)
     finally:
         if service is not None:
             service.close("success").result()  # the session ends, and the model's run with it
@@ -248,6 +278,7 @@ def main() -> None:
     tokens = BATCH * SEQ
     rate = {side: tokens / statistics.median(seconds) for side, seconds in figures.items()}
     sample_rate = {side: statistics.median(values) for side, values in samples.items()}
+    episode_rate = {side: statistics.median(values) for side, values in episodes.items()}
     print(
         json.dumps(
             {
@@ -268,6 +299,9 @@ def main() -> None:
                 "sample_tokens_per_second": {side: round(value, 1) for side, value in sample_rate.items()},
                 "api_over_local_sample": round(sample_rate["api"] / sample_rate["local"], 3),
                 "samples": SAMPLES,
+                "episode_tokens_per_second": {side: round(value, 1) for side, value in episode_rate.items()},
+                "api_over_local_episodes": round(episode_rate["api"] / episode_rate["local"], 3),
+                "episodes": EPISODES,
                 "max_tokens": MAX_TOKENS,
                 "torch_threads": 1,
                 "seconds": round(time.monotonic() - started, 1),
