@@ -609,3 +609,30 @@ def test_a_cancelled_sample_is_not_decoded_and_its_poll_says_why(client, world):
     polled = call(client, world["keys"][Role.OWNER], "retrieve_future", {"request_id": pending.key})
     assert polled.json() == {"error": "cancelled by the client", "category": "user"}
     assert tinker_services.samples_take(request_id=pending.pk, limit=8) == []  # no worker takes it
+
+
+def test_a_pause_waits_for_the_open_steps_optim_step_so_no_gradient_is_lost(
+    client, world, tiny_model, tmp_path
+):
+    from runs.models import RunEvent
+    from workers.learners.common import LearnerConfig, learner_create
+    from workers.learners.tinker import Served, _ended
+
+    model_of(client, world, session_of(client, world))
+    row = TinkerModel.objects.select_related("run", "session").get()
+    config = LearnerConfig(model=str(tiny_model), output_dir=str(tmp_path), adapter="lora", lora_rank=4)
+    learner, _ = learner_create(config)
+    served = Served(run=row.run, row=row, learner=learner, config=config, passes={"cross_entropy": 2})
+    Run.objects.filter(pk=row.run_id).update(status=Run.Status.PAUSING)
+
+    assert _ended(served) is False and _ended(served) is False  # the step is open: it goes on serving
+    waits = RunEvent.objects.filter(run=row.run, kind="pause")
+    assert [e.message for e in waits] == [
+        "the pause waits for the open step's optim_step (2 forward_backward pass(es) gathered since step 0): "
+        "a checkpoint would not hold their gradients"
+    ]
+    assert Run.objects.get(pk=row.run_id).status == Run.Status.PAUSING
+    served.passes.clear()  # its optim_step ran
+    assert _ended(served) is True
+    assert Run.objects.get(pk=row.run_id).status == Run.Status.PAUSED
+    assert row.run.checkpoints.filter(step=0).exists()

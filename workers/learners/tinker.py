@@ -83,6 +83,12 @@ class Served:
     weight: float = 0.0
     seconds: float = 0.0
     passes: dict[str, int] = field(default_factory=dict)
+    pause_waits: bool = False  # a pause waits for the open step's optim_step
+
+    @property
+    def step_open(self) -> bool:
+        """Gradients were gathered since the last optim_step (a checkpoint would not hold them)."""
+        return bool(self.passes)
 
     @property
     def step(self) -> int:
@@ -118,6 +124,8 @@ def serve(run_id: int, log: Log = print) -> None:
             continue
         _run_request(served, request, log)
         idle, worked = IDLE_SLEEP[0], time.monotonic()
+        if served.pause_waits and not served.step_open:
+            looked = 0.0  # the open step closed: pause now, before the next one opens
 
 
 def _ended(served: Served) -> bool:
@@ -127,6 +135,8 @@ def _ended(served: Served) -> bool:
     try:
         status_check(run)
     except StopRequestedError as stop:
+        if str(stop) == S.PAUSING and _pause_deferred(served):
+            return False
         _stop(served, str(stop))
         return True
     if (ended := _session_ended(served.row.session)) is not None:
@@ -136,9 +146,30 @@ def _ended(served: Served) -> bool:
         _finish(served, f"succeeded: stopped, {spent}", f"the run stopped: {spent}")
         return True
     if served.step > 0 and costs.run_budget_check(run=run, step=served.step) is not None:
+        if _pause_deferred(served):
+            return False
         _stop(served, S.PAUSING)  # its requests wait for a resume, as for any pause
         return True
     return False
+
+
+def _pause_deferred(served: Served) -> bool:
+    """Whether a pause must wait: a checkpoint holds weights and optimiser, not the gradients of
+    an open step, so the model pauses at the step's end (its optim_step) and loses nothing. The
+    run says so once; a session that ends meanwhile ends the run as usual."""
+    if not served.step_open:
+        served.pause_waits = False
+        return False
+    if not served.pause_waits:
+        served.pause_waits = True
+        passes = sum(served.passes.values())
+        run_event(
+            served.run,
+            "pause",
+            f"the pause waits for the open step's optim_step ({passes} forward_backward pass(es) "
+            f"gathered since step {served.step}): a checkpoint would not hold their gradients",
+        )
+    return True
 
 
 def _created(served: Served) -> None:
