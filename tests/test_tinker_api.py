@@ -636,3 +636,26 @@ def test_a_pause_waits_for_the_open_steps_optim_step_so_no_gradient_is_lost(
     assert _ended(served) is True
     assert Run.objects.get(pk=row.run_id).status == Run.Status.PAUSED
     assert row.run.checkpoints.filter(step=0).exists()
+
+
+def test_a_finished_request_wakes_its_held_poll_and_queued_work_its_learner():
+    import asyncio
+    import time
+
+    from tinker_api import notify
+
+    key, model = f"k-{time.time_ns()}", time.time_ns() % 2**31  # of no other test's on this Redis
+    notify.request_finished(key)  # pushed before anyone waits: kept for the waiter
+    started = time.monotonic()
+    asyncio.run(notify.finished_wait(key, 1.0))
+    assert time.monotonic() - started < 0.5  # woken, not timed out
+    started = time.monotonic()
+    asyncio.run(notify.finished_wait(key, 0.2))  # the wake-up was used: this one times out
+    assert time.monotonic() - started >= 0.2
+    asyncio.run(notify.finished_wait(key, 0.0))  # no wait at all (BLPOP's 0 would block for ever)
+
+    notify.work_queued(model)
+    started = time.monotonic()
+    notify.work_wait(model, 1.0)
+    assert time.monotonic() - started < 0.5
+    assert notify._client().exists(notify.work_key(model), notify.done_key(key)) == 0

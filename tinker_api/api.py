@@ -10,7 +10,6 @@ waiting client costs one query every few milliseconds of the server's, not a req
 Refusals are 4xx with `x-should-retry: false` (the SDK retries 409 and 5xx) and a `detail`.
 """
 
-import asyncio
 import json
 import logging
 import time
@@ -33,14 +32,14 @@ from projects import selectors as project_selectors
 from projects.models import Project
 from runs.models import Run
 from runs.openai_views import caller
-from tinker_api import selectors, services, wire
+from tinker_api import notify, selectors, services, wire
 from tinker_api.models import TinkerModel, TinkerRequest, TinkerSession
 from tinker_api.services import TinkerApiError
 
 logger = logging.getLogger(__name__)
-# Seconds between looks at a pending request while a poll is held: 2 ms at first (a training
-# step's answer comes within milliseconds), doubling to 20 ms (a sample or a model's load, seconds).
-POLL_INTERVAL = (0.002, 0.02)
+# The longest wait between looks at a pending request while a poll is held, when no wake-up comes
+# (tinker_api.notify wakes it as the request finishes): 50 ms at first, doubling to 500 ms.
+POLL_INTERVAL = (0.05, 0.5)
 
 CLIENT_CONFIG = {
     # API keys, no JWT exchange; plain httpx (the SDK's pyqwest transport is for its cloud).
@@ -600,7 +599,9 @@ async def retrieve_future(request: HttpRequest) -> HttpResponse:
                         "queue_state_reason": reason,
                     }
                 )
-            await asyncio.sleep(interval)
+            # Woken when the request finishes (tinker_api.notify); the record is read again after
+            # `interval` at the latest, whatever Redis says.
+            await notify.finished_wait(key, min(interval, max(deadline - time.monotonic(), 0.0)))
             interval = min(interval * 2, POLL_INTERVAL[1])
             found = await sync_to_async(TinkerRequest.objects.select_related("model").get)(pk=found.pk)
     except TinkerApiError as exc:

@@ -26,7 +26,7 @@ from rewards import services as reward_services
 from rewards.models import RewardRule
 from runs import lifecycle
 from runs.models import Run, Tier
-from tinker_api import selectors
+from tinker_api import notify, selectors
 from tinker_api.models import TinkerModel, TinkerRequest, TinkerSampler, TinkerSession, TinkerWeights
 
 SAMPLE_TASK = "workers.rollout.tinker_sample"
@@ -314,9 +314,11 @@ def request_submit(*, model: TinkerModel, kind: str, body: bytes, idempotency_ke
         raise TinkerApiError(400, f"the model's run ({model.run_id}) is {status}", field="model_id")
     try:
         with transaction.atomic():
-            return TinkerRequest.objects.create(
+            request = TinkerRequest.objects.create(
                 session=model.session, model=model, kind=kind, idempotency_key=idempotency_key, body=body
             )
+            transaction.on_commit(lambda: notify.work_queued(model.pk))  # its learner wakes
+            return request
     except IntegrityError:  # the same key, raced by a concurrent retry
         found = _again(model.session, idempotency_key)
         if found is None:
@@ -443,21 +445,24 @@ def samples_take(*, request_id: int, limit: int) -> list[TinkerRequest]:
 
 def request_cancel(*, request: TinkerRequest) -> bool:
     """Cancel a sample no worker has taken yet; False when it had started or ended."""
-    return bool(
-        TinkerRequest.objects.filter(
-            pk=request.pk, kind=TinkerRequest.Kind.SAMPLE, status=TinkerRequest.Status.PENDING
-        ).update(
-            status=TinkerRequest.Status.FAILED,
-            error="cancelled by the client",
-            finished_at=timezone.now(),
-        )
-    )
+    cancelled = TinkerRequest.objects.filter(
+        pk=request.pk, kind=TinkerRequest.Kind.SAMPLE, status=TinkerRequest.Status.PENDING
+    ).update(status=TinkerRequest.Status.FAILED, error="cancelled by the client", finished_at=timezone.now())
+    if cancelled:
+        _finished(request)
+    return bool(cancelled)
 
 
 def request_done(*, request: TinkerRequest, result: bytes, proto: bool = False) -> None:
     TinkerRequest.objects.filter(pk=request.pk).update(
         status=TinkerRequest.Status.DONE, result=result, result_proto=proto, finished_at=timezone.now()
     )
+    _finished(request)
+
+
+def _finished(request: TinkerRequest) -> None:
+    """Wake the poll holding this request's future (once what it will read is committed)."""
+    transaction.on_commit(lambda: notify.request_finished(request.key))
 
 
 def request_failed(*, request: TinkerRequest, error: str, user_error: bool = True) -> None:
@@ -467,6 +472,7 @@ def request_failed(*, request: TinkerRequest, error: str, user_error: bool = Tru
         user_error=user_error,
         finished_at=timezone.now(),
     )
+    _finished(request)
 
 
 def requests_interrupted(*, model: TinkerModel, step: int) -> int:

@@ -31,9 +31,9 @@ from runs.lifecycle import run_event, run_transition
 from runs.models import Checkpoint, Run
 from runs.run_store import checkpoint_fetch, checkpoint_prefix
 from runs.services import metrics_write
+from tinker_api import notify, wire
 from tinker_api import selectors as tinker_selectors
 from tinker_api import services as tinker_services
-from tinker_api import wire
 from tinker_api.models import TinkerModel, TinkerRequest, TinkerSession, TinkerWeights
 from workers.learners.common import (
     Learner,
@@ -57,9 +57,10 @@ from workers.run_learner import (
 )
 
 S = Run.Status
-# Seconds between looks for work: 2 ms after work, doubling to 10 ms while the client is busy
-# (a loop's next request comes within milliseconds), to 100 ms once it has been quiet a second.
-IDLE_SLEEP = (0.002, 0.01, 0.1)
+# The longest wait between looks for work when no wake-up comes (tinker_api.notify wakes the learner
+# as work is queued): 2 ms after work, doubling to 10 ms while the client is busy, to 500 ms once
+# it has been quiet a second.
+IDLE_SLEEP = (0.002, 0.01, 0.5)
 QUIET_SECONDS = 1.0
 STATUS_EVERY = 1.0  # seconds between looks at the run's status and the session's heartbeat
 CLIP_DEFAULTS = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
@@ -118,7 +119,7 @@ def serve(run_id: int, log: Log = print) -> None:
                 return
         request = tinker_services.request_take(model=row)
         if request is None:
-            time.sleep(idle)
+            notify.work_wait(row.pk, idle)  # woken as soon as the client queues work
             busy = time.monotonic() - worked < QUIET_SECONDS
             idle = min(idle * 2, IDLE_SLEEP[1] if busy else IDLE_SLEEP[2])
             continue
