@@ -41,7 +41,10 @@ def _client() -> redis.Redis:
 
 def _push(key: str) -> None:
     try:
-        _client().pipeline().lpush(key, 1).expire(key, KEEP_SECONDS).execute()
+        pipeline = _client().pipeline()
+        pipeline.lpush(key, 1)
+        pipeline.expire(key, KEEP_SECONDS)
+        pipeline.execute()
     except (redis.RedisError, OSError) as exc:
         logger.warning("Tinker wake-up on %s not sent (%s): its waiter looks again shortly", key, exc)
 
