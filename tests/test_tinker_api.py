@@ -659,3 +659,47 @@ def test_a_finished_request_wakes_its_held_poll_and_queued_work_its_learner():
     notify.work_wait(model, 1.0)
     assert time.monotonic() - started < 0.5
     assert notify._client().exists(notify.work_key(model), notify.done_key(key)) == 0
+
+
+def test_published_weights_are_found_by_anyone_and_an_expired_name_by_nobody(client, world):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    model_id = model_of(client, world, session_of(client, world))["model_id"]
+    weights = TinkerWeights.objects.create(
+        model=TinkerModel.objects.get(model_id=model_id), kind="weights", name="w", step=1
+    )
+    path, route = f"tinker://{model_id}/weights/w", f"training_runs/{model_id}/checkpoints/weights/w"
+    outsider = world["keys"]["outsider"]
+    assert call(client, outsider, "weights_info", {"tinker_path": path}).status_code == 404
+
+    for who, status in ((Role.VIEWER, 403), (Role.LAUNCHER, 403), (Role.OWNER, 200)):
+        answer = client.post(f"/tinker/api/v1/{route}/publish", HTTP_X_API_KEY=world["keys"][who])
+        assert answer.status_code == status, (who, answer.content)
+    launcher = client.post(f"/tinker/api/v1/{route}/publish", HTTP_X_API_KEY=world["keys"][Role.LAUNCHER])
+    assert "only the training run's owner" in launcher.json()["detail"]
+    assert call(client, outsider, "weights_info", {"tinker_path": path}).json()["base_model"] == BASE
+    assert call(client, world["keys"][Role.OWNER], f"training_runs/{model_id}/checkpoints").json()[
+        "checkpoints"
+    ][0]["public"]
+    client.delete(f"/tinker/api/v1/{route}/publish", HTTP_X_API_KEY=world["keys"][Role.OWNER])
+    assert call(client, outsider, "weights_info", {"tinker_path": path}).status_code == 404
+
+    def ttl(value) -> int:
+        return client.put(
+            f"/tinker/api/v1/{route}/ttl",
+            json.dumps({"ttl_seconds": value}),
+            content_type="application/json",
+            HTTP_X_API_KEY=world["keys"][Role.OWNER],
+        ).status_code
+
+    assert (ttl("soon"), ttl(0)) == (400, 400)
+    assert ttl(3600) == 200
+    weights.refresh_from_db()
+    assert timedelta(minutes=59) < weights.expires_at - timezone.now() <= timedelta(hours=1)
+    assert ttl(None) == 200 and TinkerWeights.objects.get(pk=weights.pk).expires_at is None
+    TinkerWeights.objects.filter(pk=weights.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    owner = world["keys"][Role.OWNER]
+    assert call(client, owner, f"training_runs/{model_id}/checkpoints").json()["checkpoints"] == []
+    assert call(client, owner, "weights_info", {"tinker_path": path}).status_code == 404

@@ -136,6 +136,10 @@ def test_the_official_tinker_client_trains_samples_and_ends_a_run(stack, tiny_mo
         ("training", saved.path),
         ("sampler", named.path),
     ]
+    rest.publish_checkpoint_from_tinker_path(named.path).result()
+    rest.set_checkpoint_ttl_from_tinker_path(named.path, 3600).result()
+    shown = rest.list_checkpoints(training.model_id).result().checkpoints[1]
+    assert shown.public and shown.expires_at is not None
     rest.delete_checkpoint_from_tinker_path(saved.path).result()
     assert [c.tinker_path for c in rest.list_checkpoints(training.model_id).result().checkpoints] == [
         named.path

@@ -468,12 +468,28 @@ def checkpoint_delete(request: HttpRequest, user, model_id: str, kind: str, name
     return HttpResponse(status=204)
 
 
+@tinker_api("POST", "DELETE")
+def checkpoint_publish(request: HttpRequest, user, model_id: str, kind: str, name: str) -> HttpResponse:
+    """Publish saved weights to every user of this server (POST), or take them back (DELETE)."""
+    model = _editable_model(user, model_id)
+    services.weights_publish(model=model, kind=kind, name=name, by=user, public=request.method == "POST")
+    return JsonResponse(None, safe=False)
+
+
+@tinker_api("PUT")
+def checkpoint_ttl(request: HttpRequest, user, model_id: str, kind: str, name: str) -> HttpResponse:
+    model = _editable_model(user, model_id)
+    services.weights_ttl(model=model, kind=kind, name=name, ttl_seconds=_body(request).get("ttl_seconds"))
+    return JsonResponse(None, safe=False)
+
+
 def _checkpoint(weights) -> dict:
     return {
         "checkpoint_id": f"{weights.kind}/{weights.name}",
         "checkpoint_type": "training" if weights.kind == "weights" else "sampler",
         "time": weights.created_at.isoformat(),
         "tinker_path": weights.path,
+        "public": weights.public,
         "expires_at": weights.expires_at.isoformat() if weights.expires_at else None,
     }
 

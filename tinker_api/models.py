@@ -162,7 +162,10 @@ class TinkerWeights(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices)
     name = models.CharField(max_length=200)
     step = models.PositiveIntegerField(help_text="The run's checkpoint step or policy version")
-    expires_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Forgotten by name after this")
+    public = models.BooleanField(
+        default=False, help_text="Published: any user of this server may sample it and train from it"
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

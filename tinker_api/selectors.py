@@ -3,7 +3,8 @@ models this server offers. A session belongs to its project: anyone who may view
 read it, only its editors may drive it (the views ask)."""
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
 
 from projects.models import Project
 from projects.selectors import visible_project_ids
@@ -55,11 +56,16 @@ def _weights_named(path: str) -> QuerySet[TinkerWeights]:
     return TinkerWeights.objects.filter(model__model_id=model_id, kind=kind, name=name)
 
 
+def _live(weights: QuerySet[TinkerWeights]) -> QuerySet[TinkerWeights]:
+    """Weights whose time to live has not run out (an expired name is forgotten)."""
+    return weights.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+
+
 def weights_at(*, user: AbstractBaseUser, path: str) -> TinkerWeights | None:
-    """Saved weights by their path, in a project the caller can view."""
+    """Saved weights by their path, in a project the caller can view, or published."""
     return (
-        _weights_named(path)
-        .filter(model__session__project_id__in=visible_project_ids(user=user))
+        _live(_weights_named(path))
+        .filter(Q(model__session__project_id__in=visible_project_ids(user=user)) | Q(public=True))
         .select_related("model", "model__run", "model__run__tier", "model__session")
         .first()
     )
@@ -67,7 +73,7 @@ def weights_at(*, user: AbstractBaseUser, path: str) -> TinkerWeights | None:
 
 def weights_by_path(*, path: str) -> TinkerWeights | None:
     """Weights by their path, for the learner that loads them (the view checked the caller)."""
-    return _weights_named(path).select_related("model").first()
+    return _live(_weights_named(path)).select_related("model").first()
 
 
 def models_for(
@@ -85,7 +91,8 @@ def models_for(
 def weights_for(*, user: AbstractBaseUser) -> QuerySet[TinkerWeights]:
     """Saved weights of the models of sessions the caller opened, newest first."""
     return (
-        TinkerWeights.objects.filter(
+        _live(TinkerWeights.objects.all())
+        .filter(
             model__session__created_by_id=user.pk,
             model__session__project_id__in=visible_project_ids(user=user),
         )
@@ -95,7 +102,7 @@ def weights_for(*, user: AbstractBaseUser) -> QuerySet[TinkerWeights]:
 
 
 def weights_of(*, model: TinkerModel) -> QuerySet[TinkerWeights]:
-    return model.weights.select_related("model").order_by("created_at", "pk")
+    return _live(model.weights.select_related("model")).order_by("created_at", "pk")
 
 
 def model_of_run(*, run: Run) -> TinkerModel | None:

@@ -503,6 +503,36 @@ def weights_record(
     return weights
 
 
+def _weights_named(model: TinkerModel, kind: str, name: str) -> TinkerWeights:
+    weights = selectors.weights_of(model=model).filter(kind=kind, name=name).first()
+    if weights is None:
+        raise TinkerApiError(404, f"no weights named {name!r} ({kind}) of model {model.model_id}")
+    return weights
+
+
+def weights_publish(*, model: TinkerModel, kind: str, name: str, by: AbstractBaseUser, public: bool) -> None:
+    """Publish saved weights to every user of this server (sample them, train from them), or stop.
+    Only who opened the model's session may: it is their training run."""
+    weights = _weights_named(model, kind, name)
+    if model.session.created_by_id != by.pk:
+        raise TinkerApiError(
+            403, "only the training run's owner (who opened its session) may publish its weights"
+        )
+    TinkerWeights.objects.filter(pk=weights.pk).update(public=public)
+
+
+def weights_ttl(*, model: TinkerModel, kind: str, name: str, ttl_seconds: Any) -> None:
+    """Forget the name after `ttl_seconds` from now (None: keep it)."""
+    weights = _weights_named(model, kind, name)
+    whole = isinstance(ttl_seconds, int) and not isinstance(ttl_seconds, bool)
+    if ttl_seconds is not None and not (whole and ttl_seconds >= 1):
+        raise TinkerApiError(
+            400, "ttl_seconds must be a whole number of seconds, 1 or more, or null", field="ttl_seconds"
+        )
+    expires = None if ttl_seconds is None else timezone.now() + timedelta(seconds=ttl_seconds)
+    TinkerWeights.objects.filter(pk=weights.pk).update(expires_at=expires)
+
+
 def weights_forget(*, model: TinkerModel, kind: str, name: str) -> None:
     deleted, _ = TinkerWeights.objects.filter(model=model, kind=kind, name=name).delete()
     if not deleted:

@@ -6,6 +6,7 @@ from tinker_api import api
 
 SESSION = r"(?P<session_id>[A-Za-z0-9-]{1,64})"
 MODEL = r"(?P<model_id>[A-Za-z0-9:-]{1,120})"
+CHECKPOINT = r"(?P<kind>weights|sampler_weights)/(?P<name>[A-Za-z0-9._-]{1,200})"
 
 urlpatterns = [
     path("api/v1/healthz", api.healthz, name="tinker-healthz"),
@@ -32,9 +33,19 @@ urlpatterns = [
     re_path(rf"^api/v1/training_runs/{MODEL}$", api.training_run, name="tinker-training-run"),
     re_path(rf"^api/v1/training_runs/{MODEL}/checkpoints$", api.checkpoints, name="tinker-checkpoints"),
     re_path(
-        rf"^api/v1/training_runs/{MODEL}/checkpoints/(?P<kind>weights|sampler_weights)/(?P<name>[A-Za-z0-9._-]{{1,200}})$",
+        rf"^api/v1/training_runs/{MODEL}/checkpoints/{CHECKPOINT}$",
         api.checkpoint_delete,
         name="tinker-checkpoint",
+    ),
+    re_path(
+        rf"^api/v1/training_runs/{MODEL}/checkpoints/{CHECKPOINT}/publish$",
+        api.checkpoint_publish,
+        name="tinker-checkpoint-publish",
+    ),
+    re_path(
+        rf"^api/v1/training_runs/{MODEL}/checkpoints/{CHECKPOINT}/ttl$",
+        api.checkpoint_ttl,
+        name="tinker-checkpoint-ttl",
     ),
     re_path(
         r"^api/v1/samplers/(?P<sampler_id>[A-Za-z0-9-]{1,64})$", api.sampler_detail, name="tinker-sampler"
