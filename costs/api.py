@@ -2,7 +2,7 @@
 budget, and the price list. Members read (VIEW); owners change budgets (MANAGE); prices are the
 operator's, set by staff users and read by every signed-in user."""
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -10,10 +10,12 @@ from rest_framework.response import Response
 from core.callers import caller
 from core.roles import Permission
 from core.views import ApiView
-from costs import selectors, services
+from costs import estimates, selectors, services
 from costs import serializers as s
 from projects import selectors as project_selectors
 from runs import selectors as run_selectors
+from runs.api.runs import references
+from runs.lifecycle import RunRequest, run_problems
 
 
 class RunCostView(ApiView):
@@ -24,6 +26,26 @@ class RunCostView(ApiView):
     def get(self, request: Request, id: int) -> Response:
         run = run_selectors.run_for(user=caller(request), run_id=id)
         return Response(s.RunCostSerializer(selectors.run_cost(run=run)).data)
+
+
+class RunEstimateView(ApiView):
+    @extend_schema(
+        request=s.RunEstimateInputSerializer,
+        responses=s.RunEstimateSerializer,
+        summary="What a run would use before it is launched (device-hours, sandbox CPU, wall time, money, "
+        "each with its range), scaled from earlier runs of its tier and method; nothing is created",
+    )
+    def post(self, request: Request) -> Response:
+        data = self.validated(s.RunEstimateInputSerializer)
+        project = project_selectors.project_for(user=caller(request), project_id=data.pop("project"))
+        run_request = RunRequest(project=project, **references(project, data))
+        resolved, problems = run_problems(run_request)
+        if problems:
+            raise ValidationError(problems)
+        answer = estimates.run_estimate(
+            tier=run_request.tier, method=run_request.method, resolved=resolved, steps=run_request.max_steps
+        )
+        return Response(s.RunEstimateSerializer(answer).data)
 
 
 class RunBudgetView(ApiView):

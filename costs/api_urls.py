@@ -5,6 +5,7 @@ from django.urls import path
 from costs import api
 
 urlpatterns = [
+    path("runs/estimate", api.RunEstimateView.as_view(), name="api-run-estimate"),
     path("runs/<int:id>/cost", api.RunCostView.as_view(), name="api-run-cost"),
     path("runs/<int:id>/budget", api.RunBudgetView.as_view(), name="api-run-budget"),
     path("projects/<int:id>/costs", api.ProjectCostView.as_view(), name="api-project-costs"),

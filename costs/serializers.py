@@ -4,6 +4,7 @@ currency (FLYWHEEL_CURRENCY), kept to a millionth."""
 from rest_framework import serializers
 
 from costs.models import Price
+from runs.api.run_serializers import RunCreateSerializer
 
 
 class UnitsSerializer(serializers.Serializer):
@@ -127,3 +128,38 @@ class PriceCreateSerializer(serializers.Serializer):
     )
     amount = serializers.DecimalField(max_digits=14, decimal_places=6, min_value=0)
     effective_from = serializers.DateTimeField(required=False, help_text="Now when left out")
+
+
+class RunEstimateInputSerializer(RunCreateSerializer):
+    """A launch's fields, as POST /runs takes them; the name is optional."""
+
+    name = serializers.CharField(max_length=100, required=False, default="estimate")
+
+
+class FigureRangeSerializer(serializers.Serializer):
+    low = serializers.FloatField()
+    expected = serializers.FloatField()
+    high = serializers.FloatField()
+
+
+class MoneyRangeSerializer(serializers.Serializer):
+    low = serializers.DecimalField(max_digits=20, decimal_places=6)
+    expected = serializers.DecimalField(max_digits=20, decimal_places=6)
+    high = serializers.DecimalField(max_digits=20, decimal_places=6)
+
+
+class EstimateBasisSerializer(serializers.Serializer):
+    runs = serializers.ListField(child=serializers.IntegerField(), help_text="The earlier runs measured")
+    steps = serializers.IntegerField(help_text="Their recorded steps")
+    device_class = serializers.CharField(allow_blank=True)
+
+
+class RunEstimateSerializer(serializers.Serializer):
+    steps = serializers.IntegerField()
+    work_per_step = serializers.IntegerField(help_text="batch_size × group_size: the unit rates scale by")
+    basis = EstimateBasisSerializer(allow_null=True, help_text="null: no earlier step to scale from")
+    device_hours = FigureRangeSerializer(required=False)
+    sandbox_cpu_hours = FigureRangeSerializer(required=False)
+    wall_seconds = FigureRangeSerializer(required=False, allow_null=True)
+    money = MoneyRangeSerializer(required=False, help_text="At today's prices")
+    why = serializers.CharField(help_text="What the figures rest on, or why there are none")

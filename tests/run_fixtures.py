@@ -57,7 +57,7 @@ def make_run(lab, **changes) -> Run:
         task_set_version=lab["version"],
         reward_rule_version=lab["rule"].versions.get(),
         tier=lab["tier"],
-        hyperparameters={"group_size": 4},
+        hyperparameters=changes.pop("hyperparameters", {"group_size": 4}),
         max_steps=5,
         **changes,
     )

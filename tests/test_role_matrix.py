@@ -903,6 +903,7 @@ OPS_CASES = [
 
 COST_CASES = [
     Case("api-run-cost", "get", "view", run_id),
+    Case("api-run-estimate", "post", "view", body=launch_body),
     Case("api-run-episodes", "get", "view", run_id),
     Case("api-run-episodes", "post", "edit", run_id),
     Case("api-run-episode-counts", "get", "view", run_id),

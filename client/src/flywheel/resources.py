@@ -977,6 +977,33 @@ class Costs(Resource):
     """What runs use and cost: units (device-seconds, CPU-seconds, tokens, storage) and money at
     the operator's prices, by kind and by step; budgets that pause a run or refuse a launch."""
 
+    @endpoint("POST", "/runs/estimate")
+    def estimate(
+        self,
+        *,
+        project: int,
+        task_set_version: int,
+        reward_rule_version: int,
+        tier: int,
+        method: str = "grpo",
+        hyperparameters: dict[str, Any] | None = None,
+        max_steps: int | None = None,
+        **options: Any,
+    ) -> Record:
+        """What a launch with these fields would use (device-hours, sandbox CPU-hours, wall seconds,
+        money: each low, expected, high), from earlier runs of its tier and method; `basis` is None
+        when there are none. Nothing is launched."""
+        body = _body(
+            project=project,
+            task_set_version=task_set_version,
+            reward_rule_version=reward_rule_version,
+            tier=tier,
+            method=method,
+            hyperparameters=hyperparameters,
+            max_steps=max_steps,
+        )
+        return self._post("/api/v1/runs/estimate", body | options)
+
     @endpoint("GET", "/runs/{id}/cost")
     def of_run(self, run: int) -> Record:
         """The run's units and money: in all, by kind (learner, rollout, storage) and per step."""

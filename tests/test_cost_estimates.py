@@ -1,0 +1,96 @@
+"""A run's estimate before launch (POST /api/v1/runs/estimate): scaled from the steps earlier runs
+of its tier and method recorded, per unit of work (batch_size × group_size), with the range they
+spread over; no basis without an earlier step; the launch's own refusals; nothing created."""
+
+# The fixture imported from run_fixtures is a test parameter here, not a redefinition:
+# ruff: noqa: F811
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from costs import services
+from costs.models import Price, Usage
+from runs.models import Run
+from tests.conftest import api_client_for
+from tests.run_fixtures import lab, make_run  # noqa: F401
+
+STEP_SECONDS = 30  # between an earlier run's learner steps
+
+
+def recorded_run(lab, *, batch: int, group: int, device: list[float], cpu: float = 0.0) -> Run:
+    """An earlier run of the lab's tier whose step s used device[s] seconds (learner and rollout
+    halves), `cpu` sandbox seconds, and started STEP_SECONDS after the one before."""
+    run = make_run(lab, hyperparameters={"batch_size": batch, "group_size": group})
+    Run.objects.filter(pk=run.pk).update(learner_step=len(device))
+    start = timezone.now() - timedelta(hours=1)
+    for step, seconds in enumerate(device, start=1):
+        for kind in ("learner", "rollout"):
+            services.usage_record(
+                run_id=run.pk,
+                step=step,
+                component=kind if kind == "learner" else "rollout:0",
+                kind=kind,
+                device_seconds=seconds / 2,
+                cpu_seconds=cpu / 2,
+                device_class="cpu",
+            )
+        Usage.objects.filter(run=run, step=step).update(
+            first_recorded_at=start + timedelta(seconds=STEP_SECONDS * step)
+        )
+    return run
+
+
+def estimate(lab, who: str = "owner", **changes):
+    body = lab["launch"] | {"hyperparameters": {"batch_size": 8, "group_size": 4}, "max_steps": 10} | changes
+    return api_client_for(lab[who]).post("/api/v1/runs/estimate", body, format="json")
+
+
+def test_the_estimate_scales_the_earlier_steps_per_unit_of_work_to_the_new_runs_size(lab):
+    Price.objects.create(unit=Price.Unit.DEVICE_HOUR, scope="", amount=Decimal("3.6"))
+    Price.objects.create(unit=Price.Unit.CPU_HOUR, scope="", amount=Decimal("0.36"))
+    earlier = recorded_run(lab, batch=4, group=2, device=[8.0] * 5, cpu=2.0)  # 8 units a step
+    runs_before = Run.objects.count()
+
+    answer = estimate(lab)  # 8 × 4 = 32 units a step, 10 steps: 320 units at 1 device-second each
+    assert answer.status_code == 200, answer.content
+    body = answer.json()
+    assert (body["steps"], body["work_per_step"]) == (10, 32)
+    assert body["basis"] == {"runs": [earlier.pk], "steps": 5, "device_class": "cpu"}
+    hours = 320 / 3600  # figures are kept to the millionth
+    assert body["device_hours"] == pytest.approx({"low": hours, "expected": hours, "high": hours}, abs=1e-6)
+    assert body["sandbox_cpu_hours"]["expected"] == pytest.approx(320 * 0.25 / 3600, abs=1e-6)
+    # Wall: 30 s between steps of 8 units, so 320 units take 1,200 s (the first step has no start).
+    assert body["wall_seconds"]["expected"] == pytest.approx(1200.0)
+    money = Decimal("3.6") * Decimal(320) / 3600 + Decimal("0.36") * Decimal(80) / 3600
+    assert Decimal(body["money"]["expected"]) == money.quantize(Decimal("0.000001"))
+    assert Run.objects.count() == runs_before  # an estimate launches nothing
+
+
+def test_the_range_is_what_the_earlier_steps_spread_over(lab):
+    # Steps of 2 units (1 × 2) that took 2, 4, … 22 s: 1 … 11 device-seconds a unit.
+    recorded_run(lab, batch=1, group=2, device=[2.0 * s for s in range(1, 12)])
+    body = estimate(lab, hyperparameters={"batch_size": 1, "group_size": 2}, max_steps=3600).json()
+    device = body["device_hours"]  # 2 units a step over 3,600 steps: hours = 2 × seconds a unit
+    assert device["expected"] == pytest.approx(12.0)  # the median, 6 s a unit
+    assert device["low"] == pytest.approx(4.0) and device["high"] == pytest.approx(20.0)  # 10th, 90th
+
+
+def test_without_an_earlier_step_of_the_tier_and_method_there_is_no_basis_and_it_says_why(lab):
+    make_run(lab)  # queued: it has recorded nothing
+    body = estimate(lab).json()
+    assert body["basis"] is None and "device_hours" not in body
+    assert body["why"].startswith(
+        f"no run of tier {lab['tier'].name} with method grpo has recorded a step yet"
+    )
+
+
+def test_an_estimate_refuses_what_a_launch_would_naming_the_field_and_outsiders_get_404(lab, team):
+    refused = estimate(lab, hyperparameters={"group_size": "many"})
+    assert refused.status_code == 400
+    assert "hyperparameters.group_size" in refused.content.decode()
+    assert estimate(lab, who="viewer").status_code == 200  # reading a project is enough
+    outsider = api_client_for(team["outsider"]).post("/api/v1/runs/estimate", lab["launch"], format="json")
+    assert outsider.status_code == 404
