@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt requirements-cookbook.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint docs docs-serve format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check gpu-wheels bench-tiers bench-api bench-traces bench-agents bench-agent-lift demo-flywheel demo-hack bench-all hosts-deps test-hosts bench-tinker
+.PHONY: up down demo test lint docs docs-serve format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check gpu-wheels bench-tiers bench-api bench-traces bench-agents bench-agent-lift demo-flywheel demo-hack bench-all hosts-deps test-hosts bench-tinker bench-estimate
 
 venv: $(INSTALLED)
 
@@ -168,6 +168,10 @@ bench-agent-lift: venv sandbox-deps
 # same loop in one process (trained tokens/s), and its sampling against the rollout decoder's.
 bench-tinker: venv
 	$(PY) benchmarks/bench_tinker.py
+
+# A run's estimate against what it then records: two tiers calibrated by short runs, three settings.
+bench-estimate: venv sandbox-image
+	$(PY) benchmarks/bench_estimate.py
 
 # MLflow is the baseline only: it lives in a venv of its own, never in the project's.
 MLFLOW_VENV ?= /tmp/mlflow-venv

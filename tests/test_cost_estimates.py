@@ -22,10 +22,11 @@ STEP_SECONDS = 30  # between an earlier run's learner steps
 
 def recorded_run(lab, *, batch: int, group: int, device: list[float], cpu: float = 0.0) -> Run:
     """An earlier run of the lab's tier whose step s used device[s] seconds (learner and rollout
-    halves), `cpu` sandbox seconds, and started STEP_SECONDS after the one before."""
+    halves), `cpu` sandbox seconds, and ended STEP_SECONDS after the one before (the first
+    STEP_SECONDS after the run started)."""
     run = make_run(lab, hyperparameters={"batch_size": batch, "group_size": group})
-    Run.objects.filter(pk=run.pk).update(learner_step=len(device))
     start = timezone.now() - timedelta(hours=1)
+    Run.objects.filter(pk=run.pk).update(learner_step=len(device), started_at=start)
     for step, seconds in enumerate(device, start=1):
         for kind in ("learner", "rollout"):
             services.usage_record(
@@ -62,20 +63,24 @@ def test_the_estimate_scales_the_earlier_steps_per_unit_of_work_to_the_new_runs_
     hours = 320 / 3600  # figures are kept to the millionth
     assert body["device_hours"] == pytest.approx({"low": hours, "expected": hours, "high": hours}, abs=1e-6)
     assert body["sandbox_cpu_hours"]["expected"] == pytest.approx(320 * 0.25 / 3600, abs=1e-6)
-    # Wall: 30 s between steps of 8 units, so 320 units take 1,200 s (the first step has no start).
-    assert body["wall_seconds"]["expected"] == pytest.approx(1200.0)
+    # Wall: 30 s to the first step's end, then 30 s a step of 8 units: 9 more steps of 32 units.
+    assert body["wall_seconds"]["expected"] == pytest.approx(30 + 9 * 32 * 30 / 8)
     money = Decimal("3.6") * Decimal(320) / 3600 + Decimal("0.36") * Decimal(80) / 3600
     assert Decimal(body["money"]["expected"]) == money.quantize(Decimal("0.000001"))
     assert Run.objects.count() == runs_before  # an estimate launches nothing
 
 
-def test_the_range_is_what_the_earlier_steps_spread_over(lab):
-    # Steps of 2 units (1 × 2) that took 2, 4, … 22 s: 1 … 11 device-seconds a unit.
-    recorded_run(lab, batch=1, group=2, device=[2.0 * s for s in range(1, 12)])
+def test_the_range_is_what_the_steady_steps_spread_over_and_the_start_counts_once(lab):
+    # A first step of 30 s (loading), then steps of 2 units that took 2, 4, … 22 s: 1 … 11
+    # device-seconds a unit; the start cost 30 - 12 (the median steady step) = 18 s once.
+    recorded_run(lab, batch=1, group=2, device=[30.0] + [2.0 * s for s in range(1, 12)])
     body = estimate(lab, hyperparameters={"batch_size": 1, "group_size": 2}, max_steps=3600).json()
     device = body["device_hours"]  # 2 units a step over 3,600 steps: hours = 2 × seconds a unit
-    assert device["expected"] == pytest.approx(12.0)  # the median, 6 s a unit
-    assert device["low"] == pytest.approx(4.0) and device["high"] == pytest.approx(20.0)  # 10th, 90th
+    start = 18 / 3600
+    assert device["expected"] == pytest.approx(12.0 + start, abs=1e-5)  # the median, 6 s a unit
+    assert device["low"] == pytest.approx(4.0 + start, abs=1e-5)  # the 10th percentile, 2 s
+    assert device["high"] == pytest.approx(20.0 + start, abs=1e-5)  # the 90th, 10 s
+    assert body["basis"]["steps"] == 12
 
 
 def test_without_an_earlier_step_of_the_tier_and_method_there_is_no_basis_and_it_says_why(lab):
@@ -83,7 +88,7 @@ def test_without_an_earlier_step_of_the_tier_and_method_there_is_no_basis_and_it
     body = estimate(lab).json()
     assert body["basis"] is None and "device_hours" not in body
     assert body["why"].startswith(
-        f"no run of tier {lab['tier'].name} with method grpo has recorded a step yet"
+        f"no run of tier {lab['tier'].name} with method grpo has recorded two steps yet"
     )
 
 

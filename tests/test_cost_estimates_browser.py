@@ -42,4 +42,4 @@ def test_the_launch_form_says_what_it_needs_and_why_there_is_no_estimate(lab, op
     page.select_option("#id_task_set_version", str(lab["version"].pk))
     page.select_option("#id_reward_rule_version", str(lab["rule"].versions.get().pk))
     page.select_option("#id_tier", str(lab["tier"].pk))
-    expect(estimate).to_contain_text("has recorded a step yet")
+    expect(estimate).to_contain_text("has recorded two steps yet")

@@ -1,0 +1,180 @@
+"""Benchmark: how close a run's estimate comes to what the run then records. `make bench-estimate`.
+
+The demo's GRPO on the tiny base (`make up`'s), through real workers (one learner, one rollout, one
+eval process) and sandboxes. Each of two tiers is first calibrated: a short run (CALIBRATION_STEPS
+steps, group 4, batch 8) whose record is the only basis the estimate has. Then three settings that
+differ from the calibration in one way each (more steps; a larger group; the other tier) are
+estimated with `costs.estimates.run_estimate` before they are launched, run, and compared with
+what they recorded: device-seconds of their learner and rollout steps (held-out evaluation is
+outside both sides), and wall time from the run's start to its last step's end. Each run also
+becomes part of the basis of the ones after it, as runs do.
+
+Ends with one line of JSON: per setting the estimate (with its range), the record, and their ratio.
+BENCH_ESTIMATE_CALIBRATION changes the calibration's steps.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_runs import base_model, django_setup  # noqa: E402
+
+CALIBRATION_STEPS = int(os.environ.get("BENCH_ESTIMATE_CALIBRATION", "3"))
+WORKERS = (("learner", "learner"), ("rollout", "rollout"), ("eval", "eval"))
+CALIBRATION = {"batch_size": 8, "group_size": 4}
+SETTINGS = (  # (name, tier, steps, hyperparameters): each differs from the calibration once
+    ("more steps", "long", 9, CALIBRATION),
+    ("larger group", "long", 4, {"batch_size": 8, "group_size": 8}),
+    ("other tier", "short", 6, CALIBRATION),
+)
+
+
+def environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("FLYWHEEL_HOME", tempfile.mkdtemp(prefix="flywheel-bench-estimate-"))
+    env["FLYWHEEL_REDIS_PORT"] = env.get("FLYWHEEL_REDIS_PORT", "6473")
+    env["FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS"] = "1"
+    env["FLYWHEEL_TORCH_THREADS"] = "1"
+    os.environ.update(env)
+    return env
+
+
+def workload(model: Path) -> dict:
+    from projects import services as project_services
+    from projects.demo_tasks import demo_task_sets
+    from rewards import services as reward_services
+    from runs import services
+
+    owner = services.User.objects.create_user(username=f"bench-{time.time_ns()}")
+    project = project_services.project_create(name=f"bench-{time.time_ns()}", by=owner)
+    sets = demo_task_sets(seed=0, train_size=400, heldout_size=16, kinds=("scalar",))
+    task_set = project_services.task_set_create(project=project, name="functions", by=owner)
+    lines = [(json.dumps(item) + "\n").encode() for item in sets["train"] + sets["heldout"]]
+    version = project_services.task_set_import(
+        task_set=task_set, stream=lines, file_format="jsonl", by=owner
+    ).version
+    rule = reward_services.reward_rule_create(
+        project=project, name="tests", spec={"type": "unit_tests", "name": "tests"}, by=owner
+    )
+    tiers = {
+        name: services.tier_create(
+            project=project,
+            by=owner,
+            name=name,
+            base_model=str(model),
+            temperature=1.0,
+            max_new_tokens=tokens,
+        )
+        for name, tokens in (("long", 48), ("short", 16))
+    }
+    return {"owner": owner, "project": project, "version": version, "rule": rule, "tiers": tiers}
+
+
+def run(setup: dict, name: str, tier, steps: int, hyperparameters: dict):
+    from runs.lifecycle import RunRequest, run_create
+    from runs.models import Run
+
+    request = RunRequest(
+        project=setup["project"],
+        name=name,
+        task_set_version=setup["version"],
+        reward_rule_version=setup["rule"].versions.get(),
+        tier=tier,
+        max_steps=steps,
+        hyperparameters=hyperparameters | {"seed": 0, "eval_every": 1000, "eval_items": 0},
+    )
+    launched = run_create(request=request, by=setup["owner"])
+    while not launched.is_terminal:
+        time.sleep(0.5)  # following the run to its end
+        launched.refresh_from_db()
+    assert launched.status == Run.Status.SUCCEEDED, launched.error
+    return launched
+
+
+def recorded(run) -> dict[str, float]:
+    """What the run recorded: its learner and rollout device-seconds, and the seconds from its
+    start to its last learner step's end."""
+    from django.db.models import Max, Sum
+
+    from costs.models import Usage
+
+    steps = Usage.objects.filter(run=run, kind__in=("learner", "rollout"))
+    ended = Usage.objects.filter(run=run, kind="learner").aggregate(last=Max("first_recorded_at"))["last"]
+    return {
+        "device_seconds": steps.aggregate(total=Sum("device_seconds"))["total"],
+        "wall_seconds": (ended - run.started_at).total_seconds(),
+    }
+
+
+def main() -> None:
+    env = environment()
+    django_setup()
+    from django.core.management import call_command
+
+    from benchmarks.worker_processes import start_workers, stop_all
+    from costs.estimates import run_estimate
+    from runs.learners import hyperparameters_resolve
+
+    call_command("migrate", verbosity=0)
+    model = base_model(Path(env["FLYWHEEL_HOME"]))
+    load_before, started = os.getloadavg(), time.monotonic()
+    workers = start_workers(env, WORKERS, "bench-estimate")
+    results = []
+    try:
+        setup = workload(model)
+        for name, tier in setup["tiers"].items():
+            run(setup, f"calibration {name}", tier, CALIBRATION_STEPS, CALIBRATION)
+        for name, tier_name, steps, hyperparameters in SETTINGS:
+            tier = setup["tiers"][tier_name]
+            resolved, _ = hyperparameters_resolve("grpo", hyperparameters)
+            estimate = run_estimate(tier=tier, method="grpo", resolved=resolved, steps=steps)
+            actual = recorded(run(setup, name, tier, steps, hyperparameters))
+            device_hours = actual["device_seconds"] / 3600
+            wall = actual["wall_seconds"]
+            results.append(
+                {
+                    "setting": name,
+                    "tier": tier_name,
+                    "steps": steps,
+                    "work_per_step": estimate["work_per_step"],
+                    "basis_steps": estimate["basis"]["steps"],
+                    "device_hours": {
+                        "estimate": estimate["device_hours"],
+                        "recorded": round(device_hours, 6),
+                    },
+                    "device_ratio": round(device_hours / estimate["device_hours"]["expected"], 3),
+                    "wall_seconds": {"estimate": estimate["wall_seconds"], "recorded": round(wall, 1)},
+                    "wall_ratio": round(wall / estimate["wall_seconds"]["expected"], 3),
+                }
+            )
+            print(json.dumps(results[-1]), flush=True)
+    finally:
+        stop_all(workers)
+    worst = max(max(abs(r["device_ratio"] - 1), abs(r["wall_ratio"] - 1)) for r in results)
+    print(
+        json.dumps(
+            {
+                "benchmark": "estimate",
+                "calibration": {"steps": CALIBRATION_STEPS} | CALIBRATION,
+                "settings": results,
+                "worst_error": round(worst, 3),
+                "within_25_percent": worst <= 0.25,
+                "seconds": round(time.monotonic() - started, 1),
+                "load_average": {
+                    "before": [round(x, 2) for x in load_before],
+                    "after": list(os.getloadavg()),
+                },
+                "cores": os.cpu_count(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
