@@ -2,7 +2,7 @@
 
 The demo's GRPO on the tiny base (`make up`'s), through real workers (one learner, one rollout, one
 eval process) and sandboxes. Each of two tiers is first calibrated: a short run (CALIBRATION_STEPS
-steps, group 4, batch 8) whose record is the only basis the estimate has. Then three settings that
+steps, group 4, batch 16) whose record is the only basis the estimate has. Then three settings that
 differ from the calibration in one way each (more steps; a larger group; the other tier) are
 estimated with `costs.estimates.run_estimate` before they are launched, run, and compared with
 what they recorded: device-seconds of their learner and rollout steps (held-out evaluation is
@@ -25,12 +25,12 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_runs import base_model, django_setup  # noqa: E402
 
-CALIBRATION_STEPS = int(os.environ.get("BENCH_ESTIMATE_CALIBRATION", "3"))
+CALIBRATION_STEPS = int(os.environ.get("BENCH_ESTIMATE_CALIBRATION", "4"))
 WORKERS = (("learner", "learner"), ("rollout", "rollout"), ("eval", "eval"))
-CALIBRATION = {"batch_size": 8, "group_size": 4}
+CALIBRATION = {"batch_size": 16, "group_size": 4}
 SETTINGS = (  # (name, tier, steps, hyperparameters): each differs from the calibration once
-    ("more steps", "long", 9, CALIBRATION),
-    ("larger group", "long", 4, {"batch_size": 8, "group_size": 8}),
+    ("more steps", "long", 10, CALIBRATION),
+    ("larger group", "long", 4, {"batch_size": 16, "group_size": 8}),
     ("other tier", "short", 6, CALIBRATION),
 )
 
@@ -71,7 +71,7 @@ def workload(model: Path) -> dict:
             temperature=1.0,
             max_new_tokens=tokens,
         )
-        for name, tokens in (("long", 48), ("short", 16))
+        for name, tokens in (("long", 64), ("short", 24))
     }
     return {"owner": owner, "project": project, "version": version, "rule": rule, "tiers": tiers}
 
