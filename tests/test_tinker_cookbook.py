@@ -13,6 +13,7 @@ on the held-out items rises."""
 import asyncio
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,10 @@ from projects import demo_tasks
 from projects import services as project_services
 from runs.models import Run
 from tests.run_harness import demo_project, tiny_model
+from tests.test_workers_learners import WEAK as WEAK_BASE
 from tests.web_server import served_with_workers
 from tinker_api.models import TinkerModel, TinkerWeights
-from workers.base_model import BaseModelConfig, base_model_build
+from workers.base_model import base_model_build
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.ci_embedded_only]
 __all__ = ["tiny_model"]
@@ -72,22 +74,10 @@ def test_the_cookbooks_supervised_loop_learns_through_the_tinker_api(tiny_model,
     assert Run.objects.get(pk=model.run_id).policy_version == steps
 
 
-# A weak base: pretrained briefly on the demo corpus, whose solutions are often off by one, so it
-# passes some of the scalar items with the constant 3 and fails the rest: rewards vary in a group.
-WEAK = BaseModelConfig(
-    seed=0,
-    corpus_size=2000,
-    vocab_size=300,
-    hidden_size=64,
-    layers=2,
-    heads=2,
-    intermediate_size=128,
-    steps=600,
-    batch_size=16,
-    warmup_steps=10,
-    heldout_size=40,
-    learning_rate=3e-3,
-)
+# The weak base of the SFT and DPO tests, pretrained longer (600 steps): its solutions are often off
+# by one, so it passes some of the scalar items with the constant 3 and fails the rest at
+# temperature 1: rewards vary within a group.
+WEAK = replace(WEAK_BASE, steps=600)
 RL_TRAIN, RL_HELDOUT, RL_BATCH, RL_GROUP, RL_STEPS = 32, 16, 4, 8, 16
 
 
