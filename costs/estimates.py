@@ -139,10 +139,8 @@ def run_estimate(*, tier: Tier, method: str, resolved: dict[str, Any], steps: in
     prices, now = PriceBook.load(), timezone.now()
     per_device_hour = prices.at(Price.Unit.DEVICE_HOUR, device_class, now)
     per_cpu_hour = prices.at(Price.Unit.CPU_HOUR, "", now)
-    money = [
-        float(Decimal(repr(d)) * per_device_hour + Decimal(repr(c)) * per_cpu_hour)
-        for d, c in zip(device, cpu, strict=True)
-    ]
+    # Money as exact as the hours it comes from: floats, kept to the millionth as costs are.
+    money = [d * float(per_device_hour) + c * float(per_cpu_hour) for d, c in zip(device, cpu, strict=True)]
     answer["basis"] = {"runs": past.runs, "steps": past.recorded_steps, "device_class": device_class}
     answer["device_hours"] = _range(device)
     answer["sandbox_cpu_hours"] = _range(cpu)

@@ -14,7 +14,7 @@ from tests.test_cost_estimates import recorded_run
 from tests.test_ui_browser import browser, open_as  # noqa: F401
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # see tests/test_browser.py
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.backend_independent]
 
 
 def test_the_launch_form_shows_the_estimate_and_follows_the_settings(lab, open_as):

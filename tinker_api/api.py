@@ -20,6 +20,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -394,18 +395,22 @@ def _cursor(offset: int, limit: int, total: int) -> dict:
     return {"offset": offset, "limit": limit, "total_count": total}
 
 
+def _paged(key: str, found: QuerySet, render: Callable[[Any], dict], offset: int, limit: int) -> JsonResponse:
+    """One page of `found` under `key`, with the SDK's cursor (offset, limit, total)."""
+    return JsonResponse(
+        {
+            key: [render(row) for row in found[offset : offset + limit]],
+            "cursor": _cursor(offset, limit, found.count()),
+        }
+    )
+
+
 @tinker_api("GET")
 def training_runs(request: HttpRequest, user) -> HttpResponse:
     """The caller's training runs (their models), newest first; `project_id` narrows them."""
     limit, offset, owned = _page(request, 20)
     models = selectors.models_for(user=user, owned=owned, project_id=request.GET.get("project_id"))
-    page = models[offset : offset + limit]
-    return JsonResponse(
-        {
-            "training_runs": [_training_run(model) for model in page],
-            "cursor": _cursor(offset, limit, models.count()),
-        }
-    )
+    return _paged("training_runs", models, _training_run, offset, limit)
 
 
 @tinker_api("GET")
@@ -422,14 +427,7 @@ def sessions(request: HttpRequest, user) -> HttpResponse:
 def user_checkpoints(request: HttpRequest, user) -> HttpResponse:
     """Every checkpoint of the caller's training runs, newest first."""
     limit, offset, _ = _page(request, 100)
-    saved = selectors.weights_for(user=user)
-    page = saved[offset : offset + limit]
-    return JsonResponse(
-        {
-            "checkpoints": [_checkpoint(weights) for weights in page],
-            "cursor": _cursor(offset, limit, saved.count()),
-        }
-    )
+    return _paged("checkpoints", selectors.weights_for(user=user), _checkpoint, offset, limit)
 
 
 @tinker_api("POST")
