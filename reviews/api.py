@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api import idempotent
+from core.callers import caller
 from core.roles import Permission
 from core.schema import NO_CONTENT
 from core.streaming import streamed
@@ -23,7 +24,9 @@ from reviews import serializers as s
 from reviews.models import ReviewQueue
 from runs import selectors as run_selectors
 from runs.api.runs import StepOrderPagination
+from runs.models import Trajectory
 from traces import selectors as trace_selectors
+from traces.models import Trace
 
 # What an export wrote and skipped, in headers: the body is the file itself.
 LINES_HEADER = "Flywheel-Export-Lines"
@@ -42,7 +45,7 @@ class ReviewListView(ApiView):
     )
     def get(self, request: Request) -> Response:
         filters = self.query(s.ReviewFilterSerializer)
-        reviews = selectors.reviews_for(user=request.user)
+        reviews = selectors.reviews_for(user=caller(request))
         wanted = {
             "trajectory__run_id": filters.get("run"),
             "trajectory_id": filters.get("trajectory"),
@@ -61,20 +64,17 @@ class ReviewListView(ApiView):
     @idempotent
     def post(self, request: Request) -> Response:
         data = self.validated(s.ReviewInputSerializer)
+        user = caller(request)
+        trace: Trace | None = None
+        trajectory: Trajectory | None = None
         if "trace" in data:
-            subject = {
-                "trace": trace_selectors.trace_for(
-                    user=request.user, trace_id=data["trace"], permission=Permission.REVIEW
-                )
-            }
+            trace = trace_selectors.trace_for(user=user, trace_id=data["trace"], permission=Permission.REVIEW)
         else:
-            subject = {
-                "trajectory": run_selectors.trajectory_for(
-                    user=request.user, trajectory_id=data["trajectory"], permission=Permission.REVIEW
-                )
-            }
+            trajectory = run_selectors.trajectory_for(
+                user=user, trajectory_id=data["trajectory"], permission=Permission.REVIEW
+            )
         review = services.review_save(
-            **subject, by=request.user, label=data["label"], comment=data["comment"]
+            trajectory=trajectory, trace=trace, by=user, label=data["label"], comment=data["comment"]
         )
         return Response(s.ReviewSerializer(review).data, status=201)
 
@@ -82,13 +82,14 @@ class ReviewListView(ApiView):
 class ReviewDetailView(ApiView):
     @extend_schema(responses=s.ReviewSerializer)
     def get(self, request: Request, id: int) -> Response:
-        return Response(s.ReviewSerializer(selectors.review_for(user=request.user, review_id=id)).data)
+        return Response(s.ReviewSerializer(selectors.review_for(user=caller(request), review_id=id)).data)
 
     @extend_schema(responses=NO_CONTENT, summary="Withdraw a label (its reviewer, or an owner)")
     def delete(self, request: Request, id: int) -> Response:
-        review = selectors.review_for(user=request.user, review_id=id, permission=Permission.REVIEW)
-        if review.reviewer_id != request.user.pk:
-            review = selectors.review_for(user=request.user, review_id=id, permission=Permission.MANAGE)
+        user = caller(request)
+        review = selectors.review_for(user=user, review_id=id, permission=Permission.REVIEW)
+        if review.reviewer_id != user.pk:
+            review = selectors.review_for(user=user, review_id=id, permission=Permission.MANAGE)
         services.review_delete(review=review)
         return Response(status=204)
 
@@ -111,7 +112,7 @@ class ReviewExportView(ApiView):
     )
     def get(self, request: Request) -> StreamingHttpResponse:
         query = self.query(s.ExportQuerySerializer)
-        run = run_selectors.run_for(user=request.user, run_id=query["run"])
+        run = run_selectors.run_for(user=caller(request), run_id=query["run"])
         return export_response(request, run, query["kind"])
 
 
@@ -151,7 +152,7 @@ class PreferenceListView(ApiView):
         summary="Pairwise preferences, newest first",
     )
     def get(self, request: Request) -> Response:
-        preferences = selectors.preferences_for(user=request.user)
+        preferences = selectors.preferences_for(user=caller(request))
         if (run := self.query(s.RunScopeSerializer).get("run")) is not None:
             preferences = preferences.filter(run_id=run)
         return self.paginated(preferences, s.PreferenceSerializer)
@@ -163,15 +164,14 @@ class PreferenceListView(ApiView):
     )
     @idempotent
     def post(self, request: Request) -> Response:
+        user = caller(request)
         data = self.validated(s.PreferenceInputSerializer)
         chosen, rejected = (
-            run_selectors.trajectory_for(
-                user=request.user, trajectory_id=data[key], permission=Permission.REVIEW
-            )
+            run_selectors.trajectory_for(user=user, trajectory_id=data[key], permission=Permission.REVIEW)
             for key in ("chosen", "rejected")
         )
         preference = services.preference_create(
-            chosen=chosen, rejected=rejected, by=request.user, comment=data["comment"]
+            chosen=chosen, rejected=rejected, by=user, comment=data["comment"]
         )
         return Response(s.PreferenceSerializer(preference).data, status=201)
 
@@ -183,7 +183,7 @@ class QueueListView(ApiView):
         summary="Review queues with their progress, newest first",
     )
     def get(self, request: Request) -> Response:
-        queues = selectors.queues_for(user=request.user)
+        queues = selectors.queues_for(user=caller(request))
         scope = self.query(s.QueueScopeSerializer)
         if (run := scope.get("run")) is not None:
             queues = queues.filter(run_id=run)
@@ -201,41 +201,42 @@ class QueueListView(ApiView):
     )
     @idempotent
     def post(self, request: Request) -> Response:
+        user = caller(request)
         data = self.validated(s.QueueInputSerializer)
         if data["source"] == ReviewQueue.Source.TRACES:
             project = project_selectors.project_for(
-                user=request.user, project_id=data["project"], permission=Permission.REVIEW
+                user=user, project_id=data["project"], permission=Permission.REVIEW
             )
             queue = services.queue_create_over_traces(
                 project=project,
                 name=data["name"],
                 filters=dict(data["trace_filters"]),
-                by=request.user,
+                by=user,
                 limit=data.get("limit"),
             )
         else:
-            run = run_selectors.run_for(user=request.user, run_id=data["run"], permission=Permission.REVIEW)
+            run = run_selectors.run_for(user=user, run_id=data["run"], permission=Permission.REVIEW)
             queue = services.queue_create(
                 run=run,
                 name=data["name"],
                 filters=dict(data["filters"]),
-                by=request.user,
+                by=user,
                 limit=data.get("limit"),
             )
-        queue = selectors.queue_for(user=request.user, queue_id=queue.pk)
+        queue = selectors.queue_for(user=user, queue_id=queue.pk)
         return Response(s.ReviewQueueSerializer(queue).data, status=201)
 
 
 class QueueDetailView(ApiView):
     @extend_schema(responses=s.ReviewQueueSerializer)
     def get(self, request: Request, id: int) -> Response:
-        return Response(s.ReviewQueueSerializer(selectors.queue_for(user=request.user, queue_id=id)).data)
+        return Response(s.ReviewQueueSerializer(selectors.queue_for(user=caller(request), queue_id=id)).data)
 
 
 class QueueItemListView(ApiView):
     @extend_schema(responses=s.QueueItemSerializer(many=True), summary="The queue's items in order")
     def get(self, request: Request, id: int) -> Response:
-        queue = selectors.queue_for(user=request.user, queue_id=id)
+        queue = selectors.queue_for(user=caller(request), queue_id=id)
         return self.paginated(
             selectors.queue_items_of(queue=queue), s.QueueItemSerializer, PositionPagination
         )
@@ -248,7 +249,7 @@ class QueueAssignView(ApiView):
         summary="Deal the queue's open items to reviewers in turn (owners and launchers)",
     )
     def post(self, request: Request, id: int) -> Response:
-        queue = selectors.queue_for(user=request.user, queue_id=id, permission=Permission.EDIT)
+        queue = selectors.queue_for(user=caller(request), queue_id=id, permission=Permission.EDIT)
         data = self.validated(s.AssignInputSerializer)
         count = services.queue_assign(queue=queue, reviewer_ids=data["reviewers"], reassign=data["reassign"])
         return Response({"assigned": count})
@@ -261,8 +262,9 @@ class QueueNextView(ApiView):
         summary="The caller's next unreviewed item: assigned to them, else an unassigned one they claim",
     )
     def post(self, request: Request, id: int) -> Response:
-        queue = selectors.queue_for(user=request.user, queue_id=id, permission=Permission.REVIEW)
-        item = services.queue_next(queue=queue, user=request.user)
+        user = caller(request)
+        queue = selectors.queue_for(user=user, queue_id=id, permission=Permission.REVIEW)
+        item = services.queue_next(queue=queue, user=user)
         if item is None:
             return Response(status=204)
         return Response(s.QueueItemSerializer(item).data)
@@ -274,7 +276,7 @@ class TrainOnReviewsView(ApiView):
         summary="What Train on reviews would make of the run's reviews, for SFT and for DPO",
     )
     def get(self, request: Request, id: int) -> Response:
-        run = run_selectors.run_for(user=request.user, run_id=id)
+        run = run_selectors.run_for(user=caller(request), run_id=id)
         checkpoint = run_selectors.checkpoint_default(run)
         counts = training.training_counts(run=run)
         return Response({"run": run.pk, "checkpoint": checkpoint.pk if checkpoint else None, **counts})
@@ -288,9 +290,10 @@ class TrainOnReviewsView(ApiView):
     )
     @idempotent
     def post(self, request: Request, id: int) -> Response:
-        run = run_selectors.run_for(user=request.user, run_id=id, permission=Permission.EDIT)
+        user = caller(request)
+        run = run_selectors.run_for(user=user, run_id=id, permission=Permission.EDIT)
         data = self.validated(s.TrainOnReviewsInputSerializer)
-        result = training.train_on_reviews(run=run, by=request.user, **data)
+        result = training.train_on_reviews(run=run, by=user, **data)
         return Response(s.TrainOnReviewsSerializer(train_on_reviews_data(result)).data, status=201)
 
 
@@ -324,5 +327,5 @@ class ReviewTrainingView(ApiView):
         "(paired, with the interval), beside each run's own figure against the parent checkpoint",
     )
     def get(self, request: Request, id: int) -> Response:
-        training = selectors.review_training_for(user=request.user, training_id=id)
+        training = selectors.review_training_for(user=caller(request), training_id=id)
         return Response(s.ReviewTrainingSerializer(results.review_training_result(training)).data)

@@ -178,7 +178,7 @@ def preference_pairs(run: Run, skipped: Counter, conversations: bool = False) ->
 def pair_texts(pair: Pair) -> tuple[str, str]:
     """What a pair compares: the completions, or for agent episodes their whole conversations."""
     if pair.chosen.item.kind == TaskItem.Kind.AGENT:
-        return tuple(json.dumps(conversation(t)[2:]) for t in (pair.chosen, pair.rejected))
+        return json.dumps(conversation(pair.chosen)[2:]), json.dumps(conversation(pair.rejected)[2:])
     return pair.chosen.completion_text, pair.rejected.completion_text
 
 
@@ -356,21 +356,25 @@ def review_rows(run: Run) -> list[dict[str, Any]]:
         .select_related("trajectory__item", "reviewer")
         .order_by("created_at", "pk")
     )
-    return [
-        {
-            "trajectory": review.trajectory_id,
-            "item": review.trajectory.item.external_id,
-            "reviewer": review.reviewer.get_username(),
-            "label": review.label,
-            "comment": review.comment,
-            "reward": review.trajectory.reward,
-            "outcome": review.trajectory.outcome,
-            "policy_version": review.trajectory.policy_version,
-            "created_at": review.created_at.isoformat(),
-            "updated_at": review.updated_at.isoformat(),
-        }
-        for review in reviews
-    ]
+    rows = []
+    for review in reviews:
+        trajectory = review.trajectory
+        assert trajectory is not None  # the query is over the run's trajectories' reviews
+        rows.append(
+            {
+                "trajectory": trajectory.pk,
+                "item": trajectory.item.external_id,
+                "reviewer": review.reviewer.get_username(),
+                "label": review.label,
+                "comment": review.comment,
+                "reward": trajectory.reward,
+                "outcome": trajectory.outcome,
+                "policy_version": trajectory.policy_version,
+                "created_at": review.created_at.isoformat(),
+                "updated_at": review.updated_at.isoformat(),
+            }
+        )
+    return rows
 
 
 def review_jsonl(rows: list[dict[str, Any]]) -> list[str]:

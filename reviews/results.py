@@ -60,15 +60,19 @@ def _state(run: Run, control: Run | None) -> str:
     return "complete" if final_step(run) is not None and final_step(control) is not None else "incomplete"
 
 
-def lift_over_control(run: Run, control: Run) -> dict[str, Any]:
-    """The paired comparison of the two final evaluations: before = control, after = reviews run."""
+def lift_over_control(run: Run, control: Run | None) -> dict[str, Any] | None:
+    """The paired comparison of the two final evaluations: before = control, after = reviews run;
+    None unless both finished with one (the `complete` state)."""
+    run_step, control_step = final_step(run), final_step(control)
+    if control is None or run_step is None or control_step is None:
+        return None
     comparison = outcomes.paired_compare(
-        scores_by_external_id(control.pk, final_step(control)), scores_by_external_id(run.pk, final_step(run))
+        scores_by_external_id(control.pk, control_step), scores_by_external_id(run.pk, run_step)
     )
     detail = comparison.as_dict()
     return detail | {
-        "control_step": final_step(control),
-        "run_step": final_step(run),
+        "control_step": control_step,
+        "run_step": run_step,
         "verdict": VERDICTS[comparison.verdict],
     }
 
@@ -96,7 +100,7 @@ def review_training_result(training: ReviewTraining) -> dict[str, Any]:
     """The result of a Train on reviews as the page and REST show it."""
     run, control = training.run, training.control
     state = _state(run, control)
-    lift = lift_over_control(run, control) if state == "complete" else None
+    lift = lift_over_control(run, control)  # None in every state but complete
     other = control.pk if control else training.parent_id
     return {
         "id": training.pk,

@@ -33,14 +33,19 @@ def preferences_mark(group: list[Trajectory], current: Trajectory) -> None:
     when a preference between it and the page's trajectory exists)."""
     ids = [member.pk for member in group]
     preferences = Preference.objects.filter(chosen_id__in=ids, rejected_id__in=ids).select_related("reviewer")
-    for member in group:
-        member.won, member.lost, member.versus_current = [], [], None
-    by_id = {member.pk: member for member in group}
+    won: dict[int, list[tuple[int, str]]] = {pk: [] for pk in ids}
+    lost: dict[int, list[tuple[int, str]]] = {pk: [] for pk in ids}
+    versus_current: dict[int, int | None] = dict.fromkeys(ids)
     for preference in preferences.order_by("pk"):
         who = preference.reviewer.get_username()
-        by_id[preference.chosen_id].won.append((preference.rejected_id, who))
-        by_id[preference.rejected_id].lost.append((preference.chosen_id, who))
+        won[preference.chosen_id].append((preference.rejected_id, who))
+        lost[preference.rejected_id].append((preference.chosen_id, who))
         pair = {preference.chosen_id, preference.rejected_id}
         if current.pk in pair and len(pair) == 2:
-            other = by_id[(pair - {current.pk}).pop()]
-            other.versus_current = preference.chosen_id
+            versus_current[(pair - {current.pk}).pop()] = preference.chosen_id
+    for member in group:
+        # Display attributes for the group's cards (runs/trajectory_group.html), not model fields:
+        # set through the instance's namespace, since Trajectory declares no such attributes.
+        vars(member).update(
+            won=won[member.pk], lost=lost[member.pk], versus_current=versus_current[member.pk]
+        )

@@ -1,6 +1,6 @@
 """Reads of the review workflow, through the caller's role in the run's project (runs.selectors)."""
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 
@@ -9,37 +9,42 @@ from projects import selectors as project_selectors
 from reviews.models import Preference, QueueItem, Review, ReviewQueue, ReviewTraining
 
 
-def reviews_for(*, user: AbstractBaseUser) -> QuerySet[Review]:
+def reviews_for(*, user: User) -> QuerySet[Review]:
     projects = project_selectors.visible_project_ids(user=user)
     return Review.objects.filter(
         Q(trajectory__run__project_id__in=projects) | Q(trace__project_id__in=projects)
     ).select_related("reviewer")
 
 
-def review_for(*, user: AbstractBaseUser, review_id: int, permission: str = Permission.VIEW) -> Review:
+def review_for(*, user: User, review_id: int, permission: str = Permission.VIEW) -> Review:
     review = (
         Review.objects.select_related("trajectory__run", "trace", "reviewer").filter(pk=review_id).first()
     )
     if review is None:
         raise Http404("no such review")
-    project_id = review.trace.project_id if review.trace_id else review.trajectory.run.project_id
+    if review.trace is not None:
+        project_id = review.trace.project_id
+    else:
+        # A review is of exactly one trace or one trajectory (the model's check constraint).
+        assert review.trajectory is not None
+        project_id = review.trajectory.run.project_id
     project_selectors.require(user=user, project_id=project_id, permission=permission)
     return review
 
 
-def preferences_for(*, user: AbstractBaseUser) -> QuerySet[Preference]:
+def preferences_for(*, user: User) -> QuerySet[Preference]:
     projects = project_selectors.visible_project_ids(user=user)
     return Preference.objects.filter(run__project_id__in=projects).select_related("reviewer")
 
 
-def queues_for(*, user: AbstractBaseUser) -> QuerySet[ReviewQueue]:
+def queues_for(*, user: User) -> QuerySet[ReviewQueue]:
     projects = project_selectors.visible_project_ids(user=user)
     return ReviewQueue.objects.filter(project_id__in=projects).annotate(
         item_count=Count("items"), done_count=Count("items", filter=Q(items__done_at__isnull=False))
     )
 
 
-def queue_for(*, user: AbstractBaseUser, queue_id: int, permission: str = Permission.VIEW) -> ReviewQueue:
+def queue_for(*, user: User, queue_id: int, permission: str = Permission.VIEW) -> ReviewQueue:
     queue = queues_for(user=user).select_related("run", "project").filter(pk=queue_id).first()
     if queue is None:
         # Also when it exists in a project the caller is not in: absent, not forbidden.
@@ -56,6 +61,7 @@ def labels_of(*, trajectory_ids: list[int]) -> dict[int, list[Review]]:
     """Each trajectory's reviews, for showing labels beside a page of trajectories."""
     found: dict[int, list[Review]] = {}
     for review in Review.objects.filter(trajectory_id__in=trajectory_ids).select_related("reviewer"):
+        assert review.trajectory_id is not None  # selected by it
         found.setdefault(review.trajectory_id, []).append(review)
     return found
 
@@ -93,9 +99,7 @@ def agreement_of(*, run) -> dict:
     }
 
 
-def review_training_for(
-    *, user: AbstractBaseUser, training_id: int, permission: str = Permission.VIEW
-) -> ReviewTraining:
+def review_training_for(*, user: User, training_id: int, permission: str = Permission.VIEW) -> ReviewTraining:
     training = (
         ReviewTraining.objects.select_related("run", "control", "parent").filter(pk=training_id).first()
     )

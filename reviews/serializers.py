@@ -16,7 +16,8 @@ class ReviewFilterSerializer(serializers.Serializer):
     run = serializers.IntegerField(required=False, min_value=1)
     trajectory = serializers.IntegerField(required=False, min_value=1)
     trace = serializers.IntegerField(required=False, min_value=1, help_text="A trace id")
-    label = serializers.ChoiceField(choices=Review.Label.choices, required=False)
+    # Shadows Field.label in the stubs; DRF's metaclass moves declared fields off the class.
+    label = serializers.ChoiceField(choices=Review.Label.choices, required=False)  # type: ignore[assignment]
     reviewer = serializers.IntegerField(required=False, min_value=1, help_text="A user id")
 
 
@@ -26,7 +27,10 @@ class RunScopeSerializer(serializers.Serializer):
 
 class QueueScopeSerializer(RunScopeSerializer):
     project = serializers.IntegerField(required=False, min_value=1)
-    source = serializers.ChoiceField(choices=ReviewQueue.Source.choices, required=False)
+    # Shadows Field.source in the stubs; DRF's metaclass moves declared fields off the class.
+    source = serializers.ChoiceField(  # type: ignore[assignment]
+        choices=ReviewQueue.Source.choices, required=False
+    )
 
 
 class ExportQuerySerializer(serializers.Serializer):
@@ -46,7 +50,8 @@ class ExportQuerySerializer(serializers.Serializer):
 class ReviewInputSerializer(serializers.Serializer):
     trajectory = serializers.IntegerField(min_value=1, required=False, help_text="A trajectory, or")
     trace = serializers.IntegerField(min_value=1, required=False, help_text="a production trace")
-    label = serializers.ChoiceField(choices=Review.Label.choices)
+    # Shadows Field.label in the stubs; DRF's metaclass moves declared fields off the class.
+    label = serializers.ChoiceField(choices=Review.Label.choices)  # type: ignore[assignment]
     comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
 
     def validate(self, data: dict) -> dict:
@@ -64,18 +69,21 @@ class PreferenceInputSerializer(serializers.Serializer):
 class QueueFiltersSerializer(TrajectoryFilterSerializer):
     """The trajectory filters a queue is built from (its run is the queue's)."""
 
-    run = None
-    after = None
+    # None takes the inherited filter out (DRF's way of removing a declared field).
+    run = None  # type: ignore[assignment]
+    after = None  # type: ignore[assignment]
 
 
 class QueueTraceFiltersSerializer(TraceFilterSerializer):
     """The trace filters a queue over traces is built from (its project is the queue's)."""
 
-    project = None
+    # None takes the inherited filter out (DRF's way of removing a declared field).
+    project = None  # type: ignore[assignment]
 
 
 class QueueInputSerializer(serializers.Serializer):
-    source = serializers.ChoiceField(
+    # Shadows Field.source in the stubs; DRF's metaclass moves declared fields off the class.
+    source = serializers.ChoiceField(  # type: ignore[assignment]
         choices=ReviewQueue.Source.choices,
         default=ReviewQueue.Source.TRAJECTORIES,
         help_text="trajectories: a run's (give run and filters); traces: a project's (give project "
@@ -230,7 +238,8 @@ class NewVersionSerializer(serializers.Serializer):
 
 class TrainOnReviewsSerializer(serializers.Serializer):
     run = RunDetailSerializer(help_text="The new run, as GET runs/{id} shows it")
-    parent = serializers.IntegerField(help_text="The reviewed run")
+    # Shadows Field.parent in the stubs; DRF's metaclass moves declared fields off the class.
+    parent = serializers.IntegerField(help_text="The reviewed run")  # type: ignore[assignment]
     checkpoint = serializers.IntegerField(help_text="The parent's checkpoint the new run starts from")
     task_set_version = NewVersionSerializer()
     counts = TrainingCountsSerializer()
@@ -286,7 +295,8 @@ class ReviewTrainingSerializer(serializers.Serializer):
     )
     method = serializers.CharField()
     steps = serializers.IntegerField()
-    parent = serializers.IntegerField(help_text="The reviewed run")
+    # Shadows Field.parent in the stubs; DRF's metaclass moves declared fields off the class.
+    parent = serializers.IntegerField(help_text="The reviewed run")  # type: ignore[assignment]
     checkpoint = serializers.IntegerField(allow_null=True, help_text="The checkpoint both runs start from")
     counts = TrainingCountsSerializer()
     run = RunFigureSerializer(help_text="The reviews run against the parent checkpoint")

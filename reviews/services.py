@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from itertools import cycle
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -45,7 +45,7 @@ def _announce(run_id: int, payload: dict[str, Any]) -> None:
 @transaction.atomic
 def review_save(
     *,
-    by: AbstractBaseUser,
+    by: User,
     label: str,
     comment: str = "",
     trajectory: Trajectory | None = None,
@@ -66,15 +66,13 @@ def review_save(
     open_items.filter(assignee__isnull=True).update(done_at=timezone.now(), assignee=by)
     if trajectory is not None:
         _announce(trajectory.run_id, {"trajectory": trajectory.pk, "label": label, "review": review.pk})
-    else:
+    elif trace is not None:
         events.project_event(trace.project_id, "trace.review", {"trace": trace.pk, "label": label})
     return review
 
 
 @transaction.atomic
-def review_save_many(
-    *, trajectories: Iterable[Trajectory], by: AbstractBaseUser, label: str, comment: str = ""
-) -> int:
+def review_save_many(*, trajectories: Iterable[Trajectory], by: User, label: str, comment: str = "") -> int:
     """The same label (and comment) from one reviewer on each trajectory: a bulk labelling of a
     selection, all or nothing. Returns how many were labelled."""
     count = 0
@@ -87,20 +85,20 @@ def review_save_many(
 
 
 def review_delete(*, review: Review) -> None:
-    if review.trace_id is not None:
-        project_id, trace_id = review.trace.project_id, review.trace_id
+    if review.trace is not None:
+        project_id, trace_id = review.trace.project_id, review.trace.pk
         review.delete()
         events.project_event(project_id, "trace.review", {"trace": trace_id, "label": None})
         return
-    run_id, trajectory_id = review.trajectory.run_id, review.trajectory_id
+    # A review is of exactly one trace or one trajectory (the model's check constraint).
+    assert review.trajectory is not None
+    run_id, trajectory_id = review.trajectory.run_id, review.trajectory.pk
     review.delete()
     _announce(run_id, {"trajectory": trajectory_id, "label": None})
 
 
 @transaction.atomic
-def preference_create(
-    *, chosen: Trajectory, rejected: Trajectory, by: AbstractBaseUser, comment: str = ""
-) -> Preference:
+def preference_create(*, chosen: Trajectory, rejected: Trajectory, by: User, comment: str = "") -> Preference:
     """`chosen` over `rejected`: two different trajectories of one run for the same prompt."""
     if chosen.pk == rejected.pk:
         raise ValidationError({"rejected": "must be a different trajectory from chosen"})
@@ -127,7 +125,7 @@ def queue_filters_clean(filters: dict[str, Any]) -> dict[str, Any]:
 
 @transaction.atomic
 def queue_create(
-    *, run: Run, name: str, filters: dict[str, Any], by: AbstractBaseUser, limit: int | None = None
+    *, run: Run, name: str, filters: dict[str, Any], by: User, limit: int | None = None
 ) -> ReviewQueue:
     """A queue of the run's trajectories that match `filters`, oldest first."""
     filters = queue_filters_clean(filters)
@@ -145,7 +143,7 @@ def queue_create(
 
 @transaction.atomic
 def queue_create_over_traces(
-    *, project: Project, name: str, filters: dict[str, Any], by: AbstractBaseUser, limit: int | None = None
+    *, project: Project, name: str, filters: dict[str, Any], by: User, limit: int | None = None
 ) -> ReviewQueue:
     """A queue of the project's traces that match `filters` (traces.selectors), oldest first."""
     filters = {key: value for key, value in filters.items() if value not in (None, "")}
@@ -163,7 +161,7 @@ def queue_create_over_traces(
     return queue
 
 
-def _reviewers_of(queue: ReviewQueue, user_ids: Iterable[int]) -> list[AbstractBaseUser]:
+def _reviewers_of(queue: ReviewQueue, user_ids: Iterable[int]) -> list[User]:
     memberships = {
         m.user_id: m
         for m in Membership.objects.filter(project_id=queue.project_id, user_id__in=user_ids).select_related(
@@ -198,7 +196,7 @@ def queue_assign(*, queue: ReviewQueue, reviewer_ids: list[int], reassign: bool 
     return len(pairs)
 
 
-def queue_next(*, queue: ReviewQueue, user: AbstractBaseUser) -> QueueItem | None:
+def queue_next(*, queue: ReviewQueue, user: User) -> QueueItem | None:
     """The caller's next open item: one assigned to them, else an unassigned one they claim
     (a conditional update, so two reviewers never claim the same item)."""
     open_items = queue.items.filter(done_at__isnull=True).select_related("trajectory", "trace")

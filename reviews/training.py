@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
@@ -64,6 +64,7 @@ CONTROL_SCHEDULE = ("checkpoint_every", "eval_every")
 class TrainOnReviews:
     run: Run
     control: Run
+    checkpoint: Checkpoint  # the parent's, where both runs start
     training: ReviewTraining
     version: TaskSetVersion
     version_created: bool
@@ -146,7 +147,7 @@ def final_checkpoint(run: Run) -> Checkpoint:
     return checkpoint
 
 
-def _task_set_for(run: Run, by: AbstractBaseUser, name: str | None) -> TaskSet:
+def _task_set_for(run: Run, by: User, name: str | None) -> TaskSet:
     name = (name or f"{run.task_set_version.task_set.name} reviews")[:100].strip()
     task_set = TaskSet.objects.filter(project_id=run.project_id, name=name).first()
     if task_set is None:
@@ -171,7 +172,7 @@ def _hyperparameters(run: Run, method: str, examples: int, max_steps: int, given
 def train_on_reviews(
     *,
     run: Run,
-    by: AbstractBaseUser,
+    by: User,
     method: str,
     name: str | None = None,
     max_steps: int | None = None,
@@ -206,6 +207,7 @@ def train_on_reviews(
         raise ValidationError({"task_set": "; ".join(str(error) for error in report.errors)})
     steps = max_steps or DEFAULT_MAX_STEPS
     version = report.version
+    assert version is not None  # an import that is no dry run and found no error made (or found) one
     request = RunRequest(
         project=run.project,
         name=name or f"{run.name} · {method} on reviews",
@@ -232,6 +234,7 @@ def train_on_reviews(
     return TrainOnReviews(
         run=child,
         control=control,
+        checkpoint=checkpoint,
         training=training,
         version=version,
         version_created=report.created,
@@ -239,7 +242,7 @@ def train_on_reviews(
     )
 
 
-def control_launch(*, parent: Run, checkpoint: Checkpoint, child: Run, by: AbstractBaseUser) -> Run:
+def control_launch(*, parent: Run, checkpoint: Checkpoint, child: Run, by: User) -> Run:
     """`checkpoint` continued for `child`'s steps by `parent`'s own method and settings on its own
     data, without the reviews: what the run on the reviews has to beat."""
     schedule = {name: child.resolved[name] for name in CONTROL_SCHEDULE if name in child.resolved}

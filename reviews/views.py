@@ -8,11 +8,12 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.db.models import Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from core.callers import caller
 from core.exceptions import StateError
 from core.roles import Permission, role_allows
 from projects import selectors as project_selectors
@@ -44,14 +45,15 @@ def _back(request: HttpRequest, fallback: str) -> HttpResponse:
 @login_required
 @require_POST
 def trajectory_review(request: HttpRequest, trajectory_id: int) -> HttpResponse:
+    user = caller(request)
     trajectory = run_selectors.trajectory_for(
-        user=request.user, trajectory_id=trajectory_id, permission=Permission.REVIEW
+        user=user, trajectory_id=trajectory_id, permission=Permission.REVIEW
     )
     fallback = reverse("trajectory-detail", args=[trajectory.pk])
     try:
         services.review_save(
             trajectory=trajectory,
-            by=request.user,
+            by=user,
             label=request.POST.get("label", ""),
             comment=request.POST.get("comment", "")[:10_000],
         )
@@ -63,7 +65,7 @@ def trajectory_review(request: HttpRequest, trajectory_id: int) -> HttpResponse:
     )
     queue = request.POST.get("queue", "")
     if queue.isdigit():  # working through a queue: straight on to the next item
-        return _next_in(request, selectors.queue_for(user=request.user, queue_id=int(queue)))
+        return _next_in(request, selectors.queue_for(user=user, queue_id=int(queue)))
     return _back(request, fallback)
 
 
@@ -74,7 +76,8 @@ BULK_MAX = 500
 @require_POST
 def trajectory_bulk_review(request: HttpRequest, run_id: int) -> HttpResponse:
     """One label for every ticked trajectory of the run (the trajectory browser's selection)."""
-    run = run_selectors.run_for(user=request.user, run_id=run_id, permission=Permission.REVIEW)
+    user = caller(request)
+    run = run_selectors.run_for(user=user, run_id=run_id, permission=Permission.REVIEW)
     fallback = reverse("trajectory-list", args=[run.pk])
     ids = [int(value) for value in request.POST.getlist("trajectory") if value.isdigit()][:BULK_MAX]
     trajectories = list(run.trajectories.filter(pk__in=ids).order_by("pk"))
@@ -82,7 +85,7 @@ def trajectory_bulk_review(request: HttpRequest, run_id: int) -> HttpResponse:
     try:
         count = services.review_save_many(
             trajectories=trajectories,
-            by=request.user,
+            by=user,
             label=label,
             comment=request.POST.get("comment", "")[:10_000],
         )
@@ -95,7 +98,7 @@ def trajectory_bulk_review(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def _next_in(request: HttpRequest, queue) -> HttpResponse:
-    item = services.queue_next(queue=queue, user=request.user)
+    item = services.queue_next(queue=queue, user=caller(request))
     if item is None:
         messages.success(request, "Nothing left for you in this queue.")
         return redirect("review-queue-detail", queue_id=queue.pk)
@@ -107,12 +110,13 @@ def _next_in(request: HttpRequest, queue) -> HttpResponse:
 @login_required
 @require_POST
 def trace_review(request: HttpRequest, trace_id: int) -> HttpResponse:
-    trace = trace_selectors.trace_for(user=request.user, trace_id=trace_id, permission=Permission.REVIEW)
+    user = caller(request)
+    trace = trace_selectors.trace_for(user=user, trace_id=trace_id, permission=Permission.REVIEW)
     fallback = reverse("trace-detail", args=[trace.pk])
     try:
         services.review_save(
             trace=trace,
-            by=request.user,
+            by=user,
             label=request.POST.get("label", ""),
             comment=request.POST.get("comment", "")[:10_000],
         )
@@ -124,7 +128,7 @@ def trace_review(request: HttpRequest, trace_id: int) -> HttpResponse:
     )
     queue = request.POST.get("queue", "")
     if queue.isdigit():
-        return _next_in(request, selectors.queue_for(user=request.user, queue_id=int(queue)))
+        return _next_in(request, selectors.queue_for(user=user, queue_id=int(queue)))
     return _back(request, fallback)
 
 
@@ -132,9 +136,8 @@ def trace_review(request: HttpRequest, trace_id: int) -> HttpResponse:
 @require_POST
 def trace_queue_create(request: HttpRequest, project_id: int) -> HttpResponse:
     """A review queue over the traces the traces page's filters select."""
-    project = project_selectors.project_for(
-        user=request.user, project_id=project_id, permission=Permission.REVIEW
-    )
+    user = caller(request)
+    project = project_selectors.project_for(user=user, project_id=project_id, permission=Permission.REVIEW)
     form = TraceFilterSerializer(
         data={k: v for k, v in request.POST.items() if v and k != "csrfmiddlewaretoken"}
     )
@@ -143,7 +146,7 @@ def trace_queue_create(request: HttpRequest, project_id: int) -> HttpResponse:
         return redirect("trace-list", project_id=project.pk)
     filters = {k: v for k, v in form.validated_data.items() if k not in ("project",)}
     name = request.POST.get("name", "").strip()[:100] or "traces"
-    queue = services.queue_create_over_traces(project=project, name=name, filters=filters, by=request.user)
+    queue = services.queue_create_over_traces(project=project, name=name, filters=filters, by=user)
     messages.success(request, f"Queue {queue.name} created with {queue.items.count()} traces.")
     return redirect("review-queue-detail", queue_id=queue.pk)
 
@@ -152,21 +155,20 @@ def trace_queue_create(request: HttpRequest, project_id: int) -> HttpResponse:
 @require_POST
 def trajectory_prefer(request: HttpRequest, trajectory_id: int) -> HttpResponse:
     """This trajectory is better than `other` (or, with better=other, worse)."""
+    user = caller(request)
     trajectory = run_selectors.trajectory_for(
-        user=request.user, trajectory_id=trajectory_id, permission=Permission.REVIEW
+        user=user, trajectory_id=trajectory_id, permission=Permission.REVIEW
     )
     fallback = reverse("trajectory-group", args=[trajectory.pk])
     other_id = request.POST.get("other", "")
     if not other_id.isdigit():
         messages.error(request, "Not recorded: choose the other trajectory.")
         return _back(request, fallback)
-    other = run_selectors.trajectory_for(
-        user=request.user, trajectory_id=int(other_id), permission=Permission.REVIEW
-    )
+    other = run_selectors.trajectory_for(user=user, trajectory_id=int(other_id), permission=Permission.REVIEW)
     chosen, rejected = (other, trajectory) if request.POST.get("better") == "other" else (trajectory, other)
     try:
         services.preference_create(
-            chosen=chosen, rejected=rejected, by=request.user, comment=request.POST.get("comment", "")
+            chosen=chosen, rejected=rejected, by=user, comment=request.POST.get("comment", "")
         )
     except ValidationError as exc:
         messages.error(request, f"Not recorded: {_refusal(exc)}")
@@ -195,8 +197,9 @@ def _filters_from(data) -> dict:
 @login_required
 @require_http_methods(["GET", "POST"])
 def queue_list(request: HttpRequest, run_id: int) -> HttpResponse:
+    user = caller(request)
     permission = Permission.REVIEW if request.method == "POST" else Permission.VIEW
-    run = run_selectors.run_for(user=request.user, run_id=run_id, permission=permission)
+    run = run_selectors.run_for(user=user, run_id=run_id, permission=permission)
     if request.method == "POST":
         try:
             filters = services.queue_filters_clean(_filters_from(request.POST))
@@ -211,7 +214,7 @@ def queue_list(request: HttpRequest, run_id: int) -> HttpResponse:
                 run=run,
                 name=request.POST.get("name", "").strip()[:100] or "queue",
                 filters=filters,
-                by=request.user,
+                by=user,
             )
         except ValidationError as exc:
             messages.error(request, f"Not created: {_refusal(exc)}")
@@ -221,10 +224,10 @@ def queue_list(request: HttpRequest, run_id: int) -> HttpResponse:
                 request, f"Queue {queue.name} created with {count} trajector{'y' if count == 1 else 'ies'}."
             )
             return redirect("review-queue-detail", queue_id=queue.pk)
-    access = page_access(user=request.user, project=run.project)
+    access = page_access(user=user, project=run.project)
     context = access | {
         "run": run,
-        "queues": selectors.queues_for(user=request.user).filter(run=run).order_by("-created_at"),
+        "queues": selectors.queues_for(user=user).filter(run=run).order_by("-created_at"),
         "can_review": role_allows(access["role"], Permission.REVIEW),
         "labels": Review.Label.choices,
         "outcomes": run.trajectories.model.Outcome.choices,
@@ -237,8 +240,9 @@ def queue_list(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
-    queue = selectors.queue_for(user=request.user, queue_id=queue_id)
-    access = page_access(user=request.user, project=queue.project)
+    user = caller(request)
+    queue = selectors.queue_for(user=user, queue_id=queue_id)
+    access = page_access(user=user, project=queue.project)
     reviewers = [
         m.user
         for m in Membership.objects.filter(project=queue.project).select_related("user")
@@ -251,10 +255,10 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
         "items": items,
         "reviewers": reviewers,
         "can_review": role_allows(access["role"], Permission.REVIEW),
-        "mine_open": sum(1 for item in items if item.assignee_id == request.user.pk and item.done_at is None),
+        "mine_open": sum(1 for item in items if item.assignee_id == user.pk and item.done_at is None),
         # What "Review next" could give this reviewer: theirs, or an unassigned open item.
         "open_for_me": queue.items.filter(done_at__isnull=True)
-        .filter(Q(assignee__isnull=True) | Q(assignee=request.user.pk))
+        .filter(Q(assignee__isnull=True) | Q(assignee=user.pk))
         .exists(),
     }
     return render(request, "reviews/queue_detail.html", context)
@@ -263,7 +267,7 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def queue_assign(request: HttpRequest, queue_id: int) -> HttpResponse:
-    queue = selectors.queue_for(user=request.user, queue_id=queue_id, permission=Permission.EDIT)
+    queue = selectors.queue_for(user=caller(request), queue_id=queue_id, permission=Permission.EDIT)
     ids = [int(value) for value in request.POST.getlist("reviewers") if value.isdigit()]
     try:
         count = services.queue_assign(
@@ -279,14 +283,16 @@ def queue_assign(request: HttpRequest, queue_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def queue_next(request: HttpRequest, queue_id: int) -> HttpResponse:
-    queue = selectors.queue_for(user=request.user, queue_id=queue_id, permission=Permission.REVIEW)
+    queue = selectors.queue_for(user=caller(request), queue_id=queue_id, permission=Permission.REVIEW)
     return _next_in(request, queue)
 
 
 @login_required
 @require_GET
-def run_labels_export(request: HttpRequest, run_id: int, extension: str) -> HttpResponse:
-    run = run_selectors.run_for(user=request.user, run_id=run_id)
+def run_labels_export(
+    request: HttpRequest, run_id: int, extension: str
+) -> HttpResponse | StreamingHttpResponse:
+    run = run_selectors.run_for(user=caller(request), run_id=run_id)
     if extension not in ("csv", "jsonl"):
         raise Http404("labels export as csv or jsonl")
     if not run.trajectories.filter(reviews__isnull=False).exists():
@@ -311,8 +317,8 @@ def _back_to_page(request: HttpRequest, run) -> HttpResponse:
 
 @login_required
 @require_GET
-def run_export(request: HttpRequest, run_id: int, export_format: str) -> HttpResponse:
-    run = run_selectors.run_for(user=request.user, run_id=run_id)
+def run_export(request: HttpRequest, run_id: int, export_format: str) -> HttpResponse | StreamingHttpResponse:
+    run = run_selectors.run_for(user=caller(request), run_id=run_id)
     if export_format not in exports.FORMATS:
         raise Http404(f"no export format {export_format}; known: {', '.join(exports.FORMATS)}")
     why = exports.empty_reason(run=run, export_format=export_format)
@@ -327,14 +333,15 @@ def run_export(request: HttpRequest, run_id: int, export_format: str) -> HttpRes
 @require_POST
 def train_on_reviews(request: HttpRequest, run_id: int) -> HttpResponse:
     """The run page's Train on reviews: a new version and a run on it, then that run's page."""
-    run = run_selectors.run_for(user=request.user, run_id=run_id, permission=Permission.EDIT)
+    user = caller(request)
+    run = run_selectors.run_for(user=user, run_id=run_id, permission=Permission.EDIT)
     steps = request.POST.get("max_steps", "")
     try:
         if steps and (not steps.isdigit() or not 1 <= int(steps) <= 100_000):
             raise ValidationError({"max_steps": "must be a whole number from 1 to 100000"})
         result = training.train_on_reviews(
             run=run,
-            by=request.user,
+            by=user,
             method=request.POST.get("method", ""),
             max_steps=int(steps) if steps else None,
         )
@@ -352,7 +359,7 @@ def train_on_reviews(request: HttpRequest, run_id: int) -> HttpResponse:
     messages.success(
         request,
         f"{version} holds {what} and {counts['heldout_items']} held-out items; "
-        f"run {result.run.name} starts from {run.name}'s checkpoint {result.run.parent_checkpoint.step}, "
+        f"run {result.run.name} starts from {run.name}'s checkpoint {result.checkpoint.step}, "
         f"beside its control {result.control.name} (the same checkpoint, the same steps, no reviews).",
     )
     return redirect("run-detail", run_id=result.run.pk)

@@ -1,7 +1,7 @@
 """Reads of reward rules, always through the caller's role (projects.selectors.require): a rule of a
 project the user is not in is reported as absent (404), a role without the permission gets 403."""
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Count, Max, QuerySet
 from django.http import Http404
 
@@ -15,7 +15,7 @@ def _with_latest(rules: QuerySet[RewardRule]) -> QuerySet[RewardRule]:
     return rules.annotate(latest_number=Max("versions__number"), version_count=Count("versions"))
 
 
-def reward_rules_for(*, user: AbstractBaseUser) -> QuerySet[RewardRule]:
+def reward_rules_for(*, user: User) -> QuerySet[RewardRule]:
     rules = RewardRule.objects.filter(project_id__in=visible_project_ids(user=user))
     return _with_latest(rules.select_related("project"))
 
@@ -24,7 +24,7 @@ def reward_rules_of(*, project: Project) -> QuerySet[RewardRule]:
     return _with_latest(project.reward_rules.all()).order_by("name")
 
 
-def reward_rule_for(*, user: AbstractBaseUser, rule_id: int, permission: str = Permission.VIEW) -> RewardRule:
+def reward_rule_for(*, user: User, rule_id: int, permission: str = Permission.VIEW) -> RewardRule:
     rule = RewardRule.objects.select_related("project").filter(pk=rule_id).first()
     if rule is None:
         raise Http404("no such reward rule")
@@ -48,7 +48,7 @@ def version_of(*, rule: RewardRule, number: int) -> RewardRuleVersion:
 
 
 def reward_rule_version_for(
-    *, user: AbstractBaseUser, rule_id: int, number: int, permission: str = Permission.VIEW
+    *, user: User, rule_id: int, number: int, permission: str = Permission.VIEW
 ) -> RewardRuleVersion:
     return version_of(rule=reward_rule_for(user=user, rule_id=rule_id, permission=permission), number=number)
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -85,7 +85,7 @@ def reward_rule_create(
     project: Project,
     name: str,
     spec: Any,
-    by: AbstractBaseUser,
+    by: User,
     description: str = "",
     note: str = "",
 ) -> RewardRule:
@@ -103,9 +103,7 @@ def reward_rule_create(
     return rule
 
 
-def _version_create(
-    *, rule: RewardRule, number: int, spec: dict, by: AbstractBaseUser, note: str
-) -> RewardRuleVersion:
+def _version_create(*, rule: RewardRule, number: int, spec: dict, by: User, note: str) -> RewardRuleVersion:
     return RewardRuleVersion.objects.create(
         rule=rule,
         number=number,
@@ -126,7 +124,7 @@ class RuleUpdate:
 def reward_rule_update(
     *,
     rule: RewardRule,
-    by: AbstractBaseUser,
+    by: User,
     name: str | None = None,
     description: str | None = None,
     spec: Any = None,
@@ -202,7 +200,7 @@ def diff_line_kind(line: str) -> str:
 
 
 def reward_rule_import_openai(
-    *, project: Project, name: str, grader: Any, by: AbstractBaseUser, description: str = ""
+    *, project: Project, name: str, grader: Any, by: User, description: str = ""
 ) -> RewardRule:
     """A rule from an OpenAI grader object, pasted as is; problems name their place in `grader`."""
     if not isinstance(grader, dict):

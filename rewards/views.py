@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from core.callers import caller
 from core.exceptions import StateError
 from core.roles import Permission
 from projects import selectors as project_selectors
@@ -48,41 +49,40 @@ def _editor_context(form: django_forms.Form, problems: list[dict] | None = None)
 @login_required
 @require_GET
 def reward_rule_list(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = project_selectors.project_for(user=request.user, project_id=project_id)
-    context = page_access(user=request.user, project=project) | {
-        "rules": selectors.reward_rules_of(project=project)
-    }
+    user = caller(request)
+    project = project_selectors.project_for(user=user, project_id=project_id)
+    context = page_access(user=user, project=project) | {"rules": selectors.reward_rules_of(project=project)}
     return render(request, "rewards/rule_list.html", context)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def reward_rule_create(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = project_selectors.project_for(
-        user=request.user, project_id=project_id, permission=Permission.EDIT
-    )
+    user = caller(request)
+    project = project_selectors.project_for(user=user, project_id=project_id, permission=Permission.EDIT)
     initial = {"spec": services.spec_pretty_json(forms.STARTER_SPEC)}
     form = forms.RewardRuleForm(request.POST if request.method == "POST" else None, initial=initial)
     problems: list[dict] = []
     if form.is_bound and form.is_valid():
         try:
-            rule = services.reward_rule_create(project=project, by=request.user, **form.cleaned_data)
+            rule = services.reward_rule_create(project=project, by=user, **form.cleaned_data)
         except ValidationError as exc:
             problems = _add_spec_errors(form, exc, "spec")
         else:
             messages.success(request, f"Reward rule {rule.name} created as version 1.")
             return redirect("reward-rule-detail", rule_id=rule.pk)
-    context = page_access(user=request.user, project=project) | _editor_context(form, problems)
+    context = page_access(user=user, project=project) | _editor_context(form, problems)
     return render(request, "rewards/rule_form.html", context)
 
 
 @login_required
 @require_GET
 def reward_rule_detail(request: HttpRequest, rule_id: int) -> HttpResponse:
-    rule = selectors.reward_rule_for(user=request.user, rule_id=rule_id)
+    user = caller(request)
+    rule = selectors.reward_rule_for(user=user, rule_id=rule_id)
     versions = list(selectors.versions_of(rule=rule))
     latest = versions[0]
-    context = page_access(user=request.user, project=rule.project) | {
+    context = page_access(user=user, project=rule.project) | {
         "rule": rule,
         "versions": versions,
         "latest": latest,
@@ -95,7 +95,8 @@ def reward_rule_detail(request: HttpRequest, rule_id: int) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def reward_rule_edit(request: HttpRequest, rule_id: int) -> HttpResponse:
-    rule = selectors.reward_rule_for(user=request.user, rule_id=rule_id, permission=Permission.EDIT)
+    user = caller(request)
+    rule = selectors.reward_rule_for(user=user, rule_id=rule_id, permission=Permission.EDIT)
     latest = selectors.latest_version_of(rule=rule)
     initial = {
         "name": rule.name,
@@ -106,7 +107,7 @@ def reward_rule_edit(request: HttpRequest, rule_id: int) -> HttpResponse:
     problems: list[dict] = []
     if form.is_bound and form.is_valid():
         try:
-            update = services.reward_rule_update(rule=rule, by=request.user, **form.cleaned_data)
+            update = services.reward_rule_update(rule=rule, by=user, **form.cleaned_data)
         except ValidationError as exc:
             problems = _add_spec_errors(form, exc, "spec")
         else:
@@ -118,7 +119,7 @@ def reward_rule_edit(request: HttpRequest, rule_id: int) -> HttpResponse:
                 )
             return redirect("reward-rule-detail", rule_id=rule.pk)
     context = (
-        page_access(user=request.user, project=rule.project)
+        page_access(user=user, project=rule.project)
         | _editor_context(form, problems)
         | {"rule": rule, "latest": latest}
     )
@@ -128,7 +129,7 @@ def reward_rule_edit(request: HttpRequest, rule_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def reward_rule_delete(request: HttpRequest, rule_id: int) -> HttpResponse:
-    rule = selectors.reward_rule_for(user=request.user, rule_id=rule_id, permission=Permission.EDIT)
+    rule = selectors.reward_rule_for(user=caller(request), rule_id=rule_id, permission=Permission.EDIT)
     try:
         services.reward_rule_delete(rule=rule)
     except StateError as exc:
@@ -141,20 +142,19 @@ def reward_rule_delete(request: HttpRequest, rule_id: int) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def reward_rule_import(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = project_selectors.project_for(
-        user=request.user, project_id=project_id, permission=Permission.EDIT
-    )
+    user = caller(request)
+    project = project_selectors.project_for(user=user, project_id=project_id, permission=Permission.EDIT)
     form = forms.ImportOpenAIForm(request.POST if request.method == "POST" else None)
     problems: list[dict] = []
     if form.is_bound and form.is_valid():
         try:
-            rule = services.reward_rule_import_openai(project=project, by=request.user, **form.cleaned_data)
+            rule = services.reward_rule_import_openai(project=project, by=user, **form.cleaned_data)
         except ValidationError as exc:
             problems = _add_spec_errors(form, exc, "grader")
         else:
             messages.success(request, f"Imported {rule.name} from OpenAI grader JSON as version 1.")
             return redirect("reward-rule-detail", rule_id=rule.pk)
-    context = page_access(user=request.user, project=project) | {"form": form, "problems": problems}
+    context = page_access(user=user, project=project) | {"form": form, "problems": problems}
     return render(request, "rewards/import_form.html", context)
 
 
@@ -164,9 +164,10 @@ def reward_rule_import(request: HttpRequest, project_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def reward_rule_version(request: HttpRequest, rule_id: int, number: int) -> HttpResponse:
-    version = selectors.reward_rule_version_for(user=request.user, rule_id=rule_id, number=number)
+    user = caller(request)
+    version = selectors.reward_rule_version_for(user=user, rule_id=rule_id, number=number)
     rule = version.rule
-    context = page_access(user=request.user, project=rule.project) | {
+    context = page_access(user=user, project=rule.project) | {
         "rule": rule,
         "version": version,
         "spec_json": services.spec_pretty_json(version.spec),
@@ -183,12 +184,13 @@ def _number(request: HttpRequest, name: str) -> int | None:
 @login_required
 @require_GET
 def reward_rule_diff(request: HttpRequest, rule_id: int) -> HttpResponse:
-    rule = selectors.reward_rule_for(user=request.user, rule_id=rule_id)
+    user = caller(request)
+    rule = selectors.reward_rule_for(user=user, rule_id=rule_id)
     versions = list(selectors.versions_of(rule=rule))
     new = selectors.version_of(rule=rule, number=_number(request, "to") or versions[0].number)
     old = selectors.version_of(rule=rule, number=_number(request, "from") or max(new.number - 1, 1))
     lines = services.reward_rule_diff(old=old, new=new)
-    context = page_access(user=request.user, project=rule.project) | {
+    context = page_access(user=user, project=rule.project) | {
         "rule": rule,
         "old": old,
         "new": new,
@@ -219,14 +221,15 @@ def _dry_run_form(
 def _dry_run_items(request: HttpRequest, data: dict[str, Any]) -> list[Any]:
     if data["source"] != "task_set":
         return services.pasted_items(data["items"])
-    version = project_selectors.version_by_id_for(user=request.user, version_id=data["task_set_version"])
+    version = project_selectors.version_by_id_for(user=caller(request), version_id=data["task_set_version"])
     return services.task_items_for_dry_run(version=version, item_ids=data["item_ids"])
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def reward_rule_dry_run(request: HttpRequest, rule_id: int) -> HttpResponse:
-    rule = selectors.reward_rule_for(user=request.user, rule_id=rule_id, permission=Permission.EDIT)
+    user = caller(request)
+    rule = selectors.reward_rule_for(user=user, rule_id=rule_id, permission=Permission.EDIT)
     versions = list(selectors.versions_of(rule=rule))
     form = _dry_run_form(request, rule, versions)
     result = None
@@ -240,7 +243,7 @@ def reward_rule_dry_run(request: HttpRequest, rule_id: int) -> HttpResponse:
             for name, field_messages in exc.message_dict.items():
                 for message in field_messages:
                     form.add_error(None, f"{name}: {message}")
-    context = page_access(user=request.user, project=rule.project) | {
+    context = page_access(user=user, project=rule.project) | {
         "rule": rule,
         "form": form,
         "result": result,

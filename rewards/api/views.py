@@ -7,6 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api import idempotent
+from core.callers import caller
 from core.roles import Permission
 from core.schema import NO_CONTENT, ErrorSerializer
 from core.views import ApiView
@@ -22,7 +23,7 @@ from rewards.models import RewardRule
 class RewardRuleListView(ApiView):
     @extend_schema(parameters=[ProjectFilterSerializer], responses=s.RewardRuleSerializer(many=True))
     def get(self, request: Request) -> Response:
-        rules = selectors.reward_rules_for(user=request.user)
+        rules = selectors.reward_rules_for(user=caller(request))
         if (project := self.query(ProjectFilterSerializer).get("project")) is not None:
             rules = rules.filter(project_id=project)
         return self.paginated(rules, s.RewardRuleSerializer)
@@ -34,18 +35,21 @@ class RewardRuleListView(ApiView):
     )
     @idempotent
     def post(self, request: Request) -> Response:
+        user = caller(request)
         data = self.validated(s.RewardRuleCreateSerializer)
         project = project_selectors.project_for(
-            user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
+            user=user, project_id=data.pop("project"), permission=Permission.EDIT
         )
-        rule = services.reward_rule_create(project=project, by=request.user, **data)
+        rule = services.reward_rule_create(project=project, by=user, **data)
         return Response(s.RewardRuleSerializer(rule).data, status=201)
 
 
 class RewardRuleDetailView(ApiView):
     @extend_schema(responses=s.RewardRuleSerializer)
     def get(self, request: Request, id: int) -> Response:
-        return Response(s.RewardRuleSerializer(selectors.reward_rule_for(user=request.user, rule_id=id)).data)
+        return Response(
+            s.RewardRuleSerializer(selectors.reward_rule_for(user=caller(request), rule_id=id)).data
+        )
 
     @extend_schema(
         request=s.RewardRuleUpdateSerializer,
@@ -53,15 +57,16 @@ class RewardRuleDetailView(ApiView):
         summary="Rename, describe, or give a new spec: a changed spec always creates a new version",
     )
     def patch(self, request: Request, id: int) -> Response:
-        rule = selectors.reward_rule_for(user=request.user, rule_id=id, permission=Permission.EDIT)
+        user = caller(request)
+        rule = selectors.reward_rule_for(user=user, rule_id=id, permission=Permission.EDIT)
         data = self.validated(s.RewardRuleUpdateSerializer, partial=True)
-        update = services.reward_rule_update(rule=rule, by=request.user, **data)
+        update = services.reward_rule_update(rule=rule, by=user, **data)
         context = {"version_created": update.version_created}
         return Response(s.RewardRuleUpdatedSerializer(update.rule, context=context).data)
 
     @extend_schema(responses=NO_CONTENT, summary="Delete a rule no run has used (else 409)")
     def delete(self, request: Request, id: int) -> Response:
-        rule = selectors.reward_rule_for(user=request.user, rule_id=id, permission=Permission.EDIT)
+        rule = selectors.reward_rule_for(user=caller(request), rule_id=id, permission=Permission.EDIT)
         services.reward_rule_delete(rule=rule)
         return Response(status=204)
 
@@ -86,11 +91,12 @@ class RewardRuleImportOpenAIView(ApiView):
     )
     @idempotent
     def post(self, request: Request) -> Response:
+        user = caller(request)
         data = self.validated(s.ImportOpenAISerializer)
         project = project_selectors.project_for(
-            user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
+            user=user, project_id=data.pop("project"), permission=Permission.EDIT
         )
-        rule = services.reward_rule_import_openai(project=project, by=request.user, **data)
+        rule = services.reward_rule_import_openai(project=project, by=user, **data)
         return Response(s.RewardRuleSerializer(rule).data, status=201)
 
 
@@ -100,14 +106,14 @@ class RewardRuleImportOpenAIView(ApiView):
 class RewardRuleVersionListView(ApiView):
     @extend_schema(responses=s.RewardRuleVersionSerializer(many=True))
     def get(self, request: Request, id: int) -> Response:
-        rule = selectors.reward_rule_for(user=request.user, rule_id=id)
+        rule = selectors.reward_rule_for(user=caller(request), rule_id=id)
         return self.paginated(selectors.versions_of(rule=rule), s.RewardRuleVersionSerializer)
 
 
 class RewardRuleVersionDetailView(ApiView):
     @extend_schema(responses=s.RewardRuleVersionSerializer)
     def get(self, request: Request, id: int, number: int) -> Response:
-        version = selectors.reward_rule_version_for(user=request.user, rule_id=id, number=number)
+        version = selectors.reward_rule_version_for(user=caller(request), rule_id=id, number=number)
         return Response(s.RewardRuleVersionSerializer(version).data)
 
 
@@ -120,7 +126,7 @@ class RewardRuleVersionOpenAIView(ApiView):
         summary="Export as OpenAI grader JSON; a rule using what OpenAI lacks answers 409 naming each place",
     )
     def get(self, request: Request, id: int, number: int) -> Response:
-        version = selectors.reward_rule_version_for(user=request.user, rule_id=id, number=number)
+        version = selectors.reward_rule_version_for(user=caller(request), rule_id=id, number=number)
         return Response(services.reward_rule_export_openai(version=version))
 
 
@@ -139,7 +145,7 @@ class RewardRuleDiffView(ApiView):
         summary="A unified diff of two versions' specs (canonical pretty JSON)",
     )
     def get(self, request: Request, id: int) -> Response:
-        rule = selectors.reward_rule_for(user=request.user, rule_id=id)
+        rule = selectors.reward_rule_for(user=caller(request), rule_id=id)
         old, new = diff_versions(rule, self.query(s.DiffQuerySerializer))
         lines = services.reward_rule_diff(old=old, new=new)
         body = {
@@ -163,7 +169,8 @@ class RewardRuleDryRunView(ApiView):
         "so it needs the edit permission",
     )
     def post(self, request: Request, id: int) -> Response:
-        rule = selectors.reward_rule_for(user=request.user, rule_id=id, permission=Permission.EDIT)
+        user = caller(request)
+        rule = selectors.reward_rule_for(user=user, rule_id=id, permission=Permission.EDIT)
         data = self.validated(s.DryRunInputSerializer)
         number = data.get("version")
         version = (
@@ -174,7 +181,7 @@ class RewardRuleDryRunView(ApiView):
         if "task_set_version" in data:
             try:
                 task_set_version = project_selectors.version_by_id_for(
-                    user=request.user, version_id=data["task_set_version"]
+                    user=user, version_id=data["task_set_version"]
                 )
             except Http404:
                 raise Http404("no such task set version") from None

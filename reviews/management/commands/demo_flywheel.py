@@ -22,7 +22,7 @@ import time
 from collections import defaultdict
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from projects.models import TaskSet
@@ -38,11 +38,14 @@ HELDOUT = "heldout/pass_rate"
 def grpo_launch(project, user, steps: int, seed: int) -> Run:
     """The demo's GRPO run (launch_demo's), shortened to `steps` so reviews have failures to fix."""
     task_set = TaskSet.objects.get(project=project, name=DEMO_FUNCTIONS)
+    version = task_set.versions.first()  # the newest
+    if version is None:
+        raise CommandError(f"task set {DEMO_FUNCTIONS} has no version: run make demo first")
     hyper = DEMO_RUN_HYPERPARAMETERS | {"checkpoint_every": steps, "eval_every": steps, "seed": seed}
     request = RunRequest(
         project=project,
         name=f"GRPO demo ({steps} steps, seed {seed})",
-        task_set_version=task_set.versions.first(),
+        task_set_version=version,
         reward_rule_version=project.reward_rules.get(name="unit-tests").versions.order_by("-number").first(),
         tier=Tier.objects.get(project=project, name="rollout"),
         method="grpo",
@@ -146,7 +149,9 @@ class Command(BaseCommand):
         """The style reviewer on the run's last completions: per prompt, one good completion and,
         where there is one, one bad, with the reason as the comment. Rewards are never read."""
         recent = Trajectory.objects.filter(run=run, outcome="scored").order_by("-pk")
-        by_item = defaultdict(lambda: {"good": [], "bad": []})
+        by_item: defaultdict[int, dict[str, list[tuple[Trajectory, str]]]] = defaultdict(
+            lambda: {"good": [], "bad": []}
+        )
         for trajectory in recent[:2000]:
             verdict, why = style_review(trajectory.completion_text)
             by_item[trajectory.item_id][verdict].append((trajectory, why))
