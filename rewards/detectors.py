@@ -56,6 +56,7 @@ import dataclasses
 import functools
 import posixpath
 import re
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -286,6 +287,8 @@ def signals_and_hooks(trees: dict[str, ast.Module]) -> list[HackingFlag]:
                     signals.append(f"{path} line {node.lineno}: {ast.unparse(node)[:120]}")
                 elif name == ("atexit", "register"):
                     hooks.append(f"{path} line {node.lineno}: {ast.unparse(node)[:120]}")
+            if not isinstance(node, ast.stmt):  # only a statement assigns
+                continue
             for target in assignment_targets(node):
                 if dotted(target) == ("sys", "excepthook"):
                     hooks.append(f"{path} line {node.lineno}: sys.excepthook assigned")
@@ -308,12 +311,17 @@ def python_sources(item: dict, sample: Sample) -> dict[str, str]:
     return sources
 
 
+# Each tree's nodes, listed once (the detectors each go over all of them); weak, so a list goes
+# with its tree.
+_NODES: weakref.WeakKeyDictionary[ast.AST, list[ast.AST]] = weakref.WeakKeyDictionary()
+
+
 def nodes_of(tree: ast.AST) -> list[ast.AST]:
     """Every node of the tree, listed once per tree (the detectors each go over all of them)."""
-    cached = getattr(tree, "_flywheel_nodes", None)
+    cached = _NODES.get(tree)
     if cached is None:
         cached = list(ast.walk(tree))
-        tree._flywheel_nodes = cached
+        _NODES[tree] = cached
     return cached
 
 
@@ -439,13 +447,13 @@ def framework_patches(trees: dict[str, ast.Module]) -> list[HackingFlag]:
     for path, tree in trees.items():
         aliases = module_aliases(tree)
         for node in nodes_of(tree):
-            targets = assignment_targets(node)
-            for target in targets:
-                root = target_root(target, aliases)
-                if root:
-                    evidence.append(
-                        f"{path} line {node.lineno}: {ast.unparse(target)[:120]} assigned ({root})"
-                    )
+            if isinstance(node, ast.stmt):  # only a statement assigns
+                for target in assignment_targets(node):
+                    root = target_root(target, aliases)
+                    if root:
+                        evidence.append(
+                            f"{path} line {node.lineno}: {ast.unparse(target)[:120]} assigned ({root})"
+                        )
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)
@@ -594,16 +602,18 @@ def always_equal(trees: dict[str, ast.Module]) -> list[HackingFlag]:
     evidence = []
     for path, tree in trees.items():
         for node in nodes_of(tree):
-            for method, function in equality_bindings(node):
-                value = (
-                    constant_return(function)
-                    if isinstance(function, ast.FunctionDef)
-                    else lambda_constant(function)
-                )
-                if value is (method == "__eq__"):
-                    evidence.append(
-                        f"{path} line {node.lineno}: {method} bound to a function that always returns {value}"
+            if isinstance(node, (ast.expr, ast.stmt)):  # bindings are in expressions and assignments
+                for name, function in equality_bindings(node):
+                    value = (
+                        constant_return(function)
+                        if isinstance(function, ast.FunctionDef)
+                        else lambda_constant(function)
                     )
+                    if value is (name == "__eq__"):
+                        evidence.append(
+                            f"{path} line {node.lineno}: {name} bound to a function "
+                            f"that always returns {value}"
+                        )
             if not isinstance(node, ast.ClassDef):
                 continue
             for method in node.body:
@@ -620,10 +630,10 @@ def always_equal(trees: dict[str, ast.Module]) -> list[HackingFlag]:
 # -- AST helpers -------------------------------------------------------------------------------
 
 
-def equality_bindings(node: ast.AST) -> list[tuple[str, ast.AST]]:
+def equality_bindings(node: ast.expr | ast.stmt) -> list[tuple[str, ast.AST]]:
     """`__eq__`/`__ne__` bound outside a class body: `type("E", (), {"__eq__": lambda s, o: True})`,
     `setattr(E, "__eq__", ...)`, `E.__eq__ = ...`."""
-    found = []
+    found: list[tuple[str, ast.AST]] = []
     if isinstance(node, ast.Dict):
         for key, value in zip(node.keys, node.values, strict=True):
             if isinstance(key, ast.Constant) and key.value in ("__eq__", "__ne__"):
@@ -695,7 +705,7 @@ def module_aliases(tree: ast.Module) -> dict[str, str]:
     return aliases
 
 
-def assignment_targets(node: ast.AST) -> list[ast.AST]:
+def assignment_targets(node: ast.stmt) -> list[ast.expr]:
     if isinstance(node, ast.Assign):
         return [target for target in node.targets if not isinstance(target, ast.Name)]
     if isinstance(node, (ast.AugAssign, ast.AnnAssign)) and not isinstance(node.target, ast.Name):
@@ -724,9 +734,10 @@ def target_root(target: ast.AST, aliases: dict[str, str], *, bare: bool = False)
 
 
 def constant_return(function: ast.FunctionDef) -> Any:
-    returns = [node for node in ast.walk(function) if isinstance(node, ast.Return)]
-    if returns and all(isinstance(node.value, ast.Constant) for node in returns):
-        values = {repr(node.value.value): node.value.value for node in returns}
+    returned = [node.value for node in ast.walk(function) if isinstance(node, ast.Return)]
+    constants = [value for value in returned if isinstance(value, ast.Constant)]
+    if returned and len(constants) == len(returned):
+        values = {repr(constant.value): constant.value for constant in constants}
         if len(values) == 1:
             return next(iter(values.values()))
     return None

@@ -394,6 +394,7 @@ def compile_node(spec: dict) -> Leaf | Multi:
     if spec["type"] == MULTI:
         children = {key: compile_node(sub) for key, sub in spec["graders"].items()}
         formula, _ = parse_formula(spec["calculate_output"], set(children))
+        assert formula is not None  # compile_rule validated the spec, its formulas included
         return Multi(children, formula)
     kind = REGISTRY[spec["type"]]
     arguments, texts, structures = {}, {}, {}
@@ -544,6 +545,8 @@ def score_batch(
 def batch_fill(leaf: Leaf, contexts: list[Context]) -> None:
     """Score `leaf` for every context in one call of its grader's batch function; each value (or the
     error that stands for it) waits in the context's notes for the leaf to read."""
+    batch = leaf.kind.batch
+    assert batch is not None  # only the leaves in CompiledRule.batched, whose graders have one
     ready, kwargs = [], []
     for context in contexts:
         try:
@@ -554,7 +557,7 @@ def batch_fill(leaf: Leaf, contexts: list[Context]) -> None:
     if not ready:
         return
     try:
-        values = leaf.kind.batch(kwargs, ready)
+        values = batch(kwargs, ready)
     except Exception as exc:  # noqa: BLE001  (the whole batch failed: each sample reports it)
         values = [exc] * len(ready)
     for context, value in zip(ready, values, strict=True):
@@ -631,9 +634,10 @@ def evaluate_multi(multi: Multi, path: str, name: str, context: Context, tally: 
         else:
             values[key] = evaluate_leaf(child, child_path, context, tally)
     value = None
-    if all(child is not None for child in values.values()):
+    known = {key: child for key, child in values.items() if child is not None}
+    if len(known) == len(values):
         try:
-            value = multi.formula.evaluate(values)
+            value = multi.formula.evaluate(known)
         except FormulaError as exc:
             tally.errors.append(GraderError(name, "grader_exception", f"calculate_output: {exc}"))
     if path:

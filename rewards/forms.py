@@ -100,8 +100,10 @@ class DryRunForm(forms.Form):
 
     def __init__(self, *args: Any, versions: list[int], task_set_versions: list[tuple[int, str]], **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["version"].choices = [(n, f"v{n}") for n in versions]
-        self.fields["task_set_version"].choices = [("", "—"), *task_set_versions]
+        version, task_set_version = self.fields["version"], self.fields["task_set_version"]
+        assert isinstance(version, forms.ChoiceField) and isinstance(task_set_version, forms.ChoiceField)
+        version.choices = [(n, f"v{n}") for n in versions]
+        task_set_version.choices = [("", "—"), *task_set_versions]
 
     def clean_items(self) -> list[Any]:
         return parse_jsonl(self.cleaned_data["items"], "items")
@@ -116,7 +118,8 @@ class DryRunForm(forms.Form):
         return [part for part in self.cleaned_data["item_ids"].replace(",", " ").split() if part]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("source") == "task_set" and not data.get("task_set_version"):
             self.add_error("task_set_version", "pick a task set version")
         if data.get("source") == "paste" and "items" in data and not data["items"]:

@@ -37,7 +37,8 @@ def versions_of(*, rule: RewardRule) -> QuerySet[RewardRuleVersion]:
 
 
 def latest_version_of(*, rule: RewardRule) -> RewardRuleVersion:
-    return rule.versions.select_related("rule").first()
+    # Every rule has one: version 1 is created with it (services.reward_rule_create).
+    return rule.versions.select_related("rule").latest("number")
 
 
 def version_of(*, rule: RewardRule, number: int) -> RewardRuleVersion:

@@ -72,7 +72,10 @@ def _check_name(project: Project, name: str, exclude_pk: int | None = None) -> s
     name = name.strip()
     if not name:
         raise ValidationError({"name": "is required"})
-    if RewardRule.objects.filter(project=project, name=name).exclude(pk=exclude_pk).exists():
+    taken = RewardRule.objects.filter(project=project, name=name)
+    if exclude_pk is not None:
+        taken = taken.exclude(pk=exclude_pk)
+    if taken.exists():
         raise ValidationError({"name": f"this project already has a reward rule named {name!r}"})
     return name
 
@@ -141,7 +144,7 @@ def reward_rule_update(
         locked.name = locked.name if name is None else name
         locked.description = locked.description if description is None else description
         locked.save(update_fields=["name", "description"])
-        latest = locked.versions.first()
+        latest = locked.versions.latest("number")  # version 1 is created with the rule
         if spec is None or latest.content_hash == spec_content_hash(spec):
             return RuleUpdate(locked, latest, False)
         version = _version_create(rule=locked, number=latest.number + 1, spec=spec, by=by, note=note)
@@ -319,7 +322,8 @@ def pair_samples(items: list[Any], samples: list[Any]) -> list[tuple[dict, dict]
 
 
 def _samples(pairs: list[tuple[dict, dict]]) -> list[tuple[dict, "engine.Sample"]]:
-    out, errors = [], {}
+    out: list[tuple[dict, engine.Sample]] = []
+    errors: dict[str, list[str]] = {}
     for index, (item, sample) in enumerate(pairs):
         for name, problem in sample_problems(sample):
             errors.setdefault(f"samples[{index}].{name}", []).append(problem)
@@ -368,7 +372,8 @@ def pasted_items(items: list[Any]) -> list[Any]:
     MBPP's list of asserts joined, a published HumanEval/MBPP/APPS/LiveCodeBench line mapped to a
     code item, and a bad item refused naming its place (`items[1].tests`) instead of failing a
     grader. An item that is not an object is left for `pair_samples` to name."""
-    out, errors = [], {}
+    out: list[Any] = []
+    errors: dict[str, list[str]] = {}
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             out.append(item)

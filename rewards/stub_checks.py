@@ -84,10 +84,14 @@ def _reuse_earlier_checks(version: TaskSetVersion, todo: list[TaskItem], progres
         )
         for item in earlier:
             known.setdefault(item.external_id, []).append(item)
-    reused, left = [], []
+    reused: list[tuple[TaskItem, dict | None]] = []
+    left: list[TaskItem] = []
     for item in todo:
         match = next((other for other in known.get(item.external_id, ()) if other.data == item.data), None)
-        (reused if match else left).append((item, match.stub_check) if match else item)
+        if match is not None:
+            reused.append((item, match.stub_check))
+        else:
+            left.append(item)
     for start in range(0, len(reused), STUB_BATCH):
         _store(version.pk, reused[start : start + STUB_BATCH], progress)
     return left

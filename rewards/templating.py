@@ -218,7 +218,8 @@ def compile_template(source: str) -> Template:
     if "{{" not in source and "{%" not in source and "{#" not in source:
         return Template(source, None, None)
     try:
-        repeats = ENVIRONMENT.parse(source).find(REPEATING) is not None
+        # find_all, not find: jinja2 types find with one node class, and this is a tuple of them.
+        repeats = next(ENVIRONMENT.parse(source).find_all(REPEATING), None) is not None
         return Template(source, None, ENVIRONMENT.from_string(source), repeats)
     except TemplateError as exc:
         raise TemplateRenderError(f"template {source!r}: {exc.message}") from None
@@ -258,10 +259,12 @@ def attribute_uses(tree: nodes.Template) -> list[tuple[str, str]]:
     """(namespace, field) for every `item.x`, `sample.x`, `item["x"]` in the template."""
     uses = []
     for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
-        if not isinstance(node.node, nodes.Name) or node.node.name not in NAMESPACES:
-            continue
         if isinstance(node, nodes.Getattr):
-            uses.append((node.node.name, node.attr))
-        elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
-            uses.append((node.node.name, node.arg.value))
+            owner, field = node.node, node.attr
+        elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+            owner, field = node.node, node.arg.value
+        else:
+            continue
+        if isinstance(owner, nodes.Name) and owner.name in NAMESPACES and isinstance(field, str):
+            uses.append((owner.name, field))
     return uses

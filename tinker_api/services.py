@@ -14,7 +14,7 @@ from typing import Any
 
 from celery import current_app
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -124,7 +124,7 @@ def _tier_for(project: Project, base_model: str) -> Tier:
     return found
 
 
-def _placeholders(project: Project, by: AbstractBaseUser) -> tuple[TaskSetVersion, Any]:
+def _placeholders(project: Project, by: User) -> tuple[TaskSetVersion, Any]:
     """The task set and reward rule a Tinker run is filed under: a Tinker client's loop sends its
     own data and rewards, so both are empty stand-ins, one per project, made on first use."""
     task_set = TaskSet.objects.filter(project=project, name=PLACEHOLDER).first()
@@ -217,7 +217,7 @@ def _optimizer(body: dict) -> dict:
 def model_create(
     *,
     session: TinkerSession,
-    by: AbstractBaseUser,
+    by: User,
     body: dict,
     idempotency_key: str = "",
     load: dict | None = None,

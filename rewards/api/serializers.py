@@ -218,7 +218,8 @@ class ScoreResultSerializer(serializers.Serializer):
     components = serializers.DictField(
         child=serializers.FloatField(allow_null=True), help_text="Every named sub-reward"
     )
-    errors = GraderErrorSerializer(many=True)
+    # Shadows Serializer.errors in the stubs; DRF's metaclass moves declared fields off the class.
+    errors = GraderErrorSerializer(many=True)  # type: ignore[assignment]
     errored = serializers.BooleanField(
         help_text="An infrastructure failure: masked from learning, not a zero"
     )

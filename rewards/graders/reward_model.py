@@ -14,7 +14,7 @@ sample; the model loads on the first score in each process, and torch with it, n
 scorer here, or no trained version of that name: an infrastructure problem, the sample is errored.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rewards.graders.base import TEXT, Field, GradingError, grader
@@ -76,6 +76,7 @@ def reward_model_batch(arguments: list[dict], contexts: list) -> list:
     out: list = [None] * len(arguments)
     for (model, version), indexes in groups.items():
         texts = [_texts(contexts[i], arguments[i].get("input"), arguments[i].get("prompt")) for i in indexes]
+        scores: Sequence[float | GradingError]  # a failure stands for each of the group's values
         try:
             scores = _scores(
                 contexts[indexes[0]], model, version, [t[0] for t in texts], [t[1] for t in texts]

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -237,7 +238,7 @@ def check_regex(spec: dict) -> list[tuple[str, str]]:
     return problems
 
 
-def regex_flags(names: list[str]) -> int:
+def regex_flags(names: Iterable[str]) -> int:
     flags = 0
     for name in names:
         flags |= REGEX_FLAGS.get(name, 0)
@@ -252,7 +253,7 @@ def regex_flags(names: list[str]) -> int:
     flags=Field(list, required=False, default=()),
     mode=Field(str, required=False, choices=("search", "fullmatch"), default="search"),
 )
-def regex_match(input: str, pattern: str, flags: list[str] = (), mode: str = "search") -> float:
+def regex_match(input: str, pattern: str, flags: Sequence[str] = (), mode: str = "search") -> float:
     """1.0 when the pattern is found in input (mode "search") or matches all of it ("fullmatch").
 
     >>> regex_match("Answer: 42", r"Answer: \\d+"), regex_match("Answer: 42", r"\\d+", mode="fullmatch")
