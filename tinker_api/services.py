@@ -14,7 +14,7 @@ from typing import Any
 
 from celery import current_app
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -217,7 +217,7 @@ def _optimizer(body: dict) -> dict:
 def model_create(
     *,
     session: TinkerSession,
-    by: AbstractBaseUser,
+    by: User,
     body: dict,
     idempotency_key: str = "",
     load: dict | None = None,
