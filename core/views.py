@@ -3,6 +3,7 @@ and query strings with 64-bit bounds, newest-first cursor pages."""
 
 from django.db.models import QuerySet
 from rest_framework import serializers
+from rest_framework.pagination import BasePagination
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,7 +15,8 @@ from core.schema import FlywheelAutoSchema
 
 class ApiView(APIView):
     schema = FlywheelAutoSchema()
-    pagination_class = NewestFirstCursorPagination  # read by the schema generator
+    # Read by the schema generator; None on a view that answers a plain list.
+    pagination_class: type[BasePagination] | None = NewestFirstCursorPagination
 
     def finalize_response(self, request: Request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)

@@ -12,7 +12,7 @@ first, and the result says how many the run had (`total`) and whether it was cut
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.core.exceptions import ValidationError
 from django.db.models import Count, Q, QuerySet
@@ -233,7 +233,18 @@ def new_flag_counts(trajectories: list[Trajectory], results: list[engine.ScoreRe
 # --- reads -----------------------------------------------------------------------------------
 
 
-def backtest_runs_of(*, project: Project) -> QuerySet[Run]:
+class TrajectoryCounts(TypedDict):
+    scored_count: int
+    errored_count: int
+
+
+if TYPE_CHECKING:  # django-stubs' type of an annotated model; not subscriptable like this at run time
+    from django_stubs_ext import WithAnnotations
+
+    BacktestRun = WithAnnotations[Run, TrajectoryCounts]
+
+
+def backtest_runs_of(*, project: Project) -> "QuerySet[BacktestRun]":
     """The project's runs a backtest may rescore, newest first, each with its trajectory counts."""
     return (
         project.runs.select_related("reward_rule_version__rule")

@@ -3,7 +3,7 @@ view and its charts, the serializers. A backtest rescores a run's trajectories, 
 runs (above rewards); its URLs are the rewards ones (/reward-rules/<id>/backtest/ and
 /api/v1/reward-rules/<id>/backtest)."""
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -16,6 +16,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.callers import caller
 from core.exceptions import StateError
 from core.roles import Permission
 from core.views import ApiView
@@ -42,8 +43,8 @@ class BacktestForm(forms.Form):
 
     def __init__(self, *args: Any, runs: list[tuple[int, str]], versions: list[int], **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["run"].choices = runs
-        self.fields["version"].choices = [(n, f"v{n}") for n in versions]
+        cast(forms.TypedChoiceField, self.fields["run"]).choices = runs
+        cast(forms.TypedChoiceField, self.fields["version"]).choices = [(n, f"v{n}") for n in versions]
 
 
 def _backtest_form(request: HttpRequest, rule: RewardRule, versions: list[RewardRuleVersion]) -> BacktestForm:
@@ -66,7 +67,7 @@ def _backtest_form(request: HttpRequest, rule: RewardRule, versions: list[Reward
 @login_required
 @require_http_methods(["GET", "POST"])
 def reward_rule_backtest(request: HttpRequest, rule_id: int) -> HttpResponse:
-    rule = reward_selectors.reward_rule_for(user=request.user, rule_id=rule_id, permission=Permission.EDIT)
+    rule = reward_selectors.reward_rule_for(user=caller(request), rule_id=rule_id, permission=Permission.EDIT)
     versions = list(reward_selectors.versions_of(rule=rule))
     form = _backtest_form(request, rule, versions)
     result = None
@@ -82,7 +83,7 @@ def reward_rule_backtest(request: HttpRequest, rule_id: int) -> HttpResponse:
                     form.add_error(name if name in form.fields else None, message)
         except StateError as exc:
             form.add_error(None, str(exc))
-    context = page_access(user=request.user, project=rule.project) | {
+    context = page_access(user=caller(request), project=rule.project) | {
         "rule": rule,
         "form": form,
         "result": result,
@@ -186,7 +187,10 @@ class ChangedTrajectorySerializer(serializers.Serializer):
     delta = serializers.FloatField(help_text="new - old")
     old_components = serializers.DictField(child=serializers.FloatField(allow_null=True))
     new_components = serializers.DictField(child=serializers.FloatField(allow_null=True))
-    errors = reward_serializers.GraderErrorSerializer(many=True, help_text="The new scoring's grader errors")
+    # A declared field named like Serializer.errors: DRF's metaclass takes it out of the class attributes.
+    errors = reward_serializers.GraderErrorSerializer(  # type: ignore[assignment]
+        many=True, help_text="The new scoring's grader errors"
+    )
     flags = serializers.ListField(child=serializers.CharField(), help_text="Detectors that flag it now")
     completion = serializers.CharField(allow_blank=True, help_text="The start of the completion text")
 
@@ -229,7 +233,7 @@ class RewardRuleBacktestView(ApiView):
         "and the trajectories that changed most; stores nothing. A run of another project answers 400",
     )
     def post(self, request: Request, id: int) -> Response:
-        rule = reward_selectors.reward_rule_for(user=request.user, rule_id=id, permission=Permission.EDIT)
+        rule = reward_selectors.reward_rule_for(user=caller(request), rule_id=id, permission=Permission.EDIT)
         data = self.validated(BacktestInputSerializer)
         number = data.get("version")
         version = (

@@ -4,7 +4,7 @@ import json
 import random
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser, User
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
@@ -15,7 +15,7 @@ from projects.models import Membership, Project, TaskSet
 from rewards import services as reward_services
 from runs import services
 from runs.lifecycle import RunRequest, run_create
-from runs.models import Tier
+from runs.models import Run, Tier
 
 DEMO_PROJECT = "Demo"
 DEMO_TASK_SET = "arithmetic-and-code"
@@ -50,7 +50,7 @@ def demo_task_lines(seed: int = DEMO_SEED) -> list[bytes]:
             "reference": str(a + b),
         }
         lines.append(item)
-    functions = [
+    functions: list[tuple[str, str, str, list[tuple[int, int | bool]]]] = [
         ("double", "Return twice x.", "x * 2", [(3, 6), (-1, -2)]),
         ("square", "Return x squared.", "x * x", [(4, 16), (0, 0)]),
         ("negate", "Return -x.", "-x", [(5, -5), (-7, 7)]),
@@ -144,7 +144,7 @@ def demo_ensure(*, username: str, password: str) -> tuple[User, Project]:
 
 
 @transaction.atomic
-def demo_project_for(*, user: AbstractBaseUser) -> Project:
+def demo_project_for(*, user: User) -> Project:
     """The demo project a user launches the demo in from the home page: the shared one when they
     may launch runs there, else their own copy (made the first time, set up like the shared one)."""
     shared = Project.objects.filter(name=DEMO_PROJECT).first()
@@ -154,17 +154,23 @@ def demo_project_for(*, user: AbstractBaseUser) -> Project:
     ):
         project = shared
     else:
-        name = f"{DEMO_PROJECT} ({user.get_username()})"[:100]
-        project = Project.objects.filter(name=name, memberships__user=user).first()
-        if project is None:
-            project = project_services.project_create(
-                name=name, by=user, description="Your copy of the demo project."
-            )
+        project = _demo_copy_ensure(user)
     _demo_contents_ensure(project, user)
     return project
 
 
-def _demo_contents_ensure(project: Project, user: AbstractBaseUser) -> None:
+def _demo_copy_ensure(user: User) -> Project:
+    """The user's own copy of the demo project, made the first time."""
+    name = f"{DEMO_PROJECT} ({user.get_username()})"[:100]
+    project = Project.objects.filter(name=name, memberships__user=user).first()
+    if project is None:
+        project = project_services.project_create(
+            name=name, by=user, description="Your copy of the demo project."
+        )
+    return project
+
+
+def _demo_contents_ensure(project: Project, user: User) -> None:
     """The demo's task sets, tiers and reward rules in `project`, those missing created."""
     task_set = TaskSet.objects.filter(project=project, name=DEMO_TASK_SET).first()
     if task_set is None:
@@ -193,7 +199,7 @@ def demo_function_lines() -> list[bytes]:
     return [(json.dumps(item) + "\n").encode() for item in sets["train"] + sets["heldout"]]
 
 
-def _demo_functions_ensure(project: Project, user: AbstractBaseUser) -> None:
+def _demo_functions_ensure(project: Project, user: User) -> None:
     task_set = TaskSet.objects.filter(project=project, name=DEMO_FUNCTIONS).first()
     if task_set is None:
         task_set = project_services.task_set_create(
@@ -208,19 +214,21 @@ def _demo_functions_ensure(project: Project, user: AbstractBaseUser) -> None:
         )
 
 
-def demo_run_launch(*, project: Project, by: AbstractBaseUser):
+def demo_run_launch(*, project: Project, by: User) -> Run:
     """The one-click demo: GRPO of the tiny base model on the demo functions, unit-test rewards."""
 
     task_set = TaskSet.objects.filter(project=project, name=DEMO_FUNCTIONS).first()
     rule = project.reward_rules.filter(name="unit-tests").first()
     tier = Tier.objects.filter(project=project, name="rollout").first()
-    if task_set is None or rule is None or tier is None or not task_set.versions.exists():
+    version = task_set.versions.first() if task_set is not None else None
+    rule_version = rule.versions.order_by("-number").first() if rule is not None else None
+    if version is None or rule_version is None or tier is None:
         raise ValidationError("this project has no demo set-up; run `python manage.py seed_demo`")
     request = RunRequest(
         project=project,
         name="GRPO demo",
-        task_set_version=task_set.versions.first(),
-        reward_rule_version=rule.versions.order_by("-number").first(),
+        task_set_version=version,
+        reward_rule_version=rule_version,
         tier=tier,
         method="grpo",
         hyperparameters=dict(DEMO_RUN_HYPERPARAMETERS),

@@ -1,6 +1,6 @@
 """Page forms: they parse and type the input; the services decide whether it may be stored."""
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -125,17 +125,17 @@ class RunForm(forms.Form):
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["task_set_version"].queryset = (
+        cast(forms.ModelChoiceField, self.fields["task_set_version"]).queryset = (
             TaskSetVersion.objects.filter(task_set__project=project)
             .select_related("task_set")
             .order_by("task_set__name", "-number")
         )
-        self.fields["reward_rule_version"].queryset = (
+        cast(forms.ModelChoiceField, self.fields["reward_rule_version"]).queryset = (
             RewardRuleVersion.objects.filter(rule__project=project)
             .select_related("rule")
             .order_by("rule__name", "-number")
         )
-        self.fields["tier"].queryset = project.tiers.order_by("name")
+        cast(forms.ModelChoiceField, self.fields["tier"]).queryset = project.tiers.order_by("name")
         self.hyperparameters = hyperparameter_table()
         for name, (param, _methods) in self.hyperparameters.items():
             self.fields[f"hp_{name}"] = forms.CharField(
@@ -149,7 +149,8 @@ class RunForm(forms.Form):
         ]
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         submitted = {}
         for name, (param, _methods) in self.hyperparameters.items():
             text = (cleaned.get(f"hp_{name}") or "").strip()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
@@ -81,6 +81,8 @@ def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
     problems: dict[str, str] = {}
     if (refusal := method_problem(request.method)) is not None:
         return {}, {"method": refusal}
+    algorithm = algorithm_get(request.method)
+    assert algorithm is not None  # method_problem refuses a name with no algorithm
     resolved, hyper_problems = hyperparameters_resolve(request.method, request.hyperparameters or {})
     problems |= {f"hyperparameters.{name}": message for name, message in hyper_problems.items()}
     # Every independent problem is reported at once; only checks that rest on what failed wait.
@@ -88,7 +90,7 @@ def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
     problems |= ownership
     # A method whose data comes from elsewhere (a Tinker client's loop) is not held to the task set
     # and the reward rule it is filed under.
-    data = algorithm_get(request.method).data
+    data = algorithm.data
     if not ownership:
         if not hyper_problems and data:
             problems |= _data_problems(request, resolved)
@@ -117,7 +119,7 @@ def run_problems(request: RunRequest) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def _monitor_problems(request: RunRequest) -> dict[str, str]:
-    problems = {}
+    problems: dict[str, str] = {}
     for name, value in (
         ("monitors", lambda: run_monitors.thresholds_clean(request.monitors or {})),
         ("monitor_actions", lambda: run_monitors.actions_clean(request.monitor_actions or {})),
@@ -256,7 +258,7 @@ def _reward_problems(request: RunRequest) -> dict[str, str]:
 def run_create(
     *,
     request: RunRequest,
-    by: AbstractBaseUser,
+    by: User,
     parent: Run | None = None,
     checkpoint: Checkpoint | None = None,
 ) -> Run:
@@ -288,7 +290,7 @@ def run_create(
         monitor_actions=run_monitors.actions_clean(request.monitor_actions or {}),
     )
     reward_rule_version_mark_used(version=request.reward_rule_version)
-    origin = f" from checkpoint {checkpoint.step} of run {parent.pk}" if checkpoint else ""
+    origin = f" from checkpoint {checkpoint.step} of run {parent.pk}" if checkpoint and parent else ""
     event = run_event(run, "status", f"queued{origin}", data={"status": S.QUEUED})
     listeners.status_changed(run=run, event=event, status=S.QUEUED)
     _schedule_after_commit()
@@ -304,7 +306,7 @@ def run_request_from(run: Run, **overrides: Any) -> RunRequest:
         raise ValidationError(
             {"method": f"a run of {algorithm.label} starts from its own API, not as a copy or a fork"}
         )
-    fields = {
+    fields: dict[str, Any] = {  # RunRequest's keywords, some replaced by the caller's overrides
         "project": run.project,
         "name": overrides.pop("name", None) or f"{run.name} (copy)",
         "task_set_version": run.task_set_version,
@@ -326,11 +328,11 @@ def run_request_from(run: Run, **overrides: Any) -> RunRequest:
     return RunRequest(**(fields | overrides))
 
 
-def run_clone(*, run: Run, by: AbstractBaseUser, **overrides: Any) -> Run:
+def run_clone(*, run: Run, by: User, **overrides: Any) -> Run:
     return run_create(request=run_request_from(run, **overrides), by=by, parent=run)
 
 
-def run_fork(*, checkpoint: Checkpoint, by: AbstractBaseUser, **overrides: Any) -> Run:
+def run_fork(*, checkpoint: Checkpoint, by: User, **overrides: Any) -> Run:
     """A new run that starts from the weights of `checkpoint` instead of the base model."""
     parent = checkpoint.run
     overrides.setdefault("name", f"{parent.name} (fork @ {checkpoint.step})")

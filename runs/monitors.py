@@ -368,7 +368,11 @@ def _series(run: Run, window: int, recent: int) -> dict[str, list[tuple[int, flo
             .values("learned_in_step")
             .annotate(count=Count("pk"))
         )
-        series[LEARNED] = sorted((row["learned_in_step"] + 1, float(row["count"])) for row in learned)
+        series[LEARNED] = sorted(
+            (row["learned_in_step"] + 1, float(row["count"]))
+            for row in learned
+            if row["learned_in_step"] is not None  # never, filtered by step above; typed optional
+        )
     return series
 
 
@@ -396,7 +400,10 @@ def flagged_window(run: Run, step: int, window: int, *, after: int = 0) -> Flagg
     """The trajectories of the last `window` steps whose flags raise an alert, those with ids above
     `after` (the newest one an earlier alert covered), and how many episodes those steps hold."""
     recent = Trajectory.objects.filter(run=run, policy_version__gte=max(step - window, 0))
-    ids, steps, notes, detectors = [], [], 0, {}
+    ids: list[int] = []
+    steps: list[int] = []
+    notes = 0
+    detectors: dict[str, int] = {}
     flagged = recent.exclude(flags=[]).order_by("-pk").values_list("pk", "policy_version", "flags")
     for pk, version, flags in flagged:
         if not raises_alert(flags):

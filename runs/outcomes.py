@@ -103,7 +103,9 @@ def heldout_scores(run_id: int, step: int, *, metric: str = METRIC) -> dict[int,
     rate, the reward for `heldout/reward`."""
     results = HeldOutResult.objects.filter(run_id=run_id, step=step, errored=False)
     if metric == "heldout/reward":
-        return dict(results.exclude(reward=None).values_list("item_id", "reward"))
+        return {
+            item: reward for item, reward in results.values_list("item_id", "reward") if reward is not None
+        }
     return {item: float(passed) for item, passed in results.values_list("item_id", "passed")}
 
 
@@ -203,25 +205,26 @@ def heldout_item_comparison(
     ]
     score = result_score(metric)
     # An item counts where both sides have the figure (a grader's only where that grader ran).
-    shared = sorted(
-        item
-        for item in set(sides[0]) & set(sides[1])
-        if score(sides[0][item]) is not None and score(sides[1][item]) is not None
-    )
+    scores: dict[int, tuple[float, float]] = {}
+    for item in sorted(set(sides[0]) & set(sides[1])):
+        first_score, second_score = score(sides[0][item]), score(sides[1][item])
+        if first_score is not None and second_score is not None:
+            scores[item] = (first_score, second_score)
     summary = paired_compare(
-        {item: score(sides[0][item]) for item in shared}, {item: score(sides[1][item]) for item in shared}
+        {item: first for item, (first, _) in scores.items()},
+        {item: second for item, (_, second) in scores.items()},
     )
     rows = []
-    for item_id in shared:
+    for item_id, (first_score, second_score) in scores.items():
         first, second = sides[0][item_id], sides[1][item_id]
         rows.append(
             {
                 "item": item_id,
                 "external_id": first.item.external_id,
                 "kind": first.item.kind,
-                "before": score(first),
-                "after": score(second),
-                "change": item_change(score(first), score(second)),
+                "before": first_score,
+                "after": second_score,
+                "change": item_change(first_score, second_score),
                 "before_completion": first.completion_text,
                 "after_completion": second.completion_text,
             }

@@ -6,10 +6,11 @@ permission 403), every change through `runs.lifecycle`. Model output is shown as
 
 import json
 import os
-from typing import Any
+from typing import Any, TypedDict
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Q
@@ -18,6 +19,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from core.callers import caller
 from core.exceptions import StateError
 from core.roles import Permission, role_allows
 from projects import selectors as project_selectors
@@ -71,13 +73,13 @@ def _message(error: ValidationError) -> str:
 @require_http_methods(["GET", "POST"])
 def run_create(request: HttpRequest, project_id: int) -> HttpResponse:
     project = project_selectors.project_for(
-        user=request.user, project_id=project_id, permission=Permission.EDIT
+        user=caller(request), project_id=project_id, permission=Permission.EDIT
     )
     form = forms.RunForm(request.POST if request.method == "POST" else None, project=project)
     if form.is_bound and form.is_valid():
         data = {key: value for key, value in form.cleaned_data.items() if not key.startswith("hp_")}
         try:
-            run = lifecycle.run_create(request=RunRequest(project=project, **data), by=request.user)
+            run = lifecycle.run_create(request=RunRequest(project=project, **data), by=caller(request))
         except ValidationError as exc:
             form.add_refusal(exc)
         else:
@@ -85,7 +87,7 @@ def run_create(request: HttpRequest, project_id: int) -> HttpResponse:
             return redirect("run-detail", run_id=run.pk)
     elif form.is_bound:
         _add_lifecycle_problems(form, project)
-    context = page_access(user=request.user, project=project) | {
+    context = page_access(user=caller(request), project=project) | {
         "form": form,
         "hyperparameters": form.hyperparameter_rows(),
     }
@@ -165,8 +167,8 @@ def _hyperparameter_rows(run: Run) -> list[dict[str, Any]]:
 @login_required
 @require_GET
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = selectors.run_for(user=request.user, run_id=run_id)
-    access = page_access(user=request.user, project=run.project)
+    run = selectors.run_for(user=caller(request), run_id=run_id)
+    access = page_access(user=caller(request), project=run.project)
     outcome = request.GET.get("outcome", "")
     outcome = outcome if outcome in Trajectory.Outcome.values else ""
     trajectories = selectors.trajectories_filtered(
@@ -241,7 +243,7 @@ def _shown_state(*parts: Any) -> str:
 @login_required
 @require_POST
 def run_monitors(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = selectors.run_for(user=request.user, run_id=run_id, permission=Permission.EDIT)
+    run = selectors.run_for(user=caller(request), run_id=run_id, permission=Permission.EDIT)
     changes: dict[str, float | None] = {}
     for name in monitors.DEFAULTS:
         raw = request.POST.get(name, "").strip()
@@ -265,7 +267,7 @@ def run_monitors(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def _change(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
-    run = selectors.run_for(user=request.user, run_id=run_id, permission=Permission.EDIT)
+    run = selectors.run_for(user=caller(request), run_id=run_id, permission=Permission.EDIT)
     try:
         run = CHANGES[action](run=run)
     except StateError:
@@ -305,9 +307,9 @@ def run_retry(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def run_clone(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = selectors.run_for(user=request.user, run_id=run_id, permission=Permission.EDIT)
+    run = selectors.run_for(user=caller(request), run_id=run_id, permission=Permission.EDIT)
     try:
-        clone = lifecycle.run_clone(run=run, by=request.user)
+        clone = lifecycle.run_clone(run=run, by=caller(request))
     except ValidationError as exc:
         messages.error(request, f"Not cloned: {_message(exc)}")
         return redirect("run-detail", run_id=run.pk)
@@ -319,10 +321,10 @@ def run_clone(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_POST
 def checkpoint_fork(request: HttpRequest, checkpoint_id: int) -> HttpResponse:
     checkpoint = selectors.checkpoint_for(
-        user=request.user, checkpoint_id=checkpoint_id, permission=Permission.EDIT
+        user=caller(request), checkpoint_id=checkpoint_id, permission=Permission.EDIT
     )
     try:
-        fork = lifecycle.run_fork(checkpoint=checkpoint, by=request.user)
+        fork = lifecycle.run_fork(checkpoint=checkpoint, by=caller(request))
     except ValidationError as exc:
         messages.error(request, f"Not forked: {_message(exc)}")
         return redirect("run-detail", run_id=checkpoint.run_id)
@@ -361,13 +363,13 @@ def compact_json(value: Any, indent: str = "") -> str:
 @login_required
 @require_GET
 def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
-    trajectory = selectors.trajectory_for(user=request.user, trajectory_id=trajectory_id)
+    trajectory = selectors.trajectory_for(user=caller(request), trajectory_id=trajectory_id)
     page = Paginator(selectors.steps_of(trajectory=trajectory), STEPS_PER_PAGE).get_page(
         request.GET.get("page")
     )
     # Only this page's steps are decompressed. The template escapes every string in them.
     steps = [(step, compact_json(step.data())) for step in page]
-    access = page_access(user=request.user, project=trajectory.run.project)
+    access = page_access(user=caller(request), project=trajectory.run.project)
     queue = request.GET.get("queue", "")
     reviews = list(trajectory.reviews.select_related("reviewer").order_by("-updated_at"))
     context = access | {
@@ -379,10 +381,10 @@ def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
         "tests": selectors.test_results_of(trajectory=trajectory),
         "can_review": role_allows(access["role"], Permission.REVIEW),
         "reviews": reviews,
-        "my_review": next((r for r in reviews if r.reviewer_id == request.user.pk), None),
+        "my_review": next((r for r in reviews if r.reviewer_id == caller(request).pk), None),
         "labels": LABELS,
         "queue": int(queue) if queue.isdigit() else None,
-        "next_url": _next_url(trajectory, int(queue) if queue.isdigit() else None, request.user),
+        "next_url": _next_url(trajectory, int(queue) if queue.isdigit() else None, caller(request)),
         "disagree": len({review.label for review in reviews}) > 1,
         "replay": {
             "trajectory": trajectory.pk,
@@ -393,7 +395,7 @@ def trajectory_detail(request: HttpRequest, trajectory_id: int) -> HttpResponse:
     return render(request, "runs/run_trajectory.html", context)
 
 
-def _next_url(trajectory: Trajectory, queue_id: int | None, user) -> str | None:
+def _next_url(trajectory: Trajectory, queue_id: int | None, user: User) -> str | None:
     """Where "next" goes: the queue's next open item after this one, or else the run's next older
     trajectory."""
     if queue_id is not None:
@@ -489,22 +491,20 @@ def shared_prefix(texts: list[str]) -> int:
 PREVIEW_SAMPLE = 20  # task items read to find the prefix every prompt shares
 
 
-def _set_prompt_previews(run: Run, trajectories: list[Trajectory]) -> int:
-    """Each row's prompt preview starts where the prompts differ (a shared instruction skipped)."""
+def _prompt_skip(run: Run, trajectories: list[Trajectory]) -> int:
+    """How many leading characters the rows' prompt previews skip, so that they start where the
+    prompts differ: the instruction they share (0 when that is too short to be worth skipping)."""
     sample = list(
         run.task_set_version.items.order_by("position").values_list("text", flat=True)[:PREVIEW_SAMPLE]
     )
     skip = shared_prefix(sample + [t.item.text for t in trajectories])
-    for trajectory in trajectories:
-        text = trajectory.item.text
-        trajectory.prompt_preview = f"…{text[skip:]}" if skip >= 12 else text
     return skip if skip >= 12 else 0
 
 
 @login_required
 @require_GET
 def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = selectors.run_for(user=request.user, run_id=run_id)
+    run = selectors.run_for(user=caller(request), run_id=run_id)
     filters, filter_errors = _trajectory_filters(request)
     text = request.GET.get("q", "").strip()
     trajectories = _searched(
@@ -516,12 +516,13 @@ def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
         text=text,
     )
     page = Paginator(trajectories, TRAJECTORIES_PER_PAGE).get_page(request.GET.get("page"))
-    skip = _set_prompt_previews(run, list(page))
+    skip = _prompt_skip(run, list(page))
     query = request.GET.copy()
     query.pop("page", None)
-    context = page_access(user=request.user, project=run.project) | {
+    context = page_access(user=caller(request), project=run.project) | {
         "run": run,
         "page": page,
+        "preview_skip": skip,
         "filters": filters,
         "raw": {name: request.GET.get(name, "") for name in [*FILTERS, "flagged", "q"]},
         "filter_errors": filter_errors,
@@ -533,7 +534,7 @@ def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
         "labels": [*LABELS, ("unreviewed", "Unreviewed")],
         "review_labels": LABELS,
         "can_review": role_allows(
-            page_access(user=request.user, project=run.project)["role"], Permission.REVIEW
+            page_access(user=caller(request), project=run.project)["role"], Permission.REVIEW
         ),
         # Rows that arrive live skip the same shared prompt prefix as the rendered ones.
         "live": _live_config(run) | {"filtered": bool(filters or text), "preview_skip": skip},
@@ -544,9 +545,9 @@ def trajectory_list(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def trajectory_group(request: HttpRequest, trajectory_id: int) -> HttpResponse:
-    trajectory = selectors.trajectory_for(user=request.user, trajectory_id=trajectory_id)
+    trajectory = selectors.trajectory_for(user=caller(request), trajectory_id=trajectory_id)
     group = list(selectors.group_of(trajectory=trajectory).select_related("item").prefetch_related("reviews"))
-    access = page_access(user=request.user, project=trajectory.run.project)
+    access = page_access(user=caller(request), project=trajectory.run.project)
     run_page.group_mark(group, trajectory)
     context = access | {
         "run": trajectory.run,
@@ -567,7 +568,7 @@ RUNS_PAGE_LIMIT = 200
 @require_GET
 def run_list(request: HttpRequest) -> HttpResponse:
     """Every run of the caller's projects in one table: sort, filter, search, tick to compare."""
-    projects = list(project_selectors.projects_of(user=request.user).order_by("name"))
+    projects = list(project_selectors.projects_of(user=caller(request)).order_by("name"))
     project_ids = [project.pk for project in projects]
     chosen = request.GET.get("project", "")
     if chosen.isdigit() and int(chosen) in project_ids:
@@ -670,7 +671,7 @@ def _compare_ids(request: HttpRequest) -> tuple[list[int], list[str]]:
     return ids[:COMPARE_MAX], errors
 
 
-def _visible_runs(user, ids: list[int]) -> tuple[list[Run], list[str]]:
+def _visible_runs(user: User, ids: list[int]) -> tuple[list[Run], list[str]]:
     """The runs among `ids` the user may see, and an error for each other one. A run of a project
     the user is not a member of reads as missing: its existence is not disclosed."""
     runs, errors = [], []
@@ -712,19 +713,25 @@ def _heldout_pairs(runs: list[Run], change: str, kind: str) -> list[dict[str, An
     return pairs
 
 
+class ConfigRow(TypedDict):
+    field: str
+    values: list[Any]  # each run's value of the setting
+    differs: bool
+
+
 @login_required
 @require_GET
 def run_compare(request: HttpRequest) -> HttpResponse:
     """Several runs: every metric overlaid, one chart each, and their configurations with the
     settings that differ shown (the identical ones on request)."""
     ids, errors = _compare_ids(request)
-    runs, missing = _visible_runs(request.user, ids)
+    runs, missing = _visible_runs(caller(request), ids)
     errors += missing
     if not ids:
         errors.append("name the runs to compare: tick them in the runs table, or ?runs=1,2")
     configs = [lifecycle.run_config(run) for run in runs]
     keys = sorted({key for config in configs for key in config})
-    rows = [
+    rows: list[ConfigRow] = [
         {
             "field": key,
             "values": [config.get(key) for config in configs],
@@ -775,10 +782,10 @@ def run_compare(request: HttpRequest) -> HttpResponse:
 @require_POST
 def demo_run(request: HttpRequest, project_id: int) -> HttpResponse:
     project = project_selectors.project_for(
-        user=request.user, project_id=project_id, permission=Permission.EDIT
+        user=caller(request), project_id=project_id, permission=Permission.EDIT
     )
     try:
-        run = demo_run_launch(project=project, by=request.user)
+        run = demo_run_launch(project=project, by=caller(request))
     except ValidationError as exc:
         messages.error(request, _message(exc))
         return redirect("project-detail", project_id=project.pk)
@@ -792,8 +799,8 @@ def demo_start(request: HttpRequest) -> HttpResponse:
     """The home page's one click: the demo project (the shared one if the user may launch in it,
     else their own copy, made now) and its GRPO demo run."""
     try:
-        project = demo_project_for(user=request.user)
-        run = demo_run_launch(project=project, by=request.user)
+        project = demo_project_for(user=caller(request))
+        run = demo_run_launch(project=project, by=caller(request))
     except ValidationError as exc:
         messages.error(request, f"The demo run was not launched: {_message(exc)}")
         return redirect("project-list")

@@ -2,6 +2,8 @@
 by, annotated in SQL so the table sorts and filters over every run, not just the page shown."""
 
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, TypedDict
 
 from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Now
@@ -77,7 +79,32 @@ def _latest(name: str) -> Subquery:
     return Subquery(points.values("value")[:1])
 
 
-def runs_table(runs: QuerySet[Run], query: RunQuery) -> QuerySet[Run]:
+class RunColumns(TypedDict):
+    """What runs_table annotates each run with in SQL."""
+
+    last_reward: float | None
+    heldout_pass_rate: float | None
+    cost: float | None
+    duration: timedelta | None
+    model: str | None
+
+
+if TYPE_CHECKING:  # django-stubs' type of an annotated model; not subscriptable like this at run time
+    from django_stubs_ext import WithAnnotations
+
+    TableRun = WithAnnotations[Run, RunColumns]
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """A row of the table: the run, and what the page adds to it beside the SQL columns."""
+
+    run: "TableRun"
+    queue_position: int | None
+    model_short: str  # the part of the model path that tells the rows apart
+
+
+def runs_table(runs: QuerySet[Run], query: RunQuery) -> "QuerySet[TableRun]":
     """`runs` with last_reward, heldout_pass_rate, duration and model, filtered and sorted."""
     runs = runs.select_related("project", "tier").annotate(
         last_reward=_latest(REWARD),
@@ -160,13 +187,11 @@ def table_context(
     """What templates/runs/_runs_table.html draws: the rows (at most `limit`), the columns with
     their sort links, and the filter controls as the query string set them."""
     query = RunQuery.from_params(params)
-    rows = list(runs_table(runs, query)[: limit + 1])
-    more = len(rows) > limit
-    rows = rows[:limit]
-    shared = _shared_folder([run.model for run in rows if run.model])
-    for run in rows:
-        run.queue_position = positions.get(run.pk)
-        run.model_short = _model_tail(run.model, shared)
+    found = list(runs_table(runs, query)[: limit + 1])
+    more = len(found) > limit
+    found = found[:limit]
+    shared = _shared_folder([run.model for run in found if run.model])
+    rows = [TableRow(run, positions.get(run.pk), _model_tail(run.model, shared)) for run in found]
     kept = params.copy()
     for name in ("sort", "page"):
         kept.pop(name, None)

@@ -4,6 +4,7 @@ FLYWHEEL_USER_MAX_ACTIVE_RUNS active across projects (0: no limit); within those
 order of priority (higher first), then age. A queued run says why it waits (`queue_reason`)."""
 
 from collections import Counter
+from functools import partial
 
 from django.conf import settings
 from django.db import transaction
@@ -59,7 +60,7 @@ def _admit_project(project_id: int) -> list[int]:
             room -= 1
             by_user[run.created_by_id] += 1
             started.append(run.pk)
-            transaction.on_commit(lambda run_id=run.pk: _start_learner(run_id))
+            transaction.on_commit(partial(_start_learner, run.pk))
     return started
 
 

@@ -4,7 +4,9 @@ Pages, REST and websockets all go through `project_for` and `role_of`, so a role
 everywhere. An object of a project the user is not in is reported as absent (404), not forbidden.
 """
 
-from django.contrib.auth.models import AbstractBaseUser
+from typing import TypedDict
+
+from django.contrib.auth.models import User
 from django.db.models import Count, Max, Min, QuerySet, Sum
 from django.http import Http404
 
@@ -24,11 +26,11 @@ from runs.models import (
 )
 
 
-def tiers_for(*, user: AbstractBaseUser) -> QuerySet[Tier]:
+def tiers_for(*, user: User) -> QuerySet[Tier]:
     return Tier.objects.filter(project_id__in=visible_project_ids(user=user)).select_related("project")
 
 
-def tier_for(*, user: AbstractBaseUser, tier_id: int, permission: str = Permission.VIEW) -> Tier:
+def tier_for(*, user: User, tier_id: int, permission: str = Permission.VIEW) -> Tier:
     tier = Tier.objects.select_related("project").filter(pk=tier_id).first()
     if tier is None:
         raise Http404("no such tier")
@@ -47,7 +49,7 @@ def tier_evaluations_of(*, tier: Tier, limit: int = 50) -> list[TierEvaluation]:
 
 
 def tier_evaluation_for(
-    *, user: AbstractBaseUser, evaluation_id: int, permission: str = Permission.VIEW
+    *, user: User, evaluation_id: int, permission: str = Permission.VIEW
 ) -> TierEvaluation:
     evaluation = (
         TierEvaluation.objects.select_related("project", "tier", "task_set_version__task_set", "run")
@@ -63,7 +65,7 @@ def tier_evaluation_for(
 # --- runs and their record -------------------------------------------------------------------
 
 
-def runs_for(*, user: AbstractBaseUser) -> QuerySet[Run]:
+def runs_for(*, user: User) -> QuerySet[Run]:
     return Run.objects.filter(project_id__in=visible_project_ids(user=user))
 
 
@@ -71,7 +73,7 @@ def runs_of(*, project: Project) -> QuerySet[Run]:
     return project.runs.select_related("tier", "task_set_version__task_set").order_by("-created_at", "-pk")
 
 
-def run_for(*, user: AbstractBaseUser, run_id: int, permission: str = Permission.VIEW) -> Run:
+def run_for(*, user: User, run_id: int, permission: str = Permission.VIEW) -> Run:
     run = (
         Run.objects.select_related(
             "project",
@@ -172,7 +174,12 @@ def metric_series_of(
     ]
 
 
-def step_axes_of(*, run: Run, steps: set[int] | None = None) -> dict[str, dict[str, float]]:
+class StepAxes(TypedDict):
+    wall_seconds: dict[str, float]  # step -> seconds since the run's first metric point
+    tokens: dict[str, int]  # step -> completion tokens learned up to and including it
+
+
+def step_axes_of(*, run: Run, steps: set[int] | None = None) -> StepAxes:
     """Each learner step's place on the other x-axes charts offer: wall seconds since the run's
     first metric point, and the completion tokens learned from up to and including the step.
     `steps` limits the answer to the steps a (downsampled) series holds: a million-step run
@@ -227,7 +234,7 @@ def downsample(points: list[tuple[int, float]], max_points: int | None) -> list[
     return [points[i] for i in kept.tolist()]
 
 
-def trajectories_for(*, user: AbstractBaseUser) -> QuerySet[Trajectory]:
+def trajectories_for(*, user: User) -> QuerySet[Trajectory]:
     return Trajectory.objects.filter(run__project_id__in=visible_project_ids(user=user)).select_related(
         "item"
     )
@@ -286,9 +293,7 @@ def group_of(*, trajectory: Trajectory) -> QuerySet[Trajectory]:
     ).order_by("sample_index", "pk")
 
 
-def trajectory_for(
-    *, user: AbstractBaseUser, trajectory_id: int, permission: str = Permission.VIEW
-) -> Trajectory:
+def trajectory_for(*, user: User, trajectory_id: int, permission: str = Permission.VIEW) -> Trajectory:
     trajectory = Trajectory.objects.select_related("run__project", "item").filter(pk=trajectory_id).first()
     if trajectory is None:
         raise Http404("no such trajectory")
@@ -310,13 +315,11 @@ def test_results_of(*, trajectory: Trajectory) -> list[dict]:
     return [test for test in tests if isinstance(test, dict)] if isinstance(tests, list) else []
 
 
-def checkpoints_for(*, user: AbstractBaseUser) -> QuerySet[Checkpoint]:
+def checkpoints_for(*, user: User) -> QuerySet[Checkpoint]:
     return Checkpoint.objects.filter(run__project_id__in=visible_project_ids(user=user))
 
 
-def checkpoint_for(
-    *, user: AbstractBaseUser, checkpoint_id: int, permission: str = Permission.VIEW
-) -> Checkpoint:
+def checkpoint_for(*, user: User, checkpoint_id: int, permission: str = Permission.VIEW) -> Checkpoint:
     checkpoint = Checkpoint.objects.select_related("run__project").filter(pk=checkpoint_id).first()
     if checkpoint is None:
         raise Http404("no such checkpoint")
@@ -325,7 +328,7 @@ def checkpoint_for(
 
 
 def checkpoint_of_run_for(
-    *, user: AbstractBaseUser, run_id: int, step: int, permission: str = Permission.VIEW
+    *, user: User, run_id: int, step: int, permission: str = Permission.VIEW
 ) -> Checkpoint:
     """The run's checkpoint at `step`, if the user's role in its project allows `permission`."""
     run = run_for(user=user, run_id=run_id, permission=permission)

@@ -4,8 +4,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
@@ -16,7 +15,6 @@ from inference.settings import TIER_FIELDS, tier_problems, tier_snapshot
 from projects.models import Project
 from runs.models import MetricPoint, Run, Tier
 
-User = get_user_model()
 IMPORT_BATCH_SIZE = 2000
 PREVIEW_ITEMS = 5
 DEFAULT_SPLIT_SEED = 0
@@ -41,7 +39,7 @@ def _check_tier(
     name = (values.get("name") or "").strip()
     if not name:
         problems["name"] = "is required"
-    elif Tier.objects.filter(project=project, name=name).exclude(pk=exclude_pk).exists():
+    elif _name_taken(project, name, exclude_pk):
         problems["name"] = f"this project already has a tier named {name!r}"
     # A local path must be a folder here (as a hub id must be on the hub): refused at once, not
     # at the first launch. Off with the hub check (FLYWHEEL_HUB_CHECK), as tests with made-up
@@ -59,7 +57,15 @@ def _check_tier(
         raise ValidationError(problems)
 
 
-def tier_create(*, project: Project, by: AbstractBaseUser, **values: Any) -> Tier:
+def _name_taken(project: Project, name: str, exclude_pk: int | None) -> bool:
+    """Whether another tier of the project (not the one being edited) has this name."""
+    taken = Tier.objects.filter(project=project, name=name)
+    if exclude_pk is not None:
+        taken = taken.exclude(pk=exclude_pk)
+    return taken.exists()
+
+
+def tier_create(*, project: Project, by: User, **values: Any) -> Tier:
     unknown = set(values) - set(TIER_FIELDS)
     if unknown:
         raise ValidationError({name: "unknown tier setting" for name in sorted(unknown)})
@@ -89,7 +95,7 @@ def tier_delete(*, tier: Tier) -> None:
 # --- demo ----------------------------------------------------------------------------------
 
 
-def demo_user_ensure(*, username: str, password: str) -> AbstractBaseUser:
+def demo_user_ensure(*, username: str, password: str) -> User:
     user, _ = User.objects.get_or_create(username=username)
     if not user.check_password(password):
         user.set_password(password)
@@ -113,5 +119,7 @@ def metrics_write(run: Run, step: int, values: dict[str, float]) -> None:
 
 def _metric_insert() -> str:
     quote, meta = connection.ops.quote_name, MetricPoint._meta
-    columns = [quote(meta.get_field(name).column) for name in ("run", "name", "step", "value", "created_at")]
+    # Every concrete field has a column; the stubs type it optional for the relations that have none.
+    column_of = {field.name: field.column for field in meta.concrete_fields if field.column}
+    columns = [quote(column_of[name]) for name in ("run", "name", "step", "value", "created_at")]
     return f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * 5)})"

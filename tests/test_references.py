@@ -157,3 +157,8 @@ def test_the_command_shows_progress_names_the_broken_and_fails(version):
     assert text.startswith("refs v1: 9 references checked, 5 pass, 4 broken, 0 errored, 2 items without one")
     assert [line.split(":")[1].strip() for line in text.splitlines()[1:]] == list(BROKEN_REASONS)
     assert "references: 100%" in err.getvalue()
+
+
+def test_the_command_names_a_version_the_set_does_not_have(version):
+    with pytest.raises(CommandError, match=r"^refs has no version 9$"):
+        call_command("verify_references", "references", "refs", "--set-version", "9")

@@ -1,7 +1,7 @@
 """Runs over REST: what a launch, a clone or a fork may ask for (types and shapes; the lifecycle
 checks the rules), and what a client sees of runs, events, metrics, trajectories and checkpoints."""
 
-from typing import Any
+from typing import Any, cast
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
@@ -137,7 +137,8 @@ class TrajectoryFilterSerializer(serializers.Serializer):
         help_text="true: only those the reward-hacking detectors flagged; false: only unflagged",
     )
     flag = serializers.CharField(required=False, max_length=100, help_text="Only those with this flag")
-    label = serializers.ChoiceField(
+    # A declared field named like Field.label: DRF's metaclass takes it out of the class attributes.
+    label = serializers.ChoiceField(  # type: ignore[assignment]
         choices=REVIEW_LABELS, required=False, help_text="A review label, or unreviewed"
     )
     after = serializers.IntegerField(
@@ -189,7 +190,7 @@ class RunOverridesSerializer(serializers.Serializer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["method"].choices = launch_choices()
+        cast(serializers.ChoiceField, self.fields["method"]).choices = launch_choices()
 
 
 class RunCreateSerializer(RunOverridesSerializer):
@@ -322,7 +323,10 @@ class RunSerializer(serializers.ModelSerializer):
 
 class ConfigChangeSerializer(serializers.Serializer):
     field = serializers.CharField(help_text="Dotted, such as resolved.group_size or tier_config.precision")
-    parent = serializers.JSONField(help_text="The parent's value (null when it had none)")
+    # A declared field named like Field.parent: DRF's metaclass takes it out of the class attributes.
+    parent = serializers.JSONField(  # type: ignore[assignment]
+        help_text="The parent's value (null when it had none)"
+    )
     run = serializers.JSONField(help_text="This run's value (null when it has none)")
 
 
@@ -387,7 +391,8 @@ class RunDetailSerializer(RunSerializer):
 
 
 class RunEventSerializer(serializers.ModelSerializer):
-    data = serializers.DictField(read_only=True)
+    # A declared field named like Serializer.data: DRF's metaclass takes it out of the class attributes.
+    data = serializers.DictField(read_only=True)  # type: ignore[assignment]
 
     class Meta:
         model = RunEvent
@@ -428,7 +433,8 @@ class RunMetricsSerializer(serializers.Serializer):
 class TrajectorySerializer(serializers.ModelSerializer):
     item_external_id = serializers.CharField(source="item.external_id", read_only=True)
     components = serializers.DictField(read_only=True, help_text="Each sub-reward by name")
-    errors = serializers.ListField(child=serializers.JSONField(), read_only=True)
+    # A declared field named like Serializer.errors: DRF's metaclass takes it out of the class attributes.
+    errors = serializers.ListField(child=serializers.JSONField(), read_only=True)  # type: ignore[assignment]
     flags = serializers.ListField(child=serializers.JSONField(), read_only=True)
     labels = serializers.SerializerMethodField(help_text="Its review labels, one per reviewer")
     prompt_preview = serializers.SerializerMethodField(
@@ -482,7 +488,8 @@ class TrajectoryDetailSerializer(TrajectorySerializer):
 
 
 class TrajectoryStepSerializer(serializers.ModelSerializer):
-    data = serializers.SerializerMethodField(
+    # A declared field named like Serializer.data: DRF's metaclass takes it out of the class attributes.
+    data = serializers.SerializerMethodField(  # type: ignore[assignment]
         help_text="The step's payload: observation, action, tool result, tokens, timing"
     )
 
@@ -536,7 +543,8 @@ class CheckpointSerializer(serializers.ModelSerializer):
 
     def _scored(self, checkpoint: Checkpoint) -> tuple[dict[int, dict[str, float]], int | None]:
         """Its run's scores and best checkpoint, read once a run for a whole page of checkpoints."""
-        cache = self.context.setdefault("checkpoint_scores", {})  # the root's: shared by a list
+        # The root's context (a dict the stubs type as a read-only Mapping): shared by a list.
+        cache = self.context.setdefault("checkpoint_scores", {})  # type: ignore[attr-defined]
         if checkpoint.run_id not in cache:
             run = checkpoint.run
             scores = selectors.checkpoint_scores_of(run=run)

@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api import NewestFirstCursorPagination, error_body, idempotent
+from core.callers import caller
 from core.roles import Permission
 from core.schema import ErrorSerializer
 from core.streaming import streamed_bytes
@@ -87,13 +88,13 @@ class RunListView(ApiView):
         filters = self.query(s.RunFilterSerializer)
         # The run's configuration (JSON a list never shows) is left in the database: a page of
         # runs decoded five JSON documents a run for nothing.
-        runs = selectors.runs_for(user=request.user).defer(*RUN_CONFIGURATION)
+        runs = selectors.runs_for(user=caller(request)).defer(*RUN_CONFIGURATION)
         if (project := filters.get("project")) is not None:
             runs = runs.filter(project_id=project)
         if status := filters.get("status"):
             runs = runs.filter(status=status)
         paginator = NewestFirstCursorPagination()
-        page = paginator.paginate_queryset(runs, request, view=self)
+        page = paginator.paginate_queryset(runs, request, view=self) or []  # None only without a page size
         positions = selectors.queue_positions(project_ids=sorted({run.project_id for run in page}))
         reasons = scheduling.queue_reasons(list(page))
         context = {"queue_positions": positions, "queue_reasons": reasons}
@@ -109,10 +110,10 @@ class RunListView(ApiView):
     def post(self, request: Request) -> Response:
         data = self.validated(s.RunCreateSerializer)
         project = project_selectors.project_for(
-            user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
+            user=caller(request), project_id=data.pop("project"), permission=Permission.EDIT
         )
         run_request = RunRequest(project=project, **references(project, data))
-        return created(lifecycle.run_create(request=run_request, by=request.user))
+        return created(lifecycle.run_create(request=run_request, by=caller(request)))
 
 
 class RunDetailView(ApiView):
@@ -121,7 +122,7 @@ class RunDetailView(ApiView):
         summary="A run: status, error, resolved configuration, progress, and its diff against a parent",
     )
     def get(self, request: Request, id: int) -> Response:
-        return Response(s.RunDetailSerializer(selectors.run_for(user=request.user, run_id=id)).data)
+        return Response(s.RunDetailSerializer(selectors.run_for(user=caller(request), run_id=id)).data)
 
 
 class RunActionView(ApiView):
@@ -131,7 +132,7 @@ class RunActionView(ApiView):
 
     @extend_schema(request=None, responses=s.RunDetailSerializer)
     def post(self, request: Request, id: int) -> Response:
-        run = selectors.run_for(user=request.user, run_id=id, permission=Permission.EDIT)
+        run = selectors.run_for(user=caller(request), run_id=id, permission=Permission.EDIT)
         return Response(s.RunDetailSerializer(type(self).change(run=run)).data)
 
 
@@ -165,9 +166,9 @@ class RunCloneView(ApiView):
     )
     @idempotent
     def post(self, request: Request, id: int) -> Response:
-        run = selectors.run_for(user=request.user, run_id=id, permission=Permission.EDIT)
+        run = selectors.run_for(user=caller(request), run_id=id, permission=Permission.EDIT)
         overrides = overrides_for(run, self.validated(s.RunOverridesSerializer))
-        return created(lifecycle.run_clone(run=run, by=request.user, **overrides))
+        return created(lifecycle.run_clone(run=run, by=caller(request), **overrides))
 
 
 class CheckpointForkView(ApiView):
@@ -178,9 +179,11 @@ class CheckpointForkView(ApiView):
     )
     @idempotent
     def post(self, request: Request, id: int) -> Response:
-        checkpoint = selectors.checkpoint_for(user=request.user, checkpoint_id=id, permission=Permission.EDIT)
+        checkpoint = selectors.checkpoint_for(
+            user=caller(request), checkpoint_id=id, permission=Permission.EDIT
+        )
         overrides = overrides_for(checkpoint.run, self.validated(s.RunOverridesSerializer))
-        return created(lifecycle.run_fork(checkpoint=checkpoint, by=request.user, **overrides))
+        return created(lifecycle.run_fork(checkpoint=checkpoint, by=caller(request), **overrides))
 
 
 # --- the record ----------------------------------------------------------------------------
@@ -193,7 +196,7 @@ class RunEventListView(ApiView):
         summary="Events, newest first; with `since`, those after that id, oldest first",
     )
     def get(self, request: Request, id: int) -> Response:
-        run = selectors.run_for(user=request.user, run_id=id)
+        run = selectors.run_for(user=caller(request), run_id=id)
         filters = self.query(s.EventFilterSerializer)
         events = selectors.events_of(run=run, since=filters.get("since"), level=filters.get("level"))
         pagination = NewestFirstCursorPagination if filters.get("since") is None else OldestFirstPagination
@@ -207,7 +210,7 @@ class RunMetricsView(ApiView):
         summary="Metric points grouped by name; `max_points` downsamples and keeps min and max",
     )
     def get(self, request: Request, id: int) -> Response:
-        run = selectors.run_for(user=request.user, run_id=id)
+        run = selectors.run_for(user=caller(request), run_id=id)
         filters = self.query(s.MetricFilterSerializer)
         series = selectors.metric_series_of(
             run=run,
@@ -229,8 +232,8 @@ class HeldOutCompareView(ApiView):
     )
     def get(self, request: Request, id: int) -> Response:
         query = self.query(s.HeldOutCompareQuerySerializer)  # a bad query is named before any lookup
-        run = selectors.run_for(user=request.user, run_id=id)
-        other = selectors.run_for(user=request.user, run_id=query.get("against", run.pk))
+        run = selectors.run_for(user=caller(request), run_id=id)
+        other = selectors.run_for(user=caller(request), run_id=query.get("against", run.pk))
         step = query.get("step", outcomes.last_evaluated_step(run.pk))
         default_against = 0 if other.pk == run.pk else outcomes.last_evaluated_step(other.pk)
         against_step = query.get("against_step", default_against)
@@ -259,7 +262,7 @@ class TrajectoryListView(ApiView):
     def get(self, request: Request) -> Response:
         filters = self.query(s.TrajectoryFilterSerializer)
         trajectories = selectors.trajectories_filtered(
-            selectors.trajectories_for(user=request.user).prefetch_related("reviews"), **filters
+            selectors.trajectories_for(user=caller(request)).prefetch_related("reviews"), **filters
         )
         return self.paginated(trajectories, s.TrajectorySerializer)
 
@@ -272,7 +275,7 @@ class TrajectoryGroupView(ApiView):
         summary="Every completion for the same prompt in the same batch, in sample order",
     )
     def get(self, request: Request, id: int) -> Response:
-        trajectory = selectors.trajectory_for(user=request.user, trajectory_id=id)
+        trajectory = selectors.trajectory_for(user=caller(request), trajectory_id=id)
         group = selectors.group_of(trajectory=trajectory).select_related("item").prefetch_related("reviews")
         return Response(s.TrajectoryDetailSerializer(group, many=True).data)
 
@@ -280,7 +283,7 @@ class TrajectoryGroupView(ApiView):
 class RunMonitorsView(ApiView):
     @extend_schema(responses=s.RunMonitorsSerializer, summary="The run's alert thresholds")
     def get(self, request: Request, id: int) -> Response:
-        return Response(monitors_data(selectors.run_for(user=request.user, run_id=id)))
+        return Response(monitors_data(selectors.run_for(user=caller(request), run_id=id)))
 
     @extend_schema(
         request=s.RunMonitorsInputSerializer,
@@ -289,7 +292,7 @@ class RunMonitorsView(ApiView):
         "launchers)",
     )
     def patch(self, request: Request, id: int) -> Response:
-        run = selectors.run_for(user=request.user, run_id=id, permission=Permission.EDIT)
+        run = selectors.run_for(user=caller(request), run_id=id, permission=Permission.EDIT)
         data = self.validated(s.RunMonitorsInputSerializer)
         run = monitors.run_monitors_set(run=run, changes=data["thresholds"], actions=data["actions"])
         return Response(monitors_data(run))
@@ -311,7 +314,7 @@ def monitors_data(run: Run) -> dict[str, Any]:
 class TrajectoryDetailView(ApiView):
     @extend_schema(responses=s.TrajectoryDetailSerializer)
     def get(self, request: Request, id: int) -> Response:
-        trajectory = selectors.trajectory_for(user=request.user, trajectory_id=id)
+        trajectory = selectors.trajectory_for(user=caller(request), trajectory_id=id)
         return Response(s.TrajectoryDetailSerializer(trajectory).data)
 
 
@@ -322,7 +325,7 @@ class TrajectoryStepListView(ApiView):
         summary="The steps in order, each decompressed; `index` opens one without reading the rest",
     )
     def get(self, request: Request, id: int) -> Response:
-        trajectory = selectors.trajectory_for(user=request.user, trajectory_id=id)
+        trajectory = selectors.trajectory_for(user=caller(request), trajectory_id=id)
         index = self.query(s.StepFilterSerializer).get("index")
         steps = selectors.steps_of(trajectory=trajectory, index=index)
         return self.paginated(steps, s.TrajectoryStepSerializer, StepOrderPagination)
@@ -335,7 +338,7 @@ class CheckpointListView(ApiView):
         summary="Checkpoints of the caller's projects, newest first",
     )
     def get(self, request: Request) -> Response:
-        checkpoints = selectors.checkpoints_for(user=request.user)
+        checkpoints = selectors.checkpoints_for(user=caller(request))
         if (run := self.query(s.CheckpointFilterSerializer).get("run")) is not None:
             checkpoints = checkpoints.filter(run_id=run)
         return self.paginated(checkpoints, s.CheckpointSerializer)
@@ -344,7 +347,7 @@ class CheckpointListView(ApiView):
 class CheckpointDetailView(ApiView):
     @extend_schema(responses=s.CheckpointSerializer)
     def get(self, request: Request, id: int) -> Response:
-        checkpoint = selectors.checkpoint_for(user=request.user, checkpoint_id=id)
+        checkpoint = selectors.checkpoint_for(user=caller(request), checkpoint_id=id)
         return Response(s.CheckpointSerializer(checkpoint).data)
 
 
@@ -397,7 +400,7 @@ class CheckpointExportView(ApiView):
     )
     def get(self, request: Request, id: int, step: int) -> StreamingHttpResponse | Response:
         query = self.query(CheckpointExportQuerySerializer)
-        checkpoint = selectors.checkpoint_of_run_for(user=request.user, run_id=id, step=step)
+        checkpoint = selectors.checkpoint_of_run_for(user=caller(request), run_id=id, step=step)
         try:
             plan = checkpoint_exports.export_plan(checkpoint, query["weights"])
         except checkpoint_exports.ExportError as exc:

@@ -6,6 +6,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api import idempotent
+from core.callers import caller
 from core.roles import Permission
 from core.schema import NO_CONTENT
 from core.views import ApiView
@@ -22,7 +23,7 @@ class TierListView(ApiView):
         parameters=[project_serializers.ProjectFilterSerializer], responses=s.TierSerializer(many=True)
     )
     def get(self, request: Request) -> Response:
-        tiers = selectors.tiers_for(user=request.user)
+        tiers = selectors.tiers_for(user=caller(request))
         if (project := self.query(project_serializers.ProjectFilterSerializer).get("project")) is not None:
             tiers = tiers.filter(project_id=project)
         return self.paginated(tiers, s.TierSerializer)
@@ -36,26 +37,26 @@ class TierListView(ApiView):
     def post(self, request: Request) -> Response:
         data = self.validated(s.TierCreateSerializer)
         project = project_selectors.project_for(
-            user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
+            user=caller(request), project_id=data.pop("project"), permission=Permission.EDIT
         )
-        tier = services.tier_create(project=project, by=request.user, **data)
+        tier = services.tier_create(project=project, by=caller(request), **data)
         return Response(s.TierSerializer(tier).data, status=201)
 
 
 class TierDetailView(ApiView):
     @extend_schema(responses=s.TierSerializer)
     def get(self, request: Request, id: int) -> Response:
-        return Response(s.TierSerializer(selectors.tier_for(user=request.user, tier_id=id)).data)
+        return Response(s.TierSerializer(selectors.tier_for(user=caller(request), tier_id=id)).data)
 
     @extend_schema(request=s.TierUpdateSerializer, responses=s.TierSerializer)
     def patch(self, request: Request, id: int) -> Response:
-        tier = selectors.tier_for(user=request.user, tier_id=id, permission=Permission.EDIT)
+        tier = selectors.tier_for(user=caller(request), tier_id=id, permission=Permission.EDIT)
         tier = services.tier_update(tier=tier, **self.validated(s.TierUpdateSerializer, partial=True))
         return Response(s.TierSerializer(tier).data)
 
     @extend_schema(responses=NO_CONTENT)
     def delete(self, request: Request, id: int) -> Response:
         services.tier_delete(
-            tier=selectors.tier_for(user=request.user, tier_id=id, permission=Permission.EDIT)
+            tier=selectors.tier_for(user=caller(request), tier_id=id, permission=Permission.EDIT)
         )
         return Response(status=204)

@@ -40,6 +40,17 @@ def outcome_text(detail: dict | None) -> str:
 
 
 @register.filter
+def skip_prefix(text: str, skip: int) -> str:
+    """`text` past its first `skip` characters, an ellipsis marking the cut: a trajectory's prompt
+    preview skips the instruction every prompt of the page shares.
+
+    >>> skip_prefix("Solve this. What is 1 + 1?", 12), skip_prefix("What is 2 + 2?", 0)
+    ('…What is 1 + 1?', 'What is 2 + 2?')
+    """
+    return f"…{text[skip:]}" if skip else text
+
+
+@register.filter
 def figure(value: float | int | None, places: int = 4) -> str:
     """A measured number the way people read it: whole values as integers, others to `places`
     decimals without trailing zeros; a dash when missing.

@@ -84,17 +84,20 @@ class Command(BaseCommand):
             raise CommandError(f"{report.error_count} errors; nothing was imported")
         if opts["dry_run"]:
             self.stdout.write(f"valid: {report.item_count} items {report.kind_counts} {report.split_counts}")
-        elif report.created:
-            self.stdout.write(f"created version {report.version.number} with {report.item_count} items")
+            return
+        version = report.version
+        assert task_set is not None and version is not None  # an import that went through made both
+        if report.created:
+            self.stdout.write(f"created version {version.number} with {report.item_count} items")
         else:
-            self.stdout.write(f"identical to version {report.version.number}; no new version created")
-        if report.created and report.version.stub_check_status:
-            stub_check_with_bar(self, report.version)
-        if opts["verify_references"] and not opts["dry_run"]:
-            items = project_selectors.grading_items_of(version=report.version)
+            self.stdout.write(f"identical to version {version.number}; no new version created")
+        if report.created and version.stub_check_status:
+            stub_check_with_bar(self, version)
+        if opts["verify_references"]:
+            items = project_selectors.grading_items_of(version=version)
             with tqdm(total=len(items), unit="item", desc="references", file=progress_stream(self)) as bar:
                 references = references_verify(items, progress=lambda: bar.update(1))
-            self.stdout.write(summary(task_set.name, report.version.number, references))
+            self.stdout.write(summary(task_set.name, version.number, references))
             if references.broken:
                 raise CommandError(f"imported, but {len(references.broken)} references are broken")
 

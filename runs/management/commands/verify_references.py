@@ -30,7 +30,7 @@ class Command(BaseCommand):
             versions.filter(number=opts["set_version"]).first() if opts["set_version"] else versions.first()
         )
         if version is None:
-            raise CommandError(f"{task_set.name} has no version {opts['version'] or ''}".rstrip())
+            raise CommandError(f"{task_set.name} has no version {opts['set_version'] or ''}".rstrip())
         stub_check_with_bar(self, version)
         items = project_selectors.grading_items_of(version=version)
         with tqdm(total=len(items), unit="item", desc="references", file=progress_stream(self)) as bar:
@@ -58,7 +58,7 @@ def progress_stream(command: BaseCommand):
     return getattr(command.stderr, "_out", command.stderr)
 
 
-def summary(name: str, number: int, report: ReferenceReport) -> str:
+def summary(name: str, number: int | None, report: ReferenceReport) -> str:
     lines = [
         f"{name} v{number}: {report.checked} references checked, {report.passed} pass, "
         f"{len(report.broken)} broken, {report.errored} errored, {report.skipped} items without one"
