@@ -105,11 +105,12 @@ def mcp_servers_problems(raw: object, files: dict | None = None) -> list[tuple[s
     problems: list[tuple[str, str]] = []
     seen: set[str] = set()
     for index, entry in enumerate(raw):
-        found = _entry_problems(entry, files or {})
+        found = []
         if isinstance(entry, dict) and isinstance(entry.get("name"), str):
             if entry["name"] in seen:
                 found.append(("name", f"{entry['name']!r} names two servers"))
             seen.add(entry["name"])
+        found += _entry_problems(entry, files or {})
         problems += [(f"{index}.{name}".rstrip("."), message) for name, message in found]
     return problems
 
