@@ -312,10 +312,8 @@ def test_declaration_problems_are_plain_data():
 # --- stored, and replayed -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def mcp_run(team, tmp_path, settings):
-    settings.FLYWHEEL_HOME = tmp_path
-    owner, project = team["owner"], team["project"]
+def mcp_run_create(owner, project, home: Path):
+    """A run over the MCP item (train) and its held-out twin, on a tier whose model is a folder."""
     task_set = project_services.task_set_create(project=project, name="mcp agents", by=owner)
     version = project_services.task_set_import(
         task_set=task_set,
@@ -324,7 +322,7 @@ def mcp_run(team, tmp_path, settings):
         by=owner,
     ).version
     rule = reward_services.reward_rule_create(project=project, name="check", spec=CHECK_RULE, by=owner)
-    model_dir = tmp_path / "model"
+    model_dir = home / "model"
     model_dir.mkdir()
     tier = services.tier_create(project=project, by=owner, name="t", base_model=str(model_dir))
     request = RunRequest(
@@ -339,9 +337,11 @@ def mcp_run(team, tmp_path, settings):
     return lifecycle.run_create(request=request, by=owner)
 
 
-def test_a_stored_episode_keeps_each_mcp_call_and_result_for_the_replay(mcp_run, team):
-    item_ids = list(mcp_run.task_set_version.items.filter(split="train").values_list("pk", flat=True))
-    batch = RolloutBatch.objects.create(run=mcp_run, index=0, step=0, policy_version=0, item_ids=item_ids)
+def mcp_episode_store(run) -> Trajectory:
+    """The train item played by a scripted policy (calc__add, files__write_file, submit) and
+    stored as a rollout batch stores it."""
+    item_ids = list(run.task_set_version.items.filter(split="train").values_list("pk", flat=True))
+    batch = RolloutBatch.objects.create(run=run, index=0, step=0, policy_version=0, item_ids=item_ids)
     generate = scripted(
         call("calc__add", a=2, b=3), call("files__write_file", path="answer.txt", content="5"), call("submit")
     )
@@ -353,7 +353,12 @@ def test_a_stored_episode_keeps_each_mcp_call_and_result_for_the_replay(mcp_run,
         on_done=lambda first, wave: stored.append(_store(batch, [_agent_played(e, 0) for e in wave])),
     )
     assert stored == [1]
-    trajectory = Trajectory.objects.get(batch=batch)
+    return Trajectory.objects.get(batch=batch)
+
+
+def test_a_stored_episode_keeps_each_mcp_call_and_result_for_the_replay(team, tmp_path, settings):
+    settings.FLYWHEEL_HOME = tmp_path
+    trajectory = mcp_episode_store(mcp_run_create(team["owner"], team["project"], tmp_path))
     assert (trajectory.outcome, trajectory.reward, trajectory.step_count) == ("scored", 1.0, 3)
     steps = [step.data() for step in TrajectoryStep.objects.filter(trajectory=trajectory).order_by("index")]
     assert steps[0]["tool_calls"] == [{"name": "calc__add", "arguments": {"a": 2, "b": 3}}]
@@ -361,6 +366,7 @@ def test_a_stored_episode_keeps_each_mcp_call_and_result_for_the_replay(mcp_run,
     assert steps[1]["observation"] == "[tool calc__add]\n5"  # the result, as the model read it
     assert steps[1]["files_changed"][0]["path"] == "answer.txt"
     assert steps[-1]["final_workspace"]["files"]["answer.txt"] == "5"
+    assert steps[-1]["mcp_failures"] == 0  # counted on the last step, as invalid actions are
     # what the replay page reads, step by step
     client = api_client_for(team["owner"])
     page = client.get(f"/api/v1/trajectories/{trajectory.pk}/steps?index=0").json()
