@@ -367,6 +367,7 @@ def test_a_stored_episode_keeps_each_mcp_call_and_result_for_the_replay(team, tm
     assert steps[1]["files_changed"][0]["path"] == "answer.txt"
     assert steps[-1]["final_workspace"]["files"]["answer.txt"] == "5"
     assert steps[-1]["mcp_failures"] == 0  # counted on the last step, as invalid actions are
+    assert [tool["function"]["name"] for tool in steps[0]["mcp_tools"]][:2] == ["calc__add", "calc__subtract"]
     # what the replay page reads, step by step
     client = api_client_for(team["owner"])
     page = client.get(f"/api/v1/trajectories/{trajectory.pk}/steps?index=0").json()

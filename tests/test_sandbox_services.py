@@ -93,3 +93,15 @@ def test_services_of_one_sandbox_stay_there(pool, backend):
     with pool.acquire(make_spec(backend)) as first, pool.acquire(make_spec(backend)) as second:
         first.service_start(["sleep", "34"])
         assert alive(first, "sleep 34") and not alive(second, "sleep 34")
+
+
+def test_a_dead_child_a_service_never_reaps_does_not_hold_up_an_execution(sandbox):
+    """Its zombie, in a session of its own, is not killed over and over: the service reaps it."""
+    source = "import subprocess, time\nkid = subprocess.Popen(['true'], start_new_session=True)\n"
+    source += "time.sleep(60)\n"
+    handle = sandbox.service_start(["python3", "-c", source])
+    sandbox.service_talk(handle, wait=0.5)  # the child has been and gone
+    started = time.monotonic()
+    assert sandbox.exec("echo ok").stdout == "ok\n"
+    assert time.monotonic() - started < 3
+    assert not sandbox.service_talk(handle, wait=0).exited

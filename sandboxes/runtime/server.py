@@ -436,17 +436,29 @@ def kill_sessions_but(spared: set[int], server: Server) -> None:
         for name in os.listdir("/proc"):
             if not name.isdigit() or int(name) == me:
                 continue
+            state, session = process_state(int(name))
+            if state in ("", "Z") or session in spared:  # gone, or dead already (its parent reaps it)
+                continue
             try:
-                if os.getsid(int(name)) in spared:
-                    continue
                 os.kill(int(name), signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 continue
             victims += 1
+        reaped = server.reap_nohang()
         if not victims:
             return
-        if not server.reap_nohang():
+        if not reaped:
             time.sleep(0.001)  # killed, not yet dead: their deaths are a few microseconds away
+
+
+def process_state(pid: int) -> tuple[str, int]:
+    """(state letter, session id) of a process from /proc/PID/stat; ("", 0) when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return "", 0
+    return fields[0].decode(), int(fields[3])
 
 
 class Service:
