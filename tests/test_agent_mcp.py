@@ -377,3 +377,15 @@ def test_a_stored_episode_keeps_each_mcp_call_and_result_for_the_replay(team, tm
     browser.force_login(team["owner"])
     html = browser.get(f"/trajectories/{trajectory.pk}/")
     assert html.status_code == 200 and b"replay-step" in html.content
+
+
+def test_the_guides_example_server_serves_an_episode_as_printed():
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "guides" / "agents.md").read_text()
+    source = guide.split("### Writing a server", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    entry = {"name": "shout", "command": "python3", "args": ["shout.py"], "timeout_seconds": 5}
+    assert json.dumps(entry) in guide  # the entry the guide gives for it
+    item = AGENT | {"files": {"shout.py": source}, "mcp_servers": [entry]}
+    [episode] = episodes_play(
+        [item], scripted(call("shout__shout", text="hi"), call("submit")), rule=CHECK_RULE
+    )
+    assert episode.turns[0].results[0]["stdout"] == "HI" and episode.mcp_failures == 0
