@@ -16,7 +16,9 @@ the seeded rule), `metadata` (any object). Then, by kind:
   `test_list`): they are joined into one source.
 - agent: `instructions`, `check_command`, `max_steps`, optional `files`, `sandbox`, `tools` (the
   built-in tools it offers, by name or as OpenAI function objects; all by default), `test_file`
-  (what `run_tests` runs), `system`, `messages` (a demonstration conversation, as exports write)
+  (what `run_tests` runs), `system`, `messages` (a demonstration conversation, as exports write),
+  `mcp_servers` (MCP servers started in the episode's sandbox, whose tools are offered beside the
+  built-ins: `inference.mcp_tools`)
 
 A line without `kind` in one of the field's published layouts (HumanEval, MBPP, APPS,
 CodeContests, LiveCodeBench: `projects.published_formats`) is recognised by its fields and mapped to
@@ -44,6 +46,7 @@ from typing import Any
 
 from core import strict_json
 from inference.chat import messages_problems, prompt_summary
+from inference.mcp_tools import mcp_servers_problems
 from inference.tool_chat import tools_problem
 from projects.published_formats import (
     PRESETS,
@@ -100,6 +103,7 @@ KIND_FIELDS: dict[str, dict[str, FieldSpec]] = {
         "test_file": FieldSpec(False, str),
         "system": FieldSpec(False, str),
         "messages": FieldSpec(False, list),
+        "mcp_servers": FieldSpec(False, list),
     },
 }
 TEXT_FIELD = {"answer": "prompt", "code": "prompt", "agent": "instructions"}
@@ -287,6 +291,11 @@ def _check_kind_rules(line: int, kind: str, raw: dict[str, Any]) -> list[ItemErr
         if "test_file" in raw and raw["test_file"] not in (raw.get("files") or {}):
             errors.append(ItemError(line, "test_file", "must name one of the item's files"))
         errors += _check_agent_messages(line, raw.get("messages") or [])
+        if "mcp_servers" in raw:
+            problems = mcp_servers_problems(raw["mcp_servers"], raw.get("files") or {})
+            errors += [
+                ItemError(line, f"mcp_servers.{name}".rstrip("."), message) for name, message in problems
+            ]
         return errors + _check_files(line, "files", raw.get("files") or {})
     return errors
 

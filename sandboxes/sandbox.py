@@ -9,6 +9,7 @@ import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from .channel import Channel
@@ -37,7 +38,7 @@ from .interface import (
 from .seccomp import SeccompUnavailableError, seccomp_program
 from .values import decided, pytest_value_plan, value_plan
 
-__all__ = ["Sandbox", "plan_tests", "sandbox_cpu_seconds"]
+__all__ = ["Sandbox", "ServiceOutput", "plan_tests", "sandbox_cpu_seconds"]
 IO_RUNNER = "solution.py"
 
 SERVER_SOURCE = (Path(__file__).parent / "runtime" / "server.py").read_text()
@@ -63,6 +64,19 @@ SERVER_PIDS = 8  # what its process budget adds to max_processes: the server, bw
 START_TIMEOUT = 30.0
 OP_TIMEOUT = 10.0
 EXEC_GRACE = 5.0  # beyond the execution's own deadline, for killing and reaping
+SERVICE_LINE_CAP = 4 << 20  # a service's stdout line past this stops it
+
+
+@dataclass(frozen=True)
+class ServiceOutput:
+    """What a service wrote since the last talk: its whole lines, and whether it has ended."""
+
+    lines: bytes
+    exited: bool
+    exit_code: int | None
+    signal: int | None
+    stderr: str  # the tail of what it wrote on stderr
+    overflow: bool  # a line past the cap: the service was stopped
 
 
 def server_command(python: str, *, seccomp: str) -> list[str]:
@@ -94,6 +108,8 @@ class Sandbox:
         # trip when that use runs code (one round trip less per check than a reset on return).
         self.stale = False
         self.pending_install: list[tuple[str, bytes]] | None = None  # files to install with the next use
+        # One request at a time on the channel: a service's client may talk from another thread.
+        self.lock = threading.RLock()
 
     # -- lifecycle (backends implement _launch and _terminate) ---------------------------------
 
@@ -121,6 +137,10 @@ class Sandbox:
         self._terminate()
 
     def _call(self, head: dict, blob: bytes = b"", *, timeout: float = OP_TIMEOUT) -> tuple[dict, bytes]:
+        with self.lock:
+            return self._call_locked(head, blob, timeout)
+
+    def _call_locked(self, head: dict, blob: bytes, timeout: float) -> tuple[dict, bytes]:
         if self.broken or self.channel is None:
             raise InfrastructureError(f"{self.backend} sandbox is closed or broken; acquire another")
         if self.pending_install is not None and head["op"] != "ping":
@@ -194,6 +214,49 @@ class Sandbox:
         except InfrastructureError:
             return False
         return True
+
+    # -- services: long-lived processes with their stdio kept open (MCP servers) --------------
+
+    def service_start(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> int:
+        """Start argv in the workspace under the sandbox's limits (its CPU time counted over its
+        whole life), in a session of its own that executions leave alone; returns its handle.
+        A program that cannot be run exits with 127 and says why on stderr (`service_talk`)."""
+        if not argv:
+            raise ValueError("a service needs a command")
+        head = {"op": "spawn", "argv": list(argv), "env": dict(env or {}), "limits": self._limits_head()}
+        reply, _ = self._call(head)
+        return int(reply["handle"])
+
+    def service_talk(
+        self, handle: int, data: bytes = b"", *, wait: float, line_cap: int = SERVICE_LINE_CAP
+    ) -> ServiceOutput:
+        """Write data to the service's stdin, then wait up to `wait` seconds for a whole line of
+        its stdout; every whole line it has written so far comes back. A line longer than
+        `line_cap` stops the service (`overflow`)."""
+        head = {"op": "talk", "handle": handle, "wait": max(0.0, wait), "line_cap": line_cap}
+        reply, lines = self._call(head, data, timeout=wait + EXEC_GRACE)
+        return ServiceOutput(
+            lines=lines,
+            exited=bool(reply["exited"]),
+            exit_code=reply.get("exit_code"),
+            signal=reply.get("signal"),
+            stderr=reply.get("stderr", "").encode("latin-1").decode(errors="replace"),
+            overflow=bool(reply.get("overflow")),
+        )
+
+    def service_stop(self, handle: int) -> None:
+        """Kill the service and whatever it started."""
+        self._call({"op": "stop", "handle": handle})
+
+    def _limits_head(self) -> dict:
+        limits = self.limits
+        return {
+            "cpu_seconds": limits.cpu_seconds,
+            "memory_mb": limits.memory_mb,
+            "max_processes": limits.max_processes,
+            "max_open_files": limits.max_open_files,
+            "max_file_size_mb": limits.max_file_size_mb,
+        }
 
     # -- execution -----------------------------------------------------------------------------
 
@@ -381,13 +444,7 @@ class Sandbox:
             "files": [[path, 0o644, len(content)] for path, content in pairs],
             "timeout": wall,
             "output_cap": limits.max_output_bytes if output_cap is None else output_cap,
-            "limits": {
-                "cpu_seconds": limits.cpu_seconds,
-                "memory_mb": limits.memory_mb,
-                "max_processes": limits.max_processes,
-                "max_open_files": limits.max_open_files,
-                "max_file_size_mb": limits.max_file_size_mb,
-            },
+            "limits": self._limits_head(),
         }
         blob = b"".join(content for _, content in pairs) + stdin  # the files, then stdin
         reply, _ = self._call(head, blob, timeout=wall + EXEC_GRACE)

@@ -59,6 +59,9 @@
       box.appendChild(pre(result));
       return box;
     }
+    if (result.mcp) box.appendChild(el("p", "mcp-tool muted small", "MCP server " + result.mcp.server + ", tool " + result.mcp.tool));
+    if (result.error) box.appendChild(el("p", "tool-error bad", result.error));
+    else if (result.is_error) box.appendChild(el("p", "tool-error bad", "the tool answered with an error"));
     var exit = result.exit_code !== undefined ? result.exit_code : result.exit;
     if (exit !== undefined) box.appendChild(el("p", "exit " + (exit === 0 ? "ok" : "bad"), "exit " + exit));
     if (result.stdout) { box.appendChild(el("h4", null, "stdout")); box.appendChild(pre(result.stdout, "stdout")); }

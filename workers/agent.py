@@ -14,14 +14,21 @@ Context limits are explicit: a tool's output is truncated (head and tail kept, a
 and the record says by how much; when the conversation would not leave the model room to answer,
 the oldest tool results are elided first, and each step records which were.
 
+An item may also name MCP servers (`mcp_servers`, `workers.mcp_client`): they start inside the
+episode's sandbox, their tools are offered beside the built-ins (`<server>__<tool>`), and a call of
+one is answered by the server's `tools/call` and recorded as a built-in's is (with `mcp`: server
+and tool). A server that fails mid-episode answers with a tool error (counted: `mcp_failure`); one
+that does not start errors the episode.
+
 Episodes of a batch advance together, one batched generation a turn, as many at once as the
 sandbox pool lends sandboxes. Model output is untrusted: it only ever runs inside the sandbox.
 """
 
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from inference.generation import Completion
 from inference.sessions import ChatSessions
@@ -32,6 +39,7 @@ from sandboxes.interface import InfrastructureError, Limits, task_spec
 from sandboxes.services import sandbox_acquire, sandbox_pool
 from workers.agent_tools import (
     SUBMIT,
+    ToolOutcome,
     Workspace,
     item_tools,
     tool_run,
@@ -40,6 +48,9 @@ from workers.agent_tools import (
     workspace_initial,
     workspace_read,
 )
+
+if TYPE_CHECKING:  # the SDK takes a second to import: only waves with MCP servers load it
+    from workers.mcp_client import McpServers
 
 COMMAND_SECONDS = 5.0
 LIMITS = Limits(wall_seconds=COMMAND_SECONDS, cpu_seconds=COMMAND_SECONDS)
@@ -86,6 +97,11 @@ class Turn:
     @property
     def submitted(self) -> bool:
         return any(call.name == SUBMIT for call in self.calls) and self.valid
+
+    @property
+    def mcp_failures(self) -> int:
+        """Calls an MCP server failed (timed out, exited, wrote garbage, or had stopped before)."""
+        return sum(bool(result.get("mcp_failure")) for result in self.results)
 
     def reply(self) -> dict:
         """The assistant's message: its text, and its calls when they parsed."""
@@ -147,10 +163,12 @@ class AgentEpisode:
     turns: list[Turn] = field(default_factory=list)
     submitted: bool = False
     error: str | None = None  # the infrastructure failed; the episode is errored
+    error_kind: str = "sandbox_error"  # or mcp_server_error: a server of the item's did not start
     grade: ScoreResult | None = None
     workspace: Workspace = field(default_factory=Workspace)  # the latest snapshot
     seconds: float = 0.0  # wall time, acting and graded
     seen: int = 0  # messages already shown to the policy
+    mcp: "McpServers | None" = None  # the item's MCP servers, running in its sandbox
 
     def __post_init__(self) -> None:
         if not self.tools:
@@ -169,6 +187,20 @@ class AgentEpisode:
     def invalid_actions(self) -> int:
         return sum(not turn.valid for turn in self.turns)
 
+    @property
+    def mcp_failures(self) -> int:
+        return sum(turn.mcp_failures for turn in self.turns)
+
+    def mcp_started(self, servers: "McpServers | None") -> None:
+        """Offer the servers' tools beside the built-ins (before submit, which stays last)."""
+        self.mcp = servers
+        if servers is None:
+            return
+        at = next(
+            (i for i, tool in enumerate(self.tools) if tool["function"]["name"] == SUBMIT), len(self.tools)
+        )
+        self.tools = [*self.tools[:at], *servers.functions, *self.tools[at:]]
+
     def sample(self) -> Sample:
         """What the reward rule sees: the last action, every step (for trajectory checks) and the
         final workspace's files."""
@@ -181,6 +213,7 @@ class AgentEpisode:
                 # the shell commands, for the detectors that look for tampering with the checks
                 "action": "\n".join(c.arguments["command"] for c in turn.calls if c.name == "shell"),
                 "tokens": len(turn.completion.token_ids),
+                "mcp_failures": turn.mcp_failures,
             }
             for turn in self.turns
         ]
@@ -265,16 +298,43 @@ def _wave_play(items, turn, rule: dict, render: Render, fits, judge) -> list[Age
     with ExitStack() as stack:
         specs = [task_spec(item.get("files") or {}, LIMITS, item.get("sandbox")) for item in items]
         sandboxes = [stack.enter_context(sandbox_acquire(spec)) for spec in specs]
-        while live := [index for index, episode in enumerate(episodes) if not episode.done]:
-            prompts = [prompt_fitted(episodes[i].messages, episodes[i].tools, render, fits) for i in live]
-            completions = turn(live, [prompt for prompt, _ in prompts])
-            for index, (prompt, elided), completion in zip(live, prompts, completions, strict=True):
-                episode_step(episodes[index], sandboxes[index], prompt, elided, completion)
+        # The servers stop (their stack closes) before the portal, and before the graders run.
+        with _mcp_portal(items) as portal, ExitStack() as servers:
+            if portal is not None:
+                for episode, sandbox in zip(episodes, sandboxes, strict=True):
+                    _mcp_start(episode, sandbox, portal, servers)
+            while live := [index for index, episode in enumerate(episodes) if not episode.done]:
+                prompts = [prompt_fitted(episodes[i].messages, episodes[i].tools, render, fits) for i in live]
+                completions = turn(live, [prompt for prompt, _ in prompts])
+                for index, (prompt, elided), completion in zip(live, prompts, completions, strict=True):
+                    episode_step(episodes[index], sandboxes[index], prompt, elided, completion)
         for episode, sandbox in zip(episodes, sandboxes, strict=True):
             episode.grade = _grade(episode, sandbox, rule, judge)
     for episode in episodes:  # a wave's episodes play side by side: each took the wave's time
         episode.seconds = time.monotonic() - started
     return episodes
+
+
+def _mcp_portal(items: list[dict]) -> AbstractContextManager[Any]:
+    """The MCP client's event loop, for a wave where an item names servers; else None."""
+    if not any(item.get("mcp_servers") for item in items):
+        return nullcontext(None)
+    from workers.mcp_client import mcp_portal
+
+    return mcp_portal()
+
+
+def _mcp_start(episode: AgentEpisode, sandbox, portal, servers: ExitStack) -> None:
+    """Start the item's MCP servers in its sandbox; one that does not start errors the episode
+    (its tools would be missing: the episode would not be the task its author wrote)."""
+    from workers.mcp_client import McpServerError, mcp_start
+
+    try:
+        episode.mcp_started(mcp_start(portal, servers, episode.item, sandbox))
+    except McpServerError as exc:
+        episode.error, episode.error_kind = str(exc), "mcp_server_error"
+    except InfrastructureError as exc:
+        episode.error = f"the sandbox failed starting the MCP servers: {exc}"
 
 
 def episode_step(
@@ -308,7 +368,7 @@ def _calls_run(episode: AgentEpisode, sandbox, turn: Turn) -> None:
             turn.results.append({"submitted": True})
             episode.submitted = True
             break
-        outcome = tool_run(call, sandbox, episode.item, seconds)
+        outcome = _tool_outcome(episode, call, sandbox, seconds)
         text, cut = truncated(outcome.output)
         turn.truncated_chars += cut
         record = {"tool": call.name, **outcome.record}
@@ -322,9 +382,18 @@ def _calls_run(episode: AgentEpisode, sandbox, turn: Turn) -> None:
         episode.messages.append({"role": "tool", "name": call.name, "content": text})
 
 
+def _tool_outcome(episode: AgentEpisode, call: ToolCall, sandbox, seconds: float) -> ToolOutcome:
+    """A built-in runs in the sandbox; an MCP server's tool goes to its server (in the sandbox)."""
+    if episode.mcp is not None and call.name in episode.mcp.routes:
+        return episode.mcp.call(call.name, call.arguments)
+    return tool_run(call, sandbox, episode.item, seconds)
+
+
 def _grade(episode: AgentEpisode, sandbox, rule: dict, judge) -> ScoreResult:
     if episode.error is not None:
-        return ScoreResult(total=None, errors=[GraderError("", "sandbox_error", episode.error)], errored=True)
+        return ScoreResult(
+            total=None, errors=[GraderError("", episode.error_kind, episode.error)], errored=True
+        )
     try:
         episode.workspace = workspace_read(sandbox)  # the final workspace, before a grader touches it
     except InfrastructureError as exc:

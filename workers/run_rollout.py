@@ -350,12 +350,16 @@ def _agent_played(episode: AgentEpisode, sample_index: int) -> Played:
 
 
 def agent_steps(episode: AgentEpisode) -> list[tuple[str, dict]]:
-    """Each turn as a `tool_call` step; the last also holds the final workspace (bounded) and the
-    episode's invalid-action count."""
+    """Each turn as a `tool_call` step; the last also holds the final workspace (bounded), the
+    episode's invalid-action count; where it had MCP servers, the first names the tools they offered
+    and the last how many of their calls failed."""
     steps = [("tool_call", turn.record()) for turn in episode.turns]
     if steps:
         steps[-1][1]["final_workspace"] = episode.workspace.record()
         steps[-1][1]["invalid_actions"] = episode.invalid_actions
+        if episode.mcp is not None:  # the tools its servers offered, as the model was shown them
+            steps[0][1]["mcp_tools"] = episode.mcp.functions
+            steps[-1][1]["mcp_failures"] = episode.mcp_failures
     return steps
 
 

@@ -8,6 +8,10 @@ for) nor ptrace it (it makes itself non-dumpable). It speaks framed messages on 
 was started with (or on a unix socket the host listens on), and for every execution forks a fresh
 child that applies the limits, runs the code and is then killed together with everything it started.
 
+A **service** is the one exception: a long-lived process the host starts with `spawn` (an MCP
+server, say), in a session of its own, whose stdin and stdout the host reaches through `talk`.
+Executions kill everything but the services' sessions; a reset, and the channel's end, kill them too.
+
 Stdlib only, single-threaded, never imported by the host: model-written code runs in the children.
 """
 
@@ -83,6 +87,7 @@ class Server:
         self.nproc_overhead = 1
         self.oom = OomCounter()
         self.oom_kills_seen = self.oom.read()  # OOM kills only happen while code runs: read once after each
+        self.services: dict[int, Service] = {}  # by pid, which is also its session id
 
     # -- framing -------------------------------------------------------------------------------
 
@@ -148,6 +153,7 @@ class Server:
     def op_reset(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
         started = time.perf_counter()
         kill_everything()
+        self.services_forget()
         for root in (self.workspace, "/tmp"):
             wipe(root)
         for path, mode, content in self.pristine:
@@ -204,6 +210,79 @@ class Server:
         reply = Execution(self, head, blob[offset:]).run()
         reply["findings"] = workspace_findings(self.workspace, self.pristine, head.get("protected", ()))
         return reply, b""
+
+    def op_spawn(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
+        """Start a service: argv with the limits, in the workspace, in a session of its own."""
+        pipes = {name: os.pipe() for name in ("stdin", "stdout", "stderr")}
+        pid = os.fork()
+        if pid == 0:
+            service_main(self, head, pipes)
+        for name, (read_end, write_end) in pipes.items():
+            os.close(read_end if name == "stdin" else write_end)
+        service = Service(pid, pipes["stdin"][1], pipes["stdout"][0], pipes["stderr"][0])
+        self.services[pid] = service
+        return {"ok": True, "handle": pid}, b""
+
+    def op_talk(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
+        """Write blob to a service's stdin, then wait up to `wait` seconds for a whole line of its
+        stdout; answer with every whole line it has written so far (a partial one waits)."""
+        service = self.services.get(head["handle"])
+        if service is None:  # stopped, or gone with a reset
+            return {"ok": True, "exited": True, "exit_code": None, "signal": None, "stderr": ""}, b""
+        service.talk(blob, time.monotonic() + head["wait"], head["line_cap"])
+        self.reap_nohang()
+        status = service.status
+        reply = {
+            "ok": True,
+            "exited": status is not None,
+            "exit_code": os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None,
+            "stderr": bytes(service.stderr).decode("latin-1"),
+            "overflow": service.overflow,
+        }
+        lines = service.take_lines()
+        if service.overflow:
+            self.service_stop(service)
+        return reply, lines
+
+    def op_stop(self, head: dict, blob: bytes) -> tuple[dict, bytes]:
+        service = self.services.get(head["handle"])
+        if service is not None:
+            self.service_stop(service)
+        return {"ok": True}, b""
+
+    def service_stop(self, service: "Service") -> None:
+        """Kill the service's session (it and what it started), reap it, close its pipes."""
+        kill_sessions_but(set(self.services) - {service.pid}, self)
+        service.close()
+        self.services.pop(service.pid, None)
+
+    def services_forget(self) -> None:
+        """After kill_everything: every service is gone."""
+        for service in self.services.values():
+            service.close()
+        self.services.clear()
+
+    def kill_but_services(self) -> None:
+        """After an execution: everything the code started, sparing the services' sessions."""
+        if not self.services:
+            kill_everything()
+            return
+        kill_sessions_but(set(self.services), self)
+
+    def reap_nohang(self) -> int:
+        """Reap whatever child has ended, without waiting; a service's status is kept. How many."""
+        reaped = 0
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return reaped
+            if pid == 0:
+                return reaped
+            reaped += 1
+            if pid in self.services:
+                self.services[pid].status = status
 
     def compile_once(self, head: dict) -> None:
         """The pristine tests compiled here, once per source, so that no child parses or compiles
@@ -348,6 +427,140 @@ def kill_everything() -> None:
             return
 
 
+def kill_sessions_but(spared: set[int], server: Server) -> None:
+    """Every process in the namespace but this one and those of the `spared` sessions (the live
+    services'), reaped; a service that is not spared is killed with its session."""
+    me = os.getpid()
+    while True:
+        victims = 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == me:
+                continue
+            state, session = process_state(int(name))
+            if state in ("", "Z") or session in spared:  # gone, or dead already (its parent reaps it)
+                continue
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+            victims += 1
+        reaped = server.reap_nohang()
+        if not victims:
+            return
+        if not reaped:
+            time.sleep(0.001)  # killed, not yet dead: their deaths are a few microseconds away
+
+
+def process_state(pid: int) -> tuple[str, int]:
+    """(state letter, session id) of a process from /proc/PID/stat; ("", 0) when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return "", 0
+    return fields[0].decode(), int(fields[3])
+
+
+class Service:
+    """A long-lived process of the sandbox and its pipes: stdout kept until a whole line is taken,
+    stderr's tail kept for the host's diagnostics."""
+
+    STDERR_TAIL = 4096
+
+    def __init__(self, pid: int, stdin: int, stdout: int, stderr: int) -> None:
+        self.pid, self.stdin, self.stdout, self.stderr_fd = pid, stdin, stdout, stderr
+        for fd in (stdin, stdout, stderr):
+            os.set_blocking(fd, False)
+        self.pidfd = os.pidfd_open(pid)
+        self.out = bytearray()
+        self.stderr = bytearray()
+        self.status: int | None = None  # set once reaped
+        self.overflow = False  # a line longer than the cap: the service is stopped
+
+    def talk(self, data: bytes, deadline: float, line_cap: int) -> None:
+        """Write data while reading its output (it may answer before it has read everything);
+        return once data is written and a whole line is there, or it ended, or at the deadline."""
+        pending = memoryview(data)
+        poller = select.poll()
+        for fd in (self.stdout, self.stderr_fd, self.pidfd):
+            if fd >= 0:
+                poller.register(fd, select.POLLIN)
+        if pending and self.stdin >= 0:
+            poller.register(self.stdin, select.POLLOUT)
+        ended = False
+        while not ended and not self.overflow:
+            if not pending and b"\n" in self.out:
+                return  # (a stdout at its end waits for the exit, which soon follows)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            for fd, _ in poller.poll(remaining * 1000):
+                if fd == self.pidfd:
+                    self.drain_all()  # it ended: what it wrote is all there will be
+                    ended = True
+                elif fd == self.stdin:
+                    pending = self.write_some(pending)
+                    if not pending:
+                        poller.unregister(fd)
+                elif not self.drain(fd, line_cap):
+                    poller.unregister(fd)
+
+    def write_some(self, pending: memoryview) -> memoryview:
+        try:
+            return pending[os.write(self.stdin, pending[:READ_CHUNK]) :]
+        except BlockingIOError:
+            return pending
+        except BrokenPipeError:  # it closed its stdin: what it would have read is lost
+            return pending[:0]
+
+    def drain(self, fd: int, line_cap: int) -> bool:
+        """Read what fd holds; False at its end-of-file (the fd is then closed)."""
+        try:
+            chunk = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            os.close(fd)
+            if fd == self.stdout:
+                self.stdout = -1
+            else:
+                self.stderr_fd = -1
+            return False
+        if fd == self.stderr_fd:
+            self.stderr += chunk
+            del self.stderr[: max(0, len(self.stderr) - self.STDERR_TAIL)]
+            return True
+        self.out += chunk
+        partial = len(self.out) - (self.out.rfind(b"\n") + 1)
+        if partial > line_cap:
+            self.overflow = True
+        return True
+
+    def drain_all(self) -> None:
+        for fd in (self.stdout, self.stderr_fd):
+            while fd >= 0 and self.drain(fd, 1 << 62):
+                try:
+                    if not select.select([fd], [], [], 0)[0]:
+                        break
+                except (OSError, ValueError):
+                    break
+
+    def take_lines(self) -> bytes:
+        end = self.out.rfind(b"\n") + 1
+        lines = bytes(self.out[:end])
+        del self.out[:end]
+        return lines
+
+    def close(self) -> None:
+        for fd in (self.stdin, self.stdout, self.stderr_fd, self.pidfd):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.stdin = self.stdout = self.stderr_fd = self.pidfd = -1
+
+
 class OomCounter:
     """OOM kills recorded by the memory cgroup the sandbox sits in, where it can see one. The file
     stays open and is read again from its start: opening it anew would cost a tenth of a run."""
@@ -439,7 +652,7 @@ class Execution:
             os.kill(pid, signal.SIGKILL)
         _, status, usage = os.wait4(pid, 0)
         # The child is gone: kill what it left behind so the pipes reach end-of-file, then read the rest.
-        kill_everything()
+        self.server.kill_but_services()
         for fd in list(readers):
             while readers[fd] is not None and not self.drain(fd, readers, poller):
                 pass
@@ -546,6 +759,27 @@ def child_main(server: Server, head: dict, pipes: dict) -> None:
             except BaseException:  # noqa: BLE001
                 pass
         os._exit(code)
+
+
+def service_main(server: Server, head: dict, pipes: dict) -> None:
+    """A service's child: its own session, the limits, the workspace, then its program."""
+    try:
+        os.setsid()  # its session marks it (and what it starts) as spared by executions' kills
+        os.dup2(pipes["stdin"][0], 0)
+        os.dup2(pipes["stdout"][1], 1)
+        os.dup2(pipes["stderr"][1], 2)
+        os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        apply_limits(head["limits"], server.nproc_overhead)
+        os.chdir(server.workspace)
+        for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(number, signal.SIG_DFL)
+        environment = {**CHILD_ENV, **{str(k): str(v) for k, v in (head.get("env") or {}).items()}}
+        os.execvpe(head["argv"][0], head["argv"], environment)
+    except OSError as exc:
+        os.write(2, f"{head['argv'][0]}: {exc.strerror}\n".encode())
+    except BaseException:  # noqa: BLE001  (the child must never return into the server loop)
+        pass
+    os._exit(127)
 
 
 def apply_limits(limits: dict, nproc_overhead: int) -> None:
