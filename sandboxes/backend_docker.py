@@ -151,7 +151,7 @@ class DockerSandbox(Sandbox):
         if listener is None:
             assert sock is not None  # attached above: the engine is remote
             return DockerAttachTransport(getattr(sock, "_sock", sock))
-        connection = self._control_accept(listener, container, lease.uid)
+        connection = self._control_accept(listener)
         return PipeTransport(connection, connection)
 
     def _engine_is_local(self) -> bool:
@@ -199,9 +199,11 @@ class DockerSandbox(Sandbox):
         listener.listen(4)
         return listener
 
-    def _control_accept(self, listener: socket.socket, container: "Container", uid: int) -> socket.socket:
+    def _control_accept(self, listener: socket.socket) -> socket.socket:
         """The server's connection, and only its: the peer must run as this sandbox's uid. Waits
         in short slices so that a container that dies at start fails fast, with its output."""
+        assert self.lease is not None  # claimed before the listener opened (_launch)
+        uid = self.lease.uid
         deadline = time.monotonic() + CONNECT_TIMEOUT
         listener.settimeout(0.2)
         try:
@@ -209,7 +211,7 @@ class DockerSandbox(Sandbox):
                 try:
                     connection, _ = listener.accept()
                 except TimeoutError:
-                    self._startup_check(container)
+                    self._startup_check()
                     continue
                 _, peer_uid, _ = PEERCRED.unpack(
                     connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
@@ -222,12 +224,14 @@ class DockerSandbox(Sandbox):
         finally:
             listener.close()
 
-    def _startup_check(self, container: "Container") -> None:
-        try:
-            container.reload()
-            status, logs = container.status, container.logs(tail=20)
-        except Exception:  # noqa: BLE001  (gone already: removed by someone else)
-            status, logs = "removed", b""
+    def _startup_check(self) -> None:
+        status, logs = "removed", b""  # unless the engine still has it
+        if self.container is not None:
+            try:
+                self.container.reload()
+                status, logs = self.container.status, self.container.logs(tail=20)
+            except Exception:  # noqa: BLE001,S110  (gone already: removed by someone else)
+                pass
         if status in ("exited", "dead", "removed"):
             tail = logs.decode(errors="replace").strip()
             raise InfrastructureError(
