@@ -76,9 +76,7 @@ def weights_by_path(*, path: str) -> TinkerWeights | None:
     return _live(_weights_named(path)).select_related("model").first()
 
 
-def models_for(
-    *, user: User, owned: bool, project_id: str | None = None
-) -> QuerySet[TinkerModel]:
+def models_for(*, user: User, owned: bool, project_id: str | None = None) -> QuerySet[TinkerModel]:
     """Models the caller can read (`owned`: of sessions they opened), newest first."""
     models = TinkerModel.objects.filter(session__project_id__in=visible_project_ids(user=user))
     if owned:
