@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from celery import current_app
-from django.contrib.auth.models import AbstractBaseUser, User
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -261,7 +261,7 @@ def episode_scored(
         episode_store(episode, reward=reward, components=components, errors=errors, flags=flags)
 
 
-def turn_keeper_for(*, user: AbstractBaseUser, model: Any, episode: str, n: int):
+def turn_keeper_for(*, user: User, model: Any, episode: str, n: int):
     """For /v1 (runs.served_models.TURN_KEEPERS): the function that keeps a turn of `episode`, when
     the request is to that episode's run (`run-<id>`) by a caller who may play it; None when the
     episode is not that run's. OpenAIError when it cannot take a turn now."""

@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api import NewestFirstCursorPagination, error_body, idempotent
+from core.callers import caller
 from core.roles import Permission
 from core.schema import NO_CONTENT
 from core.streaming import streamed
@@ -41,8 +42,8 @@ class NewestItemsPagination(NewestFirstCursorPagination):
 class MeView(ApiView):
     @extend_schema(responses=s.MeSerializer, summary="The caller and their project roles")
     def get(self, request: Request) -> Response:
-        roles = selectors.roles_of(user=request.user)
-        return Response(s.MeSerializer({"user": request.user, "roles": roles}).data)
+        user = caller(request)
+        return Response(s.MeSerializer({"user": user, "roles": selectors.roles_of(user=user)}).data)
 
 
 # --- projects and members ------------------------------------------------------------------
@@ -51,7 +52,7 @@ class MeView(ApiView):
 class ProjectListView(ApiView):
     @extend_schema(responses=s.ProjectSerializer(many=True), summary="The caller's projects")
     def get(self, request: Request) -> Response:
-        return self.paginated(selectors.projects_of(user=request.user), s.ProjectSerializer)
+        return self.paginated(selectors.projects_of(user=caller(request)), s.ProjectSerializer)
 
     @extend_schema(
         request=s.ProjectInputSerializer,
@@ -60,19 +61,19 @@ class ProjectListView(ApiView):
     )
     @idempotent
     def post(self, request: Request) -> Response:
-        project = services.project_create(by=request.user, **self.validated(s.ProjectInputSerializer))
+        project = services.project_create(by=caller(request), **self.validated(s.ProjectInputSerializer))
         return Response(s.ProjectSerializer(project).data, status=201)
 
 
 class ProjectDetailView(ApiView):
     @extend_schema(responses=s.ProjectSerializer)
     def get(self, request: Request, id: int) -> Response:
-        project = selectors.project_for(user=request.user, project_id=id)
+        project = selectors.project_for(user=caller(request), project_id=id)
         return Response(s.ProjectSerializer(project).data)
 
     @extend_schema(request=s.ProjectInputSerializer, responses=s.ProjectSerializer, summary="Rename (owners)")
     def patch(self, request: Request, id: int) -> Response:
-        project = selectors.project_for(user=request.user, project_id=id, permission=Permission.MANAGE)
+        project = selectors.project_for(user=caller(request), project_id=id, permission=Permission.MANAGE)
         project = services.project_update(
             project=project, **self.validated(s.ProjectInputSerializer, partial=True)
         )
@@ -80,7 +81,7 @@ class ProjectDetailView(ApiView):
 
     @extend_schema(responses=NO_CONTENT, summary="Delete the project and everything in it (owners)")
     def delete(self, request: Request, id: int) -> Response:
-        project = selectors.project_for(user=request.user, project_id=id, permission=Permission.MANAGE)
+        project = selectors.project_for(user=caller(request), project_id=id, permission=Permission.MANAGE)
         services.project_delete(project=project)
         return Response(status=204)
 
@@ -88,7 +89,7 @@ class ProjectDetailView(ApiView):
 class MemberListView(ApiView):
     @extend_schema(responses=s.MembershipSerializer(many=True))
     def get(self, request: Request, id: int) -> Response:
-        project = selectors.project_for(user=request.user, project_id=id)
+        project = selectors.project_for(user=caller(request), project_id=id)
         return self.paginated(selectors.memberships_of(project=project), s.MembershipSerializer)
 
     @extend_schema(
@@ -96,7 +97,7 @@ class MemberListView(ApiView):
     )
     @idempotent
     def post(self, request: Request, id: int) -> Response:
-        project = selectors.project_for(user=request.user, project_id=id, permission=Permission.MANAGE)
+        project = selectors.project_for(user=caller(request), project_id=id, permission=Permission.MANAGE)
         membership = services.member_add(project=project, **self.validated(s.MemberCreateSerializer))
         return Response(s.MembershipSerializer(membership).data, status=201)
 
@@ -104,7 +105,7 @@ class MemberListView(ApiView):
 class MemberDetailView(ApiView):
     def membership(self, request: Request, id: int, user_id: int):
         return selectors.membership_for(
-            user=request.user, project_id=id, user_id=user_id, permission=Permission.MANAGE
+            user=caller(request), project_id=id, user_id=user_id, permission=Permission.MANAGE
         )
 
     @extend_schema(
@@ -131,7 +132,7 @@ class MemberDetailView(ApiView):
 class TaskSetListView(ApiView):
     @extend_schema(parameters=[s.ProjectFilterSerializer], responses=s.TaskSetSerializer(many=True))
     def get(self, request: Request) -> Response:
-        task_sets = selectors.task_sets_for(user=request.user)
+        task_sets = selectors.task_sets_for(user=caller(request))
         if (project := self.query(s.ProjectFilterSerializer).get("project")) is not None:
             task_sets = task_sets.filter(project_id=project)
         return self.paginated(task_sets, s.TaskSetSerializer)
@@ -152,22 +153,21 @@ class TaskSetListView(ApiView):
     )
     @idempotent
     def post(self, request: Request) -> Response:
+        user = caller(request)
         if "file" not in request.data:
             data = self.validated(s.TaskSetCreateSerializer)
             project = selectors.project_for(
-                user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
+                user=user, project_id=data.pop("project"), permission=Permission.EDIT
             )
-            task_set = services.task_set_create(project=project, by=request.user, **data)
-            return Response(s.TaskSetCreatedSerializer(task_set).data, status=201)
+            created = services.task_set_create(project=project, by=user, **data)
+            return Response(s.TaskSetCreatedSerializer(created).data, status=201)
         data = self.validated(s.TaskSetCreateImportSerializer)
-        project = selectors.project_for(
-            user=request.user, project_id=data.pop("project"), permission=Permission.EDIT
-        )
+        project = selectors.project_for(user=user, project_id=data.pop("project"), permission=Permission.EDIT)
         upload = data.pop("file")
         file_format, preset = resolve_format(data.pop("format", None), upload.name)
         task_set, report = services.task_set_create_with_import(
             project=project,
-            by=request.user,
+            by=user,
             open_stream=lambda: _rewound(upload),  # validated, then imported: read twice
             file_format=file_format,
             preset=preset,
@@ -191,11 +191,13 @@ def _rewound(upload):
 class TaskSetDetailView(ApiView):
     @extend_schema(responses=s.TaskSetSerializer)
     def get(self, request: Request, id: int) -> Response:
-        return Response(s.TaskSetSerializer(selectors.task_set_for(user=request.user, task_set_id=id)).data)
+        return Response(
+            s.TaskSetSerializer(selectors.task_set_for(user=caller(request), task_set_id=id)).data
+        )
 
     @extend_schema(request=s.TaskSetUpdateSerializer, responses=s.TaskSetSerializer)
     def patch(self, request: Request, id: int) -> Response:
-        task_set = selectors.task_set_for(user=request.user, task_set_id=id, permission=Permission.EDIT)
+        task_set = selectors.task_set_for(user=caller(request), task_set_id=id, permission=Permission.EDIT)
         data = self.validated(s.TaskSetUpdateSerializer, partial=True)
         return Response(s.TaskSetSerializer(services.task_set_update(task_set=task_set, **data)).data)
 
@@ -223,7 +225,8 @@ class TaskSetImportView(ApiView):
     )
     @idempotent
     def post(self, request: Request, id: int) -> Response:
-        task_set = selectors.task_set_for(user=request.user, task_set_id=id, permission=Permission.EDIT)
+        user = caller(request)
+        task_set = selectors.task_set_for(user=user, task_set_id=id, permission=Permission.EDIT)
         data = self.validated(s.ImportInputSerializer)
         upload = data["file"]
         file_format, preset = resolve_format(data.get("format"), upload.name)
@@ -232,7 +235,7 @@ class TaskSetImportView(ApiView):
             stream=upload,  # iterated line by line; never read whole
             file_format=file_format,
             preset=preset,
-            by=request.user,
+            by=user,
             source_name=upload.name,
             split_seed=data.get("split_seed"),
             heldout_fraction=data.get("heldout_fraction"),
@@ -242,8 +245,10 @@ class TaskSetImportView(ApiView):
             return Response(s.DryRunSerializer(report).data)
         references = None
         if report.ok and data["verify_references"]:
-            references = version_verify(version=report.version).to_dict()
-            report.version.refresh_from_db()  # its stub check ran too
+            version = report.version
+            assert version is not None  # an import without errors has its version (new or the latest)
+            references = version_verify(version=version).to_dict()
+            version.refresh_from_db()  # its stub check ran too
         return import_response(report, references)
 
 
@@ -269,14 +274,14 @@ def file_errors_response(report: ImportReport) -> Response:
 class VersionListView(ApiView):
     @extend_schema(responses=s.VersionSerializer(many=True))
     def get(self, request: Request, id: int) -> Response:
-        task_set = selectors.task_set_for(user=request.user, task_set_id=id)
+        task_set = selectors.task_set_for(user=caller(request), task_set_id=id)
         return self.paginated(task_set.versions.all(), s.VersionSerializer)
 
 
 class VersionDetailView(ApiView):
     @extend_schema(responses=s.VersionSerializer)
     def get(self, request: Request, id: int, number: int) -> Response:
-        version = selectors.version_for(user=request.user, task_set_id=id, number=number)
+        version = selectors.version_for(user=caller(request), task_set_id=id, number=number)
         return Response(s.VersionSerializer(version).data)
 
 
@@ -304,7 +309,7 @@ class VersionExportView(ApiView):
         summary="Download the version as JSONL",
     )
     def get(self, request: Request, id: int, number: int) -> StreamingHttpResponse:
-        version = selectors.version_for(user=request.user, task_set_id=id, number=number)
+        version = selectors.version_for(user=caller(request), task_set_id=id, number=number)
         lines = services.task_set_export_lines(version=version)
         response = StreamingHttpResponse(
             streamed(request._request, lines), content_type="application/x-ndjson"
@@ -322,8 +327,9 @@ class VersionVerifyView(ApiView):
         "(and a stub of the solution, for items not stub-checked yet)",
     )
     def post(self, request: Request, id: int, number: int) -> Response:
-        selectors.task_set_for(user=request.user, task_set_id=id, permission=Permission.EDIT)
-        version = selectors.version_for(user=request.user, task_set_id=id, number=number)
+        user = caller(request)
+        selectors.task_set_for(user=user, task_set_id=id, permission=Permission.EDIT)
+        version = selectors.version_for(user=user, task_set_id=id, number=number)
         report = version_verify(version=version)
         return Response(s.ReferenceReportSerializer(report.to_dict()).data)
 
@@ -339,10 +345,11 @@ class VersionSplitView(ApiView):
     )
     @idempotent
     def post(self, request: Request, id: int, number: int) -> Response:
-        selectors.task_set_for(user=request.user, task_set_id=id, permission=Permission.EDIT)
-        version = selectors.version_for(user=request.user, task_set_id=id, number=number)
+        user = caller(request)
+        selectors.task_set_for(user=user, task_set_id=id, permission=Permission.EDIT)
+        version = selectors.version_for(user=user, task_set_id=id, number=number)
         data = self.validated(s.SplitSettingsSerializer)
-        return import_response(services.task_set_resplit(version=version, by=request.user, **data))
+        return import_response(services.task_set_resplit(version=version, by=user, **data))
 
 
 # --- task items ----------------------------------------------------------------------------
@@ -355,12 +362,13 @@ class TaskListView(ApiView):
         summary="Browse and search items: of one version in file order, else newest first",
     )
     def get(self, request: Request) -> Response:
+        user = caller(request)
         filters = self.query(s.TaskFilterSerializer)
         wanted = {"split": filters.get("split"), "kind": filters.get("kind"), "query": filters.get("q")}
         if (version_id := filters.get("version")) is None:
-            items = selectors.items_for(user=request.user, **wanted)
+            items = selectors.items_for(user=user, **wanted)
             return self.paginated(items, s.TaskItemSerializer, NewestItemsPagination)
-        version = selectors.version_by_id_for(user=request.user, version_id=version_id)
+        version = selectors.version_by_id_for(user=user, version_id=version_id)
         items = selectors.items_of(version=version, **wanted)
         return self.paginated(items, s.TaskItemSerializer, ItemsInFileOrderPagination)
 
@@ -368,7 +376,7 @@ class TaskListView(ApiView):
 class TaskDetailView(ApiView):
     @extend_schema(responses=s.TaskItemSerializer)
     def get(self, request: Request, id: int) -> Response:
-        item = selectors.items_for(user=request.user).filter(pk=id).first()
+        item = selectors.items_for(user=caller(request)).filter(pk=id).first()
         if item is None:
             raise Http404("no such task")
         return Response(s.TaskItemSerializer(item).data)
@@ -380,7 +388,7 @@ class TaskDetailView(ApiView):
 class TokenListView(ApiView):
     @extend_schema(responses=s.ApiTokenSerializer(many=True), summary="The caller's tokens, revoked ones too")
     def get(self, request: Request) -> Response:
-        return self.paginated(selectors.tokens_of(user=request.user), s.ApiTokenSerializer)
+        return self.paginated(selectors.tokens_of(user=caller(request)), s.ApiTokenSerializer)
 
     @extend_schema(
         request=s.ApiTokenCreateSerializer,
@@ -390,7 +398,7 @@ class TokenListView(ApiView):
     @idempotent(secret_fields=("token",))
     def post(self, request: Request) -> Response:
         token, raw = services.api_token_create(
-            user=request.user, **self.validated(s.ApiTokenCreateSerializer)
+            user=caller(request), **self.validated(s.ApiTokenCreateSerializer)
         )
         return Response(s.ApiTokenCreatedSerializer(token, context={"raw_token": raw}).data, status=201)
 
@@ -398,7 +406,7 @@ class TokenListView(ApiView):
 class TokenDetailView(ApiView):
     @extend_schema(responses=NO_CONTENT, summary="Revoke one of the caller's tokens")
     def delete(self, request: Request, id: int) -> Response:
-        token = selectors.tokens_of(user=request.user).filter(pk=id).first()
+        token = selectors.tokens_of(user=caller(request)).filter(pk=id).first()
         if token is None:
             raise Http404("no such token")
         services.api_token_revoke(token=token)

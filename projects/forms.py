@@ -3,6 +3,7 @@
 from typing import Any
 
 from django import forms
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
 from core.roles import Role
@@ -91,8 +92,9 @@ class TokenForm(forms.Form):
         help_text="Where OpenAI-compatible calls (/v1/files, /v1/fine_tuning) act when they name no project",
     )
 
-    def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, user: User | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if user is not None:
             field = self.fields["default_project"]
+            assert isinstance(field, forms.ModelChoiceField)  # declared above
             field.queryset = Project.objects.filter(memberships__user=user).order_by("name")

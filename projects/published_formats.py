@@ -105,16 +105,25 @@ def to_code_item(raw: dict[str, Any], preset: str) -> dict[str, Any]:
     return MAPPERS[preset](raw)
 
 
-def _text(raw: dict[str, Any], name: str, *, required: bool = True) -> str | None:
+def _text(raw: dict[str, Any], name: str) -> str:
+    """A required string field, not blank."""
     value = raw.get(name)
     if value is None:
-        if required:
-            raise LineError(name, "is required")
-        return None
+        raise LineError(name, "is required")
     if not isinstance(value, str):
         raise LineError(name, "must be a string")
-    if required and not value.strip():
+    if not value.strip():
         raise LineError(name, "must not be empty")
+    return value
+
+
+def _optional_text(raw: dict[str, Any], name: str) -> str:
+    """An optional string field; "" when it is absent."""
+    value = raw.get(name)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise LineError(name, "must be a string")
     return value
 
 
@@ -181,7 +190,7 @@ def from_mbpp(raw: dict[str, Any]) -> dict[str, Any]:
         raise LineError("test_list", "must hold at least one assert")
     setup = "\n".join(_strings(raw, "test_imports", required=False))
     if not sanitized:
-        setup = _text(raw, "test_setup_code", required=False) or ""
+        setup = _optional_text(raw, "test_setup_code")
     code = _text(raw, "code")
     used = {"text", "prompt", "code", "test_list", "test_setup_code", "test_imports"}
     item = {
@@ -251,7 +260,7 @@ def from_apps(raw: dict[str, Any]) -> dict[str, Any]:
     if len(inputs) != len(outputs):
         message = f"{len(inputs)} inputs but {len(outputs)} outputs"
         raise LineError(f"{where}.outputs" if where else "outputs", message)
-    starter = _text(raw, "starter_code", required=False) or ""
+    starter = _optional_text(raw, "starter_code")
     item: dict[str, Any] = {"kind": "code", "prompt": _with_starter(question, starter)}
     if fn_name := cases.get("fn_name"):
         callee = _callee(fn_name, starter, f"{where or 'input_output'}.fn_name")
@@ -285,7 +294,7 @@ CODECONTESTS_TESTS = ("public_tests", "private_tests", "generated_tests")
 def from_codecontests(raw: dict[str, Any]) -> dict[str, Any]:
     description = _text(raw, "description")
     limit = _time_limit(raw.get("time_limit"))
-    cases = []
+    cases: list[dict[str, Any]] = []
     for name in CODECONTESTS_TESTS:
         cases += _contest_cases(raw, name, required=name == "public_tests")
     if not cases:
@@ -315,13 +324,17 @@ def _contest_cases(raw: dict[str, Any], name: str, *, required: bool) -> list[di
         return []
     if not isinstance(tests, dict):
         raise LineError(name, 'must be an object {"input": [...], "output": [...]}')
-    inputs, outputs = tests.get("input"), tests.get("output")
-    for key, value in (("input", inputs), ("output", outputs)):
-        if not isinstance(value, list) or not all(isinstance(entry, str) for entry in value):
-            raise LineError(f"{name}.{key}", "must be a list of strings")
+    inputs, outputs = _contest_strings(tests, name, "input"), _contest_strings(tests, name, "output")
     if len(inputs) != len(outputs):
         raise LineError(f"{name}.output", f"{len(inputs)} inputs but {len(outputs)} outputs")
     return [{"input": given, "output": wanted} for given, wanted in zip(inputs, outputs, strict=True)]
+
+
+def _contest_strings(tests: dict[str, Any], name: str, key: str) -> list[str]:
+    value = tests.get(key)
+    if not isinstance(value, list) or not all(isinstance(entry, str) for entry in value):
+        raise LineError(f"{name}.{key}", "must be a list of strings")
+    return value
 
 
 def _time_limit(value: Any) -> float | None:
@@ -383,7 +396,7 @@ def from_livecodebench(raw: dict[str, Any]) -> dict[str, Any]:
     types = {case["testtype"] for _, case in cases}
     if len(types) > 1:
         raise LineError("public_test_cases", "mixes stdin and functional test cases; give one kind")
-    starter = _text(raw, "starter_code", required=False) or ""
+    starter = _optional_text(raw, "starter_code")
     item: dict[str, Any] = {"kind": "code", "prompt": _with_starter(question, starter)}
     metadata = _json_field(raw, "metadata", dict) if raw.get("metadata") not in (None, "") else {}
     if types == {"functional"}:

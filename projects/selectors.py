@@ -6,7 +6,7 @@ everywhere. An object of a project the user is not in is reported as absent (404
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404
@@ -19,13 +19,13 @@ class NotAMember(Http404):
     pass
 
 
-def role_of(*, user: AbstractBaseUser | AnonymousUser, project_id: int) -> str | None:
+def role_of(*, user: User | AnonymousUser, project_id: int) -> str | None:
     if not user.is_authenticated:
         return None
     return Membership.objects.filter(project_id=project_id, user=user).values_list("role", flat=True).first()
 
 
-def require(*, user: AbstractBaseUser | AnonymousUser, project_id: int, permission: str) -> str:
+def require(*, user: User | AnonymousUser, project_id: int, permission: str) -> str:
     """The user's role in the project, if it allows `permission`; 404 for non-members, else 403."""
     role = role_of(user=user, project_id=project_id)
     if role is None:
@@ -37,18 +37,18 @@ def require(*, user: AbstractBaseUser | AnonymousUser, project_id: int, permissi
     return role
 
 
-def project_for(*, user: AbstractBaseUser, project_id: int, permission: str = Permission.VIEW) -> Project:
+def project_for(*, user: User, project_id: int, permission: str = Permission.VIEW) -> Project:
     require(user=user, project_id=project_id, permission=permission)
     return Project.objects.get(pk=project_id)
 
 
-def projects_of(*, user: AbstractBaseUser) -> QuerySet[Project]:
+def projects_of(*, user: User) -> QuerySet[Project]:
     return Project.objects.filter(memberships__user=user).annotate(
         task_set_count=Count("task_sets", distinct=True), tier_count=Count("tiers", distinct=True)
     )
 
 
-def roles_of(*, user: AbstractBaseUser) -> QuerySet[Membership]:
+def roles_of(*, user: User) -> QuerySet[Membership]:
     """The user's memberships, each with its project: what /me reports."""
     return Membership.objects.filter(user=user).select_related("project").order_by("project__name")
 
@@ -57,7 +57,7 @@ def memberships_of(*, project: Project) -> QuerySet[Membership]:
     return project.memberships.select_related("user").order_by("user__username")
 
 
-def membership_for(*, user: AbstractBaseUser, project_id: int, user_id: int, permission: str) -> Membership:
+def membership_for(*, user: User, project_id: int, user_id: int, permission: str) -> Membership:
     require(user=user, project_id=project_id, permission=permission)
     membership = (
         Membership.objects.select_related("user", "project")
@@ -69,15 +69,15 @@ def membership_for(*, user: AbstractBaseUser, project_id: int, user_id: int, per
     return membership
 
 
-def visible_project_ids(*, user: AbstractBaseUser) -> QuerySet:
+def visible_project_ids(*, user: User) -> QuerySet:
     return Membership.objects.filter(user=user).values("project_id")
 
 
-def task_sets_for(*, user: AbstractBaseUser) -> QuerySet[TaskSet]:
+def task_sets_for(*, user: User) -> QuerySet[TaskSet]:
     return TaskSet.objects.filter(project_id__in=visible_project_ids(user=user)).select_related("project")
 
 
-def task_set_for(*, user: AbstractBaseUser, task_set_id: int, permission: str = Permission.VIEW) -> TaskSet:
+def task_set_for(*, user: User, task_set_id: int, permission: str = Permission.VIEW) -> TaskSet:
     task_set = TaskSet.objects.select_related("project").filter(pk=task_set_id).first()
     if task_set is None:
         raise Http404("no such task set")
@@ -85,7 +85,7 @@ def task_set_for(*, user: AbstractBaseUser, task_set_id: int, permission: str = 
     return task_set
 
 
-def version_for(*, user: AbstractBaseUser, task_set_id: int, number: int) -> TaskSetVersion:
+def version_for(*, user: User, task_set_id: int, number: int) -> TaskSetVersion:
     task_set = task_set_for(user=user, task_set_id=task_set_id)
     version = task_set.versions.filter(number=number).select_related("task_set").first()
     if version is None:
@@ -99,7 +99,7 @@ def grading_items_of(*, version: TaskSetVersion) -> list[dict]:
     return [item.grading_dict() for item in version.items.order_by("position")]
 
 
-def version_by_id_for(*, user: AbstractBaseUser, version_id: int) -> TaskSetVersion:
+def version_by_id_for(*, user: User, version_id: int) -> TaskSetVersion:
     version = TaskSetVersion.objects.select_related("task_set").filter(pk=version_id).first()
     if version is None:
         raise Http404("no such version")
@@ -126,7 +126,7 @@ def _items_filtered(
 
 
 def items_for(
-    *, user: AbstractBaseUser, split: str | None = None, kind: str | None = None, query: str | None = None
+    *, user: User, split: str | None = None, kind: str | None = None, query: str | None = None
 ) -> QuerySet[TaskItem]:
     items = TaskItem.objects.filter(
         version__task_set__project_id__in=visible_project_ids(user=user), version__published=True
@@ -134,11 +134,11 @@ def items_for(
     return _items_filtered(items, split=split, kind=kind, query=query)
 
 
-def tokens_of(*, user: AbstractBaseUser) -> QuerySet[ApiToken]:
+def tokens_of(*, user: User) -> QuerySet[ApiToken]:
     return user.api_tokens.select_related("default_project").order_by("-created_at")
 
 
-def user_for_token(*, digest: str) -> AbstractBaseUser | None:
+def user_for_token(*, digest: str) -> User | None:
     token = token_for(digest=digest)
     return None if token is None else token.user
 
@@ -151,7 +151,7 @@ def token_for(*, digest: str) -> ApiToken | None:
     return token
 
 
-def page_access(*, user: AbstractBaseUser, project: Project) -> dict[str, Any]:
+def page_access(*, user: User, project: Project) -> dict[str, Any]:
     """The user's role and what it allows, for showing the role and hiding unusable buttons."""
     role = role_of(user=user, project_id=project.pk)
     return {

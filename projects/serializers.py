@@ -179,7 +179,9 @@ class ReferenceReportSerializer(serializers.Serializer):
     skipped = serializers.IntegerField(help_text="Items with no reference_solution, or not code")
     errored = serializers.IntegerField(help_text="The sandbox failed: not the item's fault")
     broken = ReferenceCheckSerializer(many=True, help_text="Every item whose reference fails, by name")
-    errors = ReferenceCheckSerializer(many=True)
+    # Declared fields named like Serializer.errors and .data: DRF's metaclass takes them out of the
+    # class attributes.
+    errors = ReferenceCheckSerializer(many=True)  # type: ignore[assignment]
     stub_passes_every_test = serializers.ListField(
         child=serializers.CharField(),
         help_text="Items whose every test a stub of the solution passes: they can only ever pay 0",
@@ -275,14 +277,14 @@ class PreviewItemSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=TaskItem.Kind.choices)
     split = serializers.ChoiceField(choices=TaskItem.Split.choices)
     text = serializers.CharField()
-    data = serializers.DictField()
+    data = serializers.DictField()  # type: ignore[assignment]  # a declared field (see ReferenceReportSerializer)
 
 
 class DryRunSerializer(serializers.Serializer):
     item_count = serializers.IntegerField()
     kind_counts = serializers.DictField(child=serializers.IntegerField())
     split_counts = serializers.DictField(child=serializers.IntegerField())
-    errors = LineErrorSerializer(many=True, help_text="The first errors, each with its line")
+    errors = LineErrorSerializer(many=True, help_text="The first errors, each with its line")  # type: ignore[assignment]
     error_count = serializers.IntegerField()
     preview = PreviewItemSerializer(many=True)
 
@@ -297,7 +299,7 @@ class ItemStubCheckSerializer(serializers.Serializer):
 
 
 class TaskItemSerializer(serializers.ModelSerializer):
-    data = serializers.DictField(read_only=True)
+    data = serializers.DictField(read_only=True)  # type: ignore[assignment]  # a declared field
     stub_check = serializers.SerializerMethodField(
         help_text="A code item's tests run against a stub of the solution; null until checked"
     )

@@ -11,8 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.files import File
 from django.db import IntegrityError, transaction
@@ -37,7 +36,6 @@ from projects.task_format import (
     stable_split,
 )
 
-User = get_user_model()
 IMPORT_BATCH_SIZE = 2000
 PREVIEW_ITEMS = 5
 DEFAULT_SPLIT_SEED = 0
@@ -48,7 +46,7 @@ DEFAULT_HELDOUT_FRACTION = 0.2
 
 
 @transaction.atomic
-def project_create(*, name: str, by: AbstractBaseUser, description: str = "") -> Project:
+def project_create(*, name: str, by: User, description: str = "") -> Project:
     if Project.objects.filter(name=name).exists():
         raise ValidationError({"name": f"a project named {name!r} already exists"})
     project = Project.objects.create(name=name, description=description, created_by=by)
@@ -115,7 +113,7 @@ TOKEN_PREFIX = "fw_"
 
 
 def api_token_create(
-    *, user: AbstractBaseUser, name: str, default_project: Project | int | None = None
+    *, user: User, name: str, default_project: Project | int | None = None
 ) -> tuple[ApiToken, str]:
     """Create a token and return it with its secret, which is never stored or shown again. Its
     default project (one the user is a member of) is where OpenAI-compatible calls that name no
@@ -142,7 +140,7 @@ def api_token_revoke(*, token: ApiToken) -> ApiToken:
 # --- task sets -----------------------------------------------------------------------------
 
 
-def task_set_create(*, project: Project, name: str, by: AbstractBaseUser, description: str = "") -> TaskSet:
+def task_set_create(*, project: Project, name: str, by: User, description: str = "") -> TaskSet:
     name = name.strip()
     if not name:
         raise ValidationError({"name": "is required"})
@@ -209,7 +207,7 @@ def task_set_import(
     task_set: TaskSet,
     stream: Iterable[bytes],
     file_format: str,
-    by: AbstractBaseUser,
+    by: User,
     source_name: str = "",
     split_seed: int | None = None,
     heldout_fraction: float | None = None,
@@ -247,7 +245,7 @@ def task_set_import(
             report.add_error(exc.error)
         if report.ok and report.item_count == 0:
             report.add_error(ItemError(0, None, "the file holds no items"))
-        if dry_run or not report.ok:
+        if draft is None or not report.ok:  # no draft: a dry run
             return report
         _draft_publish(task_set, draft, report, stub_check_enqueue)
     finally:
@@ -273,7 +271,7 @@ def task_set_create_with_import(
     *,
     project: Project,
     name: str,
-    by: AbstractBaseUser,
+    by: User,
     open_stream: Callable[[], Iterable[bytes]],
     file_format: str,
     preset: str = "auto",
@@ -322,7 +320,7 @@ def task_set_create_with_import(
 
 
 def _draft_create(
-    task_set: TaskSet, seed: int, fraction: float, source_name: str, by: AbstractBaseUser
+    task_set: TaskSet, seed: int, fraction: float, source_name: str, by: User
 ) -> TaskSetVersion:
     return TaskSetVersion.all_objects.create(
         task_set=task_set,
@@ -348,7 +346,9 @@ def _draft_publish(
     if latest is not None and latest.content_hash == report.content_hash:
         report.version = latest
         return
-    draft.number = (latest.number + 1) if latest else 1
+    last_number = latest.number if latest else 0
+    assert last_number is not None  # a published version has its number
+    draft.number = last_number + 1
     draft.published, draft.draft_owner, draft.created_at = True, "", timezone.now()
     draft.content_hash = report.content_hash
     draft.item_count = report.item_count
@@ -448,7 +448,7 @@ STAGED_IMPORT_TTL = timedelta(hours=24)
 
 
 def staged_import_create(
-    *, task_set: TaskSet, by: AbstractBaseUser, upload: File, file_format: str | None = None
+    *, task_set: TaskSet, by: User, upload: File, file_format: str | None = None
 ) -> StagedImport:
     """Keep an upload until its preview is confirmed. One pending upload per user and task set,
     and uploads nobody confirmed within a day are removed, so abandoned previews do not pile up."""
@@ -457,6 +457,7 @@ def staged_import_create(
     )
     for old in stale:
         staged_import_discard(staged=old)
+    assert upload.name is not None  # a form's FileField refuses a file without a name
     file_format = file_format or guess_format(upload.name)
     staged = StagedImport(
         task_set=task_set, user=by, original_name=upload.name[:255], file_format=file_format
@@ -479,7 +480,7 @@ def task_set_export_lines(*, version: TaskSetVersion) -> Iterable[str]:
 
 
 def task_set_resplit(
-    *, version: TaskSetVersion, by: AbstractBaseUser, split_seed: int, heldout_fraction: float
+    *, version: TaskSetVersion, by: User, split_seed: int, heldout_fraction: float
 ) -> ImportReport:
     """A new version with the same items split by (seed, fraction); explicit per-item splits
     in the source are not kept, since the stored split is what the rule is asked to replace."""

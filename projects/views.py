@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import OuterRef, QuerySet, Subquery
@@ -21,6 +21,7 @@ from django.utils.text import slugify
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from core.callers import caller
 from core.roles import Permission, Role
 from core.streaming import streamed
 from projects import forms, sections, selectors, services, stub_checks
@@ -38,10 +39,9 @@ FILE_FIELDS = ("files", "setup_files")
 @login_required
 @require_GET
 def project_list(request: HttpRequest) -> HttpResponse:
-    projects = list(selectors.projects_of(user=request.user).order_by("name"))
-    roles = dict(Membership.objects.filter(user=request.user).values_list("project_id", "role"))
-    for project in projects:
-        project.my_role = roles.get(project.pk)
+    user = caller(request)
+    my_role = Membership.objects.filter(project=OuterRef("pk"), user=user).values("role")[:1]
+    projects = list(selectors.projects_of(user=user).annotate(my_role=Subquery(my_role)).order_by("name"))
     demo_model = settings.FLYWHEEL_HOME / "models" / "tiny-base"
     context = {
         "projects": projects,
@@ -54,10 +54,11 @@ def project_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def project_create(request: HttpRequest) -> HttpResponse:
+    user = caller(request)
     form = forms.ProjectForm(request.POST if request.method == "POST" else None)
     if form.is_bound and form.is_valid():
         try:
-            project = services.project_create(by=request.user, **form.cleaned_data)
+            project = services.project_create(by=user, **form.cleaned_data)
         except ValidationError as exc:
             forms.add_service_errors(form, exc)
         else:
@@ -77,9 +78,10 @@ def _task_sets_with_latest(project: Project) -> QuerySet[TaskSet]:
 @login_required
 @require_GET
 def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = selectors.project_for(user=request.user, project_id=project_id)
+    user = caller(request)
+    project = selectors.project_for(user=user, project_id=project_id)
     context = (
-        page_access(user=request.user, project=project)
+        page_access(user=user, project=project)
         | {
             "task_sets": _task_sets_with_latest(project),
             "memberships": selectors.memberships_of(project=project),
@@ -95,8 +97,9 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
+    user = caller(request)
     permission = Permission.MANAGE if request.method == "POST" else Permission.VIEW
-    project = selectors.project_for(user=request.user, project_id=project_id, permission=permission)
+    project = selectors.project_for(user=user, project_id=project_id, permission=permission)
     form = forms.MemberAddForm(request.POST if request.method == "POST" else None)
     if form.is_bound and form.is_valid():
         try:
@@ -106,7 +109,7 @@ def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
         else:
             messages.success(request, f"{membership.user.username} added as {membership.role}.")
             return redirect("project-members", project_id=project.pk)
-    context = page_access(user=request.user, project=project) | {
+    context = page_access(user=user, project=project) | {
         "memberships": selectors.memberships_of(project=project),
         "roles": Role.choices,
         "form": form,
@@ -116,7 +119,8 @@ def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
 
 def _member_change_done(request: HttpRequest, project_id: int) -> HttpResponse:
     # Someone who just removed themselves can no longer see the project.
-    if selectors.role_of(user=request.user, project_id=project_id) is None:
+    user = caller(request)
+    if selectors.role_of(user=user, project_id=project_id) is None:
         return redirect("project-list")
     return redirect("project-members", project_id=project_id)
 
@@ -124,8 +128,9 @@ def _member_change_done(request: HttpRequest, project_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def member_role(request: HttpRequest, project_id: int, user_id: int) -> HttpResponse:
+    user = caller(request)
     membership = selectors.membership_for(
-        user=request.user, project_id=project_id, user_id=user_id, permission=Permission.MANAGE
+        user=user, project_id=project_id, user_id=user_id, permission=Permission.MANAGE
     )
     form = forms.MemberRoleForm(request.POST)
     if not form.is_valid():
@@ -143,8 +148,9 @@ def member_role(request: HttpRequest, project_id: int, user_id: int) -> HttpResp
 @login_required
 @require_POST
 def member_remove(request: HttpRequest, project_id: int, user_id: int) -> HttpResponse:
+    user = caller(request)
     membership = selectors.membership_for(
-        user=request.user, project_id=project_id, user_id=user_id, permission=Permission.MANAGE
+        user=user, project_id=project_id, user_id=user_id, permission=Permission.MANAGE
     )
     try:
         services.member_remove(membership=membership)
@@ -169,10 +175,11 @@ def _message(exc: Exception) -> str:
 def task_set_create(request: HttpRequest, project_id: int) -> HttpResponse:
     """A new task set with a file as its first version: both, or, on any error, neither (the
     file's errors are listed by line and field on the form again)."""
-    project = selectors.project_for(user=request.user, project_id=project_id, permission=Permission.EDIT)
+    user = caller(request)
+    project = selectors.project_for(user=user, project_id=project_id, permission=Permission.EDIT)
     bound = request.method == "POST"
     form = forms.TaskSetImportCreateForm(request.POST if bound else None, request.FILES if bound else None)
-    context = page_access(user=request.user, project=project)
+    context = page_access(user=user, project=project)
     if not (form.is_bound and form.is_valid()):
         return render(request, "runs/task_set_form.html", context | {"form": form})
     data = form.cleaned_data
@@ -181,7 +188,7 @@ def task_set_create(request: HttpRequest, project_id: int) -> HttpResponse:
     try:
         task_set, report = services.task_set_create_with_import(
             project=project,
-            by=request.user,
+            by=user,
             name=data["name"],
             description=data["description"],
             open_stream=lambda: _rewound(upload),
@@ -197,6 +204,7 @@ def task_set_create(request: HttpRequest, project_id: int) -> HttpResponse:
     if not report.ok:
         return render(request, "runs/task_set_form.html", context | {"form": form, "report": report})
     version = report.version
+    assert task_set is not None and version is not None  # both made: the report is ok
     messages.success(
         request, f"Task set {task_set.name} created with {version.item_count} items as version 1."
     )
@@ -211,8 +219,9 @@ def _rewound(upload):
 @login_required
 @require_GET
 def task_set_detail(request: HttpRequest, task_set_id: int) -> HttpResponse:
-    task_set = selectors.task_set_for(user=request.user, task_set_id=task_set_id)
-    context = page_access(user=request.user, project=task_set.project) | {
+    user = caller(request)
+    task_set = selectors.task_set_for(user=user, task_set_id=task_set_id)
+    context = page_access(user=user, project=task_set.project) | {
         "task_set": task_set,
         "versions": task_set.versions.select_related("created_by"),
     }
@@ -222,7 +231,7 @@ def task_set_detail(request: HttpRequest, task_set_id: int) -> HttpResponse:
 # --- import: upload and preview, then confirm ----------------------------------------------
 
 
-def _staged_for(user: AbstractBaseUser, task_set: TaskSet, staged_id: int) -> StagedImport:
+def _staged_for(user: User, task_set: TaskSet, staged_id: int) -> StagedImport:
     staged = StagedImport.objects.filter(pk=staged_id, user=user, task_set=task_set).first()
     if staged is None:
         raise Http404("no such upload; it may have been imported or cancelled already")
@@ -234,7 +243,7 @@ def _staged_discard(staged: StagedImport) -> None:
 
 
 def _run_import(
-    staged: StagedImport, *, by: AbstractBaseUser, options: dict[str, Any], dry_run: bool
+    staged: StagedImport, *, by: User, options: dict[str, Any], dry_run: bool
 ) -> services.ImportReport:
     _, preset = resolve_format(options.get("format"), staged.original_name)
     with staged.file.open("rb") as stream:
@@ -254,8 +263,9 @@ def _run_import(
 @login_required
 @require_http_methods(["GET", "POST"])
 def task_set_import(request: HttpRequest, task_set_id: int) -> HttpResponse:
-    task_set = selectors.task_set_for(user=request.user, task_set_id=task_set_id, permission=Permission.EDIT)
-    context = page_access(user=request.user, project=task_set.project) | {"task_set": task_set}
+    user = caller(request)
+    task_set = selectors.task_set_for(user=user, task_set_id=task_set_id, permission=Permission.EDIT)
+    context = page_access(user=user, project=task_set.project) | {"task_set": task_set}
     if request.method == "GET":
         return render(request, "runs/import_form.html", context | {"form": forms.ImportForm()})
     form = forms.ImportForm(request.POST, request.FILES)
@@ -263,12 +273,10 @@ def task_set_import(request: HttpRequest, task_set_id: int) -> HttpResponse:
         return render(request, "runs/import_form.html", context | {"form": form})
     upload = form.cleaned_data["file"]
     file_format, _ = resolve_format(form.cleaned_data["format"], upload.name)
-    staged = services.staged_import_create(
-        task_set=task_set, by=request.user, upload=upload, file_format=file_format
-    )
+    staged = services.staged_import_create(task_set=task_set, by=user, upload=upload, file_format=file_format)
     options = {key: form.cleaned_data[key] for key in ("split_seed", "heldout_fraction", "format")}
     try:
-        report = _run_import(staged, by=request.user, options=options, dry_run=True)
+        report = _run_import(staged, by=user, options=options, dry_run=True)
     except ValidationError as exc:
         _staged_discard(staged)
         forms.add_service_errors(form, exc)
@@ -317,17 +325,18 @@ def split_warnings(counts: dict[str, int], total: int, options: dict) -> list[st
 @login_required
 @require_POST
 def import_confirm(request: HttpRequest, task_set_id: int, staged_id: int) -> HttpResponse:
-    task_set = selectors.task_set_for(user=request.user, task_set_id=task_set_id, permission=Permission.EDIT)
-    staged = _staged_for(request.user, task_set, staged_id)
+    user = caller(request)
+    task_set = selectors.task_set_for(user=user, task_set_id=task_set_id, permission=Permission.EDIT)
+    staged = _staged_for(user, task_set, staged_id)
     options_form = forms.ImportOptionsForm(request.POST)
     if not options_form.is_valid():
         messages.error(request, "The split settings changed in between; upload the file again.")
         return redirect("task-set-import", task_set_id=task_set.pk)
     options = options_form.cleaned_data
-    report = _run_import(staged, by=request.user, options=options, dry_run=False)
+    report = _run_import(staged, by=user, options=options, dry_run=False)
     _staged_discard(staged)
     if not report.ok:
-        context = page_access(user=request.user, project=task_set.project) | {
+        context = page_access(user=user, project=task_set.project) | {
             "task_set": task_set,
             "report": report,
             "staged": None,
@@ -335,6 +344,7 @@ def import_confirm(request: HttpRequest, task_set_id: int, staged_id: int) -> Ht
         }
         return render(request, "runs/import_preview.html", context)
     version = report.version
+    assert version is not None  # an import without errors has its version (new or the latest)
     if report.created:
         messages.success(request, f"Imported {version.item_count} items as version {version.number}.")
     else:
@@ -345,8 +355,9 @@ def import_confirm(request: HttpRequest, task_set_id: int, staged_id: int) -> Ht
 @login_required
 @require_POST
 def import_cancel(request: HttpRequest, task_set_id: int, staged_id: int) -> HttpResponse:
-    task_set = selectors.task_set_for(user=request.user, task_set_id=task_set_id, permission=Permission.EDIT)
-    _staged_discard(_staged_for(request.user, task_set, staged_id))
+    user = caller(request)
+    task_set = selectors.task_set_for(user=user, task_set_id=task_set_id, permission=Permission.EDIT)
+    _staged_discard(_staged_for(user, task_set, staged_id))
     messages.info(request, "Upload discarded; nothing was imported.")
     return redirect("task-set-detail", task_set_id=task_set.pk)
 
@@ -370,7 +381,8 @@ def _item_fields(item: TaskItem) -> list[tuple[str, str]]:
 @login_required
 @require_GET
 def version_detail(request: HttpRequest, task_set_id: int, number: int) -> HttpResponse:
-    version = selectors.version_for(user=request.user, task_set_id=task_set_id, number=number)
+    user = caller(request)
+    version = selectors.version_for(user=user, task_set_id=task_set_id, number=number)
     query = request.GET.get("q", "").strip()
     split = request.GET.get("split", "")
     split = split if split in TaskItem.Split.values else ""
@@ -378,7 +390,7 @@ def version_detail(request: HttpRequest, task_set_id: int, number: int) -> HttpR
     kind = kind if kind in TaskItem.Kind.values else ""
     items = selectors.items_of(version=version, split=split or None, kind=kind or None, query=query or None)
     page = Paginator(items, ITEMS_PER_PAGE).get_page(request.GET.get("page"))
-    context = page_access(user=request.user, project=version.task_set.project) | {
+    context = page_access(user=user, project=version.task_set.project) | {
         "task_set": version.task_set,
         "version": version,
         "stub_check": stub_checks.stub_check_summary(version=version),
@@ -400,8 +412,9 @@ def version_detail(request: HttpRequest, task_set_id: int, number: int) -> HttpR
 @require_POST
 def version_verify(request: HttpRequest, task_set_id: int, number: int) -> HttpResponse:
     """Verify references: each code item's reference solution against its own tests, in the sandbox."""
-    version = selectors.version_for(user=request.user, task_set_id=task_set_id, number=number)
-    selectors.require(user=request.user, project_id=version.task_set.project_id, permission=Permission.EDIT)
+    user = caller(request)
+    version = selectors.version_for(user=user, task_set_id=task_set_id, number=number)
+    selectors.require(user=user, project_id=version.task_set.project_id, permission=Permission.EDIT)
     report = stub_checks.version_verify(version=version)
     if report.broken:
         named = "; ".join(f"{check.item}: {check.reason}" for check in report.broken[:20])
@@ -428,7 +441,8 @@ def version_verify(request: HttpRequest, task_set_id: int, number: int) -> HttpR
 @login_required
 @require_GET
 def version_export(request: HttpRequest, task_set_id: int, number: int) -> StreamingHttpResponse:
-    version = selectors.version_for(user=request.user, task_set_id=task_set_id, number=number)
+    user = caller(request)
+    version = selectors.version_for(user=user, task_set_id=task_set_id, number=number)
     lines = services.task_set_export_lines(version=version)
     response = StreamingHttpResponse(
         streamed(request, lines), content_type="application/x-ndjson; charset=utf-8"
@@ -441,28 +455,29 @@ def version_export(request: HttpRequest, task_set_id: int, number: int) -> Strea
 @login_required
 @require_POST
 def version_resplit(request: HttpRequest, task_set_id: int, number: int) -> HttpResponse:
-    version = selectors.version_for(user=request.user, task_set_id=task_set_id, number=number)
-    selectors.require(user=request.user, project_id=version.task_set.project_id, permission=Permission.EDIT)
+    user = caller(request)
+    version = selectors.version_for(user=user, task_set_id=task_set_id, number=number)
+    selectors.require(user=user, project_id=version.task_set.project_id, permission=Permission.EDIT)
     form = forms.ResplitForm(request.POST)
     if not form.is_valid():
-        problems = "; ".join(f"{name}: {' '.join(errors)}" for name, errors in form.errors.items())
+        problems = "; ".join(f"{name}: {' '.join(map(str, errors))}" for name, errors in form.errors.items())
         messages.error(request, f"Not re-split: {problems}")
         return redirect("version-detail", task_set_id=task_set_id, number=number)
     try:
-        report = services.task_set_resplit(version=version, by=request.user, **form.cleaned_data)
+        report = services.task_set_resplit(version=version, by=user, **form.cleaned_data)
     except ValidationError as exc:
         messages.error(request, f"Not re-split: {_message(exc)}")
         return redirect("version-detail", task_set_id=task_set_id, number=number)
     if not report.ok:
         messages.error(request, f"Not re-split: {report.errors[0]}")
         return redirect("version-detail", task_set_id=task_set_id, number=number)
+    resplit = report.version
+    assert resplit is not None  # a re-split without errors has its version (new or the latest)
     if report.created:
-        messages.success(request, f"Re-split as version {report.version.number}: {report.split_counts}.")
+        messages.success(request, f"Re-split as version {resplit.number}: {report.split_counts}.")
     else:
-        messages.info(
-            request, f"The split is identical to version {report.version.number}; no new version created."
-        )
-    return redirect("version-detail", task_set_id=task_set_id, number=report.version.number)
+        messages.info(request, f"The split is identical to version {resplit.number}; no new version created.")
+    return redirect("version-detail", task_set_id=task_set_id, number=resplit.number)
 
 
 # --- API tokens ----------------------------------------------------------------------------
@@ -472,21 +487,22 @@ def version_resplit(request: HttpRequest, task_set_id: int, number: int) -> Http
 @login_required
 @require_http_methods(["GET", "POST"])
 def token_list(request: HttpRequest) -> HttpResponse:
-    form = forms.TokenForm(request.POST if request.method == "POST" else None, user=request.user)
+    user = caller(request)
+    form = forms.TokenForm(request.POST if request.method == "POST" else None, user=user)
     created = raw_token = None
     if form.is_bound and form.is_valid():
         try:
             created, raw_token = services.api_token_create(
-                user=request.user,
+                user=user,
                 name=form.cleaned_data["name"],
                 default_project=form.cleaned_data["default_project"],
             )
         except ValidationError as exc:
             forms.add_service_errors(form, exc)
         else:
-            form = forms.TokenForm(user=request.user)
+            form = forms.TokenForm(user=user)
     context = {
-        "tokens": selectors.tokens_of(user=request.user),
+        "tokens": selectors.tokens_of(user=user),
         "form": form,
         "created": created,
         "raw_token": raw_token,  # rendered in this one response only; only its digest is stored
@@ -497,7 +513,8 @@ def token_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
-    token = selectors.tokens_of(user=request.user).filter(pk=token_id).first()
+    user = caller(request)
+    token = selectors.tokens_of(user=user).filter(pk=token_id).first()
     if token is None:
         raise Http404("no such token")
     services.api_token_revoke(token=token)

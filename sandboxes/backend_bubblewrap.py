@@ -81,7 +81,9 @@ class BubblewrapSandbox(Sandbox):
                 extra_groups=[] if uid is not None else None,
                 start_new_session=True,
             )
-        return PipeTransport(self.process.stdin, self.process.stdout, self.log_path)
+        stdin, stdout = self.process.stdin, self.process.stdout
+        assert stdin is not None and stdout is not None  # both PIPE above
+        return PipeTransport(stdin, stdout, self.log_path)
 
     def _cgroup_create(self, uid: int) -> SandboxCgroup | None:
         try:

@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .cgroups import sandbox_memory_bytes
 from .channel import DockerAttachTransport, PipeTransport, Transport
@@ -26,15 +27,19 @@ from .interface import InfrastructureError, SandboxSpec
 from .sandbox import SERVER_PIDS, Sandbox, server_command
 from .uids import UidLease, uid_claim
 
+if TYPE_CHECKING:  # the SDK is imported where a sandbox first needs it; it has no type hints (Any)
+    from docker import DockerClient
+    from docker.models.containers import Container
+
 LABEL = "org.flywheel.sandbox"
 CONTROL_MOUNT = "/run/flywheel"
 CONNECT_TIMEOUT = 30.0
 PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-_clients: dict[str, object] = {}
+_clients: dict[tuple[str, str], "DockerClient"] = {}
 _clients_lock = threading.Lock()
 
 
-def docker_client(docker_host: str, cert_path: str = ""):
+def docker_client(docker_host: str, cert_path: str = "") -> "DockerClient":
     """One client per engine address, shared by the sandboxes of this process; with `cert_path`,
     over TLS: this client's certificate is shown, and the engine's verified against ca.pem."""
     try:
@@ -68,7 +73,7 @@ def docker_client_tls(docker_host: str, tls):
     import docker
     from docker.constants import MINIMUM_DOCKER_API_VERSION
 
-    clients = []
+    clients: list[DockerClient] = []
     for version in (MINIMUM_DOCKER_API_VERSION, None):
         client = docker.DockerClient(
             docker_host, tls=tls, timeout=30, version=version or clients[0].version()["ApiVersion"]
@@ -117,7 +122,7 @@ class DockerSandbox(Sandbox):
         super().__init__(spec)
         self.settings = settings
         self.image = spec.image or settings.image
-        self.container = None
+        self.container: Container | None = None
         self.lease: UidLease | None = None
         self.control_dir: Path | None = None
 
@@ -125,7 +130,7 @@ class DockerSandbox(Sandbox):
         client = engine_client(self.settings)
         docker_image_check(self.settings, self.image)
         docker_sweep_once(self.settings)
-        self.lease = uid_claim(base=self.settings.uid_base, state_dir=self.settings.state_dir)
+        self.lease = lease = uid_claim(base=self.settings.uid_base, state_dir=self.settings.state_dir)
         local = self._engine_is_local()
         listener = self._control_listen() if local else None
         command = server_command(self.settings.python, seccomp=self.settings.seccomp)
@@ -133,10 +138,10 @@ class DockerSandbox(Sandbox):
             command += ["--connect", f"{CONTROL_MOUNT}/ctl.sock"]
         attach = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
         try:
-            options = self._container_options(local)
-            self.container = client.containers.create(self.image, command=command, **options)
-            sock = None if local else self.container.attach_socket(params=attach)
-            self.container.start()
+            options = self._container_options(local, lease.uid)
+            self.container = container = client.containers.create(self.image, command=command, **options)
+            sock = None if local else container.attach_socket(params=attach)
+            container.start()
         except Exception as exc:  # noqa: BLE001  (the engine's errors are many; all are machinery failures)
             if listener is not None:
                 listener.close()
@@ -144,6 +149,7 @@ class DockerSandbox(Sandbox):
                 f"could not start a sandbox container from {self.image}: {exc}"
             ) from None
         if listener is None:
+            assert sock is not None  # attached above: the engine is remote
             return DockerAttachTransport(getattr(sock, "_sock", sock))
         connection = self._control_accept(listener)
         return PipeTransport(connection, connection)
@@ -152,8 +158,8 @@ class DockerSandbox(Sandbox):
         """A local engine can mount a directory of ours, so the server can reach our socket."""
         return self.settings.docker_host.startswith("unix://")
 
-    def _container_options(self, local: bool) -> dict:
-        uid, limits = self.lease.uid, self.limits
+    def _container_options(self, local: bool, uid: int) -> dict:
+        limits = self.limits
         tmpfs = f"rw,exec,nosuid,nodev,size={limits.workspace_mb}m,uid={uid},gid={uid}"
         memory = sandbox_memory_bytes(limits)
         options = {
@@ -196,6 +202,8 @@ class DockerSandbox(Sandbox):
     def _control_accept(self, listener: socket.socket) -> socket.socket:
         """The server's connection, and only its: the peer must run as this sandbox's uid. Waits
         in short slices so that a container that dies at start fails fast, with its output."""
+        assert self.lease is not None  # claimed before the listener opened (_launch)
+        uid = self.lease.uid
         deadline = time.monotonic() + CONNECT_TIMEOUT
         listener.settimeout(0.2)
         try:
@@ -208,7 +216,7 @@ class DockerSandbox(Sandbox):
                 _, peer_uid, _ = PEERCRED.unpack(
                     connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
                 )
-                if peer_uid == self.lease.uid:
+                if peer_uid == uid:
                     connection.setblocking(True)
                     return connection
                 connection.close()
@@ -217,11 +225,13 @@ class DockerSandbox(Sandbox):
             listener.close()
 
     def _startup_check(self) -> None:
-        try:
-            self.container.reload()
-            status, logs = self.container.status, self.container.logs(tail=20)
-        except Exception:  # noqa: BLE001  (gone already: removed by someone else)
-            status, logs = "removed", b""
+        status, logs = "removed", b""  # unless the engine still has it
+        if self.container is not None:
+            try:
+                self.container.reload()
+                status, logs = self.container.status, self.container.logs(tail=20)
+            except Exception:  # noqa: BLE001,S110  (gone already: removed by someone else)
+                pass
         if status in ("exited", "dead", "removed"):
             tail = logs.decode(errors="replace").strip()
             raise InfrastructureError(

@@ -12,7 +12,7 @@ import socket
 import struct
 import time
 from collections import deque
-from typing import BinaryIO
+from typing import Protocol
 
 from .interface import InfrastructureError, SandboxPathError
 
@@ -36,10 +36,18 @@ class Transport:
         raise NotImplementedError
 
 
-class PipeTransport(Transport):
-    """The server's stdin and stdout as pipes (bubblewrap)."""
+class Stream(Protocol):
+    """What PipeTransport needs of a pipe or a socket: its descriptor, and closing it."""
 
-    def __init__(self, writer: BinaryIO, reader: BinaryIO, log_path: str = "") -> None:
+    def fileno(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class PipeTransport(Transport):
+    """The server's stdin and stdout as pipes (bubblewrap), or one unix socket for both (Docker)."""
+
+    def __init__(self, writer: Stream, reader: Stream, log_path: str = "") -> None:
         self.writer = writer
         self.reader = reader
         self.write_fd = writer.fileno()

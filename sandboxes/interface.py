@@ -5,7 +5,7 @@ Rollouts and graders run untrusted code through this interface and nothing else.
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
@@ -109,10 +109,23 @@ def limits_with(base: Limits, overrides: Mapping[str, float]) -> Limits:
     >>> limits_with(Limits(wall_seconds=5), {"wall_seconds": 60}).wall_seconds
     60
     """
-    return replace(base, **overrides)
+    # mypy checks each value against every field; limits_problems has checked each against its own
+    # (an integer for the integer fields).
+    return replace(base, **overrides)  # type: ignore[arg-type]
 
 
 FileMap = Mapping[str, bytes | str]
+FilePairs = tuple[tuple[str, bytes], ...]
+
+
+def file_pairs(files: Iterable[tuple[str, bytes | str]] | FileMap) -> FilePairs:
+    """files, given as a mapping or as pairs, as sorted (path, content) pairs.
+
+    >>> file_pairs({"b.py": "x", "a.py": b"y"})
+    (('a.py', b'y'), ('b.py', b'x'))
+    """
+    items = files.items() if isinstance(files, Mapping) else files
+    return tuple(sorted((path, as_bytes(content)) for path, content in items))
 
 
 @dataclass(frozen=True)
@@ -125,13 +138,11 @@ class SandboxSpec:
 
     backend: str = ""
     image: str = ""
-    files: tuple[tuple[str, bytes], ...] | FileMap = ()
+    files: FilePairs | FileMap = ()
     limits: Limits = field(default_factory=Limits)
 
     def __post_init__(self) -> None:
-        items = self.files.items() if isinstance(self.files, Mapping) else self.files
-        normalised = tuple(sorted((path, as_bytes(content)) for path, content in items))
-        object.__setattr__(self, "files", normalised)
+        object.__setattr__(self, "files", file_pairs(self.files))
 
     @property
     def environment(self) -> tuple[str, str, Limits]:
@@ -141,7 +152,7 @@ class SandboxSpec:
     @cached_property
     def files_digest(self) -> str:
         digest = hashlib.sha256()
-        for path, content in self.files:
+        for path, content in file_pairs(self.files):  # already pairs (__post_init__): the type says either
             digest.update(path.encode() + b"\0" + hashlib.sha256(content).digest())
         return digest.hexdigest()[:16]
 

@@ -8,11 +8,11 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .channel import Channel
+from .channel import Channel, Transport
 from .formats import (
     DEFAULT_FLOAT_TOLERANCE,
     TESTS_PLACEHOLDER,
@@ -25,6 +25,7 @@ from .interface import (
     ExecResult,
     FileEntry,
     FileMap,
+    FilePairs,
     Finding,
     InfrastructureError,
     Limits,
@@ -34,6 +35,7 @@ from .interface import (
     TestCaseResult,
     TestRunResult,
     as_bytes,
+    file_pairs,
 )
 from .seccomp import SeccompUnavailableError, seccomp_program
 from .values import decided, pytest_value_plan, value_plan
@@ -101,7 +103,7 @@ class Sandbox:
         self.limits: Limits = spec.limits
         self.channel: Channel | None = None
         self.broken = False
-        self.files = spec.files
+        self.files: FilePairs = file_pairs(spec.files)  # already pairs (SandboxSpec sorted them)
         self.files_digest = spec.files_digest
         self.server_pid = 0
         # Set when the pool takes the sandbox back: the next use resets it first, in the same round
@@ -124,7 +126,7 @@ class Sandbox:
             raise
         return self
 
-    def _launch(self):  # -> Transport
+    def _launch(self) -> Transport:
         raise NotImplementedError
 
     def _terminate(self) -> None:
@@ -166,10 +168,10 @@ class Sandbox:
 
     # -- workspace -----------------------------------------------------------------------------
 
-    def install(self, files: tuple[tuple[str, bytes], ...] | FileMap, *, lazily: bool = False) -> float:
+    def install(self, files: Iterable[tuple[str, bytes | str]] | FileMap, *, lazily: bool = False) -> float:
         """Make `files` the pristine state and reset to it; returns the server's reset seconds.
         `lazily` (the pool): sent with the next use instead, in the same round trip when it runs code."""
-        items = files.items() if isinstance(files, dict) else files
+        items = files.items() if isinstance(files, Mapping) else files
         pairs = [(path, as_bytes(content)) for path, content in items]
         if lazily:
             self.pending_install = pairs
@@ -363,7 +365,8 @@ class Sandbox:
         each in a fresh child with its own time limit, and compare its stdout with the case's
         output (`compare`: exact, whitespace or float within `tolerance`). Tests are "case N".
         The run's execution is the first case that did not exit cleanly, else the last case's."""
-        tests, worst, last, findings = [], None, None, []
+        tests, worst, last = [], None, None
+        findings: list[Finding] = []
         for index, case in enumerate(cases, start=1):
             seconds = case.get("time_limit") or per_case_seconds or self.limits.wall_seconds
             nonce = secrets.token_hex(16)
@@ -671,7 +674,7 @@ def assemble_tests(
             collect_error = str(event.get("message", ""))[:2000]
         elif event.get("event") == "start" and name in names:
             running = name
-        elif event.get("event") == "end" and name in names and name not in results:
+        elif event.get("event") == "end" and isinstance(name, str) and name in names and name not in results:
             outcome = event.get("outcome")
             results[name] = TestCaseResult(
                 name=name,

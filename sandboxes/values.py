@@ -66,7 +66,7 @@ def close_enough(op: str, actual: object, expected: object) -> bool:
     >>> close_enough("abs<", 0.5000001, (0.5, 1e-6)), close_enough("isclose", "2", (2.0, 1e-9, 0.0))
     (True, False)
     """
-    if type(actual) not in (int, float) or not isinstance(expected, tuple):
+    if not (type(actual) is int or type(actual) is float) or not isinstance(expected, tuple):
         return False
     try:
         if op == "isclose":
@@ -156,7 +156,10 @@ def closeness(test: ast.expr) -> tuple[ast.expr, str, object] | None:
         and not is_literal(test.left.args[0].left)
     ):
         op = "abs<" if isinstance(test.ops[0], ast.Lt) else "abs<="
-        expected = (ast.literal_eval(test.left.args[0].right), ast.literal_eval(test.comparators[0]))
+        expected: tuple[object, ...] = (
+            ast.literal_eval(test.left.args[0].right),
+            ast.literal_eval(test.comparators[0]),
+        )
         return test.left.args[0].left, op, expected
     if (
         isinstance(test, ast.Call)

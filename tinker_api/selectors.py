@@ -2,7 +2,7 @@
 models this server offers. A session belongs to its project: anyone who may view the project may
 read it, only its editors may drive it (the views ask)."""
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
@@ -13,17 +13,17 @@ from tinker_api.models import TinkerModel, TinkerRequest, TinkerSampler, TinkerS
 from traces.models import Trace
 
 
-def sessions_for(*, user: AbstractBaseUser) -> QuerySet[TinkerSession]:
+def sessions_for(*, user: User) -> QuerySet[TinkerSession]:
     return TinkerSession.objects.filter(project_id__in=visible_project_ids(user=user)).select_related(
         "project"
     )
 
 
-def session_for(*, user: AbstractBaseUser, key: str) -> TinkerSession | None:
+def session_for(*, user: User, key: str) -> TinkerSession | None:
     return sessions_for(user=user).filter(key=key).first()
 
 
-def model_for(*, user: AbstractBaseUser, model_id: str) -> TinkerModel | None:
+def model_for(*, user: User, model_id: str) -> TinkerModel | None:
     return (
         TinkerModel.objects.filter(model_id=model_id, session__project_id__in=visible_project_ids(user=user))
         .select_related("session", "session__project", "run")
@@ -31,7 +31,7 @@ def model_for(*, user: AbstractBaseUser, model_id: str) -> TinkerModel | None:
     )
 
 
-def sampler_for(*, user: AbstractBaseUser, key: str) -> TinkerSampler | None:
+def sampler_for(*, user: User, key: str) -> TinkerSampler | None:
     return (
         TinkerSampler.objects.filter(key=key, session__project_id__in=visible_project_ids(user=user))
         .select_related("session", "session__project")
@@ -39,7 +39,7 @@ def sampler_for(*, user: AbstractBaseUser, key: str) -> TinkerSampler | None:
     )
 
 
-def request_for(*, user: AbstractBaseUser, key: str) -> TinkerRequest | None:
+def request_for(*, user: User, key: str) -> TinkerRequest | None:
     return (
         TinkerRequest.objects.filter(key=key, session__project_id__in=visible_project_ids(user=user))
         .select_related("model__run", "session")
@@ -61,7 +61,7 @@ def _live(weights: QuerySet[TinkerWeights]) -> QuerySet[TinkerWeights]:
     return weights.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
 
 
-def weights_at(*, user: AbstractBaseUser, path: str) -> TinkerWeights | None:
+def weights_at(*, user: User, path: str) -> TinkerWeights | None:
     """Saved weights by their path, in a project the caller can view, or published."""
     return (
         _live(_weights_named(path))
@@ -76,9 +76,7 @@ def weights_by_path(*, path: str) -> TinkerWeights | None:
     return _live(_weights_named(path)).select_related("model").first()
 
 
-def models_for(
-    *, user: AbstractBaseUser, owned: bool, project_id: str | None = None
-) -> QuerySet[TinkerModel]:
+def models_for(*, user: User, owned: bool, project_id: str | None = None) -> QuerySet[TinkerModel]:
     """Models the caller can read (`owned`: of sessions they opened), newest first."""
     models = TinkerModel.objects.filter(session__project_id__in=visible_project_ids(user=user))
     if owned:
@@ -88,7 +86,7 @@ def models_for(
     return models.select_related("session", "session__created_by", "run").order_by("-created_at", "-pk")
 
 
-def weights_for(*, user: AbstractBaseUser) -> QuerySet[TinkerWeights]:
+def weights_for(*, user: User) -> QuerySet[TinkerWeights]:
     """Saved weights of the models of sessions the caller opened, newest first."""
     return (
         _live(TinkerWeights.objects.all())

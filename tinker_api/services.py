@@ -14,7 +14,7 @@ from typing import Any
 
 from celery import current_app
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser, User
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -49,7 +49,7 @@ class TinkerApiError(Exception):
 # --- sessions --------------------------------------------------------------------------------
 
 
-def session_create(*, user: AbstractBaseUser, project: Project, body: dict) -> TinkerSession:
+def session_create(*, user: User, project: Project, body: dict) -> TinkerSession:
     project_selectors.require(user=user, project_id=project.pk, permission=Permission.EDIT)
     tags = body.get("tags") or []
     metadata = body.get("user_metadata") or {}
@@ -329,7 +329,7 @@ def request_submit(*, model: TinkerModel, kind: str, body: bytes, idempotency_ke
 # --- sampling ---------------------------------------------------------------------------------
 
 
-def weights_for(*, user: AbstractBaseUser, path: str, kind: str, field: str) -> TinkerWeights:
+def weights_for(*, user: User, path: str, kind: str, field: str) -> TinkerWeights:
     """Saved weights by their tinker:// path, in a project the caller can view."""
     found = selectors.weights_at(user=user, path=path)
     if found is None:
@@ -346,7 +346,7 @@ def weights_for(*, user: AbstractBaseUser, path: str, kind: str, field: str) -> 
     return found
 
 
-def sampler_create(*, session: TinkerSession, user: AbstractBaseUser, body: dict) -> TinkerSampler:
+def sampler_create(*, session: TinkerSession, user: User, body: dict) -> TinkerSampler:
     _active(session)
     path = body.get("model_path")
     seq_id = body.get("sampling_session_seq_id") or 0
@@ -510,7 +510,7 @@ def _weights_named(model: TinkerModel, kind: str, name: str) -> TinkerWeights:
     return weights
 
 
-def weights_publish(*, model: TinkerModel, kind: str, name: str, by: AbstractBaseUser, public: bool) -> None:
+def weights_publish(*, model: TinkerModel, kind: str, name: str, by: User, public: bool) -> None:
     """Publish saved weights to every user of this server (sample them, train from them), or stop.
     Only who opened the model's session may: it is their training run."""
     weights = _weights_named(model, kind, name)

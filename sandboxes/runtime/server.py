@@ -66,6 +66,7 @@ CGROUP_OOM_FILES = (
     ("/sys/fs/cgroup/memory.events", "oom_kill"),
     ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),
 )
+LIBC: ctypes.CDLL | None
 try:
     LIBC = ctypes.CDLL(None, use_errno=True)
 except OSError:
@@ -83,7 +84,7 @@ class Server:
         self.ctl_in = ctl_in
         self.ctl_out = ctl_out
         self.pristine: list[tuple[str, int, bytes]] = []
-        self.compiled: dict[tuple[str, str, str], object] = {}
+        self.compiled: dict[tuple[str, str, str], TestProgram] = {}
         self.nproc_overhead = 1
         self.oom = OomCounter()
         self.oom_kills_seen = self.oom.read()  # OOM kills only happen while code runs: read once after each
@@ -614,7 +615,7 @@ class Execution:
         before, self.server.oom_kills_seen = self.server.oom_kills_seen, self.server.oom.read()
         return self.result(status, usage, wall, self.server.oom_kills_seen > before)
 
-    def supervise(self, pid: int, pipes: dict, deadline: float) -> tuple[int, object]:
+    def supervise(self, pid: int, pipes: dict, deadline: float) -> tuple[int, resource.struct_rusage]:
         pidfd = os.pidfd_open(pid)
         readers = {pipes[name][0]: name for name in ("stdout", "stderr", "report")}
         stdin_fd, pending = pipes["stdin"][1], memoryview(self.stdin)
@@ -677,7 +678,7 @@ class Execution:
             return True
         return False
 
-    def result(self, status: int, usage: object, wall: float, oom_killed: bool) -> dict:
+    def result(self, status: int, usage: resource.struct_rusage, wall: float, oom_killed: bool) -> dict:
         cpu = usage.ru_utime + usage.ru_stime
         report = self.buffers["report"].decode(errors="replace")
         stderr = bytes(self.buffers["stderr"])
@@ -803,6 +804,8 @@ def prefer_as_oom_victim() -> None:
     The server made itself non-dumpable, which children inherit and which gives their /proc files
     to root; the child, the code's own process, becomes dumpable again first (the server stays
     protected). Raw system calls: Python's open() would cost a third of a fork here."""
+    if LIBC is None:
+        return
     try:
         LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
@@ -810,7 +813,7 @@ def prefer_as_oom_victim() -> None:
             os.write(fd, b"1000")
         finally:
             os.close(fd)
-    except (OSError, AttributeError):
+    except (OSError, AttributeError):  # AttributeError: a libc without prctl
         pass
 
 
@@ -819,7 +822,7 @@ def prepare_python(workspace: str) -> None:
     sys.argv = [""]
     sys.path.insert(0, workspace)
     main = types.ModuleType("__main__")
-    main.__builtins__ = __builtins__
+    main.__builtins__ = __builtins__  # type: ignore[attr-defined]  # every module has it; the stub omits it
     sys.modules["__main__"] = main
 
 
@@ -882,6 +885,9 @@ OPERATORS = {
 TEST_FILE = re.compile(r"(^|/)(test_[^/]*\.py|[^/]*_test\.py|conftest\.py)$")
 PLANTED = re.compile(r"(^|/)(conftest\.py|sitecustomize\.py|usercustomize\.py|[^/]*\.pth)$")
 COMPILED_CAP = 512
+Piece = tuple[int, bool, types.CodeType]  # a top-level statement: its line, whether it is a test, its code
+CandidateProgram = tuple[types.CodeType, str, list[Piece] | None]  # see compile_tests
+TestProgram = types.CodeType | list[Piece] | CandidateProgram  # its shape follows the style
 
 
 class AssertRewriter(ast.NodeTransformer):
@@ -930,7 +936,7 @@ def holds_assert(node: ast.AST) -> bool:
     return False
 
 
-def statement_pieces(statements: list, path: str, is_test: typing.Callable) -> list:
+def statement_pieces(statements: list[ast.stmt], path: str, is_test: typing.Callable) -> list[Piece]:
     return [
         (
             statement.lineno,
@@ -942,7 +948,7 @@ def statement_pieces(statements: list, path: str, is_test: typing.Callable) -> l
 
 
 def check_is_whole(check: ast.FunctionDef) -> bool:
-    stack = list(check.body)
+    stack: list[ast.AST] = list(check.body)
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom, ast.Nonlocal, ast.Global, ast.Await)):
@@ -955,7 +961,7 @@ def check_is_whole(check: ast.FunctionDef) -> bool:
     return False
 
 
-def compile_tests(source: str, path: str, style: str) -> object:
+def compile_tests(source: str, path: str, style: str) -> TestProgram:
     """The test file compiled for its style, its asserts rewritten:
     - "functions": the whole module;
     - "asserts": (line, is_test, code) per top-level statement (a statement holding an assert is a
@@ -1028,8 +1034,9 @@ def workspace_findings(workspace: str, pristine: list, protected: list) -> list:
     return findings
 
 
-def bounded_walk(root: str, limit: int) -> list:
-    found, stack = [], [""]
+def bounded_walk(root: str, limit: int) -> list[str]:
+    found: list[str] = []
+    stack = [""]
     while stack and len(found) < limit:
         prefix = stack.pop()
         try:
@@ -1054,7 +1061,16 @@ class Probe:
 
 EXACT_TYPES = frozenset({int, float, complex, str, bytes, bool, type(None), range, bytearray})
 CONTAINERS = frozenset({list, tuple, set, frozenset, dict})
-RUN = {"nonce": "", "failed": None, "suspects": set(), "namespaces": []}
+
+
+class RunState(typing.TypedDict):
+    nonce: str
+    failed: tuple[str, str] | None  # (actual, expected) of the last failed comparison, as reprs
+    suspects: set[tuple[str, str]]  # (detector, evidence) already reported
+    namespaces: list[dict[str, object]]  # where the tests look up the harness's hooks
+
+
+RUN: RunState = {"nonce": "", "failed": None, "suspects": set(), "namespaces": []}
 
 
 def suspect(detector: str, evidence: str) -> None:
@@ -1064,8 +1080,9 @@ def suspect(detector: str, evidence: str) -> None:
         report({"nonce": RUN["nonce"], "event": "suspect", "detector": detector, "evidence": evidence})
 
 
-def always_equal(value: object, depth: int = 0) -> str:
-    """Evidence when value (or something inside a container it is) equals a fresh object()."""
+def always_equal(value: typing.Any, depth: int = 0) -> str:
+    """Evidence when value (or something inside a container it is) equals a fresh object().
+    (Any: anything the code returned, told apart by its exact type, which mypy cannot follow.)"""
     kind = type(value)
     if kind in EXACT_TYPES or depth > 3:
         return ""
@@ -1086,8 +1103,9 @@ def always_equal(value: object, depth: int = 0) -> str:
     return f"a {name} compared equal to a fresh object(): its equality always holds"
 
 
-def flywheel_compare(left: object, right: object, op: str, actual_is_left: bool) -> bool:
-    """What `assert left <op> right` checks, seen by the harness (see AssertRewriter)."""
+def flywheel_compare(left: typing.Any, right: typing.Any, op: str, actual_is_left: bool) -> bool:
+    """What `assert left <op> right` checks, seen by the harness (see AssertRewriter). (Any: the
+    operands are whatever the test compares; the operator decides what they must support.)"""
     result = {
         "==": lambda: left == right,
         "!=": lambda: left != right,
@@ -1117,10 +1135,11 @@ class NotPlainError(Exception):
     """A value that is not plain data: its type is named, it is never compared."""
 
 
-def plain(value: object, depth: int = 0) -> object:
+def plain(value: typing.Any, depth: int = 0) -> object:
     """A result as JSON-ready plain data, by exact built-in type only (a subclass of int, str or
     list, whatever its __eq__ says, is not plain data). Tagged: {"list": [...]}, {"tuple": ...},
-    {"set": ...}, {"frozenset": ...}, {"dict": [[key, value], ...]}, {"bytes": hex}."""
+    {"set": ...}, {"frozenset": ...}, {"dict": [[key, value], ...]}, {"bytes": hex}. (Any: anything
+    the code returned, told apart by its exact type, which mypy cannot follow.)"""
     kind = type(value)
     if value is None or kind is bool or kind is int or kind is float or kind is str:
         return value
@@ -1137,7 +1156,7 @@ def plain(value: object, depth: int = 0) -> object:
 
 def flywheel_value(index: int, value: object) -> bool:
     """Report a call's result for the host to compare (the test's expected value is not here)."""
-    event = {"nonce": RUN["nonce"], "event": "value", "index": index}
+    event: dict[str, object] = {"nonce": RUN["nonce"], "event": "value", "index": index}
     try:
         event["value"] = plain(value)
         line = json.dumps(event)
@@ -1242,14 +1261,14 @@ def collect_failed(nonce: str, exc: BaseException, prefix: str = "") -> None:
     report({"nonce": nonce, "event": "collect_error", "message": prefix + describe(exc)})
 
 
-def run_tests(head: dict, compiled: dict) -> int:
+def run_tests(head: dict, compiled: dict[tuple[str, str, str], TestProgram]) -> int:
     """Run the pristine test source the host sent, one report line per test, each with the nonce."""
     nonce, path, names, style = head["nonce"], head["path"], head["names"], head["style"]
     source = head["source"]
     RUN["nonce"] = nonce
     module = types.ModuleType(os.path.splitext(os.path.basename(path))[0])
     module.__file__ = os.path.join("/workspace", path)
-    module.__builtins__ = __builtins__
+    module.__builtins__ = __builtins__  # type: ignore[attr-defined]  # every module has it; the stub omits it
     module.__dict__[COMPARE_NAME] = flywheel_compare
     module.__dict__[VALUE_NAME] = flywheel_value
     RUN["namespaces"] = [module.__dict__]
@@ -1297,7 +1316,8 @@ def run_tests(head: dict, compiled: dict) -> int:
             event["actual"], event["expected"] = RUN["failed"]
         report(event)
 
-    program = compiled.get((path, style, source))
+    # Any: compile_tests gave it the shape of `style`, which decides the runner below.
+    program: typing.Any = compiled.get((path, style, source))
     if program is None:
         try:
             program = compile_tests(source, path, style)
@@ -1336,7 +1356,7 @@ def run_tests(head: dict, compiled: dict) -> int:
 
 
 def run_functions(
-    program: object, module: types.ModuleType, names: list, one: typing.Callable, nonce: str
+    program: types.CodeType, module: types.ModuleType, names: list, one: typing.Callable, nonce: str
 ) -> int:
     try:
         exec(program, module.__dict__)  # noqa: S102
@@ -1361,7 +1381,7 @@ def run_functions(
     return 0
 
 
-def run_pieces(pieces: list, namespace: dict, one: typing.Callable, nonce: str, label: str) -> int:
+def run_pieces(pieces: list[Piece], namespace: dict, one: typing.Callable, nonce: str, label: str) -> int:
     for line, is_test, code in pieces:
         if is_test:
             one(label.format(line), functools.partial(exec, code, namespace))
@@ -1375,9 +1395,9 @@ def run_pieces(pieces: list, namespace: dict, one: typing.Callable, nonce: str, 
 
 
 def run_candidate(
-    program: tuple,
+    program: CandidateProgram,
     module: types.ModuleType,
-    solution: types.ModuleType,
+    solution: types.ModuleType | None,  # None: no entry point, reported as such
     head: dict,
     one: typing.Callable,
     nonce: str,
@@ -1396,7 +1416,7 @@ def run_candidate(
         report({"nonce": nonce, "event": "collect_error", "message": message})
         return 1
     if pieces is None:
-        check = module.__dict__.get("check")
+        check = module.__dict__["check"]  # compile_tests found its definition, and the module ran
         one("check", functools.partial(check, candidate))
         return 0
     namespace = dict(module.__dict__)
@@ -1493,8 +1513,9 @@ def main() -> None:
     os.dup2(null, 1)
     os.close(null)
     try:
-        LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except (OSError, AttributeError):
+        if LIBC is not None:
+            LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):  # AttributeError: a libc without prctl
         pass
     # As PID 1, only signals it handles reach it; the host stops it by closing the channel or by
     # killing the sandbox.
