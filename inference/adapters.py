@@ -119,7 +119,8 @@ def lora_wrap(model: Any, settings: LoraSettings) -> Any:
         raise AdapterError(f"lora_dropout must be in [0, 1); got {settings.dropout}")
     config = LoraConfig(
         r=settings.rank,
-        lora_alpha=settings.alpha,
+        # peft annotates lora_alpha as int, but only divides it by r: a fractional alpha scales as asked.
+        lora_alpha=settings.alpha,  # type: ignore[arg-type]
         lora_dropout=settings.dropout,
         target_modules=lora_targets(model, settings.target_modules),
         fan_in_fan_out=getattr(model.config, "model_type", "") == "gpt2",
