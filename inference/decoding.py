@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from inference.adapters import adapter_activate, adapter_base
+from inference.adapters import adapter_activate, adapter_base, adapter_merge
 from inference.chat import Prompt
 from inference.engines import EngineError, EngineTier, engine_generate, engine_tier_load
 from inference.generation import (
@@ -127,8 +127,7 @@ def model_prepare(model: PreTrainedModel, settings: TierSettings) -> PreTrainedM
     device = resolve_device(settings)
     if settings.precision == "int8":
         if getattr(model, "peft_config", None) is not None:
-            # A PeftModel: nn.Module's __getattr__ types the attribute as a tensor or module.
-            model = model.merge_and_unload()  # type: ignore[operator]
+            model = adapter_merge(model)
         # transformers wraps PreTrainedModel.to with functools.wraps, whose stub leaves `self` unbound.
         model = model.to(device="cpu", dtype=torch.float32)  # type: ignore[call-arg]
         with warnings.catch_warnings():  # torch.ao's eager quantisation warns that torchao succeeds it

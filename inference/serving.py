@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from inference.adapters import AdapterError, adapter_activate
+from inference.adapters import AdapterError, adapter_activate, adapter_remove, adapters_disabled
 from inference.chat import chat_render
 from inference.decoding import TierError, TierModel, decode, tier_load
 from inference.generation import Completion, decoded_text
@@ -169,8 +169,7 @@ def _adapter_use(served: Served, adapter: str | None) -> None:
     try:
         served.tier.model = adapter_activate(served.tier.model, adapter)
     except AdapterError:  # another rank or other modules: start again from the bare base
-        # A PeftModel's unload (nn.Module's __getattr__ types the attribute as a tensor or module).
-        served.tier.model = adapter_activate(served.tier.model.unload(), adapter)  # type: ignore[operator]
+        served.tier.model = adapter_activate(adapter_remove(served.tier.model), adapter)
     served.adapter = adapter
 
 
@@ -247,8 +246,7 @@ def _decode_jobs(served: Served, jobs: list[_Job]) -> None:
         _adapter_use(served, first.prepared.adapter)
         plain = first.prepared.adapter is None and served.adapter is not None
         # The base model's own requests skip the adapter its layers hold.
-        # `plain`: the model is a PeftModel (nn.Module's __getattr__ types its methods as tensors).
-        with served.tier.model.disable_adapter() if plain else contextlib.nullcontext():  # type: ignore[operator]
+        with adapters_disabled(served.tier.model) if plain else contextlib.nullcontext():
             completions = decode(
                 served.tier, prompts, first.prepared.settings, generator=generator, listener=listener
             )

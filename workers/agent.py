@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from inference.generation import Completion
-from inference.sessions import ChatSessions
 from inference.tool_chat import ToolCall, ToolCallError, chat_render, tool_calls_parse
 from rewards.engine import Sample, ScoreResult, score
 from rewards.graders.base import GraderError
@@ -47,8 +47,17 @@ SYSTEM = "You are an agent working in a sandboxed workspace. Use the tools; call
 ELIDED = "[tool result elided: {chars} characters, to fit the context]"
 
 Generate = Callable[[list[str]], list[Completion]]
-# A wave's multi-turn generator: `turn(episode indices, prompts)`, reusing each one's cache.
-Sessions = Callable[[], "ChatSessions"]
+
+
+class WaveTurns(Protocol):
+    """A wave's multi-turn generator (a ChatSessions, reusing each episode's cache)."""
+
+    def turn(self, keys: list[int], prompts: list[str]) -> list[Completion]:
+        """One completion per episode index in `keys`."""
+        ...
+
+
+Sessions = Callable[[], WaveTurns]  # a factory: one per wave
 Render = Callable[[list[dict], list[dict]], str]  # (messages, tools) -> prompt text
 
 
@@ -168,6 +177,13 @@ class AgentEpisode:
     @property
     def invalid_actions(self) -> int:
         return sum(not turn.valid for turn in self.turns)
+
+    @property
+    def final_grade(self) -> ScoreResult:
+        """The grade of a played episode (episodes_play grades each one it returns)."""
+        if self.grade is None:
+            raise ValueError("this episode has not been graded: episodes_play plays and grades episodes")
+        return self.grade
 
     def sample(self) -> Sample:
         """What the reward rule sees: the last action, every step (for trajectory checks) and the
