@@ -11,6 +11,7 @@ peft is imported where an adapter is built or loaded, so importing this module s
 """
 
 import json
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,7 +120,8 @@ def lora_wrap(model: Any, settings: LoraSettings) -> Any:
         raise AdapterError(f"lora_dropout must be in [0, 1); got {settings.dropout}")
     config = LoraConfig(
         r=settings.rank,
-        lora_alpha=settings.alpha,
+        # peft annotates lora_alpha as int, but only divides it by r: a fractional alpha scales as asked.
+        lora_alpha=settings.alpha,  # type: ignore[arg-type]
         lora_dropout=settings.dropout,
         target_modules=lora_targets(model, settings.target_modules),
         fan_in_fan_out=getattr(model.config, "model_type", "") == "gpt2",
@@ -162,6 +164,25 @@ def adapter_activate(model: Any, path: str | Path) -> Any:
     except (ValueError, RuntimeError) as exc:
         raise AdapterError(f"cannot apply the adapter at {path} to the resident model: {exc}") from exc
     return model
+
+
+# A model that carries adapters is a PeftModel; these name peft's calls on one, typed `Any` like
+# the rest of this module's models (peft is imported only where an adapter is built or loaded).
+
+
+def adapter_merge(model: Any) -> Any:
+    """The base model with the adapter's weights merged into its own (peft's merge_and_unload)."""
+    return model.merge_and_unload()
+
+
+def adapter_remove(model: Any) -> Any:
+    """The base model with the LoRA layers taken out, its weights as they were (peft's unload)."""
+    return model.unload()
+
+
+def adapters_disabled(model: Any) -> AbstractContextManager[None]:
+    """Within it, the model computes as its base model (peft's disable_adapter)."""
+    return model.disable_adapter()
 
 
 def trainable_parameters(model: Any) -> tuple[int, int]:

@@ -115,21 +115,29 @@ def raw_render(messages: list[Message]) -> str:
     return "\n\n".join(message["content"] for message in messages)
 
 
+def template_text(
+    tokenizer: Any, messages: list[dict[str, Any]], *, add_generation_prompt: bool, **options: Any
+) -> str:
+    """The chat template's text for `messages`: apply_chat_template without tokenizing (`options`,
+    such as `tools`, are the template's own)."""
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=add_generation_prompt, **options
+    )
+    assert isinstance(text, str), "an untokenized template renders text"
+    return text
+
+
 def template_render(tokenizer: Any, messages: list[Message], *, add_generation_prompt: bool) -> str:
     """The chat template applied. A template that refuses a system role (Gemma's raises) gets the
     system text folded into the first user message, as those families' own docs recommend."""
     try:
-        return tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
+        return template_text(tokenizer, messages, add_generation_prompt=add_generation_prompt)
     except Exception:  # noqa: BLE001  (jinja's TemplateError from `raise_exception`, any family)
         if not messages or messages[0]["role"] != "system" or len(messages) < 2:
             raise
     system, first, *rest = messages
     folded = {"role": first["role"], "content": f"{system['content']}\n\n{first['content']}"}
-    return tokenizer.apply_chat_template(
-        [folded, *rest], tokenize=False, add_generation_prompt=add_generation_prompt
-    )
+    return template_text(tokenizer, [folded, *rest], add_generation_prompt=add_generation_prompt)
 
 
 def turn_end_text(tokenizer: Any, *, chat: bool = True) -> str:

@@ -31,19 +31,21 @@ import copy
 import statistics
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from inference.adapters import adapter_activate, adapter_base
+from inference.adapters import adapter_activate, adapter_base, adapter_merge
 from inference.chat import Prompt
 from inference.engines import EngineError, EngineTier, engine_generate, engine_tier_load
 from inference.generation import (
     Completion,
+    PromptInput,
     completion_build,
+    decoded_text,
     filter_logits,
     prompts_encode,
     sample_next,
@@ -125,15 +127,16 @@ def model_prepare(model: PreTrainedModel, settings: TierSettings) -> PreTrainedM
     device = resolve_device(settings)
     if settings.precision == "int8":
         if getattr(model, "peft_config", None) is not None:
-            model = model.merge_and_unload()
-        model = model.to(device="cpu", dtype=torch.float32)
+            model = adapter_merge(model)
+        # transformers wraps PreTrainedModel.to with functools.wraps, whose stub leaves `self` unbound.
+        model = model.to(device="cpu", dtype=torch.float32)  # type: ignore[call-arg]
         with warnings.catch_warnings():  # torch.ao's eager quantisation warns that torchao succeeds it
             warnings.simplefilter("ignore", (DeprecationWarning, UserWarning))
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     else:
         if settings.precision not in DTYPES:
             raise TierError(f"precision must be one of {', '.join(PRECISIONS)}; got {settings.precision!r}")
-        model = model.to(device=device, dtype=DTYPES[settings.precision])
+        model = model.to(device=device, dtype=DTYPES[settings.precision])  # type: ignore[call-arg]
     model.eval()
     return model
 
@@ -317,7 +320,7 @@ class RaggedDecoder:
     def feed(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """Run `ids` (rows × w; `valid` marks the real ones) through the model; float logits."""
         ids, valid = ids.to(self.device), valid.to(self.device)
-        if self.mask is None:
+        if self.mask is None or self.next_pos is None:  # the first feed: the batch's rows
             self.mask = valid.new_zeros((ids.size(0), 0), dtype=torch.long)
             self.next_pos = valid.new_zeros(ids.size(0), dtype=torch.long)
         positions = (self.next_pos[:, None] + valid.long().cumsum(-1) - 1).clamp(min=0)
@@ -342,16 +345,23 @@ class RaggedDecoder:
     def select_rows(self, indices: torch.Tensor) -> None:
         """Rows become `indices` of the current rows (a row may be copied: shared prefixes)."""
         indices = indices.to(self.device)
+        mask, next_pos = self._slots()
         self.cache.batch_select_indices(indices)
-        self.mask = self.mask[indices]
-        self.next_pos = self.next_pos[indices]
+        self.mask, self.next_pos = mask[indices], next_pos[indices]
 
     def drop(self, row: int, columns: list[int]) -> None:
         """Mask out real slots of a row (its rejected draft tokens)."""
         if not columns:
             return
-        self.mask[row, columns] = 0
-        self.next_pos[row] -= len(columns)
+        mask, next_pos = self._slots()
+        mask[row, columns] = 0
+        next_pos[row] -= len(columns)
+
+    def _slots(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mask and each row's next position, which the first feed makes."""
+        if self.mask is None or self.next_pos is None:
+            raise RuntimeError("the decoder has no rows before its first feed")
+        return self.mask, self.next_pos
 
 
 # --- drafting ------------------------------------------------------------------------------------
@@ -418,7 +428,7 @@ def policy_tier(policy: Policy, params: SamplingParams) -> TierModel:
 @torch.no_grad()
 def decode(
     tier: "TierModel | EngineTier",
-    prompts: list[str],
+    prompts: Sequence[PromptInput],
     settings: TierSettings | None = None,
     *,
     generator: torch.Generator | None = None,
@@ -437,12 +447,15 @@ def decode(
     stats = stats if stats is not None else GenerationStats()
     started = time.perf_counter()
     if isinstance(tier, EngineTier):
-        completions = _engine_generate(tier, prompts, settings, generator, stats, started)
+        texts = [prompt for prompt in prompts if isinstance(prompt, str)]
+        if len(texts) < len(prompts):
+            raise TierError("an engine tier decodes text prompts; token ids decode on a local tier")
+        completions = _engine_generate(tier, texts, settings, generator, stats, started)
         for row, completion in enumerate(completions):
             if on_finished is not None:
                 on_finished(row, completion)
         return completions
-    completions: list[Completion] = []
+    completions = []
     size = max(1, int(settings.batch_size))
     for start in range(0, len(prompts), size):
         chunk = prompts[start : start + size]
@@ -462,7 +475,7 @@ def _shifted(callback: Callable | None, start: int) -> Callable | None:
 
 def _decode_batch(
     tier: TierModel,
-    prompts: list[str],
+    prompts: Sequence[PromptInput],
     settings: TierSettings,
     generator: torch.Generator | None,
     stats: GenerationStats,
@@ -581,7 +594,7 @@ class _Plain:
     on_finished: FinishListener | None
     started: float
     lean: LeanLlama | None
-    cache: DynamicCache | None
+    cache: DynamicCache  # empty when `lean` decodes
     width: int  # prompt positions (left-padded)
     pad_id: int
     stops: torch.Tensor  # the stop token ids
@@ -595,12 +608,11 @@ class _Plain:
     step: int = 0
     done: dict[int, Completion] = field(default_factory=dict)
     step_seconds: list[float] = field(default_factory=list)  # each step's end, from `started`
-    next_tokens: torch.Tensor | None = None  # over `alive`: the tokens the last accept sampled
 
 
 def _plain_decode(
     tier: TierModel,
-    prompts: list[str],
+    prompts: Sequence[PromptInput],
     settings: TierSettings,
     generator: torch.Generator | None,
     stats: GenerationStats,
@@ -610,17 +622,17 @@ def _plain_decode(
     """Prefill, then per step accept one sampled token per running row and verify (run) it."""
     batch = _plain_prefill(tier, prompts, settings, generator, stats, listener, on_finished)
     while True:
-        running = _plain_accept(batch)
+        tokens, running = _plain_accept(batch)
         if not bool(running.any()):
             break
         stats.steps += 1
-        _plain_verify(batch, running)
+        _plain_verify(batch, tokens, running)
     return _plain_finish(batch)
 
 
 def _plain_prefill(
     tier: TierModel,
-    prompts: list[str],
+    prompts: Sequence[PromptInput],
     settings: TierSettings,
     generator: torch.Generator | None,
     stats: GenerationStats,
@@ -640,12 +652,11 @@ def _plain_prefill(
         unique, rows = list(prompts), torch.arange(len(prompts), device=device)
     encoded = {name: tensor.to(device) for name, tensor in prompts_encode(tokenizer, unique).items()}
     lean = lean_llama(model)
-    cache = None
+    cache = DynamicCache()  # the Hugging Face forward's; the lean path keeps its own
     width = encoded["input_ids"].size(1)
     if lean is not None:
         logits = lean.prefill(encoded["input_ids"], encoded["attention_mask"], width + params.max_new_tokens)
     else:
-        cache = DynamicCache()
         logits = (
             model(
                 input_ids=encoded["input_ids"],
@@ -695,9 +706,9 @@ def _plain_prefill(
     )
 
 
-def _plain_accept(batch: _Plain) -> torch.Tensor:
+def _plain_accept(batch: _Plain) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample each running row's next token, record it with its log-prob, and end the rows it
-    stops (a stop token or sequence). The rows still running, over `batch.alive`."""
+    stops (a stop token or sequence). The tokens and the rows still running, over `batch.alive`."""
     params, alive, step = batch.params, batch.alive, batch.step
     next_tokens, next_logprobs, running, stopped = accept_sampled(
         batch.logits,
@@ -717,22 +728,23 @@ def _plain_accept(batch: _Plain) -> torch.Tensor:
         for row in alive[stopped].tolist():
             batch.done[row] = _plain_completion(batch, row)
             batch.on_finished(row, batch.done[row])
-    batch.next_tokens = next_tokens
-    return running & ~stopped & (step + 1 < params.max_new_tokens)
+    return next_tokens, running & ~stopped & (step + 1 < params.max_new_tokens)
 
 
 def _plain_tell(batch: _Plain, tokens: torch.Tensor, logprobs: torch.Tensor, running: torch.Tensor) -> None:
     """Hand the listener each running row's token, its log-prob and the vocabulary's log-probs."""
+    listener = batch.listener
+    if listener is None:
+        return
     distributions = _log_distribution(batch.logits, batch.params)
     for position, row in enumerate(batch.alive.tolist()):
         if running[position]:
-            batch.listener(row, int(tokens[position]), float(logprobs[position]), distributions[position])
+            listener(row, int(tokens[position]), float(logprobs[position]), distributions[position])
 
 
-def _plain_verify(batch: _Plain, running: torch.Tensor) -> None:
-    """Run each running row's new token through the model: the logits of the token after it. The
-    finished rows leave first when enough have."""
-    tokens = batch.next_tokens
+def _plain_verify(batch: _Plain, tokens: torch.Tensor, running: torch.Tensor) -> None:
+    """Run each running row's new token (`tokens`, over `batch.alive`) through the model: the
+    logits of the token after it. The finished rows leave first when enough have."""
     if int(running.sum()) <= len(batch.alive) * 3 // 4:
         keep = running.nonzero().flatten()
         batch.alive, batch.positions, batch.key_mask = (
@@ -848,6 +860,7 @@ class _Batch:
         self.tokens[row].append(token)
         self.logprobs[row].append(logprob)
         if self.listener is not None:
+            assert distribution is not None, "a listener's callers pass each token's distribution"
             self.listener(row, token, logprob, distribution)
         if self.first_at[row] is None:
             self.first_at[row] = time.perf_counter() - self.started
@@ -863,7 +876,8 @@ class _Batch:
             or len(tokens) >= params.max_new_tokens
             or (
                 bool(params.stop)
-                and stop_position(self.tokenizer.decode(tokens[-self.window :]), params.stop) is not None
+                and stop_position(decoded_text(self.tokenizer, tokens[-self.window :]), params.stop)
+                is not None
             )
         )
 
@@ -891,7 +905,7 @@ class _Verified:
 
 def _prefill(
     tier: TierModel,
-    prompts: list[str],
+    prompts: Sequence[PromptInput],
     settings: TierSettings,
     generator: torch.Generator | None,
     stats: GenerationStats,
@@ -903,7 +917,8 @@ def _prefill(
     tokenizer = tier.tokenizer
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     mode = settings.speculation if settings.speculative else "none"
-    if mode == "draft_model" and tier.draft is None:
+    draft_model = tier.draft if mode == "draft_model" else None
+    if mode == "draft_model" and draft_model is None:
         raise TierError("speculation draft_model needs the draft model loaded (tier_prepare loads it)")
     if settings.prefix_cache:
         unique = list(dict.fromkeys(prompts))
@@ -916,8 +931,8 @@ def _prefill(
     logits = target.feed(encoded["input_ids"], prompt_valid)[:, -1]
     stats.prefill_positions += int(prompt_valid.sum())
     draft = None
-    if mode == "draft_model":
-        draft = RaggedDecoder(tier.draft, pad_id, stats, target=False)
+    if draft_model is not None:
+        draft = RaggedDecoder(draft_model, pad_id, stats, target=False)
         draft.feed(encoded["input_ids"], prompt_valid)
     if len(unique) != len(prompts):
         target.select_rows(row_of)
@@ -982,6 +997,7 @@ def _propose_by_draft(batch: _Batch, proposal: _Proposal, budgets: list[int]) ->
     """The draft model catches up on the tokens it has not seen, then drafts one token a round,
     feeding each back while a row still has budget for another."""
     draft, params, generator = batch.draft, batch.params, batch.generator
+    assert draft is not None, "mode draft_model: _prefill made the draft's decoder"
     rounds = min(batch.k, max(budgets))
     drafting = [budget > 0 for budget in budgets]  # an unfinished row with room for a proposal
     ids, valid = _padded(

@@ -7,6 +7,7 @@ temperature (the distribution sampled from before top-k / top-p truncation, whic
 learner recomputes); greedy decoding records them at temperature 1.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -14,6 +15,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from inference.chat import has_chat_template, turn_end_text
 from inference.settings import SamplingParams
+
+PromptInput = str | tuple[int, ...]  # a rendered prompt, or token ids taken as they are
 
 
 @dataclass
@@ -31,7 +34,7 @@ class Completion:
 def stop_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
     """The tokens that end a completion: every end-of-sequence id of the model's generation config
     (Llama 3 and Gemma list several), the tokenizer's EOS, and the chat template's end of turn."""
-    ids: set[int] = set()
+    ids: set[int | None] = set()  # a config's or tokenizer's missing id (None) is dropped at the end
     configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     ids.update(configured if isinstance(configured, list) else [configured])
     ids.add(tokenizer.eos_token_id)
@@ -53,7 +56,7 @@ def prompt_token_ids(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[in
 
 
 def prompts_encode(
-    tokenizer: PreTrainedTokenizerBase, prompts: list[str] | list[str | tuple[int, ...]]
+    tokenizer: PreTrainedTokenizerBase, prompts: Sequence[PromptInput]
 ) -> dict[str, torch.Tensor]:
     """Left-padded `input_ids` and `attention_mask` of rendered prompts (`prompt_token_ids`), or
     of prompts given as token ids (a tuple: taken as they are), whatever padding side the tokenizer
@@ -110,6 +113,15 @@ def sample_next(
     return tokens, scaled.log_softmax(-1).gather(-1, tokens[:, None]).squeeze(-1)
 
 
+def decoded_text(
+    tokenizer: PreTrainedTokenizerBase, token_ids: list[int], *, skip_special_tokens: bool = False
+) -> str:
+    """The text of one sequence of tokens (`decode` types its answer for a batch of sequences too)."""
+    text = tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens)
+    assert isinstance(text, str), "one sequence decodes to one text"
+    return text
+
+
 def stop_position(text: str, stops: tuple[str, ...]) -> int | None:
     """Where the earliest stop sequence starts in text, if any."""
     positions = [text.find(stop) for stop in stops if stop in text]
@@ -126,7 +138,7 @@ def stopped_rows(
     """Rows whose text so far holds a stop sequence; only the still-running rows are decoded."""
     stopped = torch.zeros_like(candidates)
     for row in candidates.nonzero().flatten().tolist():
-        text = tokenizer.decode(tokens[row, : int(lengths[row])].tolist())
+        text = decoded_text(tokenizer, tokens[row, : int(lengths[row])].tolist())
         stopped[row] = stop_position(text, stops) is not None
     return stopped
 
@@ -140,7 +152,7 @@ def completion_build(
     stop_ids: frozenset[int] | None = None,
 ) -> Completion:
     stop_ids = stop_ids if stop_ids is not None else frozenset({tokenizer.eos_token_id})
-    text = tokenizer.decode(token_ids, skip_special_tokens=True)
+    text = decoded_text(tokenizer, token_ids, skip_special_tokens=True)
     cut = stop_position(text, params.stop) if params.stop else None
     stopped = cut is not None or (bool(token_ids) and token_ids[-1] in stop_ids)
     return Completion(

@@ -9,12 +9,14 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from inference.settings import TierSettings
+from inference.chat import template_text
+from inference.settings import TierRow, TierSettings
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from inference.decoding import TierModel
+    from inference.engines import EngineTier
 
 Judge = Callable[[str, list[dict], dict], str]
 
@@ -36,7 +38,7 @@ def judge_prompt(tokenizer: "PreTrainedTokenizerBase", messages: list[dict]) -> 
     plain = [{"role": m.get("role", "user"), "content": _message_text(m.get("content"))} for m in messages]
     if getattr(tokenizer, "chat_template", None):
         try:
-            return tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
+            return template_text(tokenizer, plain, add_generation_prompt=True)
         except Exception:  # noqa: BLE001  (a template that refuses some role: fall back to plain text)
             pass
     return "".join(f"{m['role']}: {m['content']}\n" for m in plain) + "assistant: "
@@ -61,7 +63,7 @@ def judge_settings(settings: TierSettings, params: dict) -> TierSettings:
     return settings.with_(**changes)
 
 
-def tier_judge(tier_config: Mapping | object, *, tier_model: "TierModel | None" = None) -> Judge:
+def tier_judge(tier_config: Mapping | TierRow, *, tier_model: "TierModel | None" = None) -> Judge:
     """A judge for model graders (rewards.engine.Judge): `judge(tier_ref, messages, params) -> str`.
 
     `tier_config` is one tier's settings (a snapshot or a Tier), which answers every `tier_ref`, or
@@ -69,9 +71,12 @@ def tier_judge(tier_config: Mapping | object, *, tier_model: "TierModel | None" 
     first use and stay loaded; the rule's sampling parameters override the tier's (temperature,
     top_p, max_tokens / max_completions_tokens, seed).
     """
-    single = not isinstance(tier_config, Mapping) or "base_model" in tier_config
-    configs = {"": tier_config} if single else dict(tier_config)
-    loaded: dict[str, TierModel] = {"": tier_model} if tier_model is not None else {}
+    configs: dict[str, Mapping | TierRow]
+    if isinstance(tier_config, Mapping) and "base_model" not in tier_config:
+        single, configs = False, dict(tier_config)  # tier name -> its settings
+    else:
+        single, configs = True, {"": tier_config}
+    loaded: dict[str, TierModel | EngineTier] = {"": tier_model} if tier_model is not None else {}
     lock = threading.Lock()
 
     def judge(tier_ref: str, messages: list[dict], params: dict) -> str:

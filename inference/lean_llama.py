@@ -57,7 +57,7 @@ class LeanLlama:
     def __init__(self, model: LlamaForCausalLM) -> None:
         config = model.config
         self.heads = config.num_attention_heads
-        self.kv_heads = config.num_key_value_heads
+        self.kv_heads = config.num_key_value_heads or self.heads  # LlamaConfig's own default
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.eps = config.rms_norm_eps
         self.hidden = config.hidden_size
@@ -78,7 +78,10 @@ class LeanLlama:
         self.lm_head = model.get_output_embeddings().weight
         self.dtype = self.embed.dtype
         self.device = self.embed.device
-        theta = config.rope_parameters["rope_theta"]
+        rope = config.rope_parameters
+        theta = rope.get("rope_theta") if isinstance(rope, dict) else None
+        if theta is None:  # lean_llama made sure it is there
+            raise ValueError("the lean path needs the model config's rope_parameters.rope_theta")
         steps = torch.arange(0, self.head_dim, 2, dtype=torch.float, device=self.device)
         self.inv_freq = 1.0 / (theta ** (steps / self.head_dim))
         kv_width = self.kv_heads * self.head_dim
@@ -86,6 +89,7 @@ class LeanLlama:
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.length = 0
+        self.capacity: int | None = None  # positions per row that reserve() allocated; None: not yet
 
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions[..., None].float() * self.inv_freq

@@ -99,9 +99,14 @@ class ServeRequest:
         return tier.with_(**self.overrides)
 
 
-def _check(condition: bool, message: str, param: str) -> None:
+def _check(condition: bool, message: str, param: str | None) -> None:
     if not condition:
-        raise OpenAIError(400, message, param, "invalid_value")
+        raise _invalid(message, param)
+
+
+def _invalid(message: str, param: str | None) -> OpenAIError:
+    """The 400 that names the parameter at fault (raised where the check also narrows a type)."""
+    return OpenAIError(400, message, param, "invalid_value")
 
 
 def _number(body: dict, name: str, low: float, high: float) -> float | None:
@@ -168,7 +173,8 @@ def _prompts(body: dict) -> list[str | tuple[int, ...]]:
     _check(prompt is not None, "prompt is required", "prompt")
     if isinstance(prompt, str) or _is_ids(prompt):
         prompt = [prompt]
-    _check(isinstance(prompt, list) and bool(prompt), "prompt must not be empty", "prompt")
+    if not isinstance(prompt, list) or not prompt:
+        raise _invalid("prompt must not be empty", "prompt")
     prompts: list[str | tuple[int, ...]] = []
     for index, one in enumerate(prompt):
         _check(
@@ -195,7 +201,8 @@ def _content(content: Any, where: str) -> str:
 
 def _messages(body: dict) -> list[dict[str, str]]:
     messages = body.get("messages")
-    _check(isinstance(messages, list) and bool(messages), "messages must be a non-empty list", "messages")
+    if not isinstance(messages, list) or not messages:
+        raise _invalid("messages must be a non-empty list", "messages")
     checked = []
     for index, message in enumerate(messages):
         where = f"messages[{index}]"

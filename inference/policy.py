@@ -68,6 +68,7 @@ def policy_load(source: str | Path, *, device: str = "cpu", dtype: str = "float3
         raise PolicyLoadError(f"cannot load a policy from {source}: {exc}") from exc
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.to(device)
+    # transformers wraps PreTrainedModel.to with functools.wraps, whose stub leaves `self` unbound.
+    model.to(device)  # type: ignore[arg-type]
     model.eval()
     return Policy(model=model, tokenizer=tokenizer)

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedTokenizerBase
 
+from inference.chat import template_text
 from inference.policy import PolicyLoadError, prompt_text
 
 Prompt = str | list[dict]
@@ -36,7 +37,7 @@ def prompt_render(tokenizer: PreTrainedTokenizerBase, prompt: Prompt) -> str:
     if isinstance(prompt, str):
         return prompt_text(tokenizer, prompt)
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        return template_text(tokenizer, prompt, add_generation_prompt=True)
     return "\n".join(str(message.get("content", "")) for message in prompt) + "\n"
 
 

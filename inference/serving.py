@@ -17,10 +17,10 @@ from pathlib import Path
 
 import torch
 
-from inference.adapters import AdapterError, adapter_activate
+from inference.adapters import AdapterError, adapter_activate, adapter_remove, adapters_disabled
 from inference.chat import chat_render
 from inference.decoding import TierError, TierModel, decode, tier_load
-from inference.generation import Completion
+from inference.generation import Completion, decoded_text
 from inference.openai_protocol import OpenAIError, ServeRequest, Token
 from inference.settings import TierSettings
 from inference.tool_chat import chat_render as tool_chat_render
@@ -56,10 +56,16 @@ class ModelCache:
                 self.models.move_to_end(key)
                 return self.models[key]
             try:
-                served = Served(tier=tier_load(settings, source), lock=threading.Lock())
+                tier = tier_load(settings, source)
             except TierError as exc:
                 message = f"the model cannot be loaded here: {exc}"
                 raise OpenAIError(503, message, "model", "model_unavailable") from exc
+            if not isinstance(tier, TierModel):  # the views send an engine tier's requests to its engine
+                message = (
+                    f"the tier decodes on an external engine ({settings.engine_url}); send requests there"
+                )
+                raise OpenAIError(400, message, "model", "model_not_served_here")
+            served = Served(tier=tier, lock=threading.Lock())
             self.models[key] = served
             while len(self.models) > self.capacity:
                 self.models.popitem(last=False)
@@ -163,7 +169,7 @@ def _adapter_use(served: Served, adapter: str | None) -> None:
     try:
         served.tier.model = adapter_activate(served.tier.model, adapter)
     except AdapterError:  # another rank or other modules: start again from the bare base
-        served.tier.model = adapter_activate(served.tier.model.unload(), adapter)
+        served.tier.model = adapter_activate(adapter_remove(served.tier.model), adapter)
     served.adapter = adapter
 
 
@@ -240,7 +246,7 @@ def _decode_jobs(served: Served, jobs: list[_Job]) -> None:
         _adapter_use(served, first.prepared.adapter)
         plain = first.prepared.adapter is None and served.adapter is not None
         # The base model's own requests skip the adapter its layers hold.
-        with served.tier.model.disable_adapter() if plain else contextlib.nullcontext():
+        with adapters_disabled(served.tier.model) if plain else contextlib.nullcontext():
             completions = decode(
                 served.tier, prompts, first.prepared.settings, generator=generator, listener=listener
             )
@@ -259,8 +265,8 @@ def token_text(tier: TierModel, as_ids: bool = False) -> Callable[[int], str]:
     """A token's text in log-probs: decoded, or `token_id:<n>` (vLLM's return_tokens_as_token_ids)."""
     if as_ids:
         return lambda token: f"token_id:{token}"
-    return lambda token: tier.tokenizer.decode([token])
+    return lambda token: decoded_text(tier.tokenizer, [token])
 
 
 def text_decoder(tier: TierModel) -> Callable[[list[int]], str]:
-    return lambda ids: tier.tokenizer.decode(ids, skip_special_tokens=True)
+    return lambda ids: decoded_text(tier.tokenizer, ids, skip_special_tokens=True)

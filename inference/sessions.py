@@ -95,12 +95,13 @@ class ChatSessions:
         self.lean = lean_llama(model)  # None: the model's own forward and a DynamicCache
         self.transcripts: dict[int, Transcript] = {}
         self.rows: list[int] = []  # the cache's rows, by key
-        self.cache: DynamicCache | None = None
+        self.cache: DynamicCache | None = None  # None until the first turn builds it
         # The cache's attention mask, [rows, capacity] (True where a real token stands; only the
         # first `length` columns are in use) and each row's next position (its real tokens so far).
-        self.mask: torch.Tensor | None = None
+        # Empty until the first turn's rebuild.
+        self.mask = torch.zeros((0, 0), dtype=torch.bool, device=self.device)
         self.length = 0
-        self.positions: torch.Tensor | None = None
+        self.positions = torch.zeros(0, dtype=torch.long, device=self.device)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         # A turn ends at the tokenizer's end of sequence: the transcript's next prompt follows it.
         self.stops = torch.tensor([tokenizer.eos_token_id], device=self.device)
@@ -142,6 +143,7 @@ class ChatSessions:
         if self.lean is not None:
             self.lean.select(index)
         else:
+            assert self.cache is not None, "a turn selects rows only of a cache it reuses"
             self.cache.batch_select_indices(index)
         self.mask, self.positions = self.mask[index], self.positions[index]
         self.rows = list(keys)

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 SETTING_FIELDS = (
     "base_model",
@@ -267,7 +267,14 @@ def engine_refusal(values: Mapping | object, *, lora: bool) -> str | None:
 # --- snapshots --------------------------------------------------------------------------------
 
 
-def tier_snapshot(tier: Mapping | object) -> dict[str, Any]:
+class TierRow(Protocol):
+    """A tier as an object (a Tier row): its name, and each setting as an attribute."""
+
+    @property
+    def name(self) -> str: ...
+
+
+def tier_snapshot(tier: Mapping | TierRow) -> dict[str, Any]:
     """A tier's name and settings: what a run records as its `tier_config`, what a tier evaluation
     and a judge load, and what `tier_problems` checks. Values are taken as they are (a row's are
     plain JSON); a mapping's missing settings are left out, not defaulted.
@@ -333,7 +340,7 @@ class TierSettings:
     name: str = ""
 
     @classmethod
-    def from_config(cls, config: Mapping | object) -> "TierSettings":
+    def from_config(cls, config: Mapping | TierRow) -> "TierSettings":
         """From a snapshot (a run's tier_config) or a tier row; other keys are ignored, missing
         ones default.
 

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from inference.chat import template_text
+
 if TYPE_CHECKING:  # the web process checks items' tools without loading transformers
     from transformers import PreTrainedTokenizerBase
 
@@ -119,13 +121,11 @@ def chat_render(
     """The conversation as prompt text, through the chat template (see the module's docstring).
     `generation` appends the template's assistant header, ready for the next turn."""
     if tokenizer is not None and template_takes_tools(tokenizer):
-        return tokenizer.apply_chat_template(
-            messages, tools=tools, tokenize=False, add_generation_prompt=generation
-        )
+        return template_text(tokenizer, messages, tools=tools, add_generation_prompt=generation)
     plain = text_protocol_messages(messages, tools)
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         return _plain_text(plain, generation)
-    return tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=generation)
+    return template_text(tokenizer, plain, add_generation_prompt=generation)
 
 
 def reply_render(
@@ -259,7 +259,7 @@ def _join(where: str, name: str) -> str:
 
 
 def _function(name: str, description: str, properties: dict, required: list[str]) -> dict:
-    parameters = {"type": "object", "properties": properties, "required": required}
+    parameters: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
     parameters["additionalProperties"] = False
     return {
         "type": "function",
@@ -297,8 +297,13 @@ def item_tools(item: dict) -> list[dict]:
     >>> [tool["function"]["name"] for tool in item_tools({"tools": ["write_file", "submit"]})]
     ['write_file', 'submit']
     """
-    names = [tool_name(entry) for entry in item.get("tools") or list(BUILTIN_TOOLS)]
-    return [BUILTIN_TOOLS[name] for name in names]
+    tools = []
+    for entry in item.get("tools") or list(BUILTIN_TOOLS):
+        name = tool_name(entry)
+        if name is None or name not in BUILTIN_TOOLS:  # task import refuses such an item (tools_problem)
+            raise KeyError(f"unknown tool {entry!r} (built-ins: {', '.join(BUILTIN_TOOLS)})")
+        tools.append(BUILTIN_TOOLS[name])
+    return tools
 
 
 def tools_problem(tools: object) -> str | None:

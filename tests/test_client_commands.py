@@ -172,6 +172,10 @@ def test_the_async_client_makes_the_same_calls_and_answers_records(server_url, o
             lines = [line.id async for line in client.task_sets.export(task_set.id, 1)]
             with pytest.raises(NotFoundError):
                 await client.runs.get(999_999)
+            doomed = await client.projects.create("async-delete")
+            assert await client.projects.delete(doomed.id) is None  # a delete is awaited like any call
+            with pytest.raises(NotFoundError):
+                await client.projects.get(doomed.id)
             return {
                 "me": me,
                 "set": task_set,

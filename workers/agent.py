@@ -28,10 +28,9 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inference.generation import Completion
-from inference.sessions import ChatSessions
 from inference.tool_chat import ToolCall, ToolCallError, chat_render, tool_calls_parse
 from rewards.engine import Sample, ScoreResult, score
 from rewards.graders.base import GraderError
@@ -58,8 +57,17 @@ SYSTEM = "You are an agent working in a sandboxed workspace. Use the tools; call
 ELIDED = "[tool result elided: {chars} characters, to fit the context]"
 
 Generate = Callable[[list[str]], list[Completion]]
-# A wave's multi-turn generator: `turn(episode indices, prompts)`, reusing each one's cache.
-Sessions = Callable[[], "ChatSessions"]
+
+
+class WaveTurns(Protocol):
+    """A wave's multi-turn generator (a ChatSessions, reusing each episode's cache)."""
+
+    def turn(self, keys: list[int], prompts: list[str]) -> list[Completion]:
+        """One completion per episode index in `keys`."""
+        ...
+
+
+Sessions = Callable[[], WaveTurns]  # a factory: one per wave
 Render = Callable[[list[dict], list[dict]], str]  # (messages, tools) -> prompt text
 
 
@@ -200,6 +208,12 @@ class AgentEpisode:
             (i for i, tool in enumerate(self.tools) if tool["function"]["name"] == SUBMIT), len(self.tools)
         )
         self.tools = [*self.tools[:at], *servers.functions, *self.tools[at:]]
+
+    def final_grade(self) -> ScoreResult:
+        """The grade of a played episode (episodes_play grades each one it returns)."""
+        if self.grade is None:
+            raise ValueError("this episode has not been graded: episodes_play plays and grades episodes")
+        return self.grade
 
     def sample(self) -> Sample:
         """What the reward rule sees: the last action, every step (for trajectory checks) and the

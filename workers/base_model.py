@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from projects import demo_tasks
 
@@ -97,7 +97,7 @@ def tokenizer_train(documents: list[str], vocab_size: int) -> PreTrainedTokenize
     )
 
 
-def model_create(config: BaseModelConfig, tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
+def model_create(config: BaseModelConfig, tokenizer: PreTrainedTokenizerBase) -> LlamaForCausalLM:
     torch.manual_seed(config.seed)
     model_config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -115,7 +115,7 @@ def model_create(config: BaseModelConfig, tokenizer: PreTrainedTokenizerFast) ->
     return LlamaForCausalLM(model_config)
 
 
-def lm_batch(tokenizer: PreTrainedTokenizerFast, documents: list[str]) -> dict[str, torch.Tensor]:
+def lm_batch(tokenizer: PreTrainedTokenizerBase, documents: list[str]) -> dict[str, torch.Tensor]:
     """Right-padded input ids with the end-of-text token, labels masked on padding."""
     encoded = tokenizer([document + EOS for document in documents], padding=True, return_tensors="pt")
     labels = encoded["input_ids"].masked_fill(encoded["attention_mask"] == 0, -100)
@@ -132,7 +132,7 @@ def learning_rate(step: int, config: BaseModelConfig) -> float:
 
 def pretrain(
     model: LlamaForCausalLM,
-    tokenizer: PreTrainedTokenizerFast,
+    tokenizer: PreTrainedTokenizerBase,
     documents: list[str],
     config: BaseModelConfig,
     log=print,

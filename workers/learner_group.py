@@ -51,7 +51,9 @@ def group_command(accelerator: Accelerator, op: str, **data) -> dict:
         return {"op": op, **data}
     box = [{"op": op, **data} if accelerator.is_main_process else None]
     broadcast_object_list(box, from_process=0)
-    return box[0]
+    command = box[0]
+    assert command is not None, "the broadcast gives every rank rank 0's command"
+    return command
 
 
 def group_batch(

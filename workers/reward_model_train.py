@@ -20,6 +20,7 @@ import os
 import random
 import shutil
 from pathlib import Path
+from typing import Any
 
 from django.utils import timezone
 
@@ -151,12 +152,12 @@ def reward_model_train_main(version_id: int, log=print) -> None:
     accuracy = {"max_length": config.max_length}
     checkpoint_restore(version, config.output_dir)
     start = checkpoint_resume(learner, config)
-    fields = {"learner_pid": os.getpid(), "steps": config.steps}
+    fields: dict[str, Any] = {"learner_pid": os.getpid(), "steps": config.steps}  # model fields to write
     fields |= {"train_pairs": len(train), "heldout_pairs": len(heldout)}
     if start == 0:
         baseline = pair_accuracy(learner.model, learner.tokenizer, heldout, **accuracy)
         fields |= {"base_heldout_accuracy": baseline, "step": 0, "history": []}
-        history = []
+        history: list[dict[str, Any]] = []
     else:  # what the lost steps after the checkpoint wrote is written again as they are replayed
         baseline = version.base_heldout_accuracy
         history = [entry for entry in version.history if entry["step"] <= start]
@@ -179,7 +180,10 @@ def reward_model_train_main(version_id: int, log=print) -> None:
         rows = epoch_rows(len(train), config.batch_size, config.seed, step)
         metrics = reward_step(learner, train, rows, config)
         done = step + 1
-        entry = {"step": done, "epoch": round(epochs_done(done, config.batch_size, len(train)), 4)}
+        entry: dict[str, Any] = {
+            "step": done,
+            "epoch": round(epochs_done(done, config.batch_size, len(train)), 4),
+        }
         entry |= {name: round(value, 6) for name, value in metrics.items()}
         entry["restart"] = version.restarts  # which start of the learner trained this step
         ends_epoch = epoch_ends(done, config.batch_size, len(train))

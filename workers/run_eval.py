@@ -17,6 +17,7 @@ from django.db import transaction
 from costs.services import usage_record
 from inference.chat import item_prompt
 from inference.decoding import decode
+from inference.engines import EngineTier
 from rewards.engine import ScoreResult
 from runs.lifecycle import run_event
 from runs.models import HeldOutResult, MetricPoint, Run, RunEvent
@@ -79,7 +80,7 @@ def held_out_grades(
             sessions=agent_sessions(policy, settings),
             judge=judge,
         )
-        results |= {index: episode.grade for index, episode in zip(agents, episodes, strict=True)}
+        results |= {index: episode.final_grade for index, episode in zip(agents, episodes, strict=True)}
         if texts is not None:
             texts |= {
                 index: "\n".join(turn.completion.text for turn in episode.turns)
@@ -174,7 +175,7 @@ def _policy_evaluate(run: Run, version: int) -> dict[str, float] | None:
             component="evaluation",
             kind="evaluation",
             worker=worker_name(),
-            device_class="" if settings.remote else device_class(policy.device),
+            device_class="" if isinstance(policy, EngineTier) else device_class(policy.device),
             engine=settings.name if settings.remote else "",
             device_seconds=0.0 if settings.remote else seconds,
         )

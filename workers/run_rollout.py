@@ -13,10 +13,12 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import lru_cache
 
+import torch
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
@@ -105,14 +107,14 @@ def rollout_batch_renew(batch: RolloutBatch) -> bool:
     )
 
 
-def _policy(run: Run, version: int) -> TierModel:
+def _policy(run: Run, version: int) -> TierModel | EngineTier:
     """The version's policy prepared the run's tier's way (precision, draft model), kept per
     process. Keyed by its folder, which names the run's key: ids are reused by other databases.
     A LoRA run's version is an adapter, swapped into the base this process keeps resident."""
     return policy_version_load(run, version, tier_settings(run))
 
 
-def policy_version_load(run: Run, version: int, settings: TierSettings) -> TierModel:
+def policy_version_load(run: Run, version: int, settings: TierSettings) -> TierModel | EngineTier:
     if settings.remote:
         return engine_policy_load(run, version, settings)
     path = policy_dir(run.pk, version)
@@ -236,7 +238,7 @@ def _rollout(batch: RolloutBatch) -> int:
         Run.objects.filter(pk=run.pk).update(sandbox_cpu_seconds=F("sandbox_cpu_seconds") + cpu)
         rollout_usage_record(
             batch,
-            device="" if settings.remote else device_class(policy.device),
+            device="" if isinstance(policy, EngineTier) else device_class(policy.device),
             device_seconds=clock["generate"],
             cpu_seconds=cpu,
             engine=settings.name if settings.remote else "",
@@ -293,10 +295,12 @@ def _tool_result(result: ScoreResult) -> dict:
     return {"tool_result": {"stop_reason": result.stop_reason, "tests": result.tests}}
 
 
-def agent_sessions(policy: TierModel, settings: TierSettings, generator=None):
+def agent_sessions(
+    policy: TierModel | EngineTier, settings: TierSettings, generator: torch.Generator | None = None
+) -> Callable[[], ChatSessions] | None:
     """Multi-turn generation reusing each episode's cache across its turns; None (whole prompts
     through the tier's decoder) when the tier decodes speculatively or on an engine."""
-    if settings.speculative or settings.remote:
+    if settings.speculative or settings.remote or isinstance(policy, EngineTier):
         return None
     return lambda: ChatSessions(
         policy.model, policy.tokenizer, settings.sampling_params(), generator=generator
@@ -341,7 +345,7 @@ def _agent_played(episode: AgentEpisode, sample_index: int) -> Played:
         item=episode.item,
         sample_index=sample_index,
         steps=agent_steps(episode),
-        result=episode.grade,
+        result=episode.final_grade,
         text=turns[-1].completion.text if turns else "",
         prompt_tokens=sum(len(turn.completion.prompt_token_ids) for turn in turns),
         completion_tokens=sum(len(turn.completion.token_ids) for turn in turns),
@@ -479,9 +483,7 @@ def episode_grade(episode_id: int) -> None:
     )
 
 
-def _generator(run: Run, batch: RolloutBatch):
-    import torch
-
+def _generator(run: Run, batch: RolloutBatch) -> torch.Generator:
     return torch.Generator().manual_seed(int(run.resolved["seed"]) * 1_000_003 + batch.index)
 
 

@@ -23,7 +23,8 @@ from evaluations import services
 from evaluations.metrics import ItemFigures, figures
 from evaluations.models import SuiteEntry, SuiteEvaluation, SuiteResult
 from inference.chat import item_prompt
-from inference.decoding import decode, tier_load
+from inference.decoding import TierError, TierModel, decode, tier_load
+from inference.engines import EngineTier
 from inference.settings import TierSettings
 from rewards.engine import ScoreResult
 from rewards.services import project_judge, project_reward_models
@@ -48,8 +49,15 @@ class Sampled:
     error: str | None = None
 
     @property
+    def reward(self) -> float | None:
+        """The grade's total; None when the sample errored (an error, no grade, a grader's error)."""
+        if self.error is not None or self.grade is None or self.grade.errored:
+            return None
+        return self.grade.total
+
+    @property
     def errored(self) -> bool:
-        return self.error is not None or self.grade is None or self.grade.errored or self.grade.total is None
+        return self.reward is None
 
 
 def decoding(config: dict, sampling: dict) -> TierSettings:
@@ -61,11 +69,14 @@ def decoding(config: dict, sampling: dict) -> TierSettings:
     return settings.with_(temperature=temperature)
 
 
-def target_load(evaluation: SuiteEvaluation, settings: TierSettings):
+def target_load(evaluation: SuiteEvaluation, settings: TierSettings) -> TierModel | EngineTier:
     """The model to sample from: a run's policy version the run's way, or a tier's base model."""
-    if evaluation.run_id is not None:
-        return policy_version_load(evaluation.run, evaluation.policy_version, settings)
-    return tier_load(settings, evaluation.model)
+    run, version = evaluation.run, evaluation.policy_version
+    if run is None:
+        return tier_load(settings, evaluation.model)
+    if version is None:
+        raise TierError(f"the evaluation of run {run.pk} names no policy version to load")
+    return policy_version_load(run, version, settings)
 
 
 def samples_of(
@@ -110,18 +121,23 @@ def samples_of(
 
 
 def item_figures(samples: list[Sampled], threshold: float, agent: bool) -> ItemFigures:
-    graded = [sample for sample in samples if not sample.errored]
+    # (sample, score, reward) of each sample that did not error
+    graded = [
+        (sample, sample.grade, reward)
+        for sample in samples
+        if sample.grade is not None and (reward := sample.reward) is not None
+    ]
     components: dict[str, list[float]] = defaultdict(list)
-    for sample in graded:
-        for name, value in sample.grade.components.items():
+    for _, score, _ in graded:
+        for name, value in score.components.items():
             if value is not None:
                 components[name].append(value)
     return ItemFigures(
         samples=len(graded),
-        passes=sum(sample.grade.total >= threshold for sample in graded),
-        rewards=[sample.grade.total for sample in graded],
+        passes=sum(reward >= threshold for _, _, reward in graded),
+        rewards=[reward for _, _, reward in graded],
         graders={name: fmean(values) for name, values in components.items()} if len(components) > 1 else {},
-        tokens=[sample.tokens for sample in graded],
+        tokens=[sample.tokens for sample, _, _ in graded],
         invalid_actions=sum(s.invalid_actions or 0 for s in samples) if agent else None,
         steps=sum(s.steps or 0 for s in samples) if agent else None,
         errored=len(samples) - len(graded),
@@ -129,12 +145,13 @@ def item_figures(samples: list[Sampled], threshold: float, agent: bool) -> ItemF
 
 
 def completion_record(sample: Sampled, threshold: float) -> dict:
+    reward = sample.reward
     record = {
         "text": storable(sample.text[:COMPLETION_CHARS]),
         "tokens": sample.tokens,
-        "reward": None if sample.errored else sample.grade.total,
-        "passed": not sample.errored and sample.grade.total >= threshold,
-        "errored": sample.errored,
+        "reward": reward,
+        "passed": reward is not None and reward >= threshold,
+        "errored": reward is None,
     }
     if sample.invalid_actions is not None:
         record["invalid_actions"] = sample.invalid_actions

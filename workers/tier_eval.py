@@ -14,6 +14,7 @@ import threading
 import time
 import traceback
 from collections import defaultdict
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -195,11 +196,11 @@ def pareto_front(results: list[dict]) -> set[int]:
     [0, 1]
     """
     points = [
-        (index, r.get("pass_rate"), r.get("tokens_per_second"))
+        (index, rate, speed)
         for index, r in enumerate(results)
-        if r.get("pass_rate") is not None and r.get("tokens_per_second") is not None
+        if (rate := r.get("pass_rate")) is not None and (speed := r.get("tokens_per_second")) is not None
     ]
-    front = set()
+    front: set[int] = set()
     for index, rate, speed in points:
         dominated = any(
             (r2 >= rate and s2 >= speed) and (r2 > rate or s2 > speed) for i2, r2, s2 in points if i2 != index
@@ -215,7 +216,7 @@ def tier_evaluation_run(evaluation_id: int) -> bool:
     from django.utils import timezone
 
     now = timezone.now()
-    stale = now - timezone.timedelta(hours=2)
+    stale = now - timedelta(hours=2)
     claimed = TierEvaluation.objects.filter(
         Q(status=TierEvaluation.Status.QUEUED)
         | Q(status=TierEvaluation.Status.RUNNING, started_at__lt=stale, attempts__lt=3),

@@ -19,6 +19,7 @@ import torch
 from django.conf import settings
 
 from inference.decoding import TierModel, decode
+from inference.engines import EngineTier
 from inference.settings import MAX_NEW_TOKENS, TierSettings, tier_snapshot
 from tinker_api import services as tinker_services
 from tinker_api import wire
@@ -47,7 +48,7 @@ def sample_run(request_id: int) -> None:
     if not requests:  # another worker has it, or its session ended
         return
     try:
-        tier = sampler_weights(requests[0].sampler)
+        tier = sampler_weights(request_sampler(requests[0]))
         plans: list[tuple[TinkerRequest, Plan]] = []
         for request in requests:
             try:
@@ -73,10 +74,20 @@ def sample_run(request_id: int) -> None:
             )
 
 
+def request_sampler(request: TinkerRequest) -> TinkerSampler:
+    """The sampling session a sample request samples from."""
+    if request.sampler is None:
+        raise SampleError("sampling_session_id: the request names no sampling session")
+    return request.sampler
+
+
 def sampler_weights(sampler: TinkerSampler) -> TierModel:
     if sampler.run is not None:
         tier_settings = TierSettings.from_config(sampler.run.tier_config)
-        return policy_version_load(sampler.run, sampler.policy_version or 0, tier_settings)
+        loaded = policy_version_load(sampler.run, sampler.policy_version or 0, tier_settings)
+        if isinstance(loaded, EngineTier):
+            raise SampleError("model_path: the run's tier decodes on an external engine; sample there")
+        return loaded
     if sampler.tier is None:
         raise SampleError("base_model: the sampling session's tier was deleted")
     tier_settings = TierSettings.from_config(tier_snapshot(sampler.tier))
@@ -129,7 +140,11 @@ def plan(tier: TierModel, body: dict) -> Plan:
     tokens = tuple(token for chunk in body["prompt"]["chunks"] for token in chunk.get("tokens", []))
     if not tokens:
         raise SampleError("prompt: no tokens")
-    vocabulary = tier.model.get_input_embeddings().num_embeddings
+    embeddings = tier.model.get_input_embeddings()
+    # The embedding's rows: a model may have more than its tokenizer's tokens.
+    vocabulary = (
+        embeddings.num_embeddings if isinstance(embeddings, torch.nn.Embedding) else len(tier.tokenizer)
+    )
     if any(not isinstance(token, int) or not 0 <= token < vocabulary for token in tokens):
         raise SampleError(f"prompt: token ids must be from 0 to {vocabulary - 1}")
     params = body.get("sampling_params") or {}
@@ -201,7 +216,7 @@ def samples_record(tier: TierModel, answered: list[tuple[TinkerRequest, Plan, li
     """Each sampled sequence as a trace of the session's project, for reviewers to read and label:
     named by its request and index, so a redelivered request records the same traces again. The
     client has its answer already; a failure to record is logged, not sent to it."""
-    sampler = answered[0][0].sampler
+    sampler = request_sampler(answered[0][0])
     model = f"run-{sampler.run_id}" if sampler.run_id else sampler.base_model
     reports = []
     for request, p, sequences in answered:

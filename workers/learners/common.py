@@ -8,6 +8,7 @@ function of (seed, step); and sampling uses a generator seeded from (seed, step)
 
 import contextlib
 import json
+import math
 import random
 import shutil
 import time
@@ -17,10 +18,11 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from accelerate.scheduler import AcceleratedScheduler
 from accelerate.utils import set_seed
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
-from inference.adapters import LoraSettings, lora_wrap, model_save
+from inference.adapters import LoraSettings, adapter_merge, adapters_disabled, lora_wrap, model_save
 from inference.chat import Prompt, chat_render, turn_end_text
 from inference.chat import completion_render as completion_render
 from inference.generation import prompt_token_ids
@@ -83,7 +85,7 @@ class Learner:
     model: torch.nn.Module
     tokenizer: PreTrainedTokenizerBase
     optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scheduler: AcceleratedScheduler  # the LRScheduler as accelerator.prepare wraps it
     state: TrainState
 
 
@@ -179,13 +181,14 @@ def length_parts(lengths: list[int], overhead: int = PART_OVERHEAD_TOKENS) -> li
     [[0, 2, 1, 3]]
     """
     order = sorted(range(len(lengths)), key=lambda row: (lengths[row], row))
-    best = [0] + [None] * len(order)  # the cheapest cost of the first `end` rows of `order`
+    # The cheapest cost of the first `end` rows of `order` (infinite until one is found).
+    best: list[float] = [0, *[math.inf] * len(order)]
     cut = [0] * (len(order) + 1)
     for end in range(1, len(order) + 1):
         longest = lengths[order[end - 1]]
         for start in range(end):
             cost = best[start] + (end - start) * longest + overhead
-            if best[end] is None or cost < best[end]:
+            if cost < best[end]:
                 best[end], cut[end] = cost, start
     parts, end = [], len(order)
     while end:
@@ -194,13 +197,13 @@ def length_parts(lengths: list[int], overhead: int = PART_OVERHEAD_TOKENS) -> li
     return parts[::-1] or [[]]
 
 
-def trainable_model(model: torch.nn.Module, config: LearnerConfig) -> torch.nn.Module:
+def trainable_model(model: PreTrainedModel, config: LearnerConfig) -> PreTrainedModel:
     """What the learner steps: every weight, or LoRA adapters on the frozen base. A start model that
     is itself an adapter (a LoRA run's checkpoint) keeps training that adapter in a LoRA run and is
     merged into its base for a full-weight one."""
     adapted = getattr(model, "peft_config", None) is not None
     if config.adapter != "lora":
-        return model.merge_and_unload() if adapted else model
+        return adapter_merge(model) if adapted else model
     if adapted:
         for name, parameter in model.named_parameters():
             parameter.requires_grad_("lora_" in name)
@@ -222,7 +225,7 @@ def reference_create(config: LearnerConfig, learner: "Learner") -> torch.nn.Modu
         return learner.accelerator.unwrap_model(learner.model)
     reference = policy_load(config.model, device=str(learner.accelerator.device)).model
     if getattr(reference, "peft_config", None) is not None:  # a LoRA checkpoint: its merged weights
-        reference = reference.merge_and_unload()
+        reference = adapter_merge(reference)
     reference.requires_grad_(False)
     return reference
 
@@ -241,7 +244,7 @@ def _adapters_off(model: torch.nn.Module) -> Iterator[None]:
     training = model.training
     model.eval()
     try:
-        with model.disable_adapter():
+        with adapters_disabled(model):
             yield
     finally:
         model.train(training)

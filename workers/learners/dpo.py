@@ -110,7 +110,8 @@ def pair_batch(tokenizer, pairs: list[dict], *, apply_chat_template: bool = True
 def pair_logps(model: torch.nn.Module, batch: SequenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """(chosen, rejected) summed completion log-probs of a `pair_batch`."""
     sums, _ = sequence_logprob_sums(model, batch)
-    return sums.chunk(2)
+    chosen, rejected = sums.chunk(2)
+    return chosen, rejected
 
 
 def dpo_step(
@@ -121,7 +122,8 @@ def dpo_step(
     config: DPOConfig,
 ) -> dict[str, float]:
     """One optimiser step on `rows`, accumulated over micro-batches."""
-    accelerator, totals, count, tokens = learner.accelerator, {}, 0, 0
+    accelerator, count, tokens = learner.accelerator, 0, 0
+    totals: dict[str, float] = {}
     for micro_rows in torch.tensor(rows).tensor_split(config.gradient_accumulation_steps):
         with accelerator.accumulate(learner.model):
             if len(micro_rows):

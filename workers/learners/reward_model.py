@@ -117,7 +117,8 @@ def reward_step(
     learner: Learner, pairs: list[dict], rows: list[int], config: RewardModelConfig
 ) -> dict[str, float]:
     """One optimiser step on `rows` of `pairs`, accumulated over micro-batches."""
-    accelerator, totals, count = learner.accelerator, {}, 0
+    accelerator, count = learner.accelerator, 0
+    totals: dict[str, float] = {}
     learner.model.train()
     for micro_rows in torch.tensor(rows).tensor_split(config.gradient_accumulation_steps):
         with accelerator.accumulate(learner.model):

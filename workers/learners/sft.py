@@ -99,7 +99,7 @@ def sft_step(learner: Learner, examples: list[dict], rows: list[int], config: SF
     # `tokens`: the step's prompt and completion tokens (padding not counted), as OpenAI's trained_tokens.
     return {
         "loss": sum(losses) / max(1, len(losses)),
-        "lr": learner.scheduler.get_last_lr()[0],
+        "lr": float(learner.scheduler.get_last_lr()[0]),
         "tokens": float(tokens),
     }
 

@@ -18,6 +18,7 @@ run succeeds and what is queued is refused.
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -344,7 +345,8 @@ def save_weights(served: Served, body: dict) -> dict:
     ):
         raise RequestError(f"path: weights named {name!r} exist already (send overwrite to replace them)")
     Checkpoint.objects.filter(run=served.run, step=served.step).delete()  # the weights as they are now
-    checkpoint(served.run, served.learner, served.config, served.step)
+    # run_learner.checkpoint annotates a GRPOConfig but reads only LearnerConfig's fields (to widen there).
+    checkpoint(served.run, served.learner, served.config, served.step)  # type: ignore[arg-type]
     saved = tinker_services.weights_record(
         model=served.row,
         kind=TinkerWeights.Kind.STATE,
@@ -406,7 +408,7 @@ def load_weights(served: Served, body: dict) -> dict:
     return {"path": body["path"], "model_id": served.row.model_id, "type": "load_weights"}
 
 
-_JSON_REQUESTS = {
+_JSON_REQUESTS: dict[str, Callable[[Served, dict], dict]] = {
     TinkerRequest.Kind.OPTIM_STEP: optim_step,
     TinkerRequest.Kind.SAVE_WEIGHTS: save_weights,
     TinkerRequest.Kind.SAVE_WEIGHTS_FOR_SAMPLER: save_weights_for_sampler,
@@ -422,7 +424,8 @@ def _stop(served: Served, why: str) -> None:
     what is queued."""
     run = served.run
     if why == S.PAUSING:
-        checkpoint(run, served.learner, served.config, served.step)
+        # run_learner.checkpoint annotates a GRPOConfig but reads only LearnerConfig's (to widen there).
+        checkpoint(run, served.learner, served.config, served.step)  # type: ignore[arg-type]
         run_transition(run, allowed=(S.PAUSING,), to=S.PAUSED, message=f"paused at step {served.step}")
         return
     tinker_services.requests_refuse(model=served.row, why=f"the model's run ({run.pk}) was cancelled")

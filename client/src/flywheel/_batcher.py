@@ -47,7 +47,7 @@ class TraceBatcher:
             self._drain(once=True)
 
     def _take(self) -> list[tuple[int, dict[str, Any]]]:
-        taken = []
+        taken: list[tuple[int, dict[str, Any]]] = []
         while len(taken) < self.batch_size:
             try:
                 taken.append(self._queue.get_nowait())

@@ -13,6 +13,7 @@ from typing import Any
 from websockets.asyncio.client import connect as connect_async
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
+from websockets.typing import Origin
 
 from flywheel._http import AsyncTransport, Transport
 from flywheel._records import Record
@@ -52,7 +53,7 @@ def follow(transport: Transport, run_id: int, *, reconnects: int = 20) -> Iterat
         try:
             headers = {"Authorization": f"Bearer {transport.token}"}
             with connect(
-                websocket_url(transport.url, run_id), additional_headers=headers, origin=transport.url
+                websocket_url(transport.url, run_id), additional_headers=headers, origin=Origin(transport.url)
             ) as ws:
                 failures = 0
                 for message in _messages(ws, transport, run_id):
@@ -111,7 +112,7 @@ async def follow_async(
         try:
             headers = {"Authorization": f"Bearer {transport.token}"}
             async with connect_async(
-                websocket_url(transport.url, run_id), additional_headers=headers, origin=transport.url
+                websocket_url(transport.url, run_id), additional_headers=headers, origin=Origin(transport.url)
             ) as ws:
                 failures = 0
                 async for message in _messages_async(ws, transport, run_id):

@@ -108,7 +108,7 @@ def flatten(record: dict, *, skip: set[str], prefix: str = "") -> Iterator[tuple
 
 def first(rows: Iterator[dict], count: int) -> list[dict]:
     """At most `count` rows of a list that may have many pages."""
-    taken = []
+    taken: list[dict] = []
     for row in rows:
         if len(taken) >= count:
             break
@@ -341,8 +341,8 @@ def tasks_create(client: Client, args: argparse.Namespace, out: Output) -> int:
         out.result(created, f"would create {args.name} with {created.get('item_count')} items")
     else:
         version = created.get("version") or {}
-        summary = import_summary(version, created.get("id"), dry_run=False)
-        out.result(created, f"created task set {created.get('id')}; {summary}")
+        summary = import_summary(version, created.id, dry_run=False)
+        out.result(created, f"created task set {created.id}; {summary}")
     return 0
 
 

@@ -131,7 +131,7 @@ class Client(_Resources):
     ) -> None:
         url, token, self.project = _configuration(url, token, project)
         self._transport = Transport(url=url, token=token, timeout=timeout, max_retries=max_retries, http=http)
-        self._trace_settings = {"batch_size": trace_batch_size, "interval": trace_flush_interval}
+        self._trace_batch_size, self._trace_flush_interval = trace_batch_size, trace_flush_interval
         self._batcher: TraceBatcher | None = None
         self._attach_resources(self._transport)
 
@@ -163,7 +163,9 @@ class Client(_Resources):
         trace_id = id or str(uuid.uuid4())
         if self._batcher is None:
             self._batcher = TraceBatcher(
-                lambda p, batch: self.traces.ingest(p, batch), **self._trace_settings
+                lambda p, batch: self.traces.ingest(p, batch),
+                batch_size=self._trace_batch_size,
+                interval=self._trace_flush_interval,
             )
         self._batcher.put(project, {"id": trace_id} | {k: v for k, v in fields.items() if v is not None})
         return trace_id

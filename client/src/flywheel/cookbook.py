@@ -125,13 +125,16 @@ class ChatTemplateRenderer(Renderer):
         stopped = bool(response) and response[-1] == self.tokenizer.eos_token_id
         tokens = response[:-1] if stopped else response
         content = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        assert isinstance(content, str)  # one sequence decodes to one string (a batch, to a list)
         termination = ParseTermination.STOP_SEQUENCE if stopped else ParseTermination.MALFORMED
         return Message(role="assistant", content=content), termination
 
 
-renderers.register_renderer(
-    CHAT_TEMPLATE_RENDERER, lambda tokenizer, image_processor=None: ChatTemplateRenderer(tokenizer)
-)
+def _chat_template_renderer(tokenizer: Tokenizer, image_processor: Any = None) -> Renderer:
+    return ChatTemplateRenderer(tokenizer)  # text only: the image processor is not used
+
+
+renderers.register_renderer(CHAT_TEMPLATE_RENDERER, _chat_template_renderer)
 
 
 @cache

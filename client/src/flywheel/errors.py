@@ -36,16 +36,13 @@ class APIError(FlywheelError):
     ) -> "APIError":
         error = body.get("error") if isinstance(body, dict) else None
         if isinstance(error, dict):
-            fields = {
-                "code": str(error.get("code") or "error"),
-                "param": error.get("param"),
-                "details": error.get("details") or [],
-            }
+            code, param, details = str(error.get("code") or "error"), error.get("param"), error.get("details")
             message = str(error.get("message") or text)
-        else:
-            fields, message = {}, (text.strip() or f"HTTP {status}")[:500]
+        else:  # not the API's error shape (a proxy's page, say): its text is the message
+            code, param, details = "error", None, None
+            message = (text.strip() or f"HTTP {status}")[:500]
         kind = ERRORS_BY_STATUS.get(status, ServerError if status >= 500 else APIError)
-        return kind(status, message, method=method, url=url, **fields)
+        return kind(status, message, code=code, param=param, details=details, method=method, url=url)
 
 
 class BadRequestError(APIError):

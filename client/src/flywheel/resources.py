@@ -9,10 +9,11 @@ A method must therefore only build the request and return the transport's answer
 
 from __future__ import annotations
 
+import builtins  # `builtins.list` where a class's own `list` method would shadow it
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, Protocol
 
 from flywheel._endpoints import endpoint
 from flywheel._http import JSON, AsyncTransport, Transport
@@ -30,7 +31,17 @@ from flywheel._records import (
 )
 
 
+class Readable(Protocol):
+    """An open binary file, or anything that reads like one (the command line's progress bar file)."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 class Resource:
+    """The calls every resource makes. Each answers `Any` to a type checker because the answer
+    depends on the transport: the value on a Transport, a coroutine of it (a list: an async iterator)
+    on an AsyncTransport. The public methods' annotations name the sync client's answers."""
+
     def __init__(self, transport: Transport | AsyncTransport) -> None:
         self._t = transport
 
@@ -38,7 +49,7 @@ class Resource:
     def _get(self, path: str, shape: type[Record] = Record, **params: Any) -> Any:
         return self._t.json("GET", path, params=params, shape=shape)
 
-    def _list(self, path: str, shape: type[Record] = Record, **params: Any) -> Iterator[Record]:
+    def _list(self, path: str, shape: type[Record] = Record, **params: Any) -> Any:
         return self._t.pages(path, params, shape=shape)
 
     def _post(
@@ -46,14 +57,25 @@ class Resource:
     ) -> Any:
         return self._t.json("POST", path, json_body=body, idempotency_key=idempotency_key, shape=shape)
 
+    def _upload(self, path: str, *, shape: type[Record] = Record, **request: Any) -> Any:
+        """A multipart POST: `request` holds the transport's files=, data= and idempotency_key=."""
+        return self._t.json("POST", path, shape=shape, **request)
+
     def _patch(self, path: str, body: Any, shape: type[Record] = Record) -> Any:
         return self._t.json("PATCH", path, json_body=body, shape=shape)
 
-    def _delete(self, path: str) -> None:
-        self._t.json("DELETE", path)
+    def _delete(self, path: str) -> Any:
+        # Returned, not dropped: on an AsyncTransport it is the coroutine the caller awaits.
+        return self._t.json("DELETE", path)
+
+    def _lines(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        return self._t.lines(path, params)
+
+    def _download(self, path: str, out: str | os.PathLike, **request: Any) -> Any:
+        return self._t.download(path, out, **request)
 
 
-def _body(**fields: Any) -> Record:
+def _body(**fields: Any) -> JSON:
     """Fields that were given (None means: leave it to the server's default)."""
     return {key: value for key, value in fields.items() if value is not None}
 
@@ -93,7 +115,7 @@ class Projects(Resource):
 
     @endpoint("DELETE", "/projects/{id}")
     def delete(self, project: int) -> None:
-        self._delete(f"/api/v1/projects/{project}")
+        return self._delete(f"/api/v1/projects/{project}")
 
     @endpoint("GET", "/projects/{id}/quota")
     def quota(self, project: int) -> Record:
@@ -120,7 +142,7 @@ class Projects(Resource):
 
     @endpoint("DELETE", "/projects/{id}/members/{user_id}")
     def remove_member(self, project: int, user: int) -> None:
-        self._delete(f"/api/v1/projects/{project}/members/{user}")
+        return self._delete(f"/api/v1/projects/{project}/members/{user}")
 
 
 class TaskSets(Resource):
@@ -135,7 +157,7 @@ class TaskSets(Resource):
         name: str,
         *,
         description: str | None = None,
-        file: str | os.PathLike | IO[bytes] | None = None,
+        file: str | os.PathLike | Readable | None = None,
         format: str | None = None,  # the API's own name for it
         split_seed: int | None = None,
         heldout_fraction: float | None = None,
@@ -161,8 +183,7 @@ class TaskSets(Resource):
             heldout_fraction=heldout_fraction,
             dry_run="true" if dry_run else None,
         )
-        return self._t.json(
-            "POST",
+        return self._upload(
             "/api/v1/task-sets",
             files={"file": (upload_name, file)},
             data=data,
@@ -184,7 +205,7 @@ class TaskSets(Resource):
     def import_file(
         self,
         task_set: int,
-        file: str | os.PathLike | IO[bytes],
+        file: str | os.PathLike | Readable,
         *,
         dry_run: bool = False,
         format: str | None = None,  # the API's own name for it
@@ -209,8 +230,7 @@ class TaskSets(Resource):
             heldout_fraction=heldout_fraction,
             verify_references="true" if verify_references else None,
         )
-        return self._t.json(
-            "POST",
+        return self._upload(
             f"/api/v1/task-sets/{task_set}/import",
             files={"file": (name, file)},
             data=data,
@@ -229,7 +249,7 @@ class TaskSets(Resource):
     @endpoint("GET", "/task-sets/{id}/versions/{number}/export")
     def export(self, task_set: int, number: int) -> Iterator[Record]:
         """The version's items as the file it was made from, one object a line."""
-        return self._t.lines(f"/api/v1/task-sets/{task_set}/versions/{number}/export")
+        return self._lines(f"/api/v1/task-sets/{task_set}/versions/{number}/export")
 
     @endpoint("POST", "/task-sets/{id}/versions/{number}/verify")
     def verify(self, task_set: int, number: int) -> Record:
@@ -286,7 +306,7 @@ class Tiers(Resource):
 
     @endpoint("DELETE", "/tiers/{id}")
     def delete(self, tier: int) -> None:
-        self._delete(f"/api/v1/tiers/{tier}")
+        return self._delete(f"/api/v1/tiers/{tier}")
 
     @endpoint("POST", "/tiers/{id}/evaluate")
     def evaluate(self, tier: int, *, idempotency_key: str | None = None, **request: Any) -> Record:
@@ -311,7 +331,7 @@ class Tokens(Resource):
 
     @endpoint("DELETE", "/tokens/{id}")
     def revoke(self, token: int) -> None:
-        self._delete(f"/api/v1/tokens/{token}")
+        return self._delete(f"/api/v1/tokens/{token}")
 
 
 class Runs(Resource):
@@ -387,11 +407,11 @@ class Runs(Resource):
         self,
         run: int,
         *,
-        names: list[str] | None = None,
+        names: builtins.list[str] | None = None,
         since_step: int | None = None,
         max_points: int | None = None,
     ) -> Record:
-        params = {"name": names, "since_step": since_step, "max_points": max_points}
+        params: JSON = {"name": names, "since_step": since_step, "max_points": max_points}
         return self._get(f"/api/v1/runs/{run}/metrics", **params)
 
     @endpoint("GET", "/runs/{id}/heldout-compare")
@@ -408,7 +428,7 @@ class Runs(Resource):
     ) -> Record:
         """Held-out results item by item against another run (a control) or this run's start,
         with a paired bootstrap interval on the change."""
-        params = {"against": against, "step": step, "against_step": against_step, "change": change}
+        params: JSON = {"against": against, "step": step, "against_step": against_step, "change": change}
         return self._get(f"/api/v1/runs/{run}/heldout-compare", **params, kind=kind, metric=metric)
 
     @endpoint("GET", "/runs/{id}/monitors")
@@ -503,7 +523,7 @@ class Checkpoints(Resource):
         archived (`tar.gz` or `zip`), to the file `out`; `weights="adapter"` keeps a LoRA run's
         adapter apart from its base. Streamed to disk, never held in memory; `progress` is told
         the bytes of each chunk."""
-        return self._t.download(
+        return self._download(
             f"/api/v1/runs/{run}/checkpoints/{step}/export",
             out,
             params={"archive": archive, "weights": weights},
@@ -549,7 +569,7 @@ class RewardRules(Resource):
 
     @endpoint("DELETE", "/reward-rules/{id}")
     def delete(self, rule: int) -> None:
-        self._delete(f"/api/v1/reward-rules/{rule}")
+        return self._delete(f"/api/v1/reward-rules/{rule}")
 
     @endpoint("GET", "/reward-rules/{id}/versions")
     def versions(self, rule: int, *, limit: int | None = None) -> Iterator[RewardRuleVersion]:
@@ -566,7 +586,8 @@ class RewardRules(Resource):
 
     @endpoint("GET", "/reward-rules/{id}/diff")
     def diff(self, rule: int, from_version: int, to_version: int) -> Record:
-        return self._get(f"/api/v1/reward-rules/{rule}/diff", **{"from": from_version, "to": to_version})
+        versions: JSON = {"from": from_version, "to": to_version}  # `from` is a keyword in Python
+        return self._get(f"/api/v1/reward-rules/{rule}/diff", **versions)
 
     @endpoint("POST", "/reward-rules/{id}/dry-run")
     def dry_run(self, rule: int, **request: Any) -> Record:
@@ -604,13 +625,13 @@ class Reviews(Resource):
 
     @endpoint("DELETE", "/reviews/{id}")
     def delete(self, review: int) -> None:
-        self._delete(f"/api/v1/reviews/{review}")
+        return self._delete(f"/api/v1/reviews/{review}")
 
     @endpoint("GET", "/reviews/export")
     def export(self, run: int, kind: str = "sft") -> Iterator[Record]:
         """The run's reviewed data (sft, dpo or dpo-task-set), one object a line; kind="labels" gives
         every label and comment (trajectory, item, reviewer, label, comment, reward, outcome, times)."""
-        return self._t.lines("/api/v1/reviews/export", {"run": run, "kind": kind})
+        return self._lines("/api/v1/reviews/export", {"run": run, "kind": kind})
 
     @endpoint("GET", "/preferences")
     def preferences(self, *, run: int | None = None, limit: int | None = None) -> Iterator[Record]:
@@ -665,7 +686,7 @@ class Reviews(Resource):
         return self._list(f"/api/v1/review-queues/{queue}/items", limit=limit)
 
     @endpoint("POST", "/review-queues/{id}/assign")
-    def assign(self, queue: int, reviewers: list[int], *, reassign: bool = False) -> Record:
+    def assign(self, queue: int, reviewers: builtins.list[int], *, reassign: bool = False) -> Record:
         return self._post(
             f"/api/v1/review-queues/{queue}/assign", {"reviewers": reviewers, "reassign": reassign}
         )
@@ -698,7 +719,7 @@ class Webhooks(Resource):
 
     @endpoint("DELETE", "/webhooks/{id}")
     def delete(self, webhook: int) -> None:
-        self._delete(f"/api/v1/webhooks/{webhook}")
+        return self._delete(f"/api/v1/webhooks/{webhook}")
 
     @endpoint("GET", "/webhooks/{id}/deliveries")
     def deliveries(
@@ -729,7 +750,9 @@ class Traces(Resource):
         return self._list("/api/v1/traces", project=project, limit=limit, **filters)
 
     @endpoint("POST", "/traces")
-    def ingest(self, project: int, traces: list[JSON], *, idempotency_key: str | None = None) -> Record:
+    def ingest(
+        self, project: int, traces: builtins.list[JSON], *, idempotency_key: str | None = None
+    ) -> Record:
         """Report a batch of traces now (see Client.log_trace for background batching)."""
         return self._post(
             "/api/v1/traces", {"project": project, "traces": traces}, idempotency_key=idempotency_key
@@ -741,14 +764,14 @@ class Traces(Resource):
 
     @endpoint("DELETE", "/traces/{id}")
     def delete(self, trace: int) -> None:
-        self._delete(f"/api/v1/traces/{trace}")
+        return self._delete(f"/api/v1/traces/{trace}")
 
     @endpoint("POST", "/traces/promote")
     def promote(
         self,
         project: int,
         *,
-        traces: list[int] | None = None,
+        traces: builtins.list[int] | None = None,
         filters: JSON | None = None,
         task_set: int | None = None,
         task_set_name: str | None = None,
@@ -787,7 +810,7 @@ class RewardModels(Resource):
 
     @endpoint("DELETE", "/reward-models/{id}")
     def delete(self, reward_model: int) -> None:
-        self._delete(f"/api/v1/reward-models/{reward_model}")
+        return self._delete(f"/api/v1/reward-models/{reward_model}")
 
     @endpoint("GET", "/reward-models/{id}/versions")
     def versions(self, reward_model: int, *, limit: int | None = None) -> Iterator[Record]:
@@ -821,8 +844,8 @@ class RewardModels(Resource):
         reward_model: int,
         number: int,
         *,
-        texts: list[JSON] | None = None,
-        pairs: list[JSON] | None = None,
+        texts: builtins.list[JSON] | None = None,
+        pairs: builtins.list[JSON] | None = None,
     ) -> Record:
         """Score with a trained version: `texts` ({prompt, completion}) answer `scores`; `pairs`
         ({prompt, chosen, rejected}) answer each pair's scores, margin and the share ranked right."""
@@ -856,7 +879,7 @@ class EvalSuites(Resource):
         name: str,
         *,
         description: str | None = None,
-        entries: list[JSON] | None = None,
+        entries: builtins.list[JSON] | None = None,
         sampling: JSON | None = None,
         idempotency_key: str | None = None,
     ) -> Record:
@@ -874,7 +897,7 @@ class EvalSuites(Resource):
     def add_version(
         self,
         suite: int,
-        entries: list[JSON],
+        entries: builtins.list[JSON],
         *,
         sampling: JSON | None = None,
         note: str | None = None,
