@@ -209,6 +209,7 @@ class AgentEpisode:
         )
         self.tools = [*self.tools[:at], *servers.functions, *self.tools[at:]]
 
+    @property
     def final_grade(self) -> ScoreResult:
         """The grade of a played episode (episodes_play grades each one it returns)."""
         if self.grade is None:

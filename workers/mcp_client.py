@@ -91,7 +91,8 @@ class ServiceLink:
                 if None in batch:
                     return  # the session closed
                 batch += _queued(outgoing)
-                waiting |= {m.message.id for m in batch if isinstance(m.message, mcp_types.JSONRPCRequest)}
+                requests = [m.message for m in batch if m is not None]
+                waiting |= {r.id for r in requests if isinstance(r, mcp_types.JSONRPCRequest)}
                 data = b"".join(_line(message) for message in batch if message is not None)
                 try:
                     output = await anyio.to_thread.run_sync(self.talk, data, TALK_SLICE if waiting else 0.0)
@@ -201,7 +202,8 @@ async def _connected(spec: McpServerSpec, sandbox: Any) -> AsyncIterator[McpServ
 
 
 async def _tools_listed(session: ClientSession) -> list[mcp_types.Tool]:
-    tools, cursor = [], None
+    tools: list[mcp_types.Tool] = []
+    cursor: str | None = None
     for _ in range(100):  # pages
         params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
         page = await session.list_tools(params=params)

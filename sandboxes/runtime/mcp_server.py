@@ -16,6 +16,7 @@ Toolsets:
 import json
 import os
 import sys
+from typing import Any
 
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 NUMBER = {"type": "number"}
@@ -165,6 +166,7 @@ def main() -> None:
     if toolset not in TOOLSETS:
         sys.exit(f"usage: mcp_server.py {{{','.join(TOOLSETS)}}}")
     for line in sys.stdin:
+        reply: dict[str, Any] | None
         try:
             message = json.loads(line)
         except ValueError:
