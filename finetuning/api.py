@@ -216,7 +216,7 @@ def job_checkpoints(request: HttpRequest, job_id: str) -> HttpResponse:
     _, job = _job(request, job_id)
     checkpoints = selectors.job_checkpoints(job=job)
     page, more = _page(checkpoints, request, ident=lambda c: f"ftckpt-{c.pk}", default=10, most=10000)
-    metrics = selectors.step_metrics(job.run)
+    metrics = selectors.job_step_metrics(job=job)
     return _list([serializers.checkpoint_object(job, c, metrics.get(c.step, {})) for c in page], more)
 
 
