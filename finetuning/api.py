@@ -253,10 +253,12 @@ def checkpoint_permission(request: HttpRequest, checkpoint: str, permission_id: 
 
 @openai_api("POST")
 def grader_validate(request: HttpRequest) -> HttpResponse:
-    caller(request)
+    user = caller(request)
     body = _json_body(request)
     grader = body.get("grader") if isinstance(body, dict) else None
-    graders.grader_checked(grader)
+    spec = graders.grader_checked(grader)
+    if graders.judge_models(spec):  # a model grader's tier is the project's: only then is one needed
+        graders.judges_check(spec, project=_project(request, user))
     return JsonResponse({"grader": grader})
 
 
