@@ -83,7 +83,7 @@ def item_kind(raw: Any, method: str) -> str:
     return "code" if method == REINFORCEMENT and is_code_line(raw) else "answer"
 
 
-def _code_item(line: int, raw: dict) -> tuple[dict[str, Any], list[LineError]]:
+def code_fields(line: int, raw: dict) -> tuple[dict[str, Any], list[LineError]]:
     """(the code fields as the task library keeps them, their problems) of a code line."""
     fields = {name: raw[name] for name in CODE_FIELDS if name in raw}
     parsed, errors = validate_item(line, {"kind": "code", "prompt": "-"} | fields, "flywheel")
@@ -128,7 +128,7 @@ def line_problems(line: int, raw: Any, method: str) -> list[LineError]:
     else:
         prompt = _prompt_of(raw["messages"])
         if is_code_line(raw):
-            problems += _code_item(line, raw)[1]
+            problems += code_fields(line, raw)[1]
     return problems + [
         LineError(line, "messages", _rendered(place, message)) for place, message in messages_problems(prompt)
     ]
@@ -408,7 +408,7 @@ def item_data(raw: dict, method: str) -> dict[str, Any]:
     reference = next((raw[key] for key in REFERENCE_FIELDS if key in raw), "")
     data = {key: value for key, value in extras.items() if key not in ITEM_FIELDS}
     if is_code_line(raw):
-        data |= _code_item(0, raw)[0]
+        data |= code_fields(0, raw)[0]
     return data | {
         "messages": _prompt_of(raw["messages"]),
         "reference": reference if isinstance(reference, str) else json.dumps(reference),

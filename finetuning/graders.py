@@ -103,6 +103,18 @@ def uses_openai_types_only(grader: dict) -> bool:
     return grader.get("type") in openai_types()
 
 
+def _code_item(item: dict) -> dict:
+    """An item with tests as a job's code item holds it: its code fields checked and kept as the
+    task library keeps them (a list of tests as one text)."""
+    fields, problems = formats.code_fields(0, item)
+    if problems:
+        problem = problems[0]
+        raise ApiError(
+            400, f"item.{problem.field}: {problem.message}", f"item.{problem.field}", "invalid_value"
+        )
+    return item | fields | {"kind": "code"}
+
+
 def grader_run(*, project: Project, by: AbstractBaseUser, grader: Any, model_sample: Any, item: Any) -> dict:
     """Score `model_sample` for `item` with the grader; the answer in OpenAI's shape."""
     spec = grader_checked(grader, project=project)
@@ -119,7 +131,7 @@ def grader_run(*, project: Project, by: AbstractBaseUser, grader: Any, model_sam
     except ValueError:
         output_json = None
     if item is not None and "kind" not in item and formats.is_code_line(item):
-        item = item | {"kind": "code"}  # as a job's line with tests is a code item
+        item = _code_item(item)  # as a job's line with tests is a code item
     started = time.monotonic()
     result = engine.score(
         spec,
