@@ -108,10 +108,8 @@ def _code_item(item: dict) -> dict:
     task library keeps them (a list of tests as one text)."""
     fields, problems = formats.code_fields(0, item)
     if problems:
-        problem = problems[0]
-        raise ApiError(
-            400, f"item.{problem.field}: {problem.message}", f"item.{problem.field}", "invalid_value"
-        )
+        place = f"item.{problems[0].field}" if problems[0].field else "item"
+        raise ApiError(400, f"{place}: {problems[0].message}", place, "invalid_value")
     return item | fields | {"kind": "code"}
 
 
