@@ -216,7 +216,7 @@ def job_checkpoints(request: HttpRequest, job_id: str) -> HttpResponse:
     _, job = _job(request, job_id)
     checkpoints = selectors.job_checkpoints(job=job)
     page, more = _page(checkpoints, request, ident=lambda c: f"ftckpt-{c.pk}", default=10, most=10000)
-    metrics = selectors.step_metrics(job.run)
+    metrics = selectors.job_step_metrics(job=job)
     return _list([serializers.checkpoint_object(job, c, metrics.get(c.step, {})) for c in page], more)
 
 
@@ -253,10 +253,12 @@ def checkpoint_permission(request: HttpRequest, checkpoint: str, permission_id: 
 
 @openai_api("POST")
 def grader_validate(request: HttpRequest) -> HttpResponse:
-    caller(request)
+    user = caller(request)
     body = _json_body(request)
     grader = body.get("grader") if isinstance(body, dict) else None
-    graders.grader_checked(grader)
+    spec = graders.grader_checked(grader)
+    if graders.judge_models(spec):  # a model grader's tier is the project's: only then is one needed
+        graders.judges_check(spec, project=_project(request, user))
     return JsonResponse({"grader": grader})
 
 

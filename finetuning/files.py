@@ -53,7 +53,7 @@ def file_upload(*, project: Project, by: AbstractBaseUser, upload: Any, purpose:
         purpose=purpose,
         bytes=len(content),
         line_format=line_format,
-        created_by=by,
+        created_by_id=by.pk,
     )
     stored.content.save(f"{stored.id}.jsonl", ContentFile(content), save=False)
     stored.save()

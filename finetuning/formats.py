@@ -9,11 +9,15 @@ Three line formats, one per method (OpenAI's published formats):
 - dpo: `{"input": {"messages": [...], "tools"?: ...}, "preferred_output": [assistant message],
   "non_preferred_output": [assistant message]}`.
 - reinforcement: `{"messages": [...], ...}` where every other field is the item's own, reached by a
-  grader as `{{ item.<field> }}` (or `item["<field>"]` in a `python` grader).
+  grader as `{{ item.<field> }}` (or `item["<field>"]` in a `python` grader). A line that carries
+  `tests` or `io_tests` (Flywheel's extension) is a Flywheel code item: its code fields (`tests`,
+  `entry_point`, `setup_files`, ...) are checked as the task library checks them, and a
+  `unit_tests` grader runs its tests in a sandbox.
 
-An item is an `answer` task item: its `messages` are the prompt as Flywheel's chat rendering takes
-them (system first, user last): `developer` becomes `system`, a tool's or function's result a user
-message marked `[tool result <id>]`, an assistant's tool calls their JSON. Its `reference` is the
+An item is an `answer` task item (a `code` one for a reinforcement line with tests): its `messages`
+are the prompt as Flywheel's chat rendering takes them (system first, user last): `developer`
+becomes `system`, a tool's or function's result a user message marked `[tool result <id>]`, an
+assistant's tool calls their JSON. Its `reference` is the
 trained reply (supervised), the preferred reply (dpo, with `metadata.chosen` / `metadata.rejected`),
 or the line's `reference_answer` / `reference` / `answer` field (reinforcement). The line as sent is
 kept in `metadata.openai_line`, so the item says where it came from. A supervised line with tools
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inference.chat import messages_problems
+from projects.task_format import KIND_FIELDS, validate_item
 
 SUPERVISED, DPO, REINFORCEMENT = "supervised", "dpo", "reinforcement"
 METHODS = (SUPERVISED, DPO, REINFORCEMENT)
@@ -41,6 +46,9 @@ REFERENCE_FIELDS = ("reference_answer", "reference", "answer", "correct_answer")
 # What an answer item holds of its own: a grader template that names another field reaches it in
 # the item's metadata, where the reinforcement item keeps a line's own fields.
 ITEM_FIELDS = {"kind", "id", "split", "metadata", "prompt", "messages", "reference"}
+# A reinforcement line with one of these is a code item; these are the fields it may carry as one.
+CODE_LINE_MARKS = ("tests", "io_tests")
+CODE_FIELDS = tuple(name for name in KIND_FIELDS["code"] if name not in ("prompt", "messages"))
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,28 @@ def format_of(method: str) -> str:
 def line_format(raw: Any) -> str:
     """chat (supervised and reinforcement lines) or preference (dpo lines), from a line's fields."""
     return PREFERENCE if isinstance(raw, dict) and "input" in raw else CHAT
+
+
+def is_code_line(raw: Any) -> bool:
+    """Whether a reinforcement line (or a grader's item) is a code item: it carries tests.
+
+    >>> is_code_line({"messages": [], "tests": "assert f(1) == 2"}), is_code_line({"answer": "4"})
+    (True, False)
+    """
+    return isinstance(raw, dict) and any(name in raw for name in CODE_LINE_MARKS)
+
+
+def item_kind(raw: Any, method: str) -> str:
+    return "code" if method == REINFORCEMENT and is_code_line(raw) else "answer"
+
+
+def code_fields(line: int, raw: dict) -> tuple[dict[str, Any], list[LineError]]:
+    """(the code fields as the task library keeps them, their problems) of a code line."""
+    fields = {name: raw[name] for name in CODE_FIELDS if name in raw}
+    parsed, errors = validate_item(line, {"kind": "code", "prompt": "-"} | fields, "flywheel")
+    if parsed is None:
+        return {}, [LineError(line, error.field, error.message) for error in errors]
+    return {name: value for name, value in parsed.data.items() if name in CODE_FIELDS}, []
 
 
 def line_problems(line: int, raw: Any, method: str) -> list[LineError]:
@@ -97,7 +127,9 @@ def line_problems(line: int, raw: Any, method: str) -> list[LineError]:
         prompt = _prompt_of(raw["messages"][: _trained_index(raw["messages"])])
     else:
         prompt = _prompt_of(raw["messages"])
-    return [
+        if is_code_line(raw):
+            problems += code_fields(line, raw)[1]
+    return problems + [
         LineError(line, "messages", _rendered(place, message)) for place, message in messages_problems(prompt)
     ]
 
@@ -305,7 +337,7 @@ def _prompt_of(messages: list[dict]) -> list[dict]:
     return rendered
 
 
-def tool_chat_of(raw: dict, index: int | None) -> dict[str, Any] | None:
+def tool_chat_of(raw: dict, index: int) -> dict[str, Any] | None:
     """For a supervised line that declares tools or holds tool calls: the conversation before the
     trained reply, the reply and the tools, in the shape chat templates take (`tools=`, assistant
     `tool_calls` with arguments as objects, `tool` messages), so that the SFT learner renders them
@@ -375,6 +407,8 @@ def item_data(raw: dict, method: str) -> dict[str, Any]:
     extras = {key: value for key, value in raw.items() if key not in ("messages", "tools")}
     reference = next((raw[key] for key in REFERENCE_FIELDS if key in raw), "")
     data = {key: value for key, value in extras.items() if key not in ITEM_FIELDS}
+    if is_code_line(raw):
+        data |= code_fields(0, raw)[0]
     return data | {
         "messages": _prompt_of(raw["messages"]),
         "reference": reference if isinstance(reference, str) else json.dumps(reference),

@@ -2,8 +2,12 @@
 and REST use (task set import, reward rule import, run create, pause, resume, cancel). What goes
 wrong is an `ApiError` naming OpenAI's `param` and `code`.
 
-A file becomes a task set version when a job uses it (its lines are checked at upload against
-their format, and at job creation against the job's method): task set `openai <training file id>`
+Creating a job checks the request's fields at once (model, files, method, grader, hyperparameters)
+and keeps the job `validating_files`, as OpenAI answers; after commit a Celery task
+(`finetuning.tasks.job_launch`) checks the files line by line against the method and launches the
+run, or fails the job with OpenAI's error naming the file, the line and the field.
+
+A file becomes a task set version when a job uses it: task set `openai <training file id>`
 (`+ <validation file id>`), one version per distinct content, the validation file's lines as the
 held-out split, each item's id naming its file and line.
 """
@@ -15,6 +19,7 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,15 +32,16 @@ from django.utils.text import slugify
 
 from core.exceptions import StateError
 from core.roles import Permission
-from finetuning import formats
+from finetuning import formats, graders, tasks
 from finetuning.errors import ApiError
 from finetuning.files import decoded_lines, file_bytes, refuse_problems
-from finetuning.models import FineTuningFile, FineTuningJob, job_id
+from finetuning.models import FineTuningFile, FineTuningJob, FineTuningJobEvent, job_id
 from projects import selectors as project_selectors
 from projects import services as project_services
 from projects.models import Project, TaskItem, TaskSet, TaskSetVersion
 from projects.task_format import ParsedItem, canonical_json
 from rewards import services as reward_services
+from rewards.models import RewardRule
 from runs import lifecycle
 from runs.hyperparameters import AUTO
 from runs.models import Checkpoint, MetricPoint, Run, Tier
@@ -94,8 +100,9 @@ def job_request_parse(*, project: Project, body: Any) -> JobRequest:
             "model",
             "missing_required_parameter",
         )
-    training = _file_of(project, body.get("training_file"), "training_file", required=True)
-    validation = _file_of(project, body.get("validation_file"), "validation_file", required=False)
+    training = _file_of(project, body.get("training_file"), "training_file")
+    sent = body.get("validation_file")
+    validation = None if sent in (None, "") else _file_of(project, sent, "validation_file")
     method, method_body, hyperparameters, grader = _method_of(body)
     suffix = body.get("suffix") or ""
     if suffix and (not isinstance(suffix, str) or not SUFFIX.match(suffix)):
@@ -125,9 +132,7 @@ def job_request_parse(*, project: Project, body: Any) -> JobRequest:
     )
 
 
-def _file_of(project: Project, file_id: Any, param: str, *, required: bool) -> FineTuningFile | None:
-    if file_id in (None, "") and not required:
-        return None
+def _file_of(project: Project, file_id: Any, param: str) -> FineTuningFile:
     found = (
         FineTuningFile.objects.filter(pk=file_id, project=project).first()
         if isinstance(file_id, str)
@@ -258,8 +263,8 @@ def _base_of(project: Project, model: str) -> tuple[Tier, Checkpoint | None]:
     )
     if previous is not None:
         run = previous.run
-        checkpoint = run.checkpoints.order_by("-step").first()
-        if run.status != Run.Status.SUCCEEDED or checkpoint is None or run.tier is None:
+        checkpoint = run.checkpoints.order_by("-step").first() if run is not None else None
+        if run is None or run.status != Run.Status.SUCCEEDED or checkpoint is None or run.tier is None:
             raise ApiError(
                 400,
                 f"{model} has not finished training; continue from it once it succeeds",
@@ -297,51 +302,23 @@ def fine_tuned_name(*, base: str, project: Project, suffix: str, ident: str) -> 
 
 
 def job_create(*, project: Project, by: AbstractBaseUser, body: Any) -> FineTuningJob:
-    """Check the request and the files against the method, then launch the run; nothing is kept
-    when anything is refused."""
+    """Check the request's fields and keep the job, `validating_files`; its files are validated and
+    its run launched after commit (`job_launch`, on a worker). Nothing is kept when a field is
+    refused."""
     project_selectors.require(user=by, project_id=project.pk, permission=Permission.EDIT)
     request = job_request_parse(project=project, body=body)
-    tier, checkpoint = _base_of(project, request.model)
-    items = _job_items(request)
-    train_count = sum(1 for item in items if item.split == "train")
-    hyperparameters, max_steps = flywheel_hyperparameters(
-        request.method, request.hyperparameters, seed=request.seed, train_items=train_count
-    )
+    _base_of(project, request.model)
+    # Its refusals only: the values wait for the count of the training file's lines.
+    flywheel_hyperparameters(request.method, request.hyperparameters, seed=request.seed, train_items=1)
+    _grader_spec(project, request)
     ident = job_id()
     with transaction.atomic():
-        version = _task_set_version(project, by, request, items)
-        rule = _reward_rule(project, by, request, ident)
-        run_request = lifecycle.RunRequest(
-            project=project,
-            name=f"{request.suffix or 'fine-tune'} ({ident})"[:100],
-            task_set_version=version,
-            reward_rule_version=rule.versions.get(),
-            tier=tier,
-            method={formats.SUPERVISED: Run.Method.SFT, formats.DPO: Run.Method.DPO}.get(
-                request.method, Run.Method.GRPO
-            ),
-            hyperparameters=hyperparameters,
-            max_steps=max_steps,
-            eval_split="heldout" if request.validation_file else "train",
-            monitor_actions={"nothing_to_learn": "alert"},
-        )
-        try:
-            run = lifecycle.run_create(
-                request=run_request,
-                by=by,
-                parent=checkpoint.run if checkpoint else None,
-                checkpoint=checkpoint,
-            )
-        except ValidationError as exc:
-            raise _run_refusal(exc) from None
-        return FineTuningJob.objects.create(
+        job = FineTuningJob.objects.create(
             id=ident,
             project=project,
-            run=run,
             model=request.model,
             training_file=request.training_file.pk,
             validation_file=request.validation_file.pk if request.validation_file else "",
-            task_set_version=version,
             suffix=request.suffix,
             seed=request.seed,
             metadata=request.metadata,
@@ -349,8 +326,148 @@ def job_create(*, project: Project, by: AbstractBaseUser, body: Any) -> FineTuni
             fine_tuned_model=fine_tuned_name(
                 base=request.model, project=project, suffix=request.suffix, ident=ident
             ),
-            created_by=by,
+            created_by_id=by.pk,
         )
+        _event(job, f"Created fine-tuning job: {job.id}")
+        for file, what in _files_of(request):
+            _event(job, f"Validating {what} file: {file.pk}", status=FineTuningJob.Status.VALIDATING_FILES)
+        transaction.on_commit(lambda: tasks.job_launch.delay(ident))
+    return job
+
+
+def _files_of(request: JobRequest) -> list[tuple[FineTuningFile, str]]:
+    files = [(request.training_file, "training")]
+    return files + ([(request.validation_file, "validation")] if request.validation_file else [])
+
+
+def _event(job: FineTuningJob, message: str, *, level: str = "info", status: str = "", **data: Any) -> None:
+    FineTuningJobEvent.objects.create(
+        job=job, level=level, message=message, data=({"status": status} if status else {}) | data
+    )
+
+
+def _grader_spec(project: Project, request: JobRequest) -> dict | None:
+    """The job's grader as the rule its run scores with (a line's own fields read from the item's
+    metadata), once it validates and each model grader names a tier of the project."""
+    if request.grader is None:
+        return None
+    return graders.grader_checked(
+        formats.grader_for_items(request.grader), project=project, param=f"method.{request.method}.grader"
+    )
+
+
+def job_launch(*, job_id: str) -> FineTuningJob | None:
+    """Validate a `validating_files` job's files line by line against its method, make them a task
+    set version and launch the run; or fail the job with OpenAI's error (the file, the line and the
+    field) and keep nothing. A redelivery, or a job cancelled meanwhile, finds nothing to do."""
+    job = (
+        FineTuningJob.objects.filter(pk=job_id, status=FineTuningJob.Status.VALIDATING_FILES)
+        .select_related("project", "created_by")
+        .first()
+    )
+    if job is None:
+        return None
+    try:
+        if job.created_by is None:
+            raise ApiError(400, "the user who created the job is gone", None, "invalid_request")
+        request = job_request_parse(project=job.project, body=_request_body(job))
+        tier, checkpoint = _base_of(job.project, request.model)
+        spec = _grader_spec(job.project, request)
+        items = _job_items(request)
+        train_count = sum(1 for item in items if item.split == "train")
+        hyperparameters, max_steps = flywheel_hyperparameters(
+            request.method, request.hyperparameters, seed=request.seed, train_items=train_count
+        )
+        with transaction.atomic():
+            claimed = FineTuningJob.objects.filter(
+                pk=job.pk, status=FineTuningJob.Status.VALIDATING_FILES
+            ).update(status=FineTuningJob.Status.LAUNCHED)
+            if not claimed:  # launched by another delivery, or cancelled, since it was read
+                return None
+            version = _task_set_version(job.project, job.created_by, request, items)
+            _event(
+                job,
+                "Files validated, moving job to queued state",
+                status="queued",
+                task_set_version=version.pk,
+                items=len(items),
+            )
+            run = _run_launch(job, request, version, spec, tier, checkpoint, hyperparameters, max_steps)
+            FineTuningJob.objects.filter(pk=job.pk).update(run=run, task_set_version=version)
+    except ApiError as exc:
+        _job_fail(job, exc)
+        return None
+    job.refresh_from_db()
+    return job
+
+
+def _request_body(job: FineTuningJob) -> dict[str, Any]:
+    """The job's request as it was sent (its method object includes legacy `hyperparameters`)."""
+    return {
+        "model": job.model,
+        "training_file": job.training_file,
+        "validation_file": job.validation_file or None,
+        "suffix": job.suffix,
+        "seed": job.seed,
+        "metadata": job.metadata,
+        "method": job.method,
+    }
+
+
+def _run_launch(
+    job: FineTuningJob,
+    request: JobRequest,
+    version: TaskSetVersion,
+    spec: dict | None,
+    tier: Tier,
+    checkpoint: Checkpoint | None,
+    hyperparameters: dict,
+    max_steps: int,
+) -> Run:
+    assert job.created_by is not None  # job_launch refused a job without one
+    rule = _reward_rule(job.project, job.created_by, request, job.id, spec)
+    run_request = lifecycle.RunRequest(
+        project=job.project,
+        name=f"{request.suffix or 'fine-tune'} ({job.id})"[:100],
+        task_set_version=version,
+        reward_rule_version=rule.versions.get(),
+        tier=tier,
+        method={formats.SUPERVISED: Run.Method.SFT, formats.DPO: Run.Method.DPO}.get(
+            request.method, Run.Method.GRPO
+        ),
+        hyperparameters=hyperparameters,
+        max_steps=max_steps,
+        eval_split="heldout" if request.validation_file else "train",
+        monitor_actions={"nothing_to_learn": "alert"},
+    )
+    try:
+        return lifecycle.run_create(
+            request=run_request,
+            by=job.created_by,
+            parent=checkpoint.run if checkpoint else None,
+            checkpoint=checkpoint,
+        )
+    except ValidationError as exc:
+        raise _run_refusal(exc) from None
+
+
+def _job_fail(job: FineTuningJob, exc: ApiError) -> None:
+    """The job failed before its run, with OpenAI's error object: a file's problem is
+    `invalid_training_file` (or `invalid_validation_file`), naming the line and the field."""
+    code = {"training_file": "invalid_training_file", "validation_file": "invalid_validation_file"}.get(
+        exc.param or "", exc.code
+    )
+    error = {"code": code, "message": str(exc), "param": exc.param}
+    with transaction.atomic():
+        failed = FineTuningJob.objects.filter(pk=job.pk, status=FineTuningJob.Status.VALIDATING_FILES).update(
+            status=FineTuningJob.Status.FAILED, error=error, finished_at=timezone.now()
+        )
+        if failed:
+            what = {"training_file": "Training file", "validation_file": "Validation file"}.get(
+                exc.param or ""
+            )
+            message = f"{what} failed validation: {exc}" if what else f"The job failed: {exc}"
+            _event(job, message, level="error", status="failed", error=error)
 
 
 def _job_items(request: JobRequest) -> list[ParsedItem]:
@@ -361,18 +478,27 @@ def _job_items(request: JobRequest) -> list[ParsedItem]:
     ):
         if file is None:
             continue
-        lines = decoded_lines(file_bytes(file))
+        try:
+            lines = decoded_lines(file_bytes(file))
+        except ApiError as exc:  # checked at upload; named here as the job's file all the same
+            raise ApiError(400, f"{file.pk}: {exc}", param, "invalid_file_format") from None
+        except OSError as exc:
+            raise ApiError(400, f"{file.pk} cannot be read: {exc}", param, "invalid_file_format") from None
         refuse_problems([p for n, raw in lines for p in formats.line_problems(n, raw, request.method)], param)
         for number, raw in lines:
             data = formats.item_data(raw, request.method)
             text = data["messages"][-1]["content"]
             # The id names the file and the line (the same file may train and validate).
             ident = f"{file.pk}:line-{number}" if split == "train" else f"{file.pk}:validation-line-{number}"
-            items.append(ParsedItem(number, ident, "answer", split, text[:10000], data))
+            items.append(
+                ParsedItem(number, ident, formats.item_kind(raw, request.method), split, text[:10000], data)
+            )
     return items
 
 
-def _task_set_version(project: Project, by: AbstractBaseUser, request: JobRequest, items: list[ParsedItem]):
+def _task_set_version(
+    project: Project, by: AbstractBaseUser, request: JobRequest, items: list[ParsedItem]
+) -> TaskSetVersion:
     """The files as a task set version (a new one only when their content is new)."""
     name = f"openai {request.training_file.pk}" + (
         f" + {request.validation_file.pk}" if request.validation_file else ""
@@ -392,15 +518,15 @@ def _task_set_version(project: Project, by: AbstractBaseUser, request: JobReques
     latest = task_set.versions.first()
     version = TaskSetVersion.all_objects.create(
         task_set=task_set,
-        number=latest.number + 1 if latest else 1,
+        number=(latest.number or 0) + 1 if latest else 1,
         published=True,
         content_hash=digest.hexdigest(),
         item_count=len(items),
         split_seed=0,
         heldout_fraction=0.0,
         source_name=f"{request.method} job: {name}"[:255],
-        created_by=by,
-        kind_counts={"answer": len(items)},
+        created_by_id=by.pk,
+        kind_counts=dict(Counter(item.kind for item in items)),
         split_counts=dict(Counter(item.split for item in items)),
     )
     now = timezone.now()
@@ -410,7 +536,7 @@ def _task_set_version(project: Project, by: AbstractBaseUser, request: JobReques
             position=position,
             external_id=item.external_id,
             kind=item.kind,
-            split=item.split,
+            split=item.split or "train",  # every item made here names its split
             text=item.text,
             data=item.data,
             created_at=now,
@@ -433,41 +559,65 @@ def _task_set_create(project: Project, by: AbstractBaseUser, request: JobRequest
         return TaskSet.objects.get(project=project, name=name)
 
 
-def _reward_rule(project: Project, by: AbstractBaseUser, request: JobRequest, ident: str):
+def _reward_rule(
+    project: Project, by: AbstractBaseUser, request: JobRequest, ident: str, spec: dict | None
+) -> RewardRule:
+    """The run's rule: the job's grader (imported as OpenAI's grader JSON when it uses OpenAI's
+    types only), or for a job without one the held-out check of its replies."""
     name = f"{ident} grader"
-    if request.grader is None:
+    try:
+        if spec is None:
+            return reward_services.reward_rule_create(
+                project=project,
+                name=name,
+                spec=SFT_RULE,
+                by=by,
+                note=f"held-out check of {request.method} job {ident}",
+            )
+        if request.grader is not None and graders.uses_openai_types_only(request.grader):
+            return reward_services.reward_rule_import_openai(
+                project=project,
+                name=name,
+                grader=spec,
+                by=by,
+                description=f"the grader of fine-tuning job {ident}",
+            )
         return reward_services.reward_rule_create(
             project=project,
             name=name,
-            spec=SFT_RULE,
-            by=by,
-            note=f"held-out check of {request.method} job {ident}",
-        )
-    try:
-        return reward_services.reward_rule_import_openai(
-            project=project,
-            name=name,
-            grader=formats.grader_for_items(request.grader),
+            spec=spec,
             by=by,
             description=f"the grader of fine-tuning job {ident}",
+            note="a fine-tuning job's grader, with Flywheel's own grader types",
         )
     except ValidationError as exc:
-        raise _run_refusal(exc, prefix="method.reinforcement.") from None
+        raise _run_refusal(exc, prefix=f"method.{request.method}.") from None
 
 
 def _run_refusal(exc: ValidationError, prefix: str = "") -> ApiError:
     problems = exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
     param, messages = next(iter(problems.items()))
-    param = (
-        {"tier": "model", "task_set_version": "training_file"}.get(param.split(".")[0], param)
-        if not prefix
-        else param
-    )
+    if prefix:  # a rule's refusal: its spec is the job's grader
+        param = "grader" + param.removeprefix("spec").removeprefix("grader") if param else "grader"
+    else:
+        param = {"tier": "model", "task_set_version": "training_file"}.get(param.split(".")[0], param)
     text = "; ".join(f"{name}: {' '.join(m)}" if name else " ".join(m) for name, m in problems.items())
     return ApiError(400, text, f"{prefix}{param}" if param else None, "invalid_value")
 
 
 def job_cancel(*, job: FineTuningJob, by: AbstractBaseUser) -> FineTuningJob:
+    """Cancel the job: while it validates its files, the job itself (its task then finds nothing to
+    do); once launched, its run."""
+    project_selectors.require(user=by, project_id=job.project_id, permission=Permission.EDIT)
+    with transaction.atomic():
+        cancelled = FineTuningJob.objects.filter(
+            pk=job.pk, status=FineTuningJob.Status.VALIDATING_FILES
+        ).update(status=FineTuningJob.Status.CANCELLED, finished_at=timezone.now())
+        if cancelled:
+            _event(job, "Fine-tuning job cancelled while validating its files", status="cancelled")
+    if cancelled:
+        job.refresh_from_db()
+        return job
     return _job_change(job, by, lifecycle.run_cancel)
 
 
@@ -479,8 +629,16 @@ def job_resume(*, job: FineTuningJob, by: AbstractBaseUser) -> FineTuningJob:
     return _job_change(job, by, lifecycle.run_resume)
 
 
-def _job_change(job: FineTuningJob, by: AbstractBaseUser, change) -> FineTuningJob:
+def _job_change(job: FineTuningJob, by: AbstractBaseUser, change: Callable[..., Run]) -> FineTuningJob:
     project_selectors.require(user=by, project_id=job.project_id, permission=Permission.EDIT)
+    job.refresh_from_db()
+    if job.run is None:
+        what = {
+            FineTuningJob.Status.VALIDATING_FILES: "is validating its files; it can be paused once queued",
+            FineTuningJob.Status.FAILED: "failed before training",
+            FineTuningJob.Status.CANCELLED: "was cancelled before training",
+        }.get(FineTuningJob.Status(job.status), f"is {job.status}")
+        raise ApiError(409, f"job {job.id} {what}", None, "invalid_state")
     try:
         change(run=job.run)
     except StateError as exc:
@@ -490,8 +648,9 @@ def _job_change(job: FineTuningJob, by: AbstractBaseUser, change) -> FineTuningJ
 
 
 def job_results_ensure(*, job: FineTuningJob) -> FineTuningJob:
-    """The job's result file (a CSV of its step metrics, as OpenAI's), made once it has finished."""
-    if job.result_file_id is not None or not job.run.is_terminal:
+    """The job's result file (a CSV of its step metrics, as OpenAI's), made once its run has
+    finished (a job that failed or was cancelled before its run has none)."""
+    if job.result_file_id is not None or job.run is None or not job.run.is_terminal:
         return job
     content = results_csv(job.run).encode()
     with transaction.atomic():

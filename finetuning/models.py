@@ -1,6 +1,8 @@
 """OpenAI's fine-tuning objects over Flywheel's: a file is kept byte for byte as uploaded; a job is
 a run (its status, events, metrics and checkpoints are the run's), with the OpenAI request kept as
-it was sent so that the job reads back the way the client wrote it."""
+it was sent so that the job reads back the way the client wrote it. Until its files are validated
+(a Celery task, `finetuning.tasks`) a job has no run: its own status, error and events say where
+it stands."""
 
 import secrets
 
@@ -45,15 +47,37 @@ class FineTuningFile(models.Model):
 
 
 class FineTuningJob(models.Model):
+    class Status(models.TextChoices):
+        """Where a job stands before it is a run; once `launched`, its run's status is its own."""
+
+        VALIDATING_FILES = "validating_files"
+        LAUNCHED = "launched"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
     id = models.CharField(primary_key=True, max_length=40, default=job_id, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="fine_tuning_jobs")
-    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="fine_tuning_job")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.VALIDATING_FILES)
+    # Null until the files are validated and the run is launched (never, when they fail).
+    run = models.OneToOneField(
+        Run, null=True, blank=True, on_delete=models.CASCADE, related_name="fine_tuning_job"
+    )
+    error = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="OpenAI's error object (code, message, param), when it failed before its run",
+    )
+    finished_at = models.DateTimeField(
+        null=True, blank=True, help_text="When it failed or was cancelled before its run"
+    )
     model = models.CharField(max_length=300, help_text="As the request named it")
     # File ids, not keys: a file may be deleted after a job used it (its lines live on in the
     # task set version, whose source_name names the file).
     training_file = models.CharField(max_length=40)
     validation_file = models.CharField(max_length=40, blank=True)
-    task_set_version = models.ForeignKey(TaskSetVersion, on_delete=models.PROTECT, related_name="+")
+    task_set_version = models.ForeignKey(
+        TaskSetVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     suffix = models.CharField(max_length=64, blank=True)
     seed = models.BigIntegerField()
     metadata = models.JSONField(default=dict, blank=True)
@@ -72,6 +96,23 @@ class FineTuningJob(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class FineTuningJobEvent(models.Model):
+    """What happened to a job before (and as) it became a run: its files validated or refused, a
+    cancel while validating. The run's own events follow."""
+
+    job = models.ForeignKey(FineTuningJob, on_delete=models.CASCADE, related_name="events")
+    level = models.CharField(max_length=8, default="info")
+    message = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.message[:60]}"
 
 
 def permission_id() -> str:

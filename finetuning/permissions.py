@@ -2,7 +2,7 @@
 of a job's project lets other projects use one of its checkpoints. A checkpoint is named as /v1
 serves it: `<fine_tuned_model>:ckpt-step-<n>`, or the job's `fine_tuned_model` for its final one."""
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from core.roles import Permission, role_allows
@@ -16,17 +16,19 @@ from runs.models import Checkpoint
 MAX_PROJECTS = 100
 
 
-def _may(user: User, project_id: int, permission: str) -> bool:
+def _may(user: AbstractBaseUser, project_id: int, permission: str) -> bool:
     return role_allows(project_selectors.role_of(user=user, project_id=project_id), permission)
 
 
-def checkpoint_named(*, user: User, name: str) -> tuple[FineTuningJob, Checkpoint]:
+def checkpoint_named(*, user: AbstractBaseUser, name: str) -> tuple[FineTuningJob, Checkpoint]:
     """The job and checkpoint a name means, if the caller may manage the job's project."""
     match = CHECKPOINT_SUFFIX.match(name)
     model = match["model"] if match else name
     job = FineTuningJob.objects.filter(fine_tuned_model=model).select_related("run").first()
     checkpoints = (
-        Checkpoint.objects.filter(run_id=job.run_id) if job is not None else Checkpoint.objects.none()
+        Checkpoint.objects.filter(run_id=job.run_id)
+        if job is not None and job.run_id is not None
+        else Checkpoint.objects.none()
     )
     checkpoint = (
         checkpoints.filter(step=int(match["step"])).first()
@@ -44,7 +46,9 @@ def checkpoint_named(*, user: User, name: str) -> tuple[FineTuningJob, Checkpoin
     return job, checkpoint
 
 
-def permissions_create(*, user: User, name: str, project_ids: object) -> list[CheckpointPermission]:
+def permissions_create(
+    *, user: AbstractBaseUser, name: str, project_ids: object
+) -> list[CheckpointPermission]:
     """Grant each project the checkpoint (a grant already made is kept, not doubled); all or none."""
     job, checkpoint = checkpoint_named(user=user, name=name)
     if not isinstance(project_ids, list) or not project_ids or len(project_ids) > MAX_PROJECTS:
@@ -68,14 +72,14 @@ def permissions_create(*, user: User, name: str, project_ids: object) -> list[Ch
     with transaction.atomic():
         return [
             CheckpointPermission.objects.get_or_create(
-                job=job, checkpoint=checkpoint, project=project, defaults={"created_by": user}
+                job=job, checkpoint=checkpoint, project=project, defaults={"created_by_id": user.pk}
             )[0]
             for project in dict.fromkeys(wanted)
         ]
 
 
 def permissions_of(
-    *, user: User, name: str, project_id: str | None = None, descending: bool = False
+    *, user: AbstractBaseUser, name: str, project_id: str | None = None, descending: bool = False
 ) -> list[CheckpointPermission]:
     _, checkpoint = checkpoint_named(user=user, name=name)
     found = CheckpointPermission.objects.filter(checkpoint=checkpoint)
@@ -85,7 +89,7 @@ def permissions_of(
     return list(ordered)
 
 
-def permission_delete(*, user: User, name: str, permission_id: str) -> str:
+def permission_delete(*, user: AbstractBaseUser, name: str, permission_id: str) -> str:
     _, checkpoint = checkpoint_named(user=user, name=name)
     deleted, _ = CheckpointPermission.objects.filter(checkpoint=checkpoint, pk=permission_id).delete()
     if not deleted:

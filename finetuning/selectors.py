@@ -10,7 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Max, Min, QuerySet
 
 from core.roles import Permission
-from finetuning.models import CheckpointPermission, FineTuningFile, FineTuningJob
+from finetuning.models import CheckpointPermission, FineTuningFile, FineTuningJob, FineTuningJobEvent
 from projects import selectors as project_selectors
 from projects.models import ApiToken, Project
 from runs import selectors
@@ -103,9 +103,16 @@ class JobEvent:
 
 
 def job_events(*, job: FineTuningJob) -> list[JobEvent]:
-    """The run's events and one `metrics` event per step that recorded metrics, newest first."""
-    run = job.run
+    """The job's own events (its files validated or refused), then its run's events and one
+    `metrics` event per step that recorded metrics, newest first."""
     events = [
+        JobEvent(f"ftevent-j{e.pk}", e.created_at, e.level, e.message, "message", e.data)
+        for e in FineTuningJobEvent.objects.filter(job=job).order_by("pk")
+    ]
+    run = job.run
+    if run is None:
+        return sorted(events, key=lambda e: (e.created_at, e.id), reverse=True)
+    events += [
         JobEvent(
             f"ftevent-{e.pk}",
             e.created_at,
@@ -163,19 +170,26 @@ def openai_metrics(step: int, values: dict[str, float]) -> dict[str, Any]:
 
 
 def job_checkpoints(*, job: FineTuningJob) -> list[Checkpoint]:
+    if job.run is None:
+        return []
     return list(Checkpoint.objects.filter(run=job.run).order_by("-step"))
+
+
+def job_step_metrics(*, job: FineTuningJob) -> dict[int, dict[str, float]]:
+    return step_metrics(job.run) if job.run is not None else {}
 
 
 def job_trained_tokens(job: FineTuningJob) -> int | None:
     """Tokens the learner trained on, once the job has finished (null before, as OpenAI's): for a
     reinforcement job its learned trajectories' tokens; for supervised and dpo the steps'
     `learner/tokens` (prompts and completions, padding not counted)."""
-    if not job.run.is_terminal:
+    run = job.run
+    if run is None or not run.is_terminal:
         return None
-    if job.run.method != Run.Method.GRPO:
-        steps = MetricPoint.objects.filter(run=job.run, name="learner/tokens").values_list("value", flat=True)
+    if run.method != Run.Method.GRPO:
+        steps = MetricPoint.objects.filter(run=run, name="learner/tokens").values_list("value", flat=True)
         return int(sum(steps)) if steps else None
-    learned = job.run.trajectories.exclude(learned_in_step=None)
+    learned = run.trajectories.exclude(learned_in_step=None)
     return sum(p + c for p, c in learned.values_list("prompt_tokens", "completion_tokens"))
 
 
@@ -183,7 +197,7 @@ def job_estimated_finish(job: FineTuningJob) -> datetime | None:
     """When a running job should finish at its step rate so far: from the time of its steps'
     first metrics, once two steps (from step 1: step 0 is the base model's evaluation) are done."""
     run = job.run
-    if run.status not in (Run.Status.RUNNING, Run.Status.PAUSING) or not run.max_steps:
+    if run is None or run.status not in (Run.Status.RUNNING, Run.Status.PAUSING) or not run.max_steps:
         return None
     done = list(
         MetricPoint.objects.filter(run=run, step__gte=1)
@@ -212,7 +226,7 @@ def fine_tuned_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool =
         step = int(match["step"])
     name = match["model"] if match else model_id
     job = FineTuningJob.objects.filter(fine_tuned_model=name).select_related("run__project").first()
-    if job is None:
+    if job is None or job.run is None:
         return None
     checkpoints = Checkpoint.objects.filter(run=job.run).select_related("run__project")
     if step is None:
@@ -231,7 +245,7 @@ def fine_tuned_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool =
 def shared_with(*, user: AbstractBaseUser, checkpoint: Checkpoint) -> bool:
     """Whether one of the caller's projects was granted the checkpoint (a checkpoint permission)."""
     return CheckpointPermission.objects.filter(
-        checkpoint=checkpoint, project__memberships__user=user
+        checkpoint=checkpoint, project__memberships__user_id=user.pk
     ).exists()
 
 
@@ -246,7 +260,7 @@ def fine_tuned_models_for(*, user: AbstractBaseUser) -> list[ServedModel]:
         )
         if checkpoint is not None:
             models.append(dataclasses.replace(checkpoint_model(checkpoint), id=job.fine_tuned_model))
-    shared = CheckpointPermission.objects.filter(project__memberships__user=user).select_related(
+    shared = CheckpointPermission.objects.filter(project__memberships__user_id=user.pk).select_related(
         "job", "checkpoint__run__project"
     )
     for permission in shared.order_by("-created_at"):

@@ -43,27 +43,19 @@ def file_object(file: FineTuningFile) -> dict[str, Any]:
 
 def job_object(job: FineTuningJob) -> dict[str, Any]:
     run = job.run
-    status = OPENAI_STATUS[run.status]
     method = job.method["type"]
     hyperparameters = (job.method.get(method) or {}).get("hyperparameters") or {}
-    error = None
-    if run.status == S.FAILED:
-        # Flywheel says where a run failed (learner, rollout, ...): part of the message, since
-        # OpenAI's param names a request parameter and none was at fault.
-        failure = run.error or {}
-        where = f" (in the {failure['where']})" if failure.get("where") else ""
-        error = {
-            "code": "training_failed",
-            "message": f"{failure.get('message', 'failed')}{where}",
-            "param": None,
-        }
+    if run is None:  # validating its files, or failed or cancelled before its run
+        status, error, finished_at = job.status, job.error, job.finished_at
+    else:
+        status, error, finished_at = OPENAI_STATUS[S(run.status)], _run_error(run), run.finished_at
     return {
         "id": job.id,
         "object": "fine_tuning.job",
         "created_at": seconds(job.created_at),
         "error": error,
-        "fine_tuned_model": job.fine_tuned_model if run.status == S.SUCCEEDED else None,
-        "finished_at": seconds(run.finished_at) if status in ("succeeded", "failed", "cancelled") else None,
+        "fine_tuned_model": job.fine_tuned_model if status == "succeeded" else None,
+        "finished_at": seconds(finished_at) if status in ("succeeded", "failed", "cancelled") else None,
         "hyperparameters": {
             name: hyperparameters.get(name, "auto")
             for name in ("batch_size", "learning_rate_multiplier", "n_epochs")
@@ -82,15 +74,25 @@ def job_object(job: FineTuningJob) -> dict[str, Any]:
         "method": job.method,
         "user_provided_suffix": job.suffix or None,
         "flywheel": {
-            "run": run.pk,
-            "status": run.status,
-            "url": f"/runs/{run.pk}/",
+            "run": run.pk if run else None,
+            "status": run.status if run else None,
+            "url": f"/runs/{run.pk}/" if run else None,
             "task_set_version": job.task_set_version_id,
-            "resolved_hyperparameters": run.resolved,
-            "max_steps": run.max_steps,
-            "learner_step": run.learner_step,
+            "resolved_hyperparameters": run.resolved if run else None,
+            "max_steps": run.max_steps if run else None,
+            "learner_step": run.learner_step if run else None,
         },
     }
+
+
+def _run_error(run: Run) -> dict[str, Any] | None:
+    """A failed run's error. Flywheel says where it failed (learner, rollout, ...): part of the
+    message, since OpenAI's param names a request parameter and none was at fault."""
+    if run.status != S.FAILED:
+        return None
+    failure = run.error or {}
+    where = f" (in the {failure['where']})" if failure.get("where") else ""
+    return {"code": "training_failed", "message": f"{failure.get('message', 'failed')}{where}", "param": None}
 
 
 def event_object(event: selectors.JobEvent) -> dict[str, Any]:

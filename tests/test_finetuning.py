@@ -1,6 +1,10 @@
 """OpenAI's fine-tuning API at /v1/ (finetuning/), driven in process by the official `openai`
 client over a WSGI transport: every route it calls exists, files round-trip byte for byte and are
-checked against their method with line and field, jobs are runs, and refusals are OpenAI's."""
+checked against their method with line and field, jobs are runs, and refusals are OpenAI's.
+
+A job is created `validating_files`; the task that validates its files and launches its run
+(`finetuning.tasks.job_launch`, enqueued after commit, which the test's transaction never reaches)
+is run here by its body, as a worker runs it (`launched`)."""
 
 import inspect
 import json
@@ -16,6 +20,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from core.roles import Role
+from finetuning import tasks
 from finetuning.models import FineTuningFile, FineTuningJob
 from projects import services as project_services
 from projects.models import TaskSet
@@ -99,6 +104,15 @@ def lab(team, tmp_path):
 
 def upload(client: openai.OpenAI, content: bytes, name: str = "train.jsonl"):
     return client.files.create(file=(name, content), purpose="fine-tune")
+
+
+def launched(client: openai.OpenAI, **create):
+    """A job created through the client, then its files validated and its run launched by the task's
+    body (as the eval worker runs it after commit): the job as the client then reads it."""
+    job = client.fine_tuning.jobs.create(**create)
+    assert job.status == "validating_files" and FineTuningJob.objects.get(pk=job.id).run_id is None
+    tasks.job_launch(job.id)
+    return client.fine_tuning.jobs.retrieve(job.id)
 
 
 # --- routes ------------------------------------------------------------------------------------
@@ -226,7 +240,8 @@ def test_a_wrong_purpose_an_unknown_model_and_a_viewer_are_refused_in_openais_sh
 def test_a_supervised_job_is_a_run_on_the_file_as_a_task_set_and_is_cancelled(lab):
     client = lab["client"]
     training = upload(client, jsonl(CHAT_WITH_TOOLS, WEIGHTED))
-    job = client.fine_tuning.jobs.create(
+    job = launched(
+        client,
         model=lab["tier"].name,
         training_file=training.id,
         suffix="weather",
@@ -273,6 +288,12 @@ def test_a_supervised_job_is_a_run_on_the_file_as_a_task_set_and_is_cancelled(la
     assert again.value.body["code"] == "invalid_state"
     events = client.fine_tuning.jobs.list_events(job.id)
     assert [e.message for e in events.data][:2] == ["cancelled", "resumed; queued"]
+    assert [e.message for e in events.data][-4:] == [
+        "queued",
+        "Files validated, moving job to queued state",
+        f"Validating training file: {training.id}",
+        f"Created fine-tuning job: {job.id}",
+    ]
     assert {e.type for e in events.data} == {"message"}
     finished = client.fine_tuning.jobs.retrieve(job.id)
     assert finished.status == "cancelled" and len(finished.result_files) == 1
@@ -283,7 +304,8 @@ def test_a_supervised_job_is_a_run_on_the_file_as_a_task_set_and_is_cancelled(la
 def test_estimated_finish_follows_the_step_rate_once_two_steps_are_done(lab):
     client = lab["client"]
     training = upload(client, jsonl(WEIGHTED))
-    job = client.fine_tuning.jobs.create(
+    job = launched(
+        client,
         model="small",
         training_file=training.id,
         method={"type": "supervised", "supervised": {"hyperparameters": {"n_epochs": 10, "batch_size": 1}}},
@@ -310,7 +332,8 @@ def test_a_dpo_job_trains_pairs_and_a_file_checked_against_its_method_names_the_
     pairs = upload(
         client, jsonl(DPO_PAIR, DPO_PAIR | {"preferred_output": [{"role": "assistant", "content": "Hello"}]})
     )
-    job = client.fine_tuning.jobs.create(
+    job = launched(
+        client,
         model=f"tier-{lab['tier'].pk}",
         training_file=pairs.id,
         method={"type": "dpo", "dpo": {"hyperparameters": {"beta": 0.2}}},
@@ -320,10 +343,13 @@ def test_a_dpo_job_trains_pairs_and_a_file_checked_against_its_method_names_the_
     item = run.task_set_version.items.order_by("position").first()
     assert (item.data["metadata"]["chosen"], item.data["metadata"]["rejected"]) == ("Hi!", "Go away.")
     chat = upload(client, jsonl({"messages": [{"role": "user", "content": "3+4?"}]}))
-    with pytest.raises(openai.BadRequestError) as refused:
-        client.fine_tuning.jobs.create(model=f"tier-{lab['tier'].pk}", training_file=chat.id)
-    assert refused.value.body["param"] == "training_file"
-    assert "line 1, field 'messages': holds no assistant message" in refused.value.body["message"]
+    failed = launched(client, model=f"tier-{lab['tier'].pk}", training_file=chat.id)
+    assert (failed.status, failed.error.param, failed.error.code) == (
+        "failed",
+        "training_file",
+        "invalid_training_file",
+    )
+    assert "line 1, field 'messages': holds no assistant message" in failed.error.message
     with pytest.raises(openai.BadRequestError) as hyper:
         client.fine_tuning.jobs.create(
             model=f"tier-{lab['tier'].pk}",
@@ -331,7 +357,7 @@ def test_a_dpo_job_trains_pairs_and_a_file_checked_against_its_method_names_the_
             method={"type": "dpo", "dpo": {"hyperparameters": {"n_epochs": 0}}},
         )
     assert hyper.value.body["param"] == "method.dpo.hyperparameters.n_epochs"
-    assert FineTuningJob.objects.count() == 1
+    assert FineTuningJob.objects.count() == 2 and Run.objects.count() == 1  # the failed one kept, no run
 
 
 def test_a_reinforcement_grader_reads_a_lines_own_fields_and_a_bad_grader_is_refused(lab):
@@ -344,7 +370,8 @@ def test_a_reinforcement_grader_reads_a_lines_own_fields_and_a_bad_grader_is_ref
         "reference": "{{ item.reference_answer }}",
         "operation": "eq",
     }
-    job = client.fine_tuning.jobs.create(
+    job = launched(
+        client,
         model=f"tier-{lab['tier'].pk}",
         training_file=items.id,
         validation_file=items.id,
@@ -364,7 +391,8 @@ def test_a_reinforcement_grader_reads_a_lines_own_fields_and_a_bad_grader_is_ref
         "graders": {"exact": grader, "close": grader | {"operation": "ilike"}},
         "calculate_output": "0.7 * exact + 0.3 * close",
     }
-    combined = client.fine_tuning.jobs.create(
+    combined = launched(
+        client,
         model=f"tier-{lab['tier'].pk}",
         training_file=items.id,
         method={"type": "reinforcement", "reinforcement": {"grader": multi}},
@@ -377,10 +405,21 @@ def test_a_reinforcement_grader_reads_a_lines_own_fields_and_a_bad_grader_is_ref
             training_file=items.id,
             method={
                 "type": "reinforcement",
-                "reinforcement": {"grader": {"type": "unit_tests", "name": "t"}},
+                "reinforcement": {"grader": {"type": "string_check", "name": "t", "operation": "eq"}},
             },
         )
-    assert bad.value.body["param"].startswith("method.reinforcement.grader")
+    assert (bad.value.body["param"], bad.value.body["code"]) == (
+        "method.reinforcement.grader.input",
+        "invalid_grader",
+    )
+    with pytest.raises(openai.BadRequestError) as unknown:
+        client.fine_tuning.jobs.create(
+            model=f"tier-{lab['tier'].pk}",
+            training_file=items.id,
+            method={"type": "reinforcement", "reinforcement": {"grader": {"type": "vibes", "name": "t"}}},
+        )
+    assert unknown.value.body["param"] == "method.reinforcement.grader.type"
+    assert "unknown grader type 'vibes'" in unknown.value.body["message"]
     assert FineTuningJob.objects.count() == 2
 
 
@@ -447,9 +486,11 @@ def test_graders_validate_and_run_as_openais_endpoints_do(lab):
     with pytest.raises(openai.BadRequestError) as bad:
         graders.validate(grader=check)  # no operation
     assert bad.value.body["param"].startswith("grader") and bad.value.body["code"] == "invalid_grader"
-    with pytest.raises(openai.BadRequestError) as flywheel_only:
-        graders.validate(grader={"type": "unit_tests", "name": "t"})
-    assert "Flywheel's own" in flywheel_only.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as unknown:
+        graders.validate(grader={"type": "vibes", "name": "t"})
+    assert (unknown.value.body["param"], unknown.value.body["code"]) == ("grader.type", "invalid_grader")
+    # Flywheel's own grader types are accepted beside OpenAI's (an extension; docs/openai-migration.md).
+    assert graders.validate(grader={"type": "unit_tests", "name": "t"}).grader.type == "unit_tests"
     assert graders.validate(grader=check | {"operation": "eq"}).grader.name == "eq"
     multi = {
         "type": "multi",
@@ -476,7 +517,7 @@ def test_a_succeeded_jobs_fine_tuned_model_is_trained_further_from_its_last_chec
 
     client = lab["client"]
     training = upload(client, jsonl(WEIGHTED))
-    first = client.fine_tuning.jobs.create(model="small", training_file=training.id, suffix="one")
+    first = launched(client, model="small", training_file=training.id, suffix="one")
     stored = FineTuningJob.objects.get(pk=first.id)
     with pytest.raises(openai.BadRequestError) as unfinished:
         client.fine_tuning.jobs.create(model=stored.fine_tuned_model, training_file=training.id)
@@ -484,7 +525,7 @@ def test_a_succeeded_jobs_fine_tuned_model_is_trained_further_from_its_last_chec
     Run.objects.filter(pk=stored.run_id).update(status=Run.Status.SUCCEEDED)  # as the learner leaves it
     checkpoint = Checkpoint.objects.create(run=stored.run, step=1, policy_version=1, path="x")
     assert client.fine_tuning.jobs.retrieve(first.id).fine_tuned_model == stored.fine_tuned_model
-    second = client.fine_tuning.jobs.create(model=stored.fine_tuned_model, training_file=training.id)
+    second = launched(client, model=stored.fine_tuned_model, training_file=training.id)
     run = FineTuningJob.objects.get(pk=second.id).run
     assert (run.parent_id, run.parent_checkpoint_id, run.tier_id) == (
         stored.run_id,
@@ -502,7 +543,7 @@ def test_list_parameters_are_checked_before_any_lookup(lab):
 
 def test_a_failed_jobs_error_says_what_failed_where(lab):
     training = upload(lab["client"], jsonl(WEIGHTED))
-    job = lab["client"].fine_tuning.jobs.create(model="small", training_file=training.id)
+    job = launched(lab["client"], model="small", training_file=training.id)
     run = FineTuningJob.objects.get(pk=job.id).run
     lifecycle.run_fail(run=run, message="out of memory at step 3", where="learner")
     failed = lab["client"].fine_tuning.jobs.retrieve(job.id)
@@ -521,7 +562,7 @@ def test_an_owner_shares_a_checkpoint_with_another_project_whose_members_then_se
     from runs.models import Checkpoint
 
     client = lab["client"]
-    job = client.fine_tuning.jobs.create(model="small", training_file=upload(client, jsonl(WEIGHTED)).id)
+    job = launched(client, model="small", training_file=upload(client, jsonl(WEIGHTED)).id)
     stored = FineTuningJob.objects.get(pk=job.id)
     Checkpoint.objects.create(run=stored.run, step=2, policy_version=2, path="x")
     name = f"{stored.fine_tuned_model}:ckpt-step-2"

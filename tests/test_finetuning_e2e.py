@@ -1,17 +1,20 @@
 """End to end: a script written for OpenAI's fine-tuning, with only `base_url` and `api_key`
 changed, drives reinforcement (a `python` grader), supervised and DPO jobs through a live web server,
 real Celery workers, a real learner process and sandboxes on the tiny model, then chats with the
-results; and pauses, resumes and cancels a live job. One stack of processes serves the module (the
-database is emptied between tests; the processes read it afresh)."""
+results; pauses, resumes and cancels a live job; and an RFT job on the demo tasks learns the curve
+of a GRPO run launched on the launch page. Each job is created `validating_files` and an eval worker
+validates its files and launches its run. One stack of processes serves the module (the database is
+emptied between tests; the processes read it afresh)."""
 
 import json
 
-import httpx
 import openai
 import pytest
+from django.test import Client
 
 from finetuning.models import FineTuningJob
 from projects import services as project_services
+from projects.models import TaskItem
 from runs.models import MetricPoint, Run, Trajectory
 from tests.run_harness import (
     Host,
@@ -100,7 +103,7 @@ def test_a_reinforcement_job_trains_through_real_workers_and_its_model_answers_a
             },
         },
     )
-    assert job.status == "queued"
+    assert job.status == "validating_files"  # answered at once; an eval worker reads the file
     done = _finished(client, job.id)
     run = FineTuningJob.objects.get(pk=job.id).run
     assert done.status == "succeeded", (done.error, run.error)
@@ -115,7 +118,9 @@ def test_a_reinforcement_job_trains_through_real_workers_and_its_model_answers_a
     last = next(e.data for e in metrics if e.data["step"] == 2)
     assert "train_reward_mean" in last and "full_valid_pass_rate" in last
     statuses = [e.data["status"] for e in events if e.type == "message" and e.data.get("status")]
-    assert statuses[0] == "succeeded" and statuses[-1] == "queued"
+    # Newest first: validating its file, then queued as a run, then the run's course to success.
+    assert statuses[0] == "succeeded" and statuses[-2:] == ["queued", "validating_files"]
+    assert "running" in statuses
 
     checkpoints = client.fine_tuning.jobs.checkpoints.list(job.id)
     assert [c.step_number for c in checkpoints.data] == [2]
@@ -133,7 +138,6 @@ def test_a_reinforcement_job_trains_through_real_workers_and_its_model_answers_a
         )
         assert chat.model == model and chat.choices[0].message.role == "assistant"
     assert Run.objects.get(pk=run.pk).status == Run.Status.SUCCEEDED
-    _the_same_run_launched_over_rest_draws_the_same_curve(live, run)
 
 
 MULTI_GRADER = {
@@ -201,31 +205,86 @@ def _curve(run: Run) -> dict[tuple[int, str], float]:
     return {(step, name): value for step, name, value in points if name.startswith(CURVE)}
 
 
-def _the_same_run_launched_over_rest_draws_the_same_curve(live, job_run: Run) -> None:
-    """A GRPO run launched over REST (as the UI's launch form does) on the job's task set version,
-    grader (reward rule version) and tier, with the hyperparameters the job resolved to and the same
-    seed, learns the same curve, step by step, and ends on the same held-out figures."""
-    body = {
-        "project": live["project"].pk,
-        "name": "the same, by hand",
-        "task_set_version": job_run.task_set_version_id,
-        "reward_rule_version": job_run.reward_rule_version_id,
-        "tier": job_run.tier_id,
-        "method": "grpo",
-        "hyperparameters": job_run.hyperparameters,
-        "max_steps": job_run.max_steps,
-        "eval_split": job_run.eval_split,
-        "monitor_actions": {"nothing_to_learn": "alert"},
-    }
-    answer = httpx.post(
-        f"{live['url']}/api/v1/runs", json=body, headers={"Authorization": f"Bearer {live['token']}"}
+def _samples(run: Run) -> list[tuple]:
+    """Every episode: its step, its item's place, its place in the group, what was sampled, the
+    reward and the step that learned it."""
+    rows = Trajectory.objects.filter(run=run).values_list(
+        "batch__step", "item__position", "sample_index", "completion_text", "reward", "learned_in_step"
     )
-    assert answer.status_code == 201, answer.text
-    by_hand = wait_for_terminal(answer.json()["id"])
-    assert by_hand.status == Run.Status.SUCCEEDED and by_hand.resolved == job_run.resolved
+    return sorted(rows, key=lambda row: row[:3])
+
+
+def _rft_line(item: TaskItem) -> dict:
+    """A demo task (a code item) as a reinforcement fine-tuning line: its prompt as the user's
+    message, its code fields and its metadata's fields as the line's own (the run breaks held-out
+    figures down by `family`)."""
+    code = {name: item.data[name] for name in ("tests", "entry_point", "reference_solution")}
+    return {"messages": [{"role": "user", "content": item.data["prompt"]}]} | code | item.data["metadata"]
+
+
+def test_an_rft_job_on_the_demo_tasks_learns_the_curve_of_a_grpo_run_launched_on_the_launch_page(live):
+    """The demo task set (the family `make up` seeds, at the tests' size) written as RFT files and
+    graded by its unit tests (Flywheel's own grader type in the job's grader: an extension), created
+    through the official client; and a GRPO run launched by submitting the launch page's form, on
+    the demo task set version, the demo rule, the same tier, hyperparameters and seed. The same
+    curve, step by step: rewards, losses and held-out figures."""
+    client, seed = live["client"], 11
+    items = list(live["version"].items.order_by("position"))
+    training = _upload(client, [_rft_line(i) for i in items if i.split == "train"], "demo-train.jsonl")
+    heldout = _upload(client, [_rft_line(i) for i in items if i.split == "heldout"], "demo-heldout.jsonl")
+    job = client.fine_tuning.jobs.create(
+        model=f"tier-{live['tier'].pk}",
+        training_file=training.id,
+        validation_file=heldout.id,
+        seed=seed,
+        method={
+            "type": "reinforcement",
+            "reinforcement": {
+                "grader": {"type": "unit_tests", "name": "tests"},
+                "hyperparameters": {"n_epochs": 1, "batch_size": 4, "compute_multiplier": 0.5},
+            },
+        },
+    )
+    assert job.status == "validating_files"
+
+    browser = Client()
+    browser.force_login(live["owner"])
+    page = f"/projects/{live['project'].pk}/runs/new/"
+    assert browser.get(page).status_code == 200
+    submitted = browser.post(
+        page,
+        {
+            "name": "demo, launched by hand",
+            "task_set_version": live["version"].pk,
+            "train_split": "train",
+            "eval_split": "heldout",
+            "reward_rule_version": live["rule"].versions.get().pk,
+            "tier": live["tier"].pk,
+            "method": "grpo",
+            "max_steps": 2,
+            "priority": 0,
+            "hp_seed": str(seed),
+            "hp_batch_size": "4",
+            "hp_group_size": "4",
+        },
+    )
+    assert submitted.status_code == 302, submitted.content.decode()[-2000:]
+    by_hand = wait_for_terminal(Run.objects.get(name="demo, launched by hand").pk)
+
+    done = _finished(client, job.id)
+    job_run = FineTuningJob.objects.get(pk=job.id).run
+    assert done.status == "succeeded", (done.error, job_run.error)
+    assert by_hand.status == Run.Status.SUCCEEDED, by_hand.error
+    assert (job_run.max_steps, job_run.resolved) == (by_hand.max_steps, by_hand.resolved)
+    assert job_run.task_set_version.items.filter(kind="code").count() == len(items)
     ours, theirs = _curve(job_run), _curve(by_hand)
-    assert ours and {step for step, _ in ours} == {0, 1, 2}
+    assert {step for step, _ in ours} == {0, 1, 2}
+    assert {(0, "heldout/pass_rate"), (2, "heldout/pass_rate"), (1, "reward/mean")} <= set(ours)
     assert theirs == ours
+    # The same samples of the same prompts, scored the same: 2 steps x 4 items x 4 completions.
+    samples = _samples(job_run)
+    assert len(samples) == 32 and all(text for _, _, _, text, _, _ in samples)
+    assert _samples(by_hand) == samples
 
 
 SUPERVISED_LINES = [
@@ -310,6 +369,7 @@ def test_a_live_job_pauses_resumes_and_cancels(live):
         training_file=training.id,
         method={"type": "supervised", "supervised": {"hyperparameters": {"n_epochs": 200, "batch_size": 4}}},
     )
+    wait_until(lambda: FineTuningJob.objects.get(pk=job.id).run_id is not None, "its files validated")
     run_id = FineTuningJob.objects.get(pk=job.id).run_id
     wait_until(lambda: Run.objects.get(pk=run_id).learner_step >= 1, "the first step")
     assert client.fine_tuning.jobs.pause(job.id).status in ("running", "paused")

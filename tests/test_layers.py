@@ -305,6 +305,7 @@ def test_every_celery_task_module_sits_beside_a_service_or_drives_runs():
     graph = project_graph()
     assert sorted(m for m in graph if is_task_module(m)) == [
         "evaluations.tasks",
+        "finetuning.tasks",
         "reward_models.tasks",
         "runs.tasks",
         "tinker_api.tasks",

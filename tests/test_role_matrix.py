@@ -398,7 +398,8 @@ def fine_tuning_job_of(w):
         owner = w[Role.OWNER]
         file = fine_tuning.file_upload(project=w["project"], by=owner, upload=upload, purpose="fine-tune")
         body = {"model": f"tier-{w['tier'].pk}", "training_file": file.pk}
-        w["fine_tuning_job"] = fine_tuning.job_create(project=w["project"], by=owner, body=body)
+        job = fine_tuning.job_create(project=w["project"], by=owner, body=body)
+        w["fine_tuning_job"] = fine_tuning.job_launch(job_id=job.id)  # as its task does, after commit
     return w["fine_tuning_job"]
 
 
