@@ -4,7 +4,7 @@
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.files.base import ContentFile
 
 from core import strict_json
@@ -18,7 +18,7 @@ from projects.models import Project
 MAX_ERRORS_SHOWN = 5
 
 
-def file_upload(*, project: Project, by: AbstractBaseUser, upload: Any, purpose: Any) -> FineTuningFile:
+def file_upload(*, project: Project, by: User, upload: Any, purpose: Any) -> FineTuningFile:
     """Keep an uploaded JSONL file byte for byte, once every line is a line of its format."""
     project_selectors.require(user=by, project_id=project.pk, permission=Permission.EDIT)
     if purpose != FineTuningFile.Purpose.FINE_TUNE:
@@ -87,7 +87,7 @@ def refuse_problems(problems: list[formats.LineError], param: str) -> None:
     )
 
 
-def file_delete(*, file: FineTuningFile, by: AbstractBaseUser) -> None:
+def file_delete(*, file: FineTuningFile, by: User) -> None:
     project_selectors.require(user=by, project_id=file.project_id, permission=Permission.EDIT)
     file.content.delete(save=False)
     file.delete()

@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from core.roles import Permission
 from finetuning import formats
@@ -113,7 +113,7 @@ def _code_item(item: dict) -> dict:
     return item | fields | {"kind": "code"}
 
 
-def grader_run(*, project: Project, by: AbstractBaseUser, grader: Any, model_sample: Any, item: Any) -> dict:
+def grader_run(*, project: Project, by: User, grader: Any, model_sample: Any, item: Any) -> dict:
     """Score `model_sample` for `item` with the grader; the answer in OpenAI's shape."""
     spec = grader_checked(grader, project=project)
     # It runs code in sandboxes and models on the project's tiers: a launcher's.

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.files.base import ContentFile
 from django.db import transaction
@@ -301,7 +301,7 @@ def fine_tuned_name(*, base: str, project: Project, suffix: str, ident: str) -> 
     return f"ft:{base}:{slugify(project.name) or 'project'}:{suffix}:{ident.removeprefix('ftjob-')[:8]}"
 
 
-def job_create(*, project: Project, by: AbstractBaseUser, body: Any) -> FineTuningJob:
+def job_create(*, project: Project, by: User, body: Any) -> FineTuningJob:
     """Check the request's fields and keep the job, `validating_files`; its files are validated and
     its run launched after commit (`job_launch`, on a worker). Nothing is kept when a field is
     refused."""
@@ -497,7 +497,7 @@ def _job_items(request: JobRequest) -> list[ParsedItem]:
 
 
 def _task_set_version(
-    project: Project, by: AbstractBaseUser, request: JobRequest, items: list[ParsedItem]
+    project: Project, by: User, request: JobRequest, items: list[ParsedItem]
 ) -> TaskSetVersion:
     """The files as a task set version (a new one only when their content is new)."""
     name = f"openai {request.training_file.pk}" + (
@@ -546,7 +546,7 @@ def _task_set_version(
     return version
 
 
-def _task_set_create(project: Project, by: AbstractBaseUser, request: JobRequest, name: str) -> TaskSet:
+def _task_set_create(project: Project, by: User, request: JobRequest, name: str) -> TaskSet:
     description = f"OpenAI fine-tuning files: {request.training_file.filename}"
     if request.validation_file:
         description += f" (held-out: {request.validation_file.filename})"
@@ -560,7 +560,7 @@ def _task_set_create(project: Project, by: AbstractBaseUser, request: JobRequest
 
 
 def _reward_rule(
-    project: Project, by: AbstractBaseUser, request: JobRequest, ident: str, spec: dict | None
+    project: Project, by: User, request: JobRequest, ident: str, spec: dict | None
 ) -> RewardRule:
     """The run's rule: the job's grader (imported as OpenAI's grader JSON when it uses OpenAI's
     types only), or for a job without one the held-out check of its replies."""
@@ -605,7 +605,7 @@ def _run_refusal(exc: ValidationError, prefix: str = "") -> ApiError:
     return ApiError(400, text, f"{prefix}{param}" if param else None, "invalid_value")
 
 
-def job_cancel(*, job: FineTuningJob, by: AbstractBaseUser) -> FineTuningJob:
+def job_cancel(*, job: FineTuningJob, by: User) -> FineTuningJob:
     """Cancel the job: while it validates its files, the job itself (its task then finds nothing to
     do); once launched, its run."""
     project_selectors.require(user=by, project_id=job.project_id, permission=Permission.EDIT)
@@ -621,15 +621,15 @@ def job_cancel(*, job: FineTuningJob, by: AbstractBaseUser) -> FineTuningJob:
     return _job_change(job, by, lifecycle.run_cancel)
 
 
-def job_pause(*, job: FineTuningJob, by: AbstractBaseUser) -> FineTuningJob:
+def job_pause(*, job: FineTuningJob, by: User) -> FineTuningJob:
     return _job_change(job, by, lifecycle.run_pause)
 
 
-def job_resume(*, job: FineTuningJob, by: AbstractBaseUser) -> FineTuningJob:
+def job_resume(*, job: FineTuningJob, by: User) -> FineTuningJob:
     return _job_change(job, by, lifecycle.run_resume)
 
 
-def _job_change(job: FineTuningJob, by: AbstractBaseUser, change: Callable[..., Run]) -> FineTuningJob:
+def _job_change(job: FineTuningJob, by: User, change: Callable[..., Run]) -> FineTuningJob:
     project_selectors.require(user=by, project_id=job.project_id, permission=Permission.EDIT)
     job.refresh_from_db()
     if job.run is None:

@@ -2,7 +2,7 @@
 of a job's project lets other projects use one of its checkpoints. A checkpoint is named as /v1
 serves it: `<fine_tuned_model>:ckpt-step-<n>`, or the job's `fine_tuned_model` for its final one."""
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from core.roles import Permission, role_allows
@@ -16,11 +16,11 @@ from runs.models import Checkpoint
 MAX_PROJECTS = 100
 
 
-def _may(user: AbstractBaseUser, project_id: int, permission: str) -> bool:
+def _may(user: User, project_id: int, permission: str) -> bool:
     return role_allows(project_selectors.role_of(user=user, project_id=project_id), permission)
 
 
-def checkpoint_named(*, user: AbstractBaseUser, name: str) -> tuple[FineTuningJob, Checkpoint]:
+def checkpoint_named(*, user: User, name: str) -> tuple[FineTuningJob, Checkpoint]:
     """The job and checkpoint a name means, if the caller may manage the job's project."""
     match = CHECKPOINT_SUFFIX.match(name)
     model = match["model"] if match else name
@@ -47,7 +47,7 @@ def checkpoint_named(*, user: AbstractBaseUser, name: str) -> tuple[FineTuningJo
 
 
 def permissions_create(
-    *, user: AbstractBaseUser, name: str, project_ids: object
+    *, user: User, name: str, project_ids: object
 ) -> list[CheckpointPermission]:
     """Grant each project the checkpoint (a grant already made is kept, not doubled); all or none."""
     job, checkpoint = checkpoint_named(user=user, name=name)
@@ -79,7 +79,7 @@ def permissions_create(
 
 
 def permissions_of(
-    *, user: AbstractBaseUser, name: str, project_id: str | None = None, descending: bool = False
+    *, user: User, name: str, project_id: str | None = None, descending: bool = False
 ) -> list[CheckpointPermission]:
     _, checkpoint = checkpoint_named(user=user, name=name)
     found = CheckpointPermission.objects.filter(checkpoint=checkpoint)
@@ -89,7 +89,7 @@ def permissions_of(
     return list(ordered)
 
 
-def permission_delete(*, user: AbstractBaseUser, name: str, permission_id: str) -> str:
+def permission_delete(*, user: User, name: str, permission_id: str) -> str:
     _, checkpoint = checkpoint_named(user=user, name=name)
     deleted, _ = CheckpointPermission.objects.filter(checkpoint=checkpoint, pk=permission_id).delete()
     if not deleted:

@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Max, Min, QuerySet
 
 from core.roles import Permission
@@ -26,7 +26,7 @@ class NoProjectError(LookupError):
 
 def project_of(
     *,
-    user: AbstractBaseUser,
+    user: User,
     header: str | None,
     token_digest: str | None = None,
     named_by: str = "the OpenAI-Project header",
@@ -64,7 +64,7 @@ def files_of(*, project: Project, purpose: str | None = None) -> QuerySet[FineTu
     return files.filter(purpose=purpose) if purpose else files
 
 
-def file_for(*, user: AbstractBaseUser, file_id: str) -> FineTuningFile | None:
+def file_for(*, user: User, file_id: str) -> FineTuningFile | None:
     found = FineTuningFile.objects.filter(pk=file_id).first()
     if found is None or not _can(user, found.project_id, Permission.VIEW):
         return None
@@ -78,14 +78,14 @@ def jobs_of(*, project: Project, metadata: dict[str, str] | None = None) -> Quer
     return jobs
 
 
-def job_for(*, user: AbstractBaseUser, job_id: str) -> FineTuningJob | None:
+def job_for(*, user: User, job_id: str) -> FineTuningJob | None:
     job = FineTuningJob.objects.filter(pk=job_id).select_related("run", "project").first()
     if job is None or not _can(user, job.project_id, Permission.VIEW):
         return None
     return job
 
 
-def _can(user: AbstractBaseUser, project_id: int, permission: str) -> bool:
+def _can(user: User, project_id: int, permission: str) -> bool:
     return selectors.role_allows(project_selectors.role_of(user=user, project_id=project_id), permission)
 
 
@@ -216,7 +216,7 @@ def job_estimated_finish(job: FineTuningJob) -> datetime | None:
 # --- fine-tuned models, served ---------------------------------------------------------------
 
 
-def fine_tuned_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool = False) -> ServedModel | None:
+def fine_tuned_model_for(*, user: User, model_id: str, fetch: bool = False) -> ServedModel | None:
     """A job's fine_tuned_model (its final checkpoint) or one checkpoint's name
     (`<fine_tuned_model>:ckpt-step-<n>`), if the caller may view the job; None otherwise."""
     if not model_id.startswith("ft:"):
@@ -242,14 +242,14 @@ def fine_tuned_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool =
     return dataclasses.replace(checkpoint_model(checkpoint, fetch=fetch), id=model_id)
 
 
-def shared_with(*, user: AbstractBaseUser, checkpoint: Checkpoint) -> bool:
+def shared_with(*, user: User, checkpoint: Checkpoint) -> bool:
     """Whether one of the caller's projects was granted the checkpoint (a checkpoint permission)."""
     return CheckpointPermission.objects.filter(
         checkpoint=checkpoint, project__memberships__user_id=user.pk
     ).exists()
 
 
-def fine_tuned_models_for(*, user: AbstractBaseUser) -> list[ServedModel]:
+def fine_tuned_models_for(*, user: User) -> list[ServedModel]:
     jobs = FineTuningJob.objects.filter(
         project_id__in=project_selectors.visible_project_ids(user=user), run__status=Run.Status.SUCCEEDED
     ).select_related("run__project")
