@@ -21,7 +21,7 @@ from reward_models.store import checkpoint_prefix, log_path, version_dir
 from tests.conftest import api_client_for, make_user
 from tests.run_harness import Host, demo_project, tiny_model, wait_until, worker_env
 from tests.test_reward_models import trained_version, with_pairs
-from workers.reward_model_supervisor import reward_models_watchdog
+from workers.supervisor import reward_models_watchdog
 
 pytestmark = pytest.mark.backend_independent
 
