@@ -21,7 +21,7 @@ from reward_models.store import checkpoint_prefix, log_path, version_dir
 from tests.conftest import api_client_for, make_user
 from tests.run_harness import Host, demo_project, tiny_model, wait_until, worker_env
 from tests.test_reward_models import trained_version, with_pairs
-from workers.reward_model_supervisor import reward_models_watchdog
+from workers.supervisor import reward_models_watchdog
 
 pytestmark = pytest.mark.backend_independent
 
@@ -178,11 +178,18 @@ def test_the_watchdog_settles_what_it_cannot_resume(team, settings):
         restarts=settings.FLYWHEEL_LEARNER_MAX_RESTARTS,
     )
     stored = stored_checkpoint(exhausted)
+    log_path(exhausted.pk, exhausted.key).write_text("epoch 1\nRuntimeError: CUDA out of memory\n")
     assert reward_models_watchdog() == []
     cancelling.refresh_from_db()
     exhausted.refresh_from_db()
     assert cancelling.status == "cancelled" and cancelling.finished_at is not None
-    assert exhausted.status == "failed" and "gave up after" in exhausted.error
+    assert cancelling.error == "cancelled (its learner was gone)"
+    # Given up the way a run is, with the learner's last words (workers/supervisor.py).
+    limit = settings.FLYWHEEL_LEARNER_MAX_RESTARTS
+    assert exhausted.status == "failed" and exhausted.error == (
+        f"the learner stopped sending heartbeats; gave up after {limit} restarts\n"
+        "epoch 1\nRuntimeError: CUDA out of memory"
+    )
     # A settled version is never resumed: its checkpoint leaves the storage and the host.
     assert exhausted.checkpoint_path == ""
     with pytest.raises(ArtifactMissingError):

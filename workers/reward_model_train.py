@@ -1,6 +1,6 @@
 """Training a reward-model version: a learner process of its own (`python manage.py
 train_reward_model VERSION_ID`), started and supervised by a Celery task on the learner queue
-(workers/reward_model_supervisor.py), like a run's learner.
+(workers/supervisor.py), like a run's learner.
 
 The process reads the version's pairs (the task-set version's train split; its held-out split, or a
 seeded share of the train pairs when that has none), measures held-out pair accuracy with the fresh

@@ -8,7 +8,8 @@ Per step s (the weights after s steps are policy version s):
    episode deadline has passed (live stragglers are recorded, not waited for; a batch whose worker
    died is claimed again and waited for);
 3. learn on the complete groups (GRPO: group advantages, clipped ratio against the behaviour
-   log-probs, optional KL), skipping errored trajectories and those older than s - k;
+   log-probs, optional KL), skipping errored trajectories and those older than s - k: the step of
+   `manage.py train_learner grpo` (`grpo_step`), fed by the rollout workers;
 4. mark what was learned (`learned_in_step`), publish version s+1, write metrics, checkpoint.
 
 A restart resumes from the last checkpoint: what later steps had learned is released again, and
@@ -26,6 +27,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from statistics import fmean, pstdev
 from types import ModuleType
@@ -76,7 +78,7 @@ from workers.learners.common import (
     checkpoint_save,
     learner_create,
 )
-from workers.learners.grpo import GRPOConfig, learnable, step_items
+from workers.learners.grpo import GRPOConfig, grpo_step, learnable, step_items
 from workers.rollout import Trajectory as Episode
 from workers.run_rollout import item_dicts, lease_lapsed, rollout_batches_expire
 from workers.usage import device_class, worker_name
@@ -162,7 +164,8 @@ def learner_main(run_id: int, log: Log = print) -> None:
     method = Run.objects.filter(pk=run_id).values_list("method", flat=True).get()
     algorithm = algorithm_get(method)
     module = importlib.import_module(algorithm.learner) if algorithm is not None else None
-    if hasattr(module, "serve"):  # a learner that runs its own loop (the Tinker API's models)
+    # A learner that runs its own loop (the Tinker API's models).
+    if module is not None and hasattr(module, "serve"):
         module.serve(run_id, log)
         return
     if algorithm is not None and not algorithm.online:
@@ -208,32 +211,33 @@ def _online_main(run_id: int, log: Log):
             stop_at(run, learner, config, step, str(stop))
             return learner
         learned = time.monotonic()
-        choose = getattr(module, "learnable", learnable)  # an algorithm may weigh episodes its own way
-        keep, advantages, dropped = choose(episodes, config.group_size, config, version=step)
-        metrics = {}
-        if keep:
-            batch = group_batch(
-                learner.accelerator, episodes, keep, advantages, learner.tokenizer.pad_token_id
-            )
-            learner.model.train()
-            metrics = module.learn_batch(learner, batch, config, reference)
+        chosen, metrics = grpo_step(
+            learner,
+            episodes,
+            config,
+            reference,
+            step,
+            choose=getattr(module, "learnable", learnable),  # an algorithm may weigh episodes its own way
+            batch_of=partial(group_batch, learner.accelerator),  # every process learns its share
+            learn=module.learn_batch,
+        )
         learn_seconds = time.monotonic() - learned
-        learner.state.step = step = step + 1
-        mark_learned(rows, keep, advantages, step - 1)
-        learner_usage_record(run, step, learner, rows, keep, learn_seconds)
+        step = learner.state.step
+        mark_learned(rows, chosen.keep, chosen.advantages, step - 1)
+        learner_usage_record(run, step, learner, rows, chosen.keep, learn_seconds)
         publish(run, step, learner)
-        metrics |= {"entropy": sampled_entropy(episodes), "learned": len(keep)}
+        metrics |= {"entropy": sampled_entropy(episodes), "learned": len(chosen.keep)}
         alerts = record_metrics(
-            run, step, rows, metrics, dropped, learn=time.monotonic() - learned, wait=wait_seconds
+            run, step, rows, metrics, chosen.dropped, learn=time.monotonic() - learned, wait=wait_seconds
         )
         cost_metrics_write(run, step)
         if step % config.checkpoint_every == 0 or step == run.max_steps:
             checkpoint(run, learner, config, step)
         if evaluation_due(run, step):
             evaluate_later(run.pk, step)
-        log(f"run {run.pk}: step {step} learned {len(keep)} episodes {metrics}")
-        if (stop := stopping_alert(alerts)) is not None:
-            fail_at(run, learner, config, step, stop)
+        log(f"run {run.pk}: step {step} learned {len(chosen.keep)} episodes {metrics}")
+        if (alert := stopping_alert(alerts)) is not None:
+            fail_at(run, learner, config, step, alert)
             return learner
     else:
         reason = None
@@ -409,7 +413,7 @@ def fail_at(run: Run, learner, config, step: int, alert: RunEvent) -> None:
 
 
 def mark_running(run: Run) -> Run:
-    fields = {
+    fields: dict[str, Any] = {
         "learner_pid": os.getpid(),
         "learner_host": socket.gethostname(),
         "heartbeat_at": timezone.now(),
@@ -450,7 +454,8 @@ def _cancel_pending(run: Run) -> None:
 
 def external(run: Run) -> bool:
     """Whether agents outside Flywheel play the run's episodes (episodes/), not rollout workers."""
-    return algorithm_get(run.method).rollouts == "external"
+    algorithm = algorithm_get(run.method)
+    return algorithm is not None and algorithm.rollouts == "external"
 
 
 def stop_at(run: Run, learner, config: GRPOConfig, step: int, why: str) -> None:
@@ -647,7 +652,7 @@ def _learnable_rows(run: Run, step: int, config: GRPOConfig) -> list[Trajectory]
 
 
 def _complete_groups(rows: list[Trajectory], group_size: int) -> list[list[Trajectory]]:
-    groups: dict[tuple[int, int], list[Trajectory]] = defaultdict(list)
+    groups: dict[tuple[int | None, int], list[Trajectory]] = defaultdict(list)
     for row in rows:
         groups[(row.batch_id, row.item_id)].append(row)
     return [group for group in groups.values() if len(group) == group_size]

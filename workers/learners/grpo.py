@@ -6,12 +6,17 @@ the sandboxed unit tests, turn rewards into group-normalised advantages, drop wh
 learned from (errored trajectories, groups whose rewards do not vary, trajectories older than the
 staleness bound), then take `num_iterations` clipped policy-gradient steps on the batch.
 
+The step after sampling is one function, `grpo_step`, fed two ways: `train_grpo` samples each
+step's groups in this process (`manage.py train_learner grpo`, `train_demo`, the benchmarks), and a
+run's learner (workers/run_learner.py) takes them from the rollout workers.
+
 The loss is TRL's for the same settings (tests/test_workers_parity.py): "sequence_mean" is TRL's
 `grpo`, "token_mean" its `bnpo`, "dr_grpo" its `dr_grpo`.
 """
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,6 +201,8 @@ def grpo_loss(
     per_token = -torch.min(ratio * advantages[:, None], clipped * advantages[:, None]) * weight
     kl = torch.zeros_like(per_token)
     if beta != 0.0:
+        if ref_logprobs is None:
+            raise ValueError("a KL penalty (beta != 0) needs the reference's log-probs")
         delta = ref_logprobs - logprobs
         kl = torch.exp(delta) - delta - 1
         if kl_importance_correction:
@@ -254,7 +261,8 @@ def episode_sequence(completions: list[Completion]) -> tuple[list[int], list[tup
     >>> episode_sequence([turn([1, 2], [3]), turn([1, 9, 3, 4], [5])]) is None
     True
     """
-    spans, previous = [], []
+    spans: list[tuple[int, int]] = []
+    previous: list[int] = []
     for completion in completions:
         prompt = completion.prompt_token_ids
         if prompt[: len(previous)] != previous or not prompt:
@@ -315,7 +323,9 @@ def learn_on_batch(
 ) -> dict[str, float]:
     """`num_iterations` optimiser steps on one generation batch, each accumulated over micro-batches
     (`gradient_accumulation_steps` of them, each split again to fit `micro_batch_tokens`)."""
-    accelerator, metrics, first = learner.accelerator, {}, {}
+    accelerator = learner.accelerator
+    metrics: dict[str, float] = {}
+    first: dict[str, float] = {}
     for iteration in range(config.num_iterations):
         for rows in torch.arange(len(batch.advantages)).tensor_split(config.gradient_accumulation_steps):
             with accelerator.accumulate(learner.model):
@@ -417,6 +427,52 @@ def _proximal(
     return batch.proximal_logprobs[rows][:, :width]
 
 
+# -- one step, whoever sampled its rollouts ------------------------------------------------------
+
+
+@dataclass
+class StepChoice:
+    """What a step chose: the trajectories it learns from (indices), every trajectory's advantage,
+    and how many it dropped, by why (errored, zero_variance, stale)."""
+
+    keep: list[int]
+    advantages: torch.Tensor
+    dropped: dict[str, int]
+
+
+# learnable's shape: (trajectories, group_size, config, version=) -> (keep, advantages, dropped)
+Choose = Callable[..., tuple[list[int], torch.Tensor, dict[str, int]]]
+# grpo_batch's shape: (trajectories, keep, advantages, pad_token_id) -> this process's batch
+BatchOf = Callable[[list[Trajectory], list[int], torch.Tensor, int], GRPOBatch]
+Learn = Callable[[Learner, GRPOBatch, GRPOConfig, torch.nn.Module | None], dict[str, float]]
+
+
+def grpo_step(
+    learner: Learner,
+    trajectories: list[Trajectory],
+    config: GRPOConfig,
+    reference: torch.nn.Module | None,
+    version: int,
+    *,
+    choose: Choose = learnable,
+    batch_of: BatchOf = grpo_batch,
+    learn: Learn = learn_on_batch,
+) -> tuple[StepChoice, dict[str, float]]:
+    """One step of the loop on trajectories sampled by policy `version`, whoever sampled them (this
+    process, in `train_grpo`; the rollout workers, for a run): choose what to learn from, batch
+    it, learn on it, count the step. A run's algorithm may choose and learn its own way
+    (tests/toy_reinforce.py); a run on several processes batches through its group, which hands
+    each process its share (workers/learner_group.py)."""
+    keep, advantages, dropped = choose(trajectories, config.group_size, config, version=version)
+    metrics: dict[str, float] = {}
+    if keep:
+        batch = batch_of(trajectories, keep, advantages, learner.tokenizer.pad_token_id)
+        learner.model.train()
+        metrics = learn(learner, batch, config, reference)
+    learner.state.step += 1
+    return StepChoice(keep, advantages, dropped), metrics
+
+
 # -- as a run's learner (workers/run_learner.py reads these for every online algorithm) ---------
 
 
@@ -446,50 +502,25 @@ def reference_for(config: GRPOConfig, learner: Learner) -> torch.nn.Module | Non
     return reference_create(config, learner) if config.beta else None
 
 
-def learn_batch(
-    learner: Learner, batch: GRPOBatch, config: GRPOConfig, reference: torch.nn.Module | None
-) -> dict[str, float]:
-    return learn_on_batch(learner, batch, config, reference)
+learn_batch = learn_on_batch  # what the run learner calls on each step's batch
+
+
+# -- trained outside a run: the rollouts sampled in this process ---------------------------------
 
 
 def train_grpo(config: GRPOConfig, items: list[dict], *, pool=None, log: Log = print) -> TrainResult:
     """Train with GRPO on `items` (code task items graded by their unit tests); resumes if it can."""
-    learner, policy = learner_create(config)
-    reference = reference_create(config, learner) if config.beta else None
+    learner, _ = learner_create(config)
+    reference = reference_for(config, learner)
     if checkpoint_resume(learner, config):
         log(f"resumed at step {learner.state.step} from {config.output_dir}")
     result, started = TrainResult(steps=learner.state.step, seconds=0.0), time.monotonic()
     while learner.state.step < config.steps:
-        step = learner.state.step
-        learner.model.eval()
-        rollout_started = time.monotonic()
-        behaviour = Policy(
-            learner.accelerator.unwrap_model(learner.model), learner.tokenizer, version=step, chat=config.chat
-        )
-        trajectories = rollout_groups(
-            behaviour,
-            step_items(items, config, step),
-            config.sampling,
-            group_size=config.group_size,
-            generator=step_generator(config.seed, step),
-            pool=pool,
-        )
+        step, rollout_started = learner.state.step, time.monotonic()
+        trajectories = own_rollouts(learner, items, config, pool)
         rollout_seconds = time.monotonic() - rollout_started
-        learner.model.train()
-        keep, advantages, dropped = learnable(trajectories, config.group_size, config, version=step)
-        metrics = {}
-        if keep:
-            batch = grpo_batch(trajectories, keep, advantages, learner.tokenizer.pad_token_id)
-            metrics = learn_on_batch(learner, batch, config, reference)
-        learner.state.step += 1
-        scored = [t for t in trajectories if t.outcome == "scored"]
-        record = {
-            "step": step,
-            "reward": sum(t.reward for t in scored) / max(1, len(scored)),
-            "pass_rate": sum(t.passed for t in scored) / max(1, len(scored)),
-            "learned": len(keep),
-            **{f"dropped_{name}": count for name, count in dropped.items()},
-            **metrics,
+        chosen, metrics = grpo_step(learner, trajectories, config, reference, version=step)
+        record = step_record(step, trajectories, chosen, metrics) | {
             "rollout_seconds": rollout_seconds,
             "seconds": time.monotonic() - started,
         }
@@ -505,6 +536,38 @@ def train_grpo(config: GRPOConfig, items: list[dict], *, pool=None, log: Log = p
     final_save(learner, config)
     result.steps, result.seconds = learner.state.step, time.monotonic() - started
     return result
+
+
+def own_rollouts(learner: Learner, items: list[dict], config: GRPOConfig, pool=None) -> list[Trajectory]:
+    """The step's groups, sampled here by the learner's current weights (policy version = step)."""
+    step = learner.state.step
+    learner.model.eval()
+    behaviour = Policy(
+        learner.accelerator.unwrap_model(learner.model), learner.tokenizer, version=step, chat=config.chat
+    )
+    return rollout_groups(
+        behaviour,
+        step_items(items, config, step),
+        config.sampling,
+        group_size=config.group_size,
+        generator=step_generator(config.seed, step),
+        pool=pool,
+    )
+
+
+def step_record(
+    step: int, trajectories: list[Trajectory], chosen: StepChoice, metrics: dict[str, float]
+) -> dict[str, float]:
+    """A step's line of `TrainResult.history`: its rewards, what it learned from, its metrics."""
+    scored = [t for t in trajectories if t.outcome == "scored"]
+    return {
+        "step": step,
+        "reward": sum(t.reward or 0.0 for t in scored) / max(1, len(scored)),
+        "pass_rate": sum(t.passed for t in scored) / max(1, len(scored)),
+        "learned": len(chosen.keep),
+        **{f"dropped_{name}": count for name, count in chosen.dropped.items()},
+        **metrics,
+    }
 
 
 # `manage.py train_learner grpo`: trained outside a run, from a JSONL file.
