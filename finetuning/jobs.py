@@ -38,7 +38,8 @@ from projects.task_format import ParsedItem, canonical_json
 from rewards import services as reward_services
 from runs import lifecycle
 from runs.hyperparameters import AUTO
-from runs.models import Checkpoint, MetricPoint, Run, Tier
+from runs.models import Checkpoint, MetricPoint, Run
+from tiers.models import Tier
 
 SFT_RULE = {
     "type": "string_check",
