@@ -87,7 +87,7 @@ class TierEvaluateForm(forms.Form):
     split = forms.ChoiceField(choices=TaskItem.Split.choices, initial=TaskItem.Split.HELDOUT)
     # The project's runs, set per tier below: through the project's relation, since runs sit above
     # tiers and tiers import none of them.
-    run: forms.ModelChoiceField[Model] = forms.ModelChoiceField(
+    run: "forms.ModelChoiceField[Model]" = forms.ModelChoiceField(
         queryset=None, required=False, help_text="Evaluate a run's policy instead of a path"
     )
     version = forms.IntegerField(
@@ -121,7 +121,7 @@ class TierEvaluateForm(forms.Form):
         return data
 
 
-def _choices(form: forms.Form, name: str) -> forms.ModelChoiceField[Any]:
+def _choices(form: forms.Form, name: str) -> "forms.ModelChoiceField[Any]":
     """The form's model choice field `name` (this instance's copy, whose choices may be narrowed)."""
     field = form.fields[name]
     assert isinstance(field, forms.ModelChoiceField)
