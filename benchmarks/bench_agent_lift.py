@@ -162,8 +162,8 @@ def start_workers(env: dict[str, str]) -> list[subprocess.Popen]:
 def run_launch(owner, items: dict, model: Path, seed: int, mode: str = "workers"):
     from projects import services as project_services
     from rewards import services as reward_services
-    from runs import services
     from runs.lifecycle import RunRequest, run_create
+    from tiers import services as tier_services
 
     project = project_services.project_create(name=f"agent-lift-{seed}-{time.time_ns()}", by=owner)
     task_set = project_services.task_set_create(project=project, name="fix", by=owner)
@@ -172,7 +172,7 @@ def run_launch(owner, items: dict, model: Path, seed: int, mode: str = "workers"
         task_set=task_set, stream=lines, file_format="jsonl", by=owner
     ).version
     rule = reward_services.reward_rule_create(project=project, name="agent", spec=RULE, by=owner)
-    tier = services.tier_create(project=project, by=owner, name="rollout", base_model=str(model), **TIER)
+    tier = tier_services.tier_create(project=project, by=owner, name="rollout", base_model=str(model), **TIER)
     request = RunRequest(
         project=project,
         name=f"agent lift, seed {seed}, {mode}",

@@ -50,6 +50,7 @@ def workload(model: Path) -> dict:
     from projects.demo_tasks import demo_task_sets
     from rewards import services as reward_services
     from runs import services
+    from tiers import services as tier_services
 
     owner = services.User.objects.create_user(username=f"bench-{time.time_ns()}")
     project = project_services.project_create(name=f"bench-{time.time_ns()}", by=owner)
@@ -63,7 +64,7 @@ def workload(model: Path) -> dict:
         project=project, name="tests", spec={"type": "unit_tests", "name": "tests"}, by=owner
     )
     tiers = {
-        name: services.tier_create(
+        name: tier_services.tier_create(
             project=project,
             by=owner,
             name=name,

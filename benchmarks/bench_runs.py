@@ -104,6 +104,7 @@ def workload(model: Path):
     from projects.demo_tasks import demo_task_sets
     from rewards import services as reward_services
     from runs import services
+    from tiers import services as tier_services
 
     owner = services.User.objects.create_user(username=f"bench-{time.time_ns()}")
     project = project_services.project_create(name=f"bench-{time.time_ns()}", by=owner)
@@ -117,7 +118,7 @@ def workload(model: Path):
     rule = reward_services.reward_rule_create(
         project=project, name="tests", spec={"type": "unit_tests", "name": "tests"}, by=owner
     )
-    tier = services.tier_create(
+    tier = tier_services.tier_create(
         project=project,
         by=owner,
         name="rollout",

@@ -216,7 +216,7 @@ def main() -> None:
 
     from benchmarks.worker_processes import start_workers, stop_all
     from projects import services as project_services
-    from runs import services as run_services
+    from tiers import services as tier_services
     from tinker_api.models import TinkerModel
 
     torch.set_num_threads(1)
@@ -228,7 +228,7 @@ def main() -> None:
     prompt = data[0][0][:16]
     owner = project_services.User.objects.create_user(username=f"tinker-{time.time_ns()}")
     project = project_services.project_create(name=f"tinker-{time.time_ns()}", by=owner)
-    run_services.tier_create(
+    tier_services.tier_create(
         project=project, by=owner, name="tiny", base_model=str(model), max_new_tokens=MAX_TOKENS
     )
     _, token = project_services.api_token_create(user=owner, name="bench", default_project=project)

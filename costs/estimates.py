@@ -22,7 +22,8 @@ from django.utils import timezone
 
 from costs.models import Price, Usage
 from costs.selectors import CENT, PriceBook
-from runs.models import Run, Tier
+from runs.models import Run
+from tiers.models import Tier
 
 HISTORY_RUNS = 20  # the newest runs of the tier and method the rates come from
 RANGE = (0.1, 0.9)  # the quantiles of the per-step rates given as the range

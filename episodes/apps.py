@@ -12,7 +12,7 @@ class EpisodesConfig(AppConfig):
         from episodes.selectors import run_policy_model_for, run_policy_models_for
         from episodes.services import turn_keeper_for
         from runs.run_page import run_section_register
-        from runs.served_models import MODEL_LISTERS, MODEL_RESOLVERS, TURN_KEEPERS
+        from serving.served_models import MODEL_LISTERS, MODEL_RESOLVERS, TURN_KEEPERS
 
         if run_policy_model_for not in MODEL_RESOLVERS:
             MODEL_RESOLVERS.append(run_policy_model_for)

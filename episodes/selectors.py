@@ -13,7 +13,7 @@ from runs import selectors as run_selectors
 from runs.learners import algorithm_get, algorithm_names
 from runs.models import Run
 from runs.run_store import policy_dir, policy_prefix
-from runs.served_models import ServedModel
+from serving.served_models import ServedModel
 
 RUN_POLICY_ID = re.compile(r"^run-(\d{1,18})$")
 

@@ -262,7 +262,7 @@ def episode_scored(
 
 
 def turn_keeper_for(*, user: User, model: Any, episode: str, n: int):
-    """For /v1 (runs.served_models.TURN_KEEPERS): the function that keeps a turn of `episode`, when
+    """For /v1 (serving.served_models.TURN_KEEPERS): the function that keeps a turn of `episode`, when
     the request is to that episode's run (`run-<id>`) by a caller who may play it; None when the
     episode is not that run's. OpenAIError when it cannot take a turn now."""
     if model.kind != "policy":

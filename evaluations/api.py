@@ -17,7 +17,8 @@ from evaluations import selectors, services
 from evaluations import serializers as s
 from projects import selectors as project_selectors
 from projects.serializers import ProjectFilterSerializer
-from runs.models import Checkpoint, Run, Tier
+from runs.models import Checkpoint, Run
+from tiers.models import Tier
 
 
 class ResultsInOrderPagination(NewestFirstCursorPagination):

@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from projects.models import Project, TaskItem, TaskSetVersion
 from rewards.models import RewardRuleVersion
-from runs.models import Checkpoint, Run, Tier
+from runs.models import Checkpoint, Run
+from tiers.models import Tier
 
 DEFAULT_SAMPLING = {"samples": 1, "k": [1], "temperature": 0.0, "pass_threshold": 1.0}
 

@@ -2,8 +2,8 @@
 
 from rest_framework import serializers
 
+from core.api import INT64_MAX, INT64_MIN
 from evaluations.models import Suite, SuiteEntry, SuiteEvaluation, SuiteResult, SuiteVersion
-from runs.api.serializers import INT64_MAX, INT64_MIN
 from runs.models import Run
 from runs.outcomes import CHANGES
 

@@ -18,9 +18,10 @@ from evaluations.models import DEFAULT_SAMPLING, Suite, SuiteEntry, SuiteEvaluat
 from inference.settings import tier_snapshot
 from projects.models import Project, TaskItem, TaskSetVersion
 from rewards.models import RewardRuleVersion
-from runs.models import Checkpoint, Run, Tier
+from runs.models import Checkpoint, Run
 from runs.run_store import policy_prefix
-from runs.tier_evaluations import checkpoint_resolve
+from tiers.models import Tier
+from tiers.services import checkpoint_resolve
 
 S = SuiteEvaluation.Status
 MAX_ENTRIES = 20

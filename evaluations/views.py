@@ -22,7 +22,8 @@ from projects import selectors as project_selectors
 from projects.models import TaskSetVersion
 from projects.selectors import page_access
 from rewards.models import RewardRuleVersion
-from runs.models import Checkpoint, Run, Tier
+from runs.models import Checkpoint, Run
+from tiers.models import Tier
 
 RESULTS_PER_PAGE = 50
 

@@ -21,7 +21,7 @@ from finetuning import graders, permissions, selectors, serializers, services
 from finetuning.errors import ApiError
 from inference import openai_protocol as protocol
 from inference.openai_protocol import OpenAIError
-from runs.openai_views import caller
+from serving.openai_auth import caller
 
 logger = logging.getLogger(__name__)
 INT64 = 2**63 - 1

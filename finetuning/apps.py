@@ -11,7 +11,7 @@ class FinetuningConfig(AppConfig):
         # A job's fine_tuned_model answers on /v1/models and /v1/chat/completions; runs looks names
         # up through this hook, importing nothing of ours.
         from finetuning.selectors import fine_tuned_model_for, fine_tuned_models_for
-        from runs.served_models import MODEL_LISTERS, MODEL_RESOLVERS
+        from serving.served_models import MODEL_LISTERS, MODEL_RESOLVERS
 
         if fine_tuned_model_for not in MODEL_RESOLVERS:
             MODEL_RESOLVERS.append(fine_tuned_model_for)

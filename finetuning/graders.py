@@ -22,7 +22,7 @@ from rewards import engine
 from rewards.graders import MULTI, openai_types
 from rewards.graders.base import Sample
 from rewards.services import project_judge
-from runs.models import Tier
+from tiers.models import Tier
 
 # Flywheel's error kinds in OpenAI's metadata.errors flags, where OpenAI has one.
 OPENAI_ERROR_FLAGS = {

@@ -44,7 +44,8 @@ from rewards import services as reward_services
 from rewards.models import RewardRule
 from runs import lifecycle
 from runs.hyperparameters import AUTO
-from runs.models import Checkpoint, MetricPoint, Run, Tier
+from runs.models import Checkpoint, MetricPoint, Run
+from tiers.models import Tier
 
 SFT_RULE = {
     "type": "string_check",

@@ -46,9 +46,7 @@ def checkpoint_named(*, user: User, name: str) -> tuple[FineTuningJob, Checkpoin
     return job, checkpoint
 
 
-def permissions_create(
-    *, user: User, name: str, project_ids: object
-) -> list[CheckpointPermission]:
+def permissions_create(*, user: User, name: str, project_ids: object) -> list[CheckpointPermission]:
     """Grant each project the checkpoint (a grant already made is kept, not doubled); all or none."""
     job, checkpoint = checkpoint_named(user=user, name=name)
     if not isinstance(project_ids, list) or not project_ids or len(project_ids) > MAX_PROJECTS:

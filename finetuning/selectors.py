@@ -15,7 +15,7 @@ from projects import selectors as project_selectors
 from projects.models import ApiToken, Project
 from runs import selectors
 from runs.models import Checkpoint, MetricPoint, Run, RunEvent
-from runs.served_models import ServedModel, checkpoint_model
+from serving.served_models import ServedModel, checkpoint_model
 
 CHECKPOINT_SUFFIX = re.compile(r"^(?P<model>ft:.+):ckpt-step-(?P<step>\d{1,18})$")
 

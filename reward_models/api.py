@@ -18,7 +18,7 @@ from projects.serializers import ProjectFilterSerializer
 from reward_models import scoring, selectors, services
 from reward_models import serializers as s
 from runs import selectors as run_selectors
-from runs.models import Tier
+from tiers.models import Tier
 
 
 class RewardModelListView(ApiView):

@@ -21,7 +21,7 @@ from reward_models import hyperparameters, tasks
 from reward_models.models import RewardModel, RewardModelVersion
 from reward_models.store import checkpoint_discard
 from runs.lifecycle import pair_problems
-from runs.models import Tier
+from tiers.models import Tier
 
 S = RewardModelVersion.Status
 

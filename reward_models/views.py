@@ -21,7 +21,7 @@ from projects.models import TaskSetVersion
 from projects.selectors import page_access
 from reward_models import selectors, services
 from reward_models.progress import version_progress
-from runs.models import Tier
+from tiers.models import Tier
 
 
 def _refusal(error: ValidationError) -> str:

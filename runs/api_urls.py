@@ -1,9 +1,9 @@
-"""The REST API of tiers, runs, trajectories and checkpoints, included at /api/v1/ (see shared API.md)."""
+"""The REST API of runs, trajectories and checkpoints, included at /api/v1/ (see shared API.md)."""
 
 from django.urls import path
 
 from runs import backtest_views
-from runs.api import quotas, runs, tier_evaluations, views
+from runs.api import quotas, runs
 
 urlpatterns = [
     # A backtest rescores a run: served from runs, under the reward rule's URL.
@@ -11,14 +11,6 @@ urlpatterns = [
         "reward-rules/<int:id>/backtest",
         backtest_views.RewardRuleBacktestView.as_view(),
         name="api-reward-rule-backtest",
-    ),
-    path("tiers", views.TierListView.as_view(), name="api-tiers"),
-    path("tiers/<int:id>", views.TierDetailView.as_view(), name="api-tier"),
-    path("tiers/<int:id>/evaluate", tier_evaluations.TierEvaluateView.as_view(), name="api-tier-evaluate"),
-    path(
-        "tier-evaluations/<int:id>",
-        tier_evaluations.TierEvaluationDetailView.as_view(),
-        name="api-tier-evaluation",
     ),
     path("projects/<int:id>/quota", quotas.ProjectQuotaView.as_view(), name="api-project-quota"),
     path("runs", runs.RunListView.as_view(), name="api-runs"),

@@ -15,7 +15,9 @@ from projects.models import Membership, Project, TaskSet
 from rewards import services as reward_services
 from runs import services
 from runs.lifecycle import RunRequest, run_create
-from runs.models import Run, Tier
+from runs.models import Run
+from tiers import services as tier_services
+from tiers.models import Tier
 
 DEMO_PROJECT = "Demo"
 DEMO_TASK_SET = "arithmetic-and-code"
@@ -186,7 +188,7 @@ def _demo_contents_ensure(project: Project, user: User) -> None:
         )
     for tier in demo_tiers():
         if not Tier.objects.filter(project=project, name=tier["name"]).exists():
-            services.tier_create(project=project, by=user, **tier)
+            tier_services.tier_create(project=project, by=user, **tier)
     for rule in demo_reward_rules():
         if not project.reward_rules.filter(name=rule["name"]).exists():
             reward_services.reward_rule_create(project=project, by=user, **rule)

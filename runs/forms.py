@@ -5,82 +5,12 @@ from typing import Any, cast
 from django import forms
 from django.core.exceptions import ValidationError
 
-from inference.settings import TIER_FIELDS
 from projects.models import Project, TaskItem, TaskSetVersion
 from rewards.models import RewardRuleVersion
 from runs.hyperparameters import AUTO
 from runs.learners import hyperparameter_table, launch_choices
-from runs.models import Run, Tier
-
-STOP_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
-STOP_UNESCAPES = {"\\": "\\", "n": "\n", "t": "\t", "r": "\r"}
-
-
-def stop_escape(text: str) -> str:
-    r"""A stop sequence as one line of the form: newlines, tabs and backslashes written as escapes.
-
-    >>> stop_escape("\n\nHuman:")
-    '\\n\\nHuman:'
-    """
-    return "".join(STOP_ESCAPES.get(char, char) for char in text)
-
-
-def stop_unescape(line: str) -> str:
-    r"""The inverse of stop_escape; a backslash before any other character is kept as it is.
-
-    >>> stop_unescape(r"\n\n") == "\n\n" and stop_unescape(r"a\d") == "a\\d"
-    True
-    """
-    out, chars = [], iter(line)
-    for char in chars:
-        if char != "\\":
-            out.append(char)
-            continue
-        following = next(chars, "")
-        out.append(STOP_UNESCAPES.get(following, "\\" + following))
-    return "".join(out)
-
-
-ENGINE_DEFAULTS = {"engine": Tier.Engine.LOCAL, "engine_adapters": Tier.EngineAdapters.NONE}
-
-
-class TierForm(forms.ModelForm):
-    stop = forms.CharField(
-        required=False,
-        strip=False,
-        widget=forms.Textarea(attrs={"rows": 3}),
-        help_text=r"Stop sequences, one per line; write a newline as \n, a tab as \t, a backslash as \\",
-    )
-
-    class Meta:
-        model = Tier
-        fields = list(TIER_FIELDS)
-        widgets = {
-            "description": forms.Textarea(attrs={"rows": 2}),
-            "base_model": forms.TextInput(attrs={"list": "local-models", "autocomplete": "off"}),
-        }
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.instance.pk and not self.is_bound:
-            self.initial["stop"] = "\n".join(stop_escape(stop) for stop in self.instance.stop or [])
-        for name in ENGINE_DEFAULTS:  # a form that leaves the engine out keeps Flywheel's decoder
-            self.fields[name].required = False
-
-    def clean_engine(self) -> str:
-        return self.cleaned_data["engine"] or ENGINE_DEFAULTS["engine"]
-
-    def clean_engine_adapters(self) -> str:
-        return self.cleaned_data["engine_adapters"] or ENGINE_DEFAULTS["engine_adapters"]
-
-    def clean_stop(self) -> list[str]:
-        return [stop_unescape(line) for line in self.cleaned_data["stop"].splitlines() if line.strip()]
-
-    def _post_clean(self) -> None:
-        # The service checks the whole tier (names, impossible combinations); the model's own
-        # validation would only repeat part of it with different wording.
-        pass
-
+from runs.models import Run
+from tiers.models import Tier
 
 # --- launching a run -----------------------------------------------------------------------
 

@@ -27,7 +27,8 @@ from rewards.services import reward_rule_version_mark_used
 from runs import listeners, tasks
 from runs import monitor_settings as run_monitors
 from runs.learners import algorithm_get, hyperparameters_resolve, method_problem
-from runs.models import Checkpoint, Run, RunEvent, Tier
+from runs.models import Checkpoint, Run, RunEvent
+from tiers.models import Tier
 
 S = Run.Status
 CONFIG_FIELDS = (

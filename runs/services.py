@@ -1,95 +1,17 @@
-"""Writes for projects, members, tokens, task sets and tiers. Views, API and commands call these."""
+"""Writes of the runs app that are not a run's lifecycle: the demo's user and metric points. Views,
+API, workers and commands call these; tiers are written through tiers/services.py."""
 
-from collections.abc import Iterable
-from typing import Any
-
-from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
 from core import events
-from inference.model_sources import local_path_problem, model_source_problem
-from inference.settings import TIER_FIELDS, tier_problems, tier_snapshot
-from projects.models import Project
-from runs.models import MetricPoint, Run, Tier
+from runs.models import MetricPoint, Run
 
 IMPORT_BATCH_SIZE = 2000
 PREVIEW_ITEMS = 5
 DEFAULT_SPLIT_SEED = 0
 DEFAULT_HELDOUT_FRACTION = 0.2
-
-
-# --- tiers ---------------------------------------------------------------------------------
-
-
-MODEL_FIELDS = ("base_model", "draft_model")
-
-
-def _check_tier(
-    project: Project,
-    values: dict[str, Any],
-    exclude_pk: int | None = None,
-    models: Iterable[str] = MODEL_FIELDS,
-) -> None:
-    """Refuse settings that cannot run together, a taken name, and a hub model (among `models`,
-    the fields being set) that cannot be loaded here."""
-    problems = tier_problems(values)
-    name = (values.get("name") or "").strip()
-    if not name:
-        problems["name"] = "is required"
-    elif _name_taken(project, name, exclude_pk):
-        problems["name"] = f"this project already has a tier named {name!r}"
-    # A local path must be a folder here (as a hub id must be on the hub): refused at once, not
-    # at the first launch. Off with the hub check (FLYWHEEL_HUB_CHECK), as tests with made-up
-    # models need.
-    for field_name in models if settings.FLYWHEEL_HUB_CHECK else ():
-        if field_name not in problems and values.get(field_name):
-            if problem := local_path_problem(values[field_name]):
-                problems[field_name] = problem
-    for field_name in models if settings.FLYWHEEL_HUB_CHECK else ():
-        if field_name not in problems and values.get(field_name):
-            timeout = settings.FLYWHEEL_HUB_TIMEOUT_SECONDS
-            if problem := model_source_problem(values[field_name], timeout=timeout):
-                problems[field_name] = problem
-    if problems:
-        raise ValidationError(problems)
-
-
-def _name_taken(project: Project, name: str, exclude_pk: int | None) -> bool:
-    """Whether another tier of the project (not the one being edited) has this name."""
-    taken = Tier.objects.filter(project=project, name=name)
-    if exclude_pk is not None:
-        taken = taken.exclude(pk=exclude_pk)
-    return taken.exists()
-
-
-def tier_create(*, project: Project, by: User, **values: Any) -> Tier:
-    unknown = set(values) - set(TIER_FIELDS)
-    if unknown:
-        raise ValidationError({name: "unknown tier setting" for name in sorted(unknown)})
-    tier = Tier(project=project, created_by=by, **values)
-    _check_tier(project, tier_snapshot(tier))
-    tier.save()
-    return tier
-
-
-def tier_update(*, tier: Tier, **values: Any) -> Tier:
-    unknown = set(values) - set(TIER_FIELDS)
-    if unknown:
-        raise ValidationError({name: "unknown tier setting" for name in sorted(unknown)})
-    merged = tier_snapshot(tier) | values
-    changed = [name for name in MODEL_FIELDS if name in values and values[name] != getattr(tier, name)]
-    _check_tier(tier.project, merged, exclude_pk=tier.pk, models=changed)
-    for name, value in values.items():
-        setattr(tier, name, value)
-    tier.save()
-    return tier
-
-
-def tier_delete(*, tier: Tier) -> None:
-    tier.delete()
 
 
 # --- demo ----------------------------------------------------------------------------------

@@ -21,14 +21,6 @@ def learner_supervise(run_id: int) -> None:
     supervise(run_id)
 
 
-@shared_task(name="workers.eval.tier", acks_late=True, ignore_result=True)
-def tier_evaluate(evaluation_id: int) -> None:
-    """Evaluate a checkpoint under tiers (a TierEvaluation); a redelivery finds it claimed."""
-    from workers.tier_eval import tier_evaluation_run
-
-    tier_evaluation_run(evaluation_id)
-
-
 @shared_task(name="workers.eval.stub_check", acks_late=True, ignore_result=True)
 def version_stub_check(version_id: int) -> None:
     """Run a new version's stub check (rewards/stub_checks.py) in the eval workers' sandboxes; a

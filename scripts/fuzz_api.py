@@ -55,6 +55,7 @@ def seed(home: Path) -> dict:
     from runs import lifecycle, services
     from runs.lifecycle import RunRequest
     from runs.models import Trajectory
+    from tiers import services as tier_services
     from webhooks import services as webhook_services
 
     call_command("migrate", verbosity=0)
@@ -75,7 +76,7 @@ def seed(home: Path) -> dict:
     )
     model = home / "models" / "none"
     model.mkdir(parents=True)
-    tier = services.tier_create(project=project, by=owner, name="cap", base_model=str(model))
+    tier = tier_services.tier_create(project=project, by=owner, name="cap", base_model=str(model))
     request = RunRequest(
         project=project,
         name="fuzzed",

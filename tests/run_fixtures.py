@@ -7,9 +7,10 @@ import pytest
 
 from projects import services as project_services
 from rewards import services as reward_services
-from runs import lifecycle, services
+from runs import lifecycle
 from runs.lifecycle import RunRequest
 from runs.models import Run, Trajectory
+from tiers import services as tier_services
 
 S = Run.Status
 ANSWER_RULE = {
@@ -37,7 +38,7 @@ def lab(team, tmp_path):
     rule = reward_services.reward_rule_create(project=project, name="exact", spec=ANSWER_RULE, by=owner)
     model_dir = tmp_path / "model"
     model_dir.mkdir()
-    tier = services.tier_create(project=project, by=owner, name="cap", base_model=str(model_dir))
+    tier = tier_services.tier_create(project=project, by=owner, name="cap", base_model=str(model_dir))
     launch = {
         "project": project.pk,
         "name": "first",

@@ -21,9 +21,9 @@ from django.db import connection
 from projects import services as project_services
 from projects.demo_tasks import demo_task_sets
 from rewards import services as reward_services
-from runs import services
 from runs.models import Run
 from tests.conftest import make_project, make_user
+from tiers import services as tier_services
 from webapp.stack import solo_worker_argv
 from webapp.web_server import web_argv
 from workers.base_model import BaseModelConfig, base_model_build
@@ -201,7 +201,7 @@ def demo_project(model: Path, *, train_size: int = 8, heldout_size: int = 4) -> 
     rule = reward_services.reward_rule_create(
         project=project, name="tests", spec={"type": "unit_tests", "name": "tests"}, by=owner
     )
-    tier = services.tier_create(
+    tier = tier_services.tier_create(
         project=project, by=owner, name="rollout", base_model=str(model), temperature=1.0, max_new_tokens=12
     )
     return {"owner": owner, "project": project, "version": version, "rule": rule, "tier": tier}

@@ -12,7 +12,7 @@ from inference.policy import policy_load
 from inference.tool_chat import ToolCall, ToolCallError, item_tools, tool_calls_parse
 from projects import services as project_services
 from rewards import services as reward_services
-from runs import lifecycle, services
+from runs import lifecycle
 from runs.lifecycle import RunRequest
 from runs.models import MetricPoint, RolloutBatch, Run, Trajectory, TrajectoryStep
 from runs.run_store import policy_publish
@@ -24,6 +24,7 @@ from sandboxes.services import sandbox_pool
 from tests.conftest import make_project, make_user
 from tests.run_harness import tiny_model
 from tests.sandbox_fixtures import BACKENDS, backend_ready
+from tiers import services as tier_services
 from workers.agent import SYSTEM, episodes_play, plain_render, prompt_fitted
 from workers.learners.grpo import grpo_batch
 from workers.rollout import Trajectory as Episode
@@ -299,7 +300,7 @@ def agent_run(db, tiny_model, settings, tmp_path):
         task_set=task_set, stream=lines, file_format="jsonl", by=owner
     ).version
     rule = reward_services.reward_rule_create(project=project, name="check", spec=CHECK_RULE, by=owner)
-    tier = services.tier_create(
+    tier = tier_services.tier_create(
         project=project, by=owner, name="t", base_model=str(tiny_model), max_new_tokens=8
     )
     run = lifecycle.run_create(

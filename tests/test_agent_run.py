@@ -13,12 +13,13 @@ from projects import services as project_services
 from reviews import exports
 from reviews.models import Review
 from rewards import services as reward_services
-from runs import lifecycle, services
+from runs import lifecycle
 from runs.backtest import reward_rule_backtest
 from runs.lifecycle import RunRequest
 from runs.models import RolloutBatch, Run, Trajectory, TrajectoryStep
 from runs.run_store import policy_publish
 from tests.conftest import make_project, make_user
+from tiers import services as tier_services
 from workers.agent_demo import agent_policy_build, call, expert_play
 from workers.learners.grpo import grpo_batch
 from workers.run_learner import _episodes
@@ -82,7 +83,7 @@ def agent_run_create(owner, model_path, *, name: str = "agents") -> Run:
         task_set=task_set, stream=lines, file_format="jsonl", by=owner
     ).version
     rule = reward_services.reward_rule_create(project=project, name="agent", spec=RULE, by=owner)
-    tier = services.tier_create(
+    tier = tier_services.tier_create(
         project=project,
         by=owner,
         name="t",

@@ -10,9 +10,9 @@ from core.models import IdempotencyKey
 from core.roles import Role
 from projects import services as project_services
 from projects.models import ApiToken, Membership, Project
-from runs import services
-from runs.models import Tier
 from tests.conftest import api_client_for, make_project, make_user
+from tiers import services as tier_services
+from tiers.models import Tier
 
 
 def error_of(response) -> dict:
@@ -159,7 +159,7 @@ def test_a_launcher_may_not_rename_or_delete_a_project(team):
 def test_another_projects_objects_answer_404(team):
     other = team["other_project"]
     task_set = project_services.task_set_create(project=other, name="theirs", by=team["outsider"])
-    tier = services.tier_create(project=other, by=team["outsider"], **TIER)
+    tier = tier_services.tier_create(project=other, by=team["outsider"], **TIER)
     client = api_client_for(team["owner"])
     for url in (
         f"/api/v1/projects/{other.pk}",
@@ -296,7 +296,7 @@ def test_an_impossible_tier_answers_400_naming_each_field(team):
 
 
 def test_a_viewer_may_not_create_change_or_delete_a_tier(team):
-    tier = services.tier_create(project=team["project"], by=team["owner"], **TIER)
+    tier = tier_services.tier_create(project=team["project"], by=team["owner"], **TIER)
     client = api_client_for(team["viewer"])
     created = client.post(
         "/api/v1/tiers", {**TIER, "name": "x", "project": team["project"].pk}, format="json"
@@ -308,7 +308,7 @@ def test_a_viewer_may_not_create_change_or_delete_a_tier(team):
 
 
 def test_a_tier_is_updated_and_deleted(team):
-    tier = services.tier_create(project=team["project"], by=team["owner"], **TIER)
+    tier = tier_services.tier_create(project=team["project"], by=team["owner"], **TIER)
     client = api_client_for(team["launcher"])
     patched = client.patch(
         f"/api/v1/tiers/{tier.pk}", {"speculation": "prompt_lookup", "speculative_tokens": 4}, format="json"
@@ -323,8 +323,8 @@ def test_a_tier_is_updated_and_deleted(team):
 
 
 def test_tiers_are_listed_for_the_callers_projects_and_filtered_by_project(team):
-    services.tier_create(project=team["project"], by=team["owner"], **TIER)
-    services.tier_create(project=team["other_project"], by=team["outsider"], **TIER)
+    tier_services.tier_create(project=team["project"], by=team["owner"], **TIER)
+    tier_services.tier_create(project=team["other_project"], by=team["outsider"], **TIER)
     project_services.member_add(project=team["other_project"], username="viewer", role=Role.VIEWER)
     client = api_client_for(team["viewer"])
     assert len(client.get("/api/v1/tiers").json()["results"]) == 2

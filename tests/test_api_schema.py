@@ -24,6 +24,8 @@ from rewards import api_urls as reward_api_urls
 from runs import api_urls, services
 from tests.conftest import api_client_for
 from tests.run_fixtures import lab, make_run  # noqa: F401
+from tiers import api_urls as tier_api_urls
+from tiers import services as tier_services
 from traces import api_urls as trace_api_urls
 from webhooks import api_urls as webhook_api_urls
 from webhooks import services as webhook_services
@@ -41,6 +43,7 @@ def schema(db) -> dict:
 
 API_PATTERNS = (
     project_api_urls.urlpatterns
+    + tier_api_urls.urlpatterns
     + api_urls.urlpatterns
     + reward_api_urls.urlpatterns
     + review_api_urls.urlpatterns
@@ -109,7 +112,7 @@ def test_answers_match_their_declared_shapes(team, schema):
     owner = api_client_for(team["owner"])
     project = team["project"]
     task_set = project_services.task_set_create(project=project, name="arith", by=team["owner"])
-    tier = services.tier_create(
+    tier = tier_services.tier_create(
         project=project, by=team["owner"], name="fast", base_model="org/m", stop=["##"]
     )
     lines = (

@@ -376,7 +376,7 @@ def create_tier(client, team, base_model: str):
 def test_a_hub_model_that_cannot_be_reached_is_refused_at_creation_without_hanging(
     owner_client, team, hub_check
 ):
-    from runs.models import Tier
+    from tiers.models import Tier
 
     started = time.monotonic()
     response = create_tier(owner_client, team, "someorg/some-model")
@@ -394,7 +394,7 @@ def test_a_hub_model_that_cannot_be_reached_is_refused_at_creation_without_hangi
 def test_with_the_hub_off_a_hub_model_is_refused_at_once(owner_client, team, hub_check, monkeypatch):
     from huggingface_hub import constants
 
-    from runs.models import Tier
+    from tiers.models import Tier
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     response = create_tier(owner_client, team, "someorg/some-model")

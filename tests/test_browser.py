@@ -20,8 +20,8 @@ from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 
 from projects import services as project_services  # noqa: E402
 from projects.models import TaskItem, TaskSet  # noqa: E402
-from runs.models import Tier  # noqa: E402
 from tests.conftest import make_project, make_user  # noqa: E402
+from tiers.models import Tier  # noqa: E402
 
 # Playwright's sync API runs an event loop in this thread; Django's ORM calls from the test
 # itself (fixtures, assertions) are still synchronous and safe.

@@ -164,7 +164,7 @@ def test_the_tier_form_offers_chat_checked_and_the_tier_page_shows_it(client, te
     from django.urls import reverse
 
     from core.roles import Role
-    from runs.models import Tier
+    from tiers.models import Tier
 
     client.force_login(team[Role.OWNER])
     form = client.get(reverse("tier-create", args=[team["project"].pk])).content.decode()

@@ -20,10 +20,11 @@ from flywheel import BadRequestError, Client, ForbiddenError, NotFoundError, Ser
 from flywheel._endpoints import endpoints_of
 from projects import services as project_services
 from projects.models import Project, TaskSet, TaskSetVersion
-from runs import lifecycle, services
+from runs import lifecycle
 from runs.models import Run
 from tests.conftest import api_client_for, make_project, make_user
 from tests.run_harness import wait_until, worker_env
+from tiers import services as tier_services
 from traces.models import Trace
 from webapp import web_server
 
@@ -189,7 +190,7 @@ def launchable(owner_token) -> dict:
         "operation": "eq",
     }
     rule = reward_services.reward_rule_create(project=project, name="r", spec=spec, by=owner)
-    tier = services.tier_create(project=project, by=owner, name="t", base_model="org/model")
+    tier = tier_services.tier_create(project=project, by=owner, name="t", base_model="org/model")
     return {
         "project": project.pk,
         "task_set_version": version.pk,

@@ -10,11 +10,11 @@ from django.test import Client
 
 from projects import services as project_services
 from rewards import services as reward_services
-from runs import services
 from runs.models import Run, Trajectory
 from tests.conftest import api_client_for, make_project, make_user
 from tests.run_harness import Host, hosts_killed, run_body, tiny_model, wait_for_terminal, worker_env
 from tests.test_code_formats import FIRST_TEST, LINES
+from tiers import services as tier_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
 __all__ = ["tiny_model"]
@@ -46,7 +46,7 @@ def formats_project(model) -> dict:
         spec={"type": "unit_tests", "name": "tests", "score": "pass_rate"},
         by=owner,
     )
-    tier = services.tier_create(
+    tier = tier_services.tier_create(
         project=project, by=owner, name="rollout", base_model=str(model), temperature=1.0, max_new_tokens=8
     )
     return {"owner": owner, "project": project, "version": version, "rule": rule, "tier": tier}

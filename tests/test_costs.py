@@ -23,7 +23,6 @@ from inference.policy import policy_load
 from projects import services as project_services
 from rewards.services import reward_rule_create
 from runs import lifecycle
-from runs import services as run_services
 from runs.lifecycle import RunRequest
 from runs.models import Checkpoint, MetricPoint, RolloutBatch, Run, RunEvent, Trajectory
 from runs.run_store import policy_publish
@@ -43,6 +42,7 @@ from tests.run_harness import (
 )
 from tests.test_learner_processes import SIMILARITY
 from tests.test_runs_pages import launch_form
+from tiers import services as tier_services
 from webhooks import services as webhook_services
 from webhooks.models import WebhookDelivery
 from workers.run_rollout import rollout_batch_run
@@ -448,7 +448,7 @@ def judged_run(owner, model: Path) -> Run:
         task_set=task_set, stream=lines, file_format="jsonl", by=owner
     ).version
     rule = reward_rule_create(project=project, name="judged", spec=JUDGED, by=owner)
-    tier = run_services.tier_create(
+    tier = tier_services.tier_create(
         project=project, by=owner, name="judge", base_model=str(model), max_new_tokens=8
     )
     request = RunRequest(

@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from runs.docs_site import API_REFERENCE, navigation, page_exists
+from docs_pages.site import API_REFERENCE, navigation, page_exists
 from tests.conftest import make_user
 
 pytestmark = pytest.mark.django_db

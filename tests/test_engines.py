@@ -21,10 +21,11 @@ from inference.settings import SamplingParams, TierSettings, tier_snapshot
 from projects import services as project_services
 from projects.demo_tasks import demo_task_sets
 from rewards import services as reward_services
-from runs import lifecycle, services
+from runs import lifecycle
 from runs.lifecycle import RunRequest
-from runs.models import MetricPoint, Run, ServedAdapter, Tier, Trajectory, TrajectoryStep
+from runs.models import MetricPoint, Run, Trajectory, TrajectoryStep
 from runs.run_store import policy_dir, policy_prefix
+from serving.models import ServedAdapter
 from tests.conftest import api_client_for, make_user
 from tests.run_harness import (  # noqa: F401  (tiny_model: a fixture)
     Host,
@@ -36,6 +37,8 @@ from tests.run_harness import (  # noqa: F401  (tiny_model: a fixture)
 )
 from tests.serving_fixtures import STEP, trained  # noqa: F401  (a fixture)
 from tests.web_server import WebServer
+from tiers import services as tier_services
+from tiers.models import Tier
 from workers.run_rollout import engine_adapter_name, engine_policy_load
 from workers.tier_eval import tier_measure, tier_run
 
@@ -67,7 +70,7 @@ def engine_tier(setup: dict, url: str, **changes) -> Tier:
         "engine_api_key_env": KEY_ENV,
         "engine_adapters": "vllm",
     }
-    return services.tier_create(project=setup["project"], by=setup["owner"], **(values | changes))
+    return tier_services.tier_create(project=setup["project"], by=setup["owner"], **(values | changes))
 
 
 def launch(setup: dict, tier: Tier, hyperparameters: dict, steps: int = 3) -> Run:
@@ -126,7 +129,7 @@ def test_engine_settings_are_checked_and_each_error_names_its_field(team):
     assert "looks like a key itself" in details["engine_api_key_env"]
     assert "decodes on its engine" in details["precision"]
     with pytest.raises(ValidationError) as local:
-        services.tier_create(
+        tier_services.tier_create(
             project=team["project"],
             by=team["owner"],
             name="l",
@@ -136,7 +139,7 @@ def test_engine_settings_are_checked_and_each_error_names_its_field(team):
     assert set(local.value.message_dict) == {"engine_url"}
     assert Tier.objects.count() == 0
 
-    tier = services.tier_create(
+    tier = tier_services.tier_create(
         project=team["project"],
         by=team["owner"],
         name="vllm",
@@ -205,12 +208,12 @@ def test_a_full_weight_run_on_an_engine_tier_is_refused_with_the_reason(db, tiny
         "and cannot load a full-weight run's policy versions: train with adapter lora on an engine that "
         "loads adapters (engine_adapters vllm or sglang), or use a local tier"
     )
-    services.tier_update(tier=tier, engine_adapters="none")
+    tier_services.tier_update(tier=tier, engine_adapters="none")
     with pytest.raises(ValidationError) as no_adapters:
         launch(setup, tier, LORA)
     assert "does not load adapters (engine_adapters none)" in no_adapters.value.message_dict["tier"][0]
     assert Run.objects.count() == 0
-    services.tier_update(tier=tier, engine_adapters="vllm")
+    tier_services.tier_update(tier=tier, engine_adapters="vllm")
     assert launch(setup, tier, LORA).status == Run.Status.QUEUED
 
 

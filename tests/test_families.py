@@ -16,13 +16,15 @@ from inference.settings import TierSettings
 from projects import services as project_services
 from projects.demo_tasks import demo_task_sets
 from rewards import services as reward_services
-from runs import lifecycle, services
+from runs import lifecycle
 from runs.lifecycle import RunRequest
-from runs.models import MetricPoint, Run, TierEvaluation, Trajectory
+from runs.models import MetricPoint, Run, Trajectory
 from runs.run_store import policy_dir
 from tests.conftest import make_project, make_user
 from tests.model_families import FAMILIES, family_model_save
 from tests.run_harness import Host, hosts_killed, wait_until, worker_env
+from tiers import services as tier_services
+from tiers.models import TierEvaluation
 from workers.learners.common import SequenceBatch, budget_groups, learner_create, sequence_batch
 from workers.learners.grpo import GRPOBatch, GRPOConfig, learn_on_batch
 
@@ -77,10 +79,10 @@ def family_project(model: Path) -> dict:
     rule = reward_services.reward_rule_create(
         project=project, name="tests", spec={"type": "unit_tests", "name": "tests"}, by=owner
     )
-    tier = services.tier_create(
+    tier = tier_services.tier_create(
         project=project, by=owner, name="capability", base_model=str(model), max_new_tokens=8
     )
-    services.tier_create(
+    tier_services.tier_create(
         project=project,
         by=owner,
         name="speed",

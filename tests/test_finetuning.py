@@ -24,8 +24,9 @@ from finetuning import tasks
 from finetuning.models import FineTuningFile, FineTuningJob
 from projects import services as project_services
 from projects.models import TaskSet
-from runs import lifecycle, services
+from runs import lifecycle
 from runs.models import MetricPoint, Run
+from tiers import services as tier_services
 
 CHAT_WITH_TOOLS = {
     "messages": [
@@ -96,7 +97,7 @@ def connections_kept():
 @pytest.fixture
 def lab(team, tmp_path):
     (tmp_path / "model").mkdir()
-    tier = services.tier_create(
+    tier = tier_services.tier_create(
         project=team["project"], by=team["owner"], name="small", base_model=str(tmp_path / "model")
     )
     return team | {"tier": tier, "client": openai_client(team["owner"])}

@@ -22,9 +22,12 @@ ROOT = Path(settings.BASE_DIR)
 LAYERS = (
     ("inference", "sandboxes"),
     ("core",),
+    ("docs_pages",),
     ("projects",),
+    ("tiers",),
     ("rewards",),
     ("runs",),
+    ("serving",),
     (
         "reviews",
         "traces",
@@ -43,8 +46,11 @@ LAYERS = (
 APPLICATIONS = tuple(package for layer in LAYERS for package in layer)
 BOTTOM = ("inference", "sandboxes")
 DOMAIN = (
+    "docs_pages",
     "projects",
+    "tiers",
     "runs",
+    "serving",
     "rewards",
     "reviews",
     "traces",
@@ -234,12 +240,18 @@ def test_domain_apps_reach_workers_only_from_their_task_modules():
     graph = project_graph()
     assert upward_violations(graph) == []
     # The exception is used, and only there: runs' tasks run the supervisor's and evaluation's code,
-    # reward models' the reward-model learner's, evaluations' the suite driver's, the Tinker API's
-    # the sampling on rollout workers.
+    # tiers' the tier-evaluation driver, reward models' the reward-model learner's, evaluations' the
+    # suite driver's, the Tinker API's the sampling on rollout workers.
     reaching = {
         m for m, targets in graph.items() if app(m) in DOMAIN and "workers" in {app(t) for t in targets}
     }
-    assert reaching == {"runs.tasks", "reward_models.tasks", "evaluations.tasks", "tinker_api.tasks"}
+    assert reaching == {
+        "runs.tasks",
+        "tiers.tasks",
+        "reward_models.tasks",
+        "evaluations.tasks",
+        "tinker_api.tasks",
+    }
 
 
 def test_no_import_cycle_joins_two_packages_except_through_a_task():
@@ -251,7 +263,8 @@ def test_no_import_cycle_joins_two_packages_except_through_a_task():
 
 # The packages bottom to top; a package imports its own layer's or lower ones (only task modules
 # reach workers). The apps built on runs hook into it through the registries runs declares
-# (runs.listeners, runs.run_page, runs.served_models), rewards through its grader's scorer registry.
+# (runs.listeners, runs.run_page) or serving does (serving.served_models), runs into tiers through
+# tiers.run_policies, rewards through its grader's scorer registry.
 
 
 def layer_violations(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...]) -> list[str]:
@@ -308,6 +321,7 @@ def test_every_celery_task_module_sits_beside_a_service_or_drives_runs():
         "finetuning.tasks",
         "reward_models.tasks",
         "runs.tasks",
+        "tiers.tasks",
         "tinker_api.tasks",
         "webhooks.tasks",
         "workers.tasks",
@@ -368,11 +382,11 @@ def test_a_reward_dry_run_without_a_model_grader_never_imports_torch(transaction
     only a model grader's first judgement needs. Checked in a fresh interpreter (this one has
     imported torch for other tests) on the test database."""
     from rewards import services as reward_services
-    from runs import services
     from tests.run_harness import database_url
+    from tiers import services as tier_services
 
     owner, project = team["owner"], team["project"]
-    services.tier_create(project=project, by=owner, name="judge", base_model="./no-such-model")
+    tier_services.tier_create(project=project, by=owner, name="judge", base_model="./no-such-model")
     rule = reward_services.reward_rule_create(project=project, name="exact", spec=ANSWER_RULE, by=owner)
     script = f"""
 import json, sys

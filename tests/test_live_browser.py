@@ -23,12 +23,13 @@ from core.roles import Role  # noqa: E402
 from projects import services as project_services
 from reviews.models import Review  # noqa: E402
 from rewards import services as reward_services  # noqa: E402
-from runs import lifecycle, services  # noqa: E402
+from runs import lifecycle  # noqa: E402
 from runs.lifecycle import RunRequest  # noqa: E402
 from runs.models import Trajectory, TrajectoryStep  # noqa: E402
 from tests.conftest import make_project, make_user  # noqa: E402
 from tests.run_fixtures import ANSWER_RULE, ITEMS  # noqa: E402
 from tests.test_browser import FAST_HASHERS, chromium_page, sign_in  # noqa: E402
+from tiers import services as tier_services  # noqa: E402
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # see tests/test_browser.py
 
@@ -47,7 +48,7 @@ def build_run(owner, reviewer=None):
         task_set=task_set, stream=lines, file_format="jsonl", by=owner
     ).version
     rule = reward_services.reward_rule_create(project=project, name="exact", spec=ANSWER_RULE, by=owner)
-    tier = services.tier_create(project=project, by=owner, name="cap", base_model=tempfile.mkdtemp())
+    tier = tier_services.tier_create(project=project, by=owner, name="cap", base_model=tempfile.mkdtemp())
     request = RunRequest(
         project=project,
         name="live",

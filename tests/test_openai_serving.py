@@ -14,12 +14,12 @@ from inference.decoding import decode, tier_prepare
 from inference.policy import policy_load
 from inference.settings import TierSettings
 from projects import services as project_services
-from runs import services
 from runs.run_store import policy_dir
 from tests.conftest import make_user
 from tests.run_harness import tiny_model, wait_until, worker_env  # noqa: F401  (a fixture)
 from tests.serving_fixtures import STEP, publish_trained, trained  # noqa: F401  (a fixture)
 from tests.web_server import WebServer
+from tiers import services as tier_services
 
 PROMPT = "add 3 to x"
 # In process (WSGI) the test client reads the async body synchronously, and Django says so.
@@ -138,7 +138,7 @@ def test_request_values_override_the_tiers_decoding_and_stops_cut_the_text(train
 
 
 def test_a_speculative_tier_serves_the_same_greedy_tokens_and_logprobs(trained):  # noqa: F811
-    fast = services.tier_create(
+    fast = tier_services.tier_create(
         project=trained["project"],
         by=trained["owner"],
         name="lookup",

@@ -16,8 +16,8 @@ from django.core.management.base import CommandError
 
 from projects.models import ApiToken, Project, TaskSetVersion
 from runs.demo import DEMO_PROJECT, demo_ensure
-from runs.models import Tier
 from tests.conftest import api_client_for, make_project, make_user
+from tiers.models import Tier
 from webapp.stack import solo_worker_argv
 
 WORKER_STOP_SECONDS = 20

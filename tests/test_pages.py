@@ -11,9 +11,9 @@ from core.roles import Role
 from core.tokens import token_digest
 from projects import services as project_services
 from projects.models import ApiToken, Membership, StagedImport, TaskSetVersion
-from runs import services
-from runs.models import Tier
 from tests.conftest import make_user
+from tiers import services as tier_services
+from tiers.models import Tier
 
 ANSWERS = [{"id": f"q{i}", "prompt": f"What is {i} + {i}?", "reference": str(2 * i)} for i in range(3)]
 BROKEN = [ANSWERS[0], {"id": "q1", "prompt": "no reference"}, "{oops"]
@@ -121,7 +121,9 @@ def test_creating_a_project_makes_the_user_its_owner(client, db):
 
 def test_the_project_page_lists_task_sets_tiers_and_members(client, team, version):
     project = team["project"]
-    services.tier_create(project=project, by=team["owner"], name="fast", base_model="org/tiny", batch_size=4)
+    tier_services.tier_create(
+        project=project, by=team["owner"], name="fast", base_model="org/tiny", batch_size=4
+    )
     response = page(client, team[Role.LAUNCHER], reverse("project-detail", args=[project.pk]))
     body = text(response)
     assert response.status_code == 200
@@ -147,7 +149,7 @@ def test_a_viewer_sees_no_buttons_it_cannot_use(client, team, version):
 
 def test_a_non_member_gets_404_on_every_page_of_the_project(client, team, version):
     project, ts = team["project"], version.task_set
-    tier = services.tier_create(project=project, by=team["owner"], name="fast", base_model="org/tiny")
+    tier = tier_services.tier_create(project=project, by=team["owner"], name="fast", base_model="org/tiny")
     urls = [
         reverse("project-detail", args=[project.pk]),
         reverse("project-members", args=[project.pk]),
@@ -437,7 +439,7 @@ def test_an_impossible_tier_is_refused_with_the_reason_next_to_its_field(client,
 
 
 def test_a_tier_is_edited_and_deleted(client, team):
-    tier = services.tier_create(
+    tier = tier_services.tier_create(
         project=team["project"], by=team["owner"], name="fast", base_model="org/tiny", stop=["a"]
     )
     client.force_login(team[Role.LAUNCHER])
@@ -458,7 +460,9 @@ def test_a_tier_is_edited_and_deleted(client, team):
 
 
 def test_a_viewer_cannot_edit_or_delete_a_tier(client, team):
-    tier = services.tier_create(project=team["project"], by=team["owner"], name="fast", base_model="org/tiny")
+    tier = tier_services.tier_create(
+        project=team["project"], by=team["owner"], name="fast", base_model="org/tiny"
+    )
     client.force_login(team[Role.VIEWER])
     assert client.post(reverse("tier-edit", args=[tier.pk]), TIER).status_code == 403
     assert client.post(reverse("tier-delete", args=[tier.pk])).status_code == 403

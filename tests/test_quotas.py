@@ -8,11 +8,11 @@ import pytest
 from core.roles import Role
 from projects import services as project_services
 from rewards import services as reward_services
-from runs import services
 from runs.models import Run
 from runs.scheduling import queue_reason, runs_admit
 from tests.conftest import api_client_for, make_project
 from tests.run_fixtures import ANSWER_RULE, ITEMS, lab, make_run
+from tiers import services as tier_services
 
 pytestmark = pytest.mark.django_db
 __all__ = ["lab"]
@@ -29,7 +29,7 @@ def another_project(lab, name: str) -> dict:
         task_set=task_set, stream=lines, file_format="jsonl", by=owner
     )
     rule = reward_services.reward_rule_create(project=project, name="exact", spec=ANSWER_RULE, by=owner)
-    tier = services.tier_create(project=project, by=owner, name="cap", base_model=lab["tier"].base_model)
+    tier = tier_services.tier_create(project=project, by=owner, name="cap", base_model=lab["tier"].base_model)
     return lab | {"project": project, "version": imported.version, "rule": rule, "tier": tier}
 
 

@@ -17,6 +17,7 @@ from runs import backtest, services
 from runs.models import Run, Trajectory, TrajectoryStep
 from tests.conftest import api_client_for
 from tests.test_api_schema import assert_matches_schema
+from tiers import services as tier_services
 
 EXACT = {
     "type": "string_check",
@@ -56,7 +57,7 @@ def world(team):
     ).version
     rule = reward_services.reward_rule_create(project=team["project"], name="capital", spec=EXACT, by=owner)
     reward_services.reward_rule_update(rule=rule, by=owner, spec=LOOSE_MINUS_STEPS, note="looser")
-    tier = services.tier_create(project=team["project"], by=owner, name="cap", base_model="org/model")
+    tier = tier_services.tier_create(project=team["project"], by=owner, name="cap", base_model="org/model")
     items = {item.external_id: item for item in version.items.all()}
     return team | {"rule": rule, "task_set_version": version, "tier": tier, "items": items}
 

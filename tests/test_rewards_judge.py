@@ -3,9 +3,9 @@
 import pytest
 
 from rewards import services as reward_services
-from runs import services
 from tests.conftest import make_project, make_user
 from tests.run_harness import tiny_model
+from tiers import services as tier_services
 
 __all__ = ["tiny_model"]
 
@@ -14,7 +14,9 @@ __all__ = ["tiny_model"]
 def project_with_tier(db, tiny_model):
     owner = make_user("judge-owner")
     project = make_project(owner, name="judged")
-    services.tier_create(project=project, by=owner, name="judge", base_model=str(tiny_model), temperature=0.0)
+    tier_services.tier_create(
+        project=project, by=owner, name="judge", base_model=str(tiny_model), temperature=0.0
+    )
     return owner, project
 
 

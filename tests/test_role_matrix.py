@@ -33,8 +33,9 @@ from reviews import urls as review_urls
 from rewards import api_urls as reward_api_urls
 from rewards import services as reward_services
 from rewards import urls as reward_urls
-from runs import api_urls, services, urls
+from runs import api_urls, urls
 from tests.conftest import api_client_for, make_user
+from tiers import services as tier_services
 from traces import api_urls as trace_api_urls
 from traces import otlp_urls as trace_otlp_urls
 from traces import urls as trace_urls
@@ -116,7 +117,7 @@ def evaluate_body(w):
 
 def tier_evaluation_of(w):
     """A finished tier evaluation of the world's tier, made through the ORM."""
-    from runs.models import TierEvaluation
+    from tiers.models import TierEvaluation
 
     if "tier_evaluation" not in w:
         w["tier_evaluation"] = TierEvaluation.objects.create(
@@ -515,7 +516,7 @@ RUN_CASES = [
     # The matrix's checkpoint has no weights on disk: a caller who may export it is told so (409).
     Case("api-checkpoint-export", "get", "view", lambda w: {"id": run_of(w).pk, "step": 1}),
     Case("playground", "get", SELF),
-    # The OpenAI-compatible endpoint (runs/openai_urls.py), signed in by session as the playground is.
+    # The OpenAI-compatible endpoint (serving/openai_urls.py), signed in by session as the playground is.
     Case("openai-models", "get", SELF),
     Case("openai-model", "get", "view", lambda w: {"model_id": f"tier-{w['tier'].pk}"}),
     # OpenAI's fine-tuning API (finetuning/urls.py): a listing acts in the caller's own project.
@@ -975,7 +976,7 @@ def world(team):
     report = project_services.task_set_import(
         task_set=task_set, stream=[(json.dumps(ITEM) + "\n").encode()], file_format="jsonl", by=owner
     )
-    tier = services.tier_create(project=team["project"], by=owner, name="cap", base_model="org/model")
+    tier = tier_services.tier_create(project=team["project"], by=owner, name="cap", base_model="org/model")
     make_user("newcomer")
     reward_rule = reward_services.reward_rule_create(
         project=team["project"], name="rule", by=owner, spec=RULE_SPEC

@@ -8,11 +8,12 @@ from django.core.exceptions import ValidationError
 from core.exceptions import StateError
 from projects import services as project_services
 from rewards import services as reward_services
-from runs import lifecycle, services
+from runs import lifecycle
 from runs.lifecycle import RunRequest
 from runs.models import Checkpoint, Run, RunEvent
 from runs.scheduling import runs_admit
 from tests.conftest import make_project, make_user
+from tiers import services as tier_services
 
 S = Run.Status
 ANSWER_RULE = {
@@ -38,7 +39,7 @@ def setup(db, tmp_path, settings):
     rule = reward_services.reward_rule_create(project=project, name="exact", spec=ANSWER_RULE, by=owner)
     model_dir = tmp_path / "model"
     model_dir.mkdir()
-    tier = services.tier_create(project=project, by=owner, name="cap", base_model=str(model_dir))
+    tier = tier_services.tier_create(project=project, by=owner, name="cap", base_model=str(model_dir))
     request = RunRequest(
         project=project,
         name="first",

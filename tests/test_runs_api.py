@@ -5,11 +5,12 @@ events after reconnect, metrics with downsampling, trajectories, steps, checkpoi
 # ruff: noqa: F811
 import pytest
 
-from runs import lifecycle, services
+from runs import lifecycle
 from runs.models import Checkpoint, MetricPoint, Run, RunEvent, Trajectory, TrajectoryStep
 from tests.conftest import api_client_for
 from tests.run_fixtures import lab, make_run, make_trajectory, set_status  # noqa: F401
 from tests.test_api_schema import assert_matches_schema, schema  # noqa: F401
+from tiers import services as tier_services
 
 S = Run.Status
 
@@ -72,7 +73,7 @@ def test_bad_hyperparameters_are_refused_by_name(lab):
 
 def test_versions_and_tiers_of_another_project_are_refused_by_field(lab):
     other = lab["other_project"]
-    foreign_tier = services.tier_create(project=other, by=lab["outsider"], name="x", base_model="org/m")
+    foreign_tier = tier_services.tier_create(project=other, by=lab["outsider"], name="x", base_model="org/m")
     body = lab["launch"] | {"tier": foreign_tier.pk, "task_set_version": 999999}
     response = api_client_for(lab["owner"]).post("/api/v1/runs", body, format="json")
     assert response.status_code == 400
@@ -237,7 +238,7 @@ def test_a_fork_starts_from_a_checkpoint(lab):
 def test_forking_a_run_whose_tier_was_deleted_asks_for_a_tier(lab):
     parent = make_run(lab)
     checkpoint = Checkpoint.objects.create(run=parent, step=1, policy_version=1, path="/tmp/ck-1")
-    services.tier_delete(tier=lab["tier"])
+    tier_services.tier_delete(tier=lab["tier"])
     response = api_client_for(lab["owner"]).post(
         f"/api/v1/checkpoints/{checkpoint.pk}/fork", {}, format="json"
     )

@@ -6,9 +6,10 @@ actions by status and role, clone and fork buttons, and trajectories shown as es
 import pytest
 from django.urls import reverse
 
-from runs import lifecycle, services
+from runs import lifecycle
 from runs.models import Checkpoint, MetricPoint, Run, RunEvent, TrajectoryStep
 from tests.run_fixtures import lab, make_run, make_trajectory, set_status  # noqa: F401
+from tiers import services as tier_services
 
 S = Run.Status
 
@@ -214,7 +215,7 @@ def test_clone_and_fork_buttons_create_runs_that_show_their_parent_and_diff(clie
 
 def test_a_clone_the_lifecycle_refuses_says_why_and_creates_nothing(client, lab):
     parent = make_run(lab)
-    services.tier_delete(tier=lab["tier"])
+    tier_services.tier_delete(tier=lab["tier"])
     client.force_login(lab["owner"])
     response = client.post(reverse("run-clone", args=[parent.pk]), follow=True)
     assert "Not cloned: tier: the parent&#x27;s tier was deleted; choose a tier" in text(response)

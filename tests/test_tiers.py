@@ -16,10 +16,10 @@ from inference.lean_llama import lean_llama
 from inference.policy import policy_load
 from inference.settings import TierSettings
 from projects import services as project_services
-from runs import services
-from runs.models import TierEvaluation
 from tests.conftest import api_client_for
 from tests.test_api_schema import assert_matches_schema
+from tiers import services as tier_services
+from tiers.models import TierEvaluation
 from workers.base_model import BaseModelConfig, base_model_build
 from workers.tier_eval import pareto_front, tier_evaluation_run
 
@@ -235,7 +235,7 @@ def api_schema(team) -> dict:
 @pytest.fixture
 def tiers(team, model_dir):
     owner = team[Role.OWNER]
-    capability = services.tier_create(
+    capability = tier_services.tier_create(
         project=team["project"],
         by=owner,
         name="capability",
@@ -244,7 +244,7 @@ def tiers(team, model_dir):
         max_new_tokens=4,
         batch_size=1,
     )
-    speed = services.tier_create(
+    speed = tier_services.tier_create(
         project=team["project"],
         by=owner,
         name="speed",
@@ -264,7 +264,7 @@ def test_evaluate_is_queued_after_commit_and_the_eval_task_measures_every_tier(
     capability, speed = tiers
     version = answer_task_set(team)
     client = api_client_for(team[Role.LAUNCHER])
-    with mock.patch("runs.tasks.tier_evaluate.delay") as delay:
+    with mock.patch("tiers.tasks.tier_evaluate.delay") as delay:
         with django_capture_on_commit_callbacks(execute=True):
             response = client.post(
                 f"/api/v1/tiers/{capability.pk}/evaluate",
@@ -331,13 +331,13 @@ def make_other_project_tier(db):
 
     other = make_user("stranger")
     project = make_project(other, name="elsewhere")
-    return services.tier_create(project=project, by=other, name="theirs", base_model="org/model")
+    return tier_services.tier_create(project=project, by=other, name="theirs", base_model="org/model")
 
 
 def test_a_runs_final_checkpoint_is_evaluated_across_the_projects_tiers(team, tiers):
     from rewards import services as reward_services
     from runs.models import Run
-    from runs.tier_evaluations import run_final_evaluate
+    from runs.tier_policies import run_final_evaluate
 
     capability, speed = tiers
     version = answer_task_set(team)
@@ -363,7 +363,7 @@ def test_a_runs_final_checkpoint_is_evaluated_across_the_projects_tiers(team, ti
         max_steps=1,
         policy_version=0,
     )
-    with mock.patch("runs.tasks.tier_evaluate.delay"):
+    with mock.patch("tiers.tasks.tier_evaluate.delay"):
         evaluation = run_final_evaluate(run.pk)
     assert evaluation is not None and evaluation.run_id == run.pk
     assert [c["name"] for c in evaluation.tier_configs] == ["speed", "capability"]

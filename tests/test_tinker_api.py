@@ -19,10 +19,10 @@ from tinker.proto.response_conv import deserialize_forward_backward_output, dese
 from core.roles import Role
 from projects import services as project_services
 from runs import lifecycle
-from runs import services as run_services
 from runs.learners import algorithm_choices, launch_choices
 from runs.models import Run
 from tests.run_harness import tiny_model
+from tiers import services as tier_services
 from tinker_api import services as tinker_services
 from tinker_api import wire
 from tinker_api.models import TinkerModel, TinkerRequest, TinkerSession, TinkerWeights
@@ -204,7 +204,7 @@ def test_forward_backward_sums_the_loss_and_adds_gradients_until_the_step(tiny_m
 def world(team, settings, client):
     settings.FLYWHEEL_TINKER_POLL_SECONDS = 0
     owner = team[Role.OWNER]
-    run_services.tier_create(project=team["project"], by=owner, name="small", base_model=BASE)
+    tier_services.tier_create(project=team["project"], by=owner, name="small", base_model=BASE)
     keys = {}
     for who in (Role.OWNER, Role.LAUNCHER, Role.REVIEWER, Role.VIEWER, "outsider"):
         _, raw = project_services.api_token_create(user=team[who], name="tinker")
@@ -471,7 +471,7 @@ def test_a_request_a_dead_learner_was_running_fails_as_the_servers_fault(client,
 def test_pending_samples_of_a_session_decode_as_one_batch_each_answered_as_if_alone(
     client, world, tiny_model, monkeypatch
 ):
-    run_services.tier_create(
+    tier_services.tier_create(
         project=world["project"], by=world[Role.OWNER], name="tiny", base_model=str(tiny_model)
     )
     session = TinkerSession.objects.get(key=session_of(client, world))

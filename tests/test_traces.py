@@ -5,9 +5,10 @@ import pytest
 
 from projects.models import TaskSetVersion
 from reviews.models import QueueItem, Review
-from runs import lifecycle, services
+from runs import lifecycle
 from tests.conftest import api_client_for
 from tests.test_api_schema import assert_matches_schema, schema  # noqa: F401
+from tiers import services as tier_services
 from traces.models import Trace
 
 pytestmark = pytest.mark.django_db
@@ -95,7 +96,9 @@ def test_later_feedback_updates_only_what_it_carries(team):
 
 def test_a_bad_batch_names_every_bad_field_and_writes_nothing(team):
     client = api_client_for(team["launcher"])
-    tier = services.tier_create(project=team["other_project"], by=team["outsider"], name="x", base_model="m")
+    tier = tier_services.tier_create(
+        project=team["other_project"], by=team["outsider"], name="x", base_model="m"
+    )
     batch = [
         {"id": "ok", "prompt": "p", "completion": "c"},
         {"id": "bad-thumbs", "prompt": "p", "feedback": {"thumbs": "sideways"}},

@@ -16,10 +16,11 @@ from django.test import Client
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from runs import lifecycle
-from runs.models import Checkpoint, MetricPoint, Run, Tier, TierEvaluation, Trajectory, TrajectoryStep
+from runs.models import Checkpoint, MetricPoint, Run, Trajectory, TrajectoryStep
 from tests.conftest import make_project
 from tests.test_browser import CHROMIUM
 from tests.test_live_browser import build_run
+from tiers.models import Tier, TierEvaluation
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # see tests/test_browser.py
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

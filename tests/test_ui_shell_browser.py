@@ -15,9 +15,10 @@ from django.test.testcases import LiveServerThread
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from reviews import services as review_services
-from runs.models import MetricPoint, Run, TierEvaluation
+from runs.models import MetricPoint, Run
 from tests.test_browser import CHROMIUM
 from tests.test_live_browser import agent_trajectory, build_run
+from tiers.models import TierEvaluation
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # see tests/test_browser.py
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

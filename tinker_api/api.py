@@ -32,7 +32,7 @@ from inference.openai_protocol import OpenAIError
 from projects import selectors as project_selectors
 from projects.models import Project
 from runs.models import Run
-from runs.openai_views import caller
+from serving.openai_auth import caller
 from tinker_api import notify, selectors, services, wire
 from tinker_api.models import TinkerModel, TinkerRequest, TinkerSession
 from tinker_api.services import TinkerApiError

@@ -16,7 +16,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from projects.models import Project
-from runs.models import Run, Tier
+from runs.models import Run
+from tiers.models import Tier
 
 
 def _ident(prefix: str) -> str:

@@ -8,7 +8,8 @@ from django.utils import timezone
 
 from projects.models import Project
 from projects.selectors import visible_project_ids
-from runs.models import Run, Tier
+from runs.models import Run
+from tiers.models import Tier
 from tinker_api.models import TinkerModel, TinkerRequest, TinkerSampler, TinkerSession, TinkerWeights
 from traces.models import Trace
 

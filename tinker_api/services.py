@@ -25,7 +25,8 @@ from projects.models import Project, TaskSet, TaskSetVersion
 from rewards import services as reward_services
 from rewards.models import RewardRule
 from runs import lifecycle
-from runs.models import Run, Tier
+from runs.models import Run
+from tiers.models import Tier
 from tinker_api import notify, selectors
 from tinker_api.models import TinkerModel, TinkerRequest, TinkerSampler, TinkerSession, TinkerWeights
 

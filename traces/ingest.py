@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from projects.models import Project
-from runs.models import Tier
+from tiers.models import Tier
 from traces.models import Trace
 
 # Report fields and the Trace columns they fill; feedback's are nested in the report.

@@ -11,7 +11,7 @@ from django.db import models
 from django.utils import timezone
 
 from projects.models import Project
-from runs.models import Tier
+from tiers.models import Tier
 
 
 class Trace(models.Model):

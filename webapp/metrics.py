@@ -50,7 +50,7 @@ class RecordCollector(Collector):
         ("flywheel_projects", "projects.Project", "Projects"),
         ("flywheel_task_sets", "projects.TaskSet", "Task sets"),
         ("flywheel_task_items", "projects.TaskItem", "Task items over all versions"),
-        ("flywheel_tiers", "runs.Tier", "Tiers"),
+        ("flywheel_tiers", "tiers.Tier", "Tiers"),
     )
 
     def describe(self) -> Iterator[GaugeMetricFamily]:

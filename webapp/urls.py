@@ -23,6 +23,7 @@ urlpatterns = [
         name="api-docs",
     ),
     path("api/v1/", include("projects.api_urls")),
+    path("api/v1/", include("tiers.api_urls")),
     path("api/v1/", include("runs.api_urls")),
     path("api/v1/", include("rewards.api_urls")),
     path("api/v1/", include("reviews.api_urls")),
@@ -36,7 +37,7 @@ urlpatterns = [
     path("api/v1/", include("episodes.api_urls")),
     path("otlp/", include("traces.otlp_urls")),  # OTLP/HTTP: its own contract, not in the schema
     path("tinker/", include("tinker_api.urls")),  # the Tinker SDK's API: its own contract, not in the schema
-    path("v1/", include("runs.openai_urls")),  # OpenAI-compatible: its own contract, not in the schema
+    path("v1/", include("serving.openai_urls")),  # OpenAI-compatible: its own contract, not in the schema
     path("", include("rewards.urls")),
     path("", include("reviews.urls")),
     path("", include("webhooks.urls")),
@@ -45,7 +46,10 @@ urlpatterns = [
     path("", include("evaluations.urls")),
     path("", include("ops.urls")),
     path("", include("projects.urls")),
+    path("", include("tiers.urls")),
     path("", include("runs.urls")),
+    path("", include("serving.urls")),
+    path("", include("docs_pages.urls")),
 ]
 
 handler400 = "core.errors.bad_request"

@@ -62,7 +62,7 @@ from runs.run_store import (
     policy_publish,
 )
 from runs.services import metrics_write
-from runs.tier_evaluations import run_final_evaluate
+from runs.tier_policies import run_final_evaluate
 from workers.learner_group import (
     group_batch,
     group_checkpoint,

@@ -24,7 +24,7 @@ from inference.decoding import GenerationStats, decode, model_bytes, tier_load
 from inference.settings import TierSettings
 from projects.models import TaskItem
 from rewards.engine import Sample, score_batch
-from runs.models import TierEvaluation
+from tiers.models import TierEvaluation
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""The REST API under /api/v1/: thin views over selectors and services (see shared API.md).
+"""The runs' REST API under /api/v1/: thin views over selectors and services (see shared API.md).
 
-`serializers` holds the input serializers (types and shapes) and output serializers (what a
-client sees); `schema` declares the error shape on every operation; `views` wires them up.
+`runs` holds the views of runs and their record, `run_serializers` their input and output
+serializers, `quotas` a project's run quota. Tiers and their evaluations are the tiers app's API.
 """

@@ -7,10 +7,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core.api import INT64_MAX, INT64_MIN
 from inference.token_text import token_texts
 from projects.models import TaskItem
 from runs import lifecycle, scheduling, selectors
-from runs.api.serializers import INT64_MAX, INT64_MIN
 from runs.learners import launch_choices
 from runs.models import Checkpoint, Run, RunEvent, Trajectory, TrajectoryStep
 from runs.outcomes import CHANGES

@@ -26,7 +26,8 @@ from rewards.models import RewardRuleVersion
 from runs import checkpoint_exports, lifecycle, monitor_settings, monitors, outcomes, scheduling, selectors
 from runs.api import run_serializers as s
 from runs.lifecycle import RunRequest
-from runs.models import Run, Tier
+from runs.models import Run
+from tiers.models import Tier
 
 
 class OldestFirstPagination(NewestFirstCursorPagination):

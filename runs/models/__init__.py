@@ -1,6 +1,6 @@
 """The runs app's models: post-training runs with their events, metrics, trajectories and
-checkpoints (runs.py), and tiers with their evaluations and served adapters (tiers.py). Projects and
-the task library are the projects app's."""
+checkpoints (runs.py). Projects and the task library are the projects app's, tiers and their
+evaluations the tiers app's, served adapters the serving app's."""
 
 from runs.models.runs import (
     Checkpoint,
@@ -13,7 +13,6 @@ from runs.models.runs import (
     Trajectory,
     TrajectoryStep,
 )
-from runs.models.tiers import ServedAdapter, Tier, TierEvaluation
 
 __all__ = [
     "Checkpoint",
@@ -23,9 +22,6 @@ __all__ = [
     "RolloutBatch",
     "Run",
     "RunEvent",
-    "ServedAdapter",
-    "Tier",
-    "TierEvaluation",
     "Trajectory",
     "TrajectoryStep",
 ]

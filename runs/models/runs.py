@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from projects.models import Project, TaskItem, TaskSetVersion
 from runs.learners import algorithm_get
-from runs.models.tiers import Tier
+from tiers.models import Tier
 
 
 class Run(models.Model):

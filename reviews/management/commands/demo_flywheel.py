@@ -30,7 +30,8 @@ from reviews import results, training
 from reviews import services as review_services
 from runs.demo import DEMO_FUNCTIONS, DEMO_RUN_HYPERPARAMETERS, demo_ensure
 from runs.lifecycle import RunRequest, run_create
-from runs.models import Run, Tier, Trajectory
+from runs.models import Run, Trajectory
+from tiers.models import Tier
 
 HELDOUT = "heldout/pass_rate"
 

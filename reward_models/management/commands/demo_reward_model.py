@@ -34,7 +34,8 @@ from reward_models.models import RewardModel, RewardModelVersion
 from rewards import services as reward_services
 from runs.demo import demo_ensure
 from runs.lifecycle import RunRequest, run_create
-from runs.models import MetricPoint, Run, Tier
+from runs.models import MetricPoint, Run
+from tiers.models import Tier
 
 PAIRS_TASK_SET = "reward-model demo: preferences"
 WAIT_SECONDS = 3600

@@ -29,10 +29,11 @@ from projects import services as project_services
 from projects.demo_tasks import demo_task_sets
 from projects.models import Project, TaskSet
 from rewards import services as reward_services
-from runs import services
 from runs.demo import demo_ensure
 from runs.lifecycle import RunRequest, run_create, run_fork
-from runs.models import Checkpoint, MetricPoint, Run, RunEvent, Tier, Trajectory
+from runs.models import Checkpoint, MetricPoint, Run, RunEvent, Trajectory
+from tiers import services as tier_services
+from tiers.models import Tier
 
 TASK_SET = "hack-demo"
 WARM_TASK_SET = "hack-demo warm start"
@@ -122,7 +123,7 @@ def hack_setup(project: Project, user, *, seed: int, listing_share: float) -> di
     tier = Tier.objects.filter(project=project, name=TIER).first()
     if tier is None:
         base = Tier.objects.get(project=project, name="rollout").base_model
-        tier = services.tier_create(
+        tier = tier_services.tier_create(
             project=project, by=user, name=TIER, base_model=base, temperature=1.0, max_new_tokens=48
         )
     return {

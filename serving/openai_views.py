@@ -18,32 +18,27 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from functools import wraps
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
-from django.middleware.csrf import CsrfViewMiddleware
+from django.contrib.auth.models import User
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework import exceptions
-from rest_framework.request import Request
 
 from core import strict_json
-from core.throttling import RedisRateThrottle
 from inference import openai_protocol as protocol
 from inference.openai_protocol import OpenAIError
 from inference.settings import TierSettings
-from projects.token_auth import ApiTokenAuthentication
-from runs import served_models
+from serving import served_models
+from serving.openai_auth import caller
 
 logger = logging.getLogger(__name__)
-View = Callable[..., Awaitable[HttpResponse]]
+View = Callable[..., Coroutine[Any, Any, HttpResponseBase]]
 _cache = None
 _cache_lock = threading.Lock()
 
@@ -67,7 +62,7 @@ def openai_errors(view: View) -> View:
     """Answer OpenAIError (and anything unexpected) in OpenAI's error shape."""
 
     @wraps(view)
-    async def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    async def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         try:
             return await view(request, *args, **kwargs)
         except OpenAIError as exc:
@@ -79,55 +74,7 @@ def openai_errors(view: View) -> View:
     return csrf_exempt(wrapped)
 
 
-# --- who is calling ----------------------------------------------------------------------------
-
-
-def _csrf_ok(request: HttpRequest) -> bool:
-    check = CsrfViewMiddleware(lambda request: None)
-    check.process_request(request)
-    return check.process_view(request, None, (), {}) is None
-
-
-def caller(request: HttpRequest) -> AbstractBaseUser:
-    """The authenticated caller, within the REST API's per-user rate (FLYWHEEL_API_RATE, one
-    budget for both): an OpenAI 429 past it."""
-    user = _authenticated(request)
-    throttle = RedisRateThrottle()
-    checked = Request(request)
-    checked.user = user
-    if not throttle.allow_request(checked, None):
-        wait = max(1, math.ceil(throttle.wait() or 1))
-        message = f"Rate limit reached ({throttle.rate} per user): retry in {wait} s"
-        raise OpenAIError(429, message, None, "rate_limit_exceeded", {"Retry-After": str(wait)})
-    return user
-
-
-def _authenticated(request: HttpRequest) -> AbstractBaseUser:
-    """The user behind the bearer token, or the signed-in browser user (whose POSTs carry the CSRF
-    token); an OpenAI 401 for anyone else."""
-    if request.headers.get("Authorization"):
-        try:
-            found = ApiTokenAuthentication().authenticate(Request(request))
-        except exceptions.Throttled as exc:
-            raise OpenAIError(429, str(exc.detail), None, "rate_limit_exceeded") from exc
-        except exceptions.AuthenticationFailed as exc:
-            raise OpenAIError(401, f"Incorrect API key: {exc.detail}", None, "invalid_api_key") from exc
-        if found is None:
-            raise OpenAIError(401, "Authorization must be 'Bearer <token>'", None, "invalid_api_key")
-        return found[0]
-    if request.user.is_authenticated:
-        if request.method == "POST" and not _csrf_ok(request):
-            raise OpenAIError(403, "CSRF check failed: send the page's CSRF token", None, "csrf_failed")
-        return request.user
-    raise OpenAIError(
-        401,
-        "You didn't provide an API key: send a Flywheel API token as 'Authorization: Bearer <token>'.",
-        None,
-        "invalid_api_key",
-    )
-
-
-def _model_for(user: AbstractBaseUser, model_id: str, fetch: bool = False) -> served_models.ServedModel:
+def _model_for(user: User, model_id: str, fetch: bool = False) -> served_models.ServedModel:
     try:
         return served_models.served_model_for(user=user, model_id=model_id, fetch=fetch)
     except served_models.UnknownModelError as exc:
@@ -166,12 +113,12 @@ async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
 
 
 @openai_errors
-async def completions(request: HttpRequest) -> HttpResponse:
+async def completions(request: HttpRequest) -> HttpResponseBase:
     return await _complete(request, chat=False)
 
 
 @openai_errors
-async def chat_completions(request: HttpRequest) -> HttpResponse:
+async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     return await _complete(request, chat=True)
 
 
@@ -188,7 +135,7 @@ EPISODE_HEADER = "X-Flywheel-Episode"
 
 def _turn_keeper(
     request: HttpRequest,
-    user: AbstractBaseUser,
+    user: User,
     model: served_models.ServedModel,
     serve: protocol.ServeRequest,
 ) -> Callable[..., None] | None:
@@ -209,7 +156,7 @@ def _turn_keeper(
     )
 
 
-async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
+async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponseBase:
     _method(request, "POST")
     user = await sync_to_async(caller)(request)
     serve_request = _parse(request, chat)
@@ -309,7 +256,11 @@ def _whole(prepared, request: protocol.ServeRequest) -> tuple[dict, list]:
     from inference.serving import serve_generate, token_text
 
     streams = _streams(prepared, request)
-    completions = serve_generate(prepared, request, lambda row, token: streams[row].add(token))
+
+    def add(row: int, token: protocol.Token) -> None:
+        streams[row].add(token)
+
+    completions = serve_generate(prepared, request, add)
     text_of = token_text(prepared.served.tier, request.tokens_as_ids)
     choices = []
     for index, (stream, completion) in enumerate(zip(streams, completions, strict=True)):

@@ -1,8 +1,8 @@
-"""The OpenAI-compatible endpoint, included at /v1/ (runs/openai_views.py)."""
+"""The OpenAI-compatible endpoint, included at /v1/ (serving/openai_views.py)."""
 
 from django.urls import path, re_path
 
-from runs import openai_views
+from serving import openai_views
 
 urlpatterns = [
     path("models", openai_views.models_list, name="openai-models"),

@@ -1,30 +1,32 @@
-"""Tier evaluation pages: the evaluate form on a tier's page, and an evaluation's chart and table.
+"""Tier pages: create, edit and delete a tier, its page with the evaluate form, and an evaluation's
+chart and table.
 
-Objects come through `runs.selectors` (non-member 404, missing permission 403, as over REST);
-requests go through `runs.tier_evaluations`."""
+Objects come through `tiers.selectors` (non-member 404, missing permission 403, as over REST);
+writes go through `tiers.services`. A run's policy version to evaluate is resolved by runs, above
+tiers (tiers/run_policies.py)."""
 
 import math
 from typing import Any
 
-from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from core.callers import caller
 from core.roles import Permission, role_allows
 from inference.model_sources import local_models
 from projects import selectors as project_selectors
 from projects.forms import add_service_errors
-from projects.models import TaskItem, TaskSetVersion
 from projects.selectors import page_access
-from runs import selectors, services, tier_evaluations
-from runs.forms import TierForm, stop_escape
-from runs.models import Run, Tier
+from tiers import selectors, services
+from tiers.forms import TierEvaluateForm, TierForm, stop_escape
+from tiers.models import Tier
+from tiers.run_policies import run_policy_for
 
 METRICS = (
     ("pass_rate", "Pass rate"),
@@ -37,46 +39,7 @@ METRICS = (
 )
 
 
-class TierEvaluateForm(forms.Form):
-    task_set_version = forms.ModelChoiceField(
-        queryset=TaskSetVersion.objects.none(), label="Task set version"
-    )
-    split = forms.ChoiceField(choices=TaskItem.Split.choices, initial=TaskItem.Split.HELDOUT)
-    run = forms.ModelChoiceField(
-        queryset=Run.objects.none(), required=False, help_text="Evaluate a run's policy instead of a path"
-    )
-    version = forms.IntegerField(
-        min_value=0, required=False, help_text="The run's policy version (default: newest)"
-    )
-    checkpoint = forms.CharField(
-        max_length=500, required=False, help_text="A local path or hub id; empty: the tier's base model"
-    )
-    compare = forms.ModelMultipleChoiceField(
-        queryset=Tier.objects.none(),
-        required=False,
-        widget=forms.CheckboxSelectMultiple,
-        label="Compare with tiers",
-    )
-    limit = forms.IntegerField(min_value=1, required=False, help_text="Only the split's first N items")
-
-    def __init__(self, *args, tier: Tier, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["task_set_version"].queryset = TaskSetVersion.objects.filter(
-            task_set__project_id=tier.project_id
-        ).select_related("task_set")
-        self.fields["run"].queryset = Run.objects.filter(project_id=tier.project_id).order_by("-created_at")
-        self.fields["compare"].queryset = Tier.objects.filter(project_id=tier.project_id).exclude(pk=tier.pk)
-
-    def clean(self) -> dict:
-        data = super().clean()
-        if data.get("checkpoint") and data.get("run"):
-            raise ValidationError("Give a checkpoint path or a run, not both.")
-        return data
-
-
-def evaluate_context(
-    user: AbstractBaseUser, tier: Tier, form: TierEvaluateForm | None = None
-) -> dict[str, Any]:
+def evaluate_context(user: User, tier: Tier, form: TierEvaluateForm | None = None) -> dict[str, Any]:
     """What the tier page shows about evaluations: the form (for editors) and recent ones."""
     role = project_selectors.role_of(user=user, project_id=tier.project_id)
     return {
@@ -90,20 +53,24 @@ def evaluate_context(
 @login_required
 @require_POST
 def tier_evaluate(request: HttpRequest, tier_id: int) -> HttpResponse:
-    tier = selectors.tier_for(user=request.user, tier_id=tier_id, permission=Permission.EDIT)
+    user = caller(request)
+    tier = selectors.tier_for(user=user, tier_id=tier_id, permission=Permission.EDIT)
     form = TierEvaluateForm(request.POST, tier=tier)
     if form.is_valid():
         data = form.cleaned_data
         try:
-            evaluation = tier_evaluations.tier_evaluation_request(
+            run = data["run"]
+            policy = run_policy_for(
+                user=user, tier=tier, run_id=None if run is None else run.pk, version=data["version"]
+            )
+            evaluation = services.tier_evaluation_request(
                 tier=tier,
-                by=request.user,
+                by=user,
                 task_set_version=data["task_set_version"],
                 split=data["split"],
                 compare=list(data["compare"]),
                 checkpoint=data["checkpoint"],
-                run=data["run"],
-                version=data["version"],
+                policy=policy,
                 limit=data["limit"],
             )
         except ValidationError as exc:
@@ -113,11 +80,9 @@ def tier_evaluate(request: HttpRequest, tier_id: int) -> HttpResponse:
             return redirect("tier-evaluation-detail", evaluation_id=evaluation.pk)
 
     context = (
-        page_access(user=request.user, project=tier.project)
-        | {"tier": tier}
-        | evaluate_context(request.user, tier, form)
+        page_access(user=user, project=tier.project) | {"tier": tier} | evaluate_context(user, tier, form)
     )
-    return render(request, "runs/tier_detail.html", context, status=400)
+    return render(request, "tiers/tier_detail.html", context, status=400)
 
 
 def wilson_interval(passed: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -148,7 +113,7 @@ def pass_rate_text(result: dict) -> str | None:
 
 def chart_data(results: list[dict]) -> dict:
     """The capability/speed chart's points and its Pareto front (sorted by speed)."""
-    points = [
+    points: list[dict[str, Any]] = [
         {
             "name": r.get("name"),
             "pass_rate": r.get("pass_rate"),
@@ -165,7 +130,8 @@ def chart_data(results: list[dict]) -> dict:
 @login_required
 @require_GET
 def tier_evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResponse:
-    evaluation = selectors.tier_evaluation_for(user=request.user, evaluation_id=evaluation_id)
+    user = caller(request)
+    evaluation = selectors.tier_evaluation_for(user=user, evaluation_id=evaluation_id)
 
     results = evaluation.results or []
     rows = [
@@ -175,7 +141,7 @@ def tier_evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResp
     # A pass rate is shown with what it rests on: 0.83 of 6 items is not 0.83 of 600.
     rows[0]["values"] = [pass_rate_text(result) for result in results]
     rows.insert(1, {"label": "Items scored", "key": "scored", "values": [r.get("scored") for r in results]})
-    settings_rows = []
+    settings_rows: list[dict[str, Any]] = []
     names = (
         "precision",
         "device",
@@ -191,7 +157,7 @@ def tier_evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResp
     for name in names:
         values = [(result.get("settings") or {}).get(name) for result in results]
         settings_rows.append({"label": name, "values": values, "differs": len({repr(v) for v in values}) > 1})
-    context = page_access(user=request.user, project=evaluation.project) | {
+    context = page_access(user=user, project=evaluation.project) | {
         "evaluation": evaluation,
         "results": results,
         "rows": rows,
@@ -199,7 +165,7 @@ def tier_evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResp
         "chart": chart_data(results),
         "pending": [c.get("name") for c in evaluation.tier_configs[len(results) :]],
     }
-    return render(request, "runs/tier_evaluation.html", context)
+    return render(request, "tiers/tier_evaluation.html", context)
 
 
 # --- tiers ---------------------------------------------------------------------------------
@@ -208,43 +174,43 @@ def tier_evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResp
 @login_required
 @require_http_methods(["GET", "POST"])
 def tier_create(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = project_selectors.project_for(
-        user=request.user, project_id=project_id, permission=Permission.EDIT
-    )
+    user = caller(request)
+    project = project_selectors.project_for(user=user, project_id=project_id, permission=Permission.EDIT)
     models = local_models(settings.FLYWHEEL_HOME / "models")
     demo_model = str(settings.FLYWHEEL_HOME / "models" / "tiny-base")
     initial = {"base_model": demo_model if demo_model in models else (models[0] if models else "")}
     form = TierForm(request.POST if request.method == "POST" else None, initial=initial)
     if form.is_bound and form.is_valid():
         try:
-            tier = services.tier_create(project=project, by=request.user, **form.cleaned_data)
+            tier = services.tier_create(project=project, by=user, **form.cleaned_data)
         except ValidationError as exc:
             add_service_errors(form, exc)
         else:
             messages.success(request, f"Tier {tier.name} created.")
             return redirect("tier-detail", tier_id=tier.pk)
-    context = page_access(user=request.user, project=project) | {"form": form, "local_models": models}
-    return render(request, "runs/tier_form.html", context)
+    context = page_access(user=user, project=project) | {"form": form, "local_models": models}
+    return render(request, "tiers/tier_form.html", context)
 
 
 @login_required
 @require_GET
 def tier_detail(request: HttpRequest, tier_id: int) -> HttpResponse:
-    tier = selectors.tier_for(user=request.user, tier_id=tier_id)
-
+    user = caller(request)
+    tier = selectors.tier_for(user=user, tier_id=tier_id)
     stops = [stop_escape(stop) for stop in tier.stop or []]
     context = (
-        page_access(user=request.user, project=tier.project)
+        page_access(user=user, project=tier.project)
         | {"tier": tier, "stops": stops}
-        | evaluate_context(request.user, tier)
+        | evaluate_context(user, tier)
     )
-    return render(request, "runs/tier_detail.html", context)
+    return render(request, "tiers/tier_detail.html", context)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def tier_edit(request: HttpRequest, tier_id: int) -> HttpResponse:
-    tier = selectors.tier_for(user=request.user, tier_id=tier_id, permission=Permission.EDIT)
+    user = caller(request)
+    tier = selectors.tier_for(user=user, tier_id=tier_id, permission=Permission.EDIT)
     form = TierForm(request.POST if request.method == "POST" else None, instance=tier)
     if form.is_bound and form.is_valid():
         try:
@@ -255,18 +221,19 @@ def tier_edit(request: HttpRequest, tier_id: int) -> HttpResponse:
             messages.success(request, f"Tier {tier.name} saved.")
             return redirect("tier-detail", tier_id=tier.pk)
     models = local_models(settings.FLYWHEEL_HOME / "models")
-    context = page_access(user=request.user, project=tier.project) | {
+    context = page_access(user=user, project=tier.project) | {
         "form": form,
         "tier": tier,
         "local_models": models,
     }
-    return render(request, "runs/tier_form.html", context)
+    return render(request, "tiers/tier_form.html", context)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def tier_delete(request: HttpRequest, tier_id: int) -> HttpResponse:
-    tier = selectors.tier_for(user=request.user, tier_id=tier_id, permission=Permission.EDIT)
+    user = caller(request)
+    tier = selectors.tier_for(user=user, tier_id=tier_id, permission=Permission.EDIT)
     if request.method == "POST":
         project_id, name = tier.project_id, tier.name
         services.tier_delete(tier=tier)
@@ -274,6 +241,6 @@ def tier_delete(request: HttpRequest, tier_id: int) -> HttpResponse:
         return redirect("project-detail", project_id=project_id)
     return render(
         request,
-        "runs/tier_delete.html",
-        page_access(user=request.user, project=tier.project) | {"tier": tier},
+        "tiers/tier_delete.html",
+        page_access(user=user, project=tier.project) | {"tier": tier},
     )

@@ -1,17 +1,56 @@
-"""REST for tier evaluations: request one from a tier (EDIT), read it (VIEW)."""
+"""Input serializers check types and shapes; services check the rules. Output serializers are what
+a client sees: every object has `id`, `created_at` (ISO 8601 UTC) and the ids of related objects."""
 
-from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.request import Request
-from rest_framework.response import Response
 
-from core.api import idempotent
-from core.roles import Permission
-from core.views import ApiView
-from projects import selectors as project_selectors
+from inference.settings import TIER_FIELDS
 from projects.models import TaskItem
-from runs import selectors, tier_evaluations
-from runs.models import TierEvaluation
+from tiers.models import Tier, TierEvaluation
+
+INT32_MAX = 2**31 - 1
+
+# --- tiers ---------------------------------------------------------------------------------
+
+
+class TierSerializer(serializers.ModelSerializer):
+    stop = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+    class Meta:
+        model = Tier
+        fields = ["id", "project", *TIER_FIELDS, "created_by", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+class TierUpdateSerializer(serializers.Serializer):
+    """Types only: which settings can run together is the service's call (inference.settings)."""
+
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(required=False, allow_blank=True)
+    base_model = serializers.CharField(max_length=500)
+    device = serializers.ChoiceField(choices=Tier.Device.choices, required=False)
+    precision = serializers.ChoiceField(choices=Tier.Precision.choices, required=False)
+    speculation = serializers.ChoiceField(choices=Tier.Speculation.choices, required=False)
+    draft_model = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    speculative_tokens = serializers.IntegerField(min_value=0, max_value=32767, required=False)
+    temperature = serializers.FloatField(required=False)
+    top_p = serializers.FloatField(required=False)
+    top_k = serializers.IntegerField(min_value=0, max_value=INT32_MAX, required=False)
+    stop = serializers.ListField(child=serializers.CharField(trim_whitespace=False), required=False)
+    max_new_tokens = serializers.IntegerField(min_value=0, max_value=INT32_MAX, required=False)
+    batch_size = serializers.IntegerField(min_value=0, max_value=INT32_MAX, required=False)
+    engine = serializers.ChoiceField(choices=Tier.Engine.choices, required=False)
+    engine_url = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    engine_model = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    engine_api_key_env = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    engine_adapters = serializers.ChoiceField(choices=Tier.EngineAdapters.choices, required=False)
+    engine_adapter_root = serializers.CharField(max_length=500, required=False, allow_blank=True)
+
+
+class TierCreateSerializer(TierUpdateSerializer):
+    project = serializers.IntegerField(min_value=1)
+
+
+# --- tier evaluations ----------------------------------------------------------------------
 
 
 class TierEvaluateSerializer(serializers.Serializer):
@@ -107,39 +146,3 @@ class TierEvaluationSerializer(serializers.ModelSerializer):
             "finished_at",
         ]
         read_only_fields = fields
-
-
-class TierEvaluateView(ApiView):
-    @extend_schema(
-        request=TierEvaluateSerializer,
-        responses={202: TierEvaluationSerializer},
-        summary="Evaluate a checkpoint under this tier and others, on the eval queue",
-    )
-    @idempotent
-    def post(self, request: Request, id: int) -> Response:
-        tier = selectors.tier_for(user=request.user, tier_id=id, permission=Permission.EDIT)
-        data = self.validated(TierEvaluateSerializer)
-        version = project_selectors.version_by_id_for(user=request.user, version_id=data["task_set_version"])
-        run = selectors.run_for(user=request.user, run_id=data["run"]) if data.get("run") else None
-        compare = [selectors.tier_for(user=request.user, tier_id=other) for other in data["compare"]]
-        evaluation = tier_evaluations.tier_evaluation_request(
-            tier=tier,
-            by=request.user,
-            task_set_version=version,
-            split=data["split"],
-            compare=compare,
-            checkpoint=data.get("checkpoint", ""),
-            run=run,
-            version=data.get("version"),
-            limit=data.get("limit"),
-        )
-        return Response(TierEvaluationSerializer(evaluation).data, status=202)
-
-
-class TierEvaluationDetailView(ApiView):
-    @extend_schema(
-        responses=TierEvaluationSerializer, summary="A tier evaluation: its status and results per tier"
-    )
-    def get(self, request: Request, id: int) -> Response:
-        evaluation = selectors.tier_evaluation_for(user=request.user, evaluation_id=id)
-        return Response(TierEvaluationSerializer(evaluation).data)

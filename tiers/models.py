@@ -1,4 +1,10 @@
-"""Tier evaluations: one checkpoint measured under several tiers on the same held-out task set."""
+"""Tiers (a checkpoint's inference configurations: how fast, how capable) and tier evaluations (one
+checkpoint measured under several tiers on the same held-out task set).
+
+Both came from the runs app and keep its tables (`runs_tier`, `runs_tierevaluation`): only Django's
+record of them moved (tiers/migrations/0001_initial.py). An evaluation may name the run whose policy
+it measured; that relation is by name ("runs.Run"), since runs sit above tiers and tiers import none
+of runs."""
 
 from django.conf import settings
 from django.db import models
@@ -91,6 +97,7 @@ class Tier(models.Model):
     )
 
     class Meta:
+        db_table = "runs_tier"
         constraints = [models.UniqueConstraint(fields=["project", "name"], name="tier_name_per_project")]
 
     def __str__(self) -> str:
@@ -136,6 +143,7 @@ class TierEvaluation(models.Model):
     )
 
     class Meta:
+        db_table = "runs_tierevaluation"
         ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
@@ -144,25 +152,3 @@ class TierEvaluation(models.Model):
     @property
     def finished(self) -> bool:
         return self.status in (self.Status.SUCCEEDED, self.Status.FAILED)
-
-
-class ServedAdapter(models.Model):
-    """A LoRA adapter loaded into the OpenAI-compatible endpoint at run time (`POST
-    /v1/load_lora_adapter`, vLLM's contract): served under its name on the tier's base model, its
-    weights a run's policy version in the artifact storage. Rows, not process memory, so every web
-    process of a deployment serves what one of them was told to load."""
-
-    name = models.CharField(max_length=200, unique=True, help_text="The model id requests name")
-    tier = models.ForeignKey(Tier, on_delete=models.CASCADE, related_name="served_adapters")
-    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="served_adapters")
-    artifact = models.CharField(max_length=500, help_text="The policy version's name in the artifact storage")
-    loaded_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name

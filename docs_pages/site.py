@@ -73,7 +73,7 @@ def page_path(name: str) -> Path:
     >>> page_path("../webapp/settings")
     Traceback (most recent call last):
     ...
-    runs.docs_site.PageNotFoundError: ../webapp/settings
+    docs_pages.site.PageNotFoundError: ../webapp/settings
     """
     path = (DOCS / f"{name or 'index'}.md").resolve()
     if not path.is_relative_to(DOCS.resolve()) or not path.is_file():

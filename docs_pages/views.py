@@ -5,7 +5,7 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 
-from runs.docs_site import API_REFERENCE, PageNotFoundError, asset_path, navigation, page_exists, render_page
+from docs_pages.site import API_REFERENCE, PageNotFoundError, asset_path, navigation, page_exists, render_page
 
 
 @login_required
@@ -19,7 +19,7 @@ def docs_page(request: HttpRequest, name: str = "") -> HttpResponse:
         page = render_page(name)
     except PageNotFoundError as missing:
         raise Http404(f"No documentation page {missing}") from None
-    return render(request, "runs/docs_page.html", {"page": page, "navigation": navigation()})
+    return render(request, "docs_pages/docs_page.html", {"page": page, "navigation": navigation()})
 
 
 @login_required

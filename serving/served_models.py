@@ -13,16 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from core.artifacts import ArtifactMissingError, artifact_exists, artifact_get
-from core.roles import Permission
+from core.roles import Permission, role_allows
 from inference.adapters import adapter_base, is_adapter
 from inference.settings import model_source, tier_snapshot
 from projects import selectors as project_selectors
 from runs import selectors
-from runs.models import Checkpoint, Run, ServedAdapter, Tier
+from runs.models import Checkpoint, Run
 from runs.run_store import policy_dir
+from serving.models import ServedAdapter
+from tiers import selectors as tier_selectors
+from tiers.models import Tier
 
 TIER_ID = re.compile(r"^tier-(\d{1,18})$")
 CHECKPOINT_ID = re.compile(r"^run-(\d{1,18})-step-(\d{1,18})$")
@@ -31,14 +34,14 @@ ADAPTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
 POLICY_ARTIFACT = re.compile(r"^runs/(\d{1,18})-([0-9a-f-]{36})/policies/v(\d{1,18})$")
 
 
-# Names that apps above runs serve (finetuning: a job's fine_tuned_model), each resolver
+# Names that apps above serving serve (finetuning: a job's fine_tuned_model), each resolver
 # (user=, model_id=, fetch=) -> ServedModel | None and each lister (user=) -> [ServedModel]. They
-# register in their AppConfig.ready, so runs imports none of them.
+# register in their AppConfig.ready, so serving imports none of them.
 MODEL_RESOLVERS: list[Callable[..., "ServedModel | None"]] = []
 MODEL_LISTERS: list[Callable[..., list["ServedModel"]]] = []
 
 
-# Turn keepers, registered by apps above runs (episodes: an external agent's episode): each
+# Turn keepers, registered by apps above serving (episodes: an external agent's episode): each
 # (user=, model=, episode=, n=) -> a function that keeps the decoded turn (prompt text, Completion,
 # the assistant message answered), or None when the episode is not its own; it raises OpenAIError
 # when the episode cannot take a turn.
@@ -132,10 +135,10 @@ def adapter_model(adapter: ServedAdapter, *, fetch: bool = False) -> ServedModel
     )
 
 
-def served_models_for(*, user: AbstractBaseUser) -> list[ServedModel]:
+def served_models_for(*, user: User) -> list[ServedModel]:
     """The caller's tiers (by project, then name), the adapters loaded on them, then their newest
     checkpoints."""
-    tiers = selectors.tiers_for(user=user).order_by("project__name", "name", "pk")
+    tiers = tier_selectors.tiers_for(user=user).order_by("project__name", "name", "pk")
     adapters = ServedAdapter.objects.filter(tier__in=tiers).select_related("tier__project", "run")
     checkpoints = (
         selectors.checkpoints_for(user=user)
@@ -150,11 +153,11 @@ def served_models_for(*, user: AbstractBaseUser) -> list[ServedModel]:
     )
 
 
-def _can_view(user: AbstractBaseUser, project_id: int) -> bool:
-    return selectors.role_allows(project_selectors.role_of(user=user, project_id=project_id), Permission.VIEW)
+def _can_view(user: User, project_id: int) -> bool:
+    return role_allows(project_selectors.role_of(user=user, project_id=project_id), Permission.VIEW)
 
 
-def adapter_load(*, user: AbstractBaseUser, name: Any, artifact: Any, base: Any = None) -> ServedAdapter:
+def adapter_load(*, user: User, name: Any, artifact: Any, base: Any = None) -> ServedAdapter:
     """Serve the run's policy version stored as `artifact` (an adapter) under `name` on the tier
     `base` (`tier-<id>`; by default the caller's one local tier on the adapter's base model). The
     same name for the same adapter again is harmless; a name taken by another is refused."""
@@ -184,7 +187,7 @@ def adapter_load(*, user: AbstractBaseUser, name: Any, artifact: Any, base: Any 
     return adapter
 
 
-def _adapter_tier(user: AbstractBaseUser, base: Any, trained_on: str) -> Tier:
+def _adapter_tier(user: User, base: Any, trained_on: str) -> Tier:
     """The tier an adapter is served on: the one named, else the caller's only local tier whose
     base model the adapter was trained on."""
     if base is not None:
@@ -196,7 +199,9 @@ def _adapter_tier(user: AbstractBaseUser, base: Any, trained_on: str) -> Tier:
             )
     else:
         candidates = [
-            t for t in selectors.tiers_for(user=user).filter(base_model=trained_on) if t.engine == "local"
+            t
+            for t in tier_selectors.tiers_for(user=user).filter(base_model=trained_on)
+            if t.engine == "local"
         ]
         if len(candidates) != 1:
             raise AdapterLoadError(
@@ -217,7 +222,7 @@ def _adapter_tier(user: AbstractBaseUser, base: Any, trained_on: str) -> Tier:
     return tier
 
 
-def adapter_unload(*, user: AbstractBaseUser, name: Any) -> str:
+def adapter_unload(*, user: User, name: Any) -> str:
     adapter = (
         ServedAdapter.objects.filter(name=name).select_related("tier").first()
         if isinstance(name, str)
@@ -229,7 +234,7 @@ def adapter_unload(*, user: AbstractBaseUser, name: Any) -> str:
     return adapter.name
 
 
-def served_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool = False) -> ServedModel:
+def served_model_for(*, user: User, model_id: str, fetch: bool = False) -> ServedModel:
     """The model by id, if the caller's role lets them use it; UnknownModelError otherwise (a model of a
     project the caller is not in is reported as absent, as everywhere). `fetch`: a checkpoint's
     weights brought into this host's cache, to generate with."""
@@ -243,7 +248,7 @@ def served_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool = Fal
             ) from None
     if match := TIER_ID.match(model_id):
         tier = Tier.objects.select_related("project").filter(pk=int(match[1])).first()
-        if tier is not None and selectors.role_allows(
+        if tier is not None and role_allows(
             project_selectors.role_of(user=user, project_id=tier.project_id), Permission.VIEW
         ):
             return tier_model(tier)
@@ -253,7 +258,7 @@ def served_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool = Fal
             .filter(run_id=int(match[1]), step=int(match[2]))
             .first()
         )
-        if checkpoint is not None and selectors.role_allows(
+        if checkpoint is not None and role_allows(
             project_selectors.role_of(user=user, project_id=checkpoint.run.project_id), Permission.VIEW
         ):
             try:

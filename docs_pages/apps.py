@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DocsPagesConfig(AppConfig):
+    name = "docs_pages"
+    verbose_name = "Documentation pages"

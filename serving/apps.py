@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ServingConfig(AppConfig):
+    name = "serving"
+    verbose_name = "Serving: the OpenAI-compatible endpoint and the playground"
