@@ -85,7 +85,7 @@ def tier_judge(tier_config: Mapping | TierRow, *, tier_model: "TierModel | None"
             raise JudgeError(f"no tier named {tier_ref!r} to judge with; known: {', '.join(sorted(configs))}")
         import torch  # only once a model is about to run
 
-        from inference.decoding import decode, tier_load
+        from inference.decoding import decode, tier_load  # torch too: a judge that never runs loads none
 
         with lock:  # graders run in threads; one model generates one request at a time
             if key not in loaded:

@@ -50,7 +50,7 @@ class ClientGoneError(Exception):
 def models_cache():
     """This process's loaded models (torch is imported on the first request that needs a model)."""
     global _cache
-    from inference.serving import ModelCache
+    from inference.serving import ModelCache  # loads torch
 
     with _cache_lock:
         if _cache is None:
@@ -205,7 +205,7 @@ async def _keep(keeper, prepared, completions: list, body: dict) -> None:
 async def _events_whole(prepared, request: protocol.ServeRequest, keeper=None) -> AsyncIterator[str]:
     """A streamed request with tools: its calls can only be read from the whole answer, so each
     choice is sent once it is whole (its content, then its tool calls), then usage and [DONE]."""
-    from inference.serving import token_text
+    from inference.serving import token_text  # loads torch
 
     try:
         body, completions = await asyncio.to_thread(_whole, prepared, request)
@@ -231,7 +231,7 @@ async def _events_whole(prepared, request: protocol.ServeRequest, keeper=None) -
 
 
 def _prepare(model: served_models.ServedModel, request: protocol.ServeRequest):
-    from inference.serving import serve_prepare
+    from inference.serving import serve_prepare  # loads torch
 
     tier_settings = TierSettings.from_config(model.config)
     if tier_settings.remote:
@@ -246,14 +246,14 @@ def _prepare(model: served_models.ServedModel, request: protocol.ServeRequest):
 
 
 def _streams(prepared, request: protocol.ServeRequest) -> list[protocol.ChoiceStream]:
-    from inference.serving import text_decoder
+    from inference.serving import text_decoder  # loads torch
 
     decode = text_decoder(prepared.served.tier)
     return [protocol.ChoiceStream(decode, tuple(prepared.settings.stop)) for _ in prepared.prompts]
 
 
 def _whole(prepared, request: protocol.ServeRequest) -> tuple[dict, list]:
-    from inference.serving import serve_generate, token_text
+    from inference.serving import serve_generate, token_text  # loads torch
 
     streams = _streams(prepared, request)
 
@@ -276,7 +276,7 @@ def _whole(prepared, request: protocol.ServeRequest) -> tuple[dict, list]:
 
 async def _events(prepared, request: protocol.ServeRequest, keeper=None) -> AsyncIterator[str]:
     """The stream: each choice's text as it is released, then its finish reason, [DONE] last."""
-    from inference.serving import serve_generate, token_text
+    from inference.serving import serve_generate, token_text  # loads torch
 
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()

@@ -329,6 +329,44 @@ def test_every_celery_task_module_sits_beside_a_service_or_drives_runs():
     assert "workers.tasks" not in {t for m, targets in graph.items() if app(m) in DOMAIN for t in targets}
 
 
+# An import inside a function hides an edge of the graph from a reader, and once hid cycles. It is
+# kept where it is the idiom (an AppConfig's ready(), which registers once models are loaded; a
+# Celery task's body, which loads what it runs so that the enqueuing process does not; the Celery
+# app's process signals) and elsewhere only where its line says why (a heavy import deferred).
+LATE_IMPORT_PLACES = ("ready",)
+
+
+def unexplained_late_imports(root: Path, packages: tuple[str, ...]) -> list[str]:
+    found = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            module = module_name(root, path)
+            if "migrations" in path.parts or is_task_module(module) or module == "webapp.celery":
+                continue
+            lines = path.read_text().splitlines()
+            for function in ast.walk(ast.parse("\n".join(lines), filename=str(path))):
+                if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                if function.name in LATE_IMPORT_PLACES:
+                    continue
+                for node in ast.walk(function):
+                    if not isinstance(node, ast.Import | ast.ImportFrom) or getattr(node, "level", 0):
+                        continue
+                    names = (
+                        [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                    )
+                    ours = sorted({app(name) for name in names if name and app(name) in packages})
+                    end = lines[(node.end_lineno or node.lineno) - 1]
+                    if ours and "#" not in end and "#" not in lines[node.lineno - 1]:
+                        relative = path.relative_to(root)
+                        found.append(f"{relative}:{node.lineno} in {function.name}(): {', '.join(ours)}")
+    return found
+
+
+def test_every_late_import_of_a_project_module_is_an_idiom_or_says_why():
+    assert unexplained_late_imports(ROOT, APPLICATIONS) == []
+
+
 # The checks themselves, on a small tree that breaks each rule once.
 BROKEN_TREE = {
     "inference/__init__.py": "",
@@ -342,6 +380,8 @@ BROKEN_TREE = {
     "runs/views.py": "from workers import driver\n",
     "rewards/__init__.py": "",
     "rewards/services.py": "def score():\n    from runs import services\n",
+    "inference/lazy.py": "def f():\n    from inference import decoding  # loads torch\n",
+    "runs/apps.py": "class A:\n    def ready(self):\n        from runs import services\n",
     "workers/__init__.py": "",
     "workers/driver.py": "from runs.services import x\n",
     "core/__init__.py": "",
@@ -375,6 +415,11 @@ def test_the_checks_name_each_broken_rule(broken_tree):
     # runs.services <-> rewards.services is a cycle; runs.services -> runs.tasks -> workers.driver
     # -> runs.services goes through a task and is allowed.
     assert cross_package_cycles(graph) == [["rewards.services", "runs.services"]]
+    # The late imports of a task, a ready() and one that says why pass; the others do not.
+    assert unexplained_late_imports(broken_tree, packages) == [
+        "sandboxes/pool.py:2 in f(): inference",
+        "rewards/services.py:2 in score(): runs",
+    ]
 
 
 def test_a_reward_dry_run_without_a_model_grader_never_imports_torch(transactional_db, team, tmp_path):

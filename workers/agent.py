@@ -334,7 +334,7 @@ def _mcp_portal(items: list[dict]) -> AbstractContextManager[Any]:
     """The MCP client's event loop, for a wave where an item names servers; else None."""
     if not any(item.get("mcp_servers") for item in items):
         return nullcontext(None)
-    from workers.mcp_client import mcp_portal
+    from workers.mcp_client import mcp_portal  # the MCP SDK loads only for items that name servers
 
     return mcp_portal()
 
@@ -342,7 +342,7 @@ def _mcp_portal(items: list[dict]) -> AbstractContextManager[Any]:
 def _mcp_start(episode: AgentEpisode, sandbox, portal, servers: ExitStack) -> None:
     """Start the item's MCP servers in its sandbox; one that does not start errors the episode
     (its tools would be missing: the episode would not be the task its author wrote)."""
-    from workers.mcp_client import McpServerError, mcp_start
+    from workers.mcp_client import McpServerError, mcp_start  # as in _mcp_portal
 
     try:
         episode.mcp_started(mcp_start(portal, servers, episode.item, sandbox))

@@ -28,6 +28,7 @@ from inference.sessions import Transcript, transcript_answer, transcript_extend
 from inference.tool_chat import BUILTIN_TOOLS, PROTOCOL, tool_line
 from projects import demo_tasks
 from workers.agent import AgentEpisode, episodes_play, plain_render, policy_render
+from workers.base_model import BaseModelConfig, model_create, tokenizer_train
 from workers.learners.common import spans_batch
 
 SOLUTION, TESTS = "solution.py", "test_solution.py"
@@ -207,8 +208,6 @@ def agent_policy_build(
     """A small policy that knows only these episodes: a tokenizer trained on their transcripts, a
     fresh model taught them. What the suite's real agent runs use: a model, not a script, that
     calls tools (and makes the episodes' mistakes) through the whole product path."""
-    from workers.base_model import BaseModelConfig, model_create, tokenizer_train
-
     out = Path(out_dir)
     texts = [plain_render(episode.conversation(), episode.tools) for episode in episodes]
     tokenizer = tokenizer_train(texts, vocab_size)

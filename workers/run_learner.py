@@ -63,6 +63,7 @@ from runs.run_store import (
 )
 from runs.services import metrics_write
 from runs.tier_policies import run_final_evaluate
+from workers import tasks
 from workers.learner_group import (
     group_batch,
     group_checkpoint,
@@ -563,8 +564,6 @@ def dispatch(run: Run, step: int, config: GRPOConfig, items: list[dict]) -> None
 
 
 def _enqueue_rollout(batch_id: int) -> None:
-    from workers import tasks
-
     _send(tasks.rollout_batch, batch_id)
 
 
@@ -798,8 +797,6 @@ def resume(run: Run, learner, config) -> int:
 
 
 def evaluate_later(run_id: int, version: int) -> None:
-    from workers import tasks
-
     _send(tasks.eval_policy, run_id, version)
     if (suite := suites.suite_evaluation_schedule(run_id=run_id, version=version)) is not None:
         _send(suite_tasks.suite_evaluate, suite.pk)  # the run's suite, on the eval queue: never waited for
