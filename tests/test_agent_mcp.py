@@ -18,7 +18,7 @@ from inference.mcp_tools import SHIPPED, mcp_servers_problems
 from projects import services as project_services
 from projects.models import TaskItem
 from rewards import services as reward_services
-from runs import lifecycle, services
+from runs import lifecycle
 from runs.lifecycle import RunRequest
 from runs.models import RolloutBatch, Trajectory, TrajectoryStep
 from sandboxes import services as sandbox_services
@@ -28,6 +28,7 @@ from sandboxes.runtime import mcp_server
 from tests.conftest import api_client_for
 from tests.sandbox_fixtures import BACKENDS, backend_ready
 from tests.test_agent_episodes import CHECK_RULE, call, scripted
+from tiers import services as tier_services
 from workers.agent import episodes_play
 from workers.run_rollout import _agent_played, _store, item_dicts
 
@@ -324,7 +325,7 @@ def mcp_run_create(owner, project, home: Path):
     rule = reward_services.reward_rule_create(project=project, name="check", spec=CHECK_RULE, by=owner)
     model_dir = home / "model"
     model_dir.mkdir()
-    tier = services.tier_create(project=project, by=owner, name="t", base_model=str(model_dir))
+    tier = tier_services.tier_create(project=project, by=owner, name="t", base_model=str(model_dir))
     request = RunRequest(
         project=project,
         name="mcp",

@@ -17,10 +17,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from finetuning.models import FineTuningJob
 from rewards import services as reward_services
 from rewards.models import RewardRule
-from runs import services
 from runs.models import Run
 from tests.run_harness import tiny_model
 from tests.test_finetuning import RFT_ITEM, connections_kept, jsonl, lab, launched, upload
+from tiers import services as tier_services
 
 __all__ = ["connections_kept", "lab", "tiny_model"]
 
@@ -65,7 +65,7 @@ def verdict_model(source: Path, out: Path, verdict: str) -> Path:
 def judged(lab, tiny_model, tmp_path):
     """The lab with two judge tiers (greedy, one token): `judge-7` says 7, `judge-y` says y."""
     for name, verdict in (("judge-7", "7"), ("judge-y", "y")):
-        services.tier_create(
+        tier_services.tier_create(
             project=lab["project"],
             by=lab["owner"],
             name=name,
