@@ -222,9 +222,8 @@ def _rft_line(item: TaskItem) -> dict:
     return {"messages": [{"role": "user", "content": item.data["prompt"]}]} | code | item.data["metadata"]
 
 
-@pytest.mark.timeout(
-    600
-)  # two runs one after the other (the project runs one at a time), held-out in sandboxes
+# Two runs in turn (a project runs one at a time) with held-out evaluations in sandboxes.
+@pytest.mark.timeout(600)
 def test_an_rft_job_on_the_demo_tasks_learns_the_curve_of_a_grpo_run_launched_on_the_launch_page(live):
     """The demo task set (the family `make up` seeds, at the tests' size) written as RFT files and
     graded by its unit tests (Flywheel's own grader type in the job's grader: an extension), created
