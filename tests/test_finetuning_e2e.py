@@ -17,6 +17,7 @@ from projects import services as project_services
 from projects.models import TaskItem
 from runs.models import MetricPoint, Run, Trajectory
 from tests.run_harness import (
+    RUN_TIMEOUT_SECONDS,
     Host,
     demo_project,
     hosts_killed,
@@ -70,10 +71,11 @@ def _upload(client: openai.OpenAI, lines: list[dict], name: str):
     return client.files.create(file=(name, content), purpose="fine-tune")
 
 
-def _finished(client: openai.OpenAI, job_id: str):
+def _finished(client: openai.OpenAI, job_id: str, timeout: float = RUN_TIMEOUT_SECONDS):
     wait_until(
         lambda: client.fine_tuning.jobs.retrieve(job_id).status in ("succeeded", "failed", "cancelled"),
         job_id,
+        timeout,
     )
     return client.fine_tuning.jobs.retrieve(job_id)
 
@@ -223,7 +225,7 @@ def _rft_line(item: TaskItem) -> dict:
 
 
 # Two runs in turn (a project runs one at a time) with held-out evaluations in sandboxes.
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_an_rft_job_on_the_demo_tasks_learns_the_curve_of_a_grpo_run_launched_on_the_launch_page(live):
     """The demo task set (the family `make up` seeds, at the tests' size) written as RFT files and
     graded by its unit tests (Flywheel's own grader type in the job's grader: an extension), created
@@ -273,7 +275,7 @@ def test_an_rft_job_on_the_demo_tasks_learns_the_curve_of_a_grpo_run_launched_on
     assert submitted.status_code == 302, submitted.content.decode()[-2000:]
     by_hand = wait_for_terminal(Run.objects.get(name="demo, launched by hand").pk)
 
-    done = _finished(client, job.id)
+    done = _finished(client, job.id, timeout=2 * RUN_TIMEOUT_SECONDS)  # it waited for the run by hand
     job_run = FineTuningJob.objects.get(pk=job.id).run
     assert done.status == "succeeded", (done.error, job_run.error)
     assert by_hand.status == Run.Status.SUCCEEDED, by_hand.error
