@@ -461,6 +461,7 @@ SPECTACULAR_SETTINGS = {
         "ReviewLabelFilterEnum": "runs.api.run_serializers.REVIEW_LABELS",
         "TierEvaluationStatusEnum": "tiers.models.TierEvaluation.Status",
         "RunStatusEnum": "runs.models.Run.Status",
+        "LaunchMethodEnum": "runs.learners.launch_choices",  # the registry's launchable algorithms
         "RunOutcomeEnum": "runs.models.Run.Outcome",
         "TrajectoryOutcomeEnum": "runs.models.Trajectory.Outcome",
         "HeldOutChangeEnum": "runs.outcomes.CHANGES",
