@@ -127,7 +127,8 @@ def test_a_verifiers_environment_trains_a_run_and_its_rubric_reward_rises_on_hel
     assert reported.count() == played["played"]
     for episode in reported:
         components = episode.trajectory.components
-        assert set(components) == {"passes_tests", "defines_function"}, components
+        # the rubric's functions, and the turn count verifiers' own monitor rubric adds
+        assert set(components) == {"passes_tests", "defines_function", "num_turns"}, components
         assert episode.reward == components["passes_tests"]  # the rubric's weights: 1 and 0
     assert Trajectory.objects.filter(run_id=run_id, learned_in_step__isnull=False).exists()
     # The rubric's reward on the held-out items rose: the base tier, then the run's last checkpoint.

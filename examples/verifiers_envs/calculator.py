@@ -66,7 +66,6 @@ def flywheel_row(task: dict) -> dict:
         "prompt": [{"role": "user", "content": task["prompt"]}],
         "answer": str(task["reference"]),
         "info": {"id": task.get("id")},
-        "task": "calculator",
     }
 
 

@@ -95,7 +95,6 @@ def flywheel_row(task: dict) -> dict:
         "prompt": [{"role": "user", "content": task["prompt"]}],
         "answer": task.get("reference_solution", ""),
         "info": task,
-        "task": "function_writer",
     }
 
 

@@ -12,8 +12,7 @@ environment's module defines `flywheel_row(task) -> dict` of its own:
   prompt goes first when it has one and the messages have none;
 - `answer`: the item's `answer`, else its `reference` (an answer item's), else its
   `reference_solution` (a code item's), else "";
-- `info`: the item itself (its tests, entry point, metadata, ...);
-- `task`: the item's `task`, else "default".
+- `info`: the item itself (its tests, entry point, metadata, ...).
 """
 
 import asyncio
@@ -35,6 +34,7 @@ MISSING = (
     "run it from the verifiers virtualenv: make verifiers-venv, then .venv-verifiers/bin/flywheel env ..."
 )
 LIVE = ("queued", "running")
+GIVE_UP_AFTER = 16  # episodes failing before any succeeds: the environment itself is broken
 RowMapper = Callable[[dict], dict]
 
 
@@ -81,7 +81,6 @@ def flywheel_row(task: dict, system_prompt: str | None = None) -> dict:
         "prompt": messages,
         "answer": answer if isinstance(answer, str) else json.dumps(answer),
         "info": task,
-        "task": task.get("task") or "default",
     }
 
 
@@ -180,6 +179,8 @@ async def play_run(
             except Exception as exc:  # noqa: BLE001 - the episode times out on the server and is replayed
                 tally.failed += 1
                 print(f"flywheel env: episode {episode['id']} failed: {exc}", file=sys.stderr)
+                if tally.failed >= GIVE_UP_AFTER and tally.played == 0:
+                    raise SystemExit(f"flywheel env: the first {tally.failed} episodes all failed") from exc
                 continue
             finally:
                 await client.close()
