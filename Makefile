@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt requirements-cookbook.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint docs docs-serve format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check gpu-wheels bench-tiers bench-api bench-traces bench-agents bench-agent-lift demo-flywheel demo-hack bench-all hosts-deps test-hosts bench-tinker bench-estimate
+.PHONY: up down demo test lint docs docs-serve format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check gpu-wheels bench-tiers bench-api bench-traces bench-agents bench-agent-lift demo-flywheel demo-hack bench-all hosts-deps test-hosts bench-tinker bench-estimate verifiers-venv
 
 venv: $(INSTALLED)
 
@@ -18,6 +18,20 @@ $(INSTALLED): requirements.txt requirements-cookbook.txt client/pyproject.toml
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements-cookbook.txt
 	rm -f $(VENV)/.installed-* && touch $@
+
+# `flywheel env` (verifiers environments against runs) from a virtualenv of its own: verifiers pins
+# openai and mcp apart from the server. Pinned whole, installed without resolving; the client editable.
+VERIFIERS_VENV := .venv-verifiers
+VERIFIERS_INSTALLED := $(VERIFIERS_VENV)/.installed-$(shell cat requirements-verifiers.txt client/pyproject.toml | sha1sum | cut -c1-12)
+
+verifiers-venv: $(VERIFIERS_INSTALLED)
+
+$(VERIFIERS_INSTALLED): requirements-verifiers.txt client/pyproject.toml
+	test -x $(VERIFIERS_VENV)/bin/python || $(PYTHON) -m venv $(VERIFIERS_VENV)
+	$(VERIFIERS_VENV)/bin/pip install --quiet --no-deps -r requirements-verifiers.txt
+	$(VERIFIERS_VENV)/bin/pip install --quiet --no-deps -e ./client
+	$(VERIFIERS_VENV)/bin/pip check
+	rm -f $(VERIFIERS_VENV)/.installed-* && touch $@
 
 up: venv
 	$(PY) manage.py flywheel_up

@@ -1,11 +1,13 @@
 """The `flywheel` command: list and show projects, task sets and their versions, tiers, reward rules
 and their versions, runs and checkpoints (the ids other commands take, in tables); launch, follow,
-pause, resume and cancel runs; import tasks; log traces; export data and checkpoints. Progress bars
-go to stderr; `--json` (before or after the subcommand) prints the API's JSON instead of tables.
+pause, resume and cancel runs; import tasks; log traces; export data and checkpoints; play a run's
+episodes with a `verifiers` environment and score models with its rubric (`flywheel env`). Progress
+bars go to stderr; `--json` (before or after the subcommand) prints the API's JSON instead of tables.
 
 Configuration as the client's: --url / FLYWHEEL_URL, --token / FLYWHEEL_TOKEN."""
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -16,6 +18,7 @@ from typing import IO, Any
 
 from tqdm import tqdm
 
+from flywheel import environments
 from flywheel.client import Client
 from flywheel.errors import APIError, FlywheelError
 
@@ -631,6 +634,69 @@ def runs_show(client: Client, args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+# --- verifiers environments (flywheel.environments; verifiers in its own virtualenv) ---------------
+
+
+def sampling_of(args: argparse.Namespace) -> dict[str, Any]:
+    sampling: dict[str, Any] = {"max_tokens": args.max_tokens} if args.max_tokens else {}
+    return sampling | ({"temperature": args.temperature} if args.temperature is not None else {})
+
+
+def env_run(client: Client, args: argparse.Namespace, out: Output) -> int:
+    loaded = environments.load_environment(args.environment, key_values(args.arg))
+    token = args.token or os.environ.get("FLYWHEEL_TOKEN", "")
+
+    def progress(tally: environments.Tally) -> None:
+        if not args.json and tally.played % args.every == 0:
+            summary = tally.summary()
+            print(f"played {summary['played']}: mean reward {summary['reward']:.3f}", file=sys.stderr)
+
+    tally = asyncio.run(
+        environments.play_run(
+            client,
+            loaded,
+            args.run,
+            token=token,
+            concurrency=args.concurrency,
+            sampling=sampling_of(args),
+            on_played=progress,
+        )
+    )
+    summary = tally.summary() | {"run": args.run, "status": client.runs.get(args.run)["status"]}
+    reward = "-" if summary["reward"] is None else f"{summary['reward']:.3f}"
+    out.result(
+        summary,
+        f"run {args.run} {summary['status']}: {tally.played} episodes reported "
+        f"(mean reward {reward}), {tally.failed} failed",
+    )
+    return 0
+
+
+def env_eval(client: Client, args: argparse.Namespace, out: Output) -> int:
+    loaded = environments.load_environment(args.environment, key_values(args.arg))
+    items = environments.read_items(args.items, args.split)
+    tally = asyncio.run(
+        environments.evaluate(
+            loaded,
+            items,
+            base_url=client.url,
+            token=args.token or os.environ.get("FLYWHEEL_TOKEN", ""),
+            model=args.model,
+            concurrency=args.concurrency,
+            sampling=sampling_of(args),
+            repeats=args.repeats,
+        )
+    )
+    summary = tally.summary() | {"model": args.model, "items": len(items)}
+    reward = "-" if summary["reward"] is None else f"{summary['reward']:.3f}"
+    components = ", ".join(f"{name} {value:.3f}" for name, value in summary["components"].items())
+    out.result(
+        summary,
+        f"{args.model} on {len(items)} items: mean reward {reward} ({components}); {tally.failed} failed",
+    )
+    return 0
+
+
 # --- the parser ----------------------------------------------------------------------------
 
 
@@ -885,6 +951,52 @@ def parser() -> argparse.ArgumentParser:
     )
     exporting.add_argument("--version", type=int, help="the version's number")
     exporting.add_argument("-o", "--output", help="a file (default: stdout)")
+    environments = Commands(
+        commands.add(
+            "env",
+            "verifiers environments: play a run's episodes, or score a model on items, with the "
+            "environment's rubric (from the verifiers virtualenv: make verifiers-venv)",
+        ),
+        "env_command",
+    )
+    env_runs = environments.add(
+        "run",
+        "play a run of external_rollouts: each episode rolled out by the environment and reported "
+        "with its rubric's reward and components, until the run ends",
+        env_run,
+    )
+    env_runs.add_argument("environment", help="a module path or a .py file exposing load_environment()")
+    env_runs.add_argument("run", type=int, help="the run's id (its method: external_rollouts)")
+    env_runs.add_argument(
+        "--every", type=int, default=10, help="print the mean reward every this many episodes (default 10)"
+    )
+    env_evals = environments.add(
+        "eval", "the rubric's mean reward of a model on items (a held-out JSONL file), outside runs", env_eval
+    )
+    env_evals.add_argument("environment", help="a module path or a .py file exposing load_environment()")
+    env_evals.add_argument("--items", required=True, help="a JSONL file of Flywheel items, one a line")
+    env_evals.add_argument("--split", help="only the items of this split (an item without one is train's)")
+    env_evals.add_argument(
+        "--model",
+        required=True,
+        help="the model on /v1: tier-<id> (the base), run-<id>-step-<n> (a checkpoint), run-<id>",
+    )
+    env_evals.add_argument(
+        "--repeats", type=int, default=1, help="roll each item out this many times (default 1)"
+    )
+    for command in (env_runs, env_evals):
+        command.add_argument(
+            "--arg",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="an argument of load_environment (repeat for more)",
+        )
+        command.add_argument(
+            "--concurrency", type=int, default=4, help="rollouts in flight at once (default 4)"
+        )
+        command.add_argument("--max-tokens", type=int, help="max_tokens of each model call")
+        command.add_argument("--temperature", type=float, help="the sampling temperature of each call")
     return root
 
 
