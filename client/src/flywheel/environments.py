@@ -48,13 +48,15 @@ class LoadedEnvironment:
 class Tally:
     """What a run or an evaluation has played so far: counts and the rubric's mean reward."""
 
-    played: int = 0
     failed: int = 0
     rewards: list[float] = field(default_factory=list)
     components: dict[str, list[float]] = field(default_factory=dict)
 
+    @property
+    def played(self) -> int:
+        return len(self.rewards)
+
     def add(self, reward: float, components: dict[str, float]) -> None:
-        self.played += 1
         self.rewards.append(reward)
         for name, value in components.items():
             self.components.setdefault(name, []).append(value)
