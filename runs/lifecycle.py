@@ -412,6 +412,10 @@ def run_transition(
     )
     listeners.status_changed(run=run, event=event, status=to)
     events.run_event(run.pk, "status", {"status": to})
+    if to in Run.TERMINAL or to == S.PAUSED:
+        # Its place in the project's quota is free: the next queued run starts now, not at the
+        # next periodic tick (a deployment without beat would otherwise never start it).
+        _schedule_after_commit()
     return run
 
 

@@ -1,6 +1,7 @@
 """Run creation (validated up front), clone and fork, status changes and admission by quota."""
 
 import json
+from unittest import mock
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -116,6 +117,34 @@ def test_admission_respects_the_project_quota_and_priority(setup):
     assert Run.objects.get(pk=high.pk).status == S.STARTING
     assert Run.objects.get(pk=low.pk).status == S.QUEUED
     assert runs_admit() == []  # the quota is full: nothing more starts
+
+
+@pytest.mark.parametrize(
+    ("frees_its_place", "status"),
+    [
+        (lambda run: lifecycle.run_transition(run, allowed=(S.STARTING,), to=S.SUCCEEDED), S.SUCCEEDED),
+        (lambda run: lifecycle.run_pause(run=run), S.PAUSED),
+    ],
+    ids=["ends", "pauses"],
+)
+def test_a_run_that_ends_or_pauses_starts_the_next_queued_run_at_once(
+    setup, frees_its_place, status, django_capture_on_commit_callbacks
+):
+    """Without waiting for the periodic tick: a deployment (or a test) without beat would otherwise
+    never start the run waiting behind it."""
+    first = lifecycle.run_create(request=setup["request"], by=setup["owner"])
+    waiting = lifecycle.run_create(request=setup["request"], by=setup["owner"])
+    assert runs_admit() == [first.pk]
+    with (
+        mock.patch("runs.tasks.runs_schedule.delay", side_effect=runs_admit) as schedule,
+        mock.patch("runs.scheduling._start_learner") as start,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        frees_its_place(Run.objects.get(pk=first.pk))
+    assert Run.objects.get(pk=first.pk).status == status
+    schedule.assert_called_once_with()
+    assert Run.objects.get(pk=waiting.pk).status == S.STARTING
+    start.assert_called_once_with(waiting.pk)
 
 
 def test_status_changes_are_conditional_and_recorded(setup):
