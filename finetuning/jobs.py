@@ -21,6 +21,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -54,6 +55,9 @@ SFT_RULE = {
     "reference": "{{ item.reference }}",
     "operation": "eq",
 }
+# A job still validating this long after it was created is sent to a worker again (its message was
+# lost, or the broker was down when the job committed); a second delivery launches nothing twice.
+LAUNCH_RESEND_AFTER = timedelta(minutes=5)
 RFT_GROUP_SIZE = 8  # GRPO's completions per item at compute_multiplier 1
 SUFFIX = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -355,6 +359,18 @@ def _grader_spec(project: Project, request: JobRequest) -> dict | None:
     return graders.grader_checked(
         formats.grader_for_items(request.grader), project=project, param=f"method.{request.method}.grader"
     )
+
+
+def jobs_launch_resend() -> list[str]:
+    """Send again the launches of jobs still validating well after they were made (the scheduler's
+    tick); returns their ids."""
+    stale = FineTuningJob.objects.filter(
+        status=FineTuningJob.Status.VALIDATING_FILES, created_at__lt=timezone.now() - LAUNCH_RESEND_AFTER
+    ).values_list("pk", flat=True)
+    resent = list(stale[:100])
+    for ident in resent:
+        tasks.job_launch.delay(ident)
+    return resent
 
 
 def job_launch(*, job_id: str) -> FineTuningJob | None:

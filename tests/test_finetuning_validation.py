@@ -4,10 +4,15 @@ the eval worker runs it). The task launches the run once however often it is del
 that fails fails the job with OpenAI's error naming the line and the field, and builds nothing; a
 job cancelled while validating is never launched; a job without a run reads back everywhere."""
 
+from datetime import timedelta
+from unittest import mock
+
 import openai
 import pytest
+from django.utils import timezone
 
 from finetuning import tasks
+from finetuning.jobs import LAUNCH_RESEND_AFTER, jobs_launch_resend
 from finetuning.models import FineTuningFile, FineTuningJob
 from projects.models import TaskSet, TaskSetVersion
 from rewards.models import RewardRule
@@ -196,3 +201,23 @@ def test_a_reinforcement_line_with_tests_is_a_code_item_that_unit_tests_grade(la
         grader={"type": "unit_tests", "name": "tests"}, model_sample="def f(x):\n    return x\n", item=line
     )
     assert (right.reward, wrong.reward) == (1.0, 0.0)
+
+
+def test_the_tick_sends_again_the_launch_of_a_job_left_validating_and_it_launches_once(lab):
+    """Its message was lost (the broker was down as it committed): the periodic pass sends it again;
+    a job made just now, or launched, is left alone."""
+    client = lab["client"]
+    training = upload(client, jsonl(RFT_ITEM, RFT_ITEM | {"reference_answer": "8"}))
+    lost = client.fine_tuning.jobs.create(model="small", training_file=training.id, method=RFT)
+    recent = client.fine_tuning.jobs.create(model="small", training_file=training.id, method=RFT)
+    launched_job = client.fine_tuning.jobs.create(model="small", training_file=training.id, method=RFT)
+    tasks.job_launch(launched_job.id)
+    long_ago = timezone.now() - LAUNCH_RESEND_AFTER - timedelta(seconds=1)
+    FineTuningJob.objects.filter(pk__in=[lost.id, launched_job.id]).update(created_at=long_ago)
+    with mock.patch.object(tasks.job_launch, "delay", side_effect=tasks.job_launch) as send:
+        assert jobs_launch_resend() == [lost.id]
+        assert jobs_launch_resend() == []  # launched now: nothing is sent twice
+    send.assert_called_once_with(lost.id)
+    assert FineTuningJob.objects.get(pk=lost.id).status == "launched"
+    assert Run.objects.filter(fine_tuning_job__pk=lost.id).count() == 1
+    assert FineTuningJob.objects.get(pk=recent.id).status == "validating_files"

@@ -32,6 +32,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.exceptions import StateError
+from finetuning.jobs import jobs_launch_resend
 from projects.services import task_set_drafts_sweep
 from projects.stub_checks import stub_checks_resend
 from reward_models import tasks as reward_model_tasks
@@ -467,8 +468,9 @@ def _stale_before() -> datetime:
 
 def runs_tick() -> None:
     """The periodic pass: restart what died (runs' learners and reward-model trainings), start what
-    the quotas allow, send again the webhook deliveries and stub checks whose messages were lost,
-    delete the drafts of imports that died, and end the Tinker sessions whose clients went quiet."""
+    the quotas allow, send again the webhook deliveries, stub checks and fine-tuning jobs' launches
+    whose messages were lost, delete the drafts of imports that died, and end the Tinker sessions
+    whose clients went quiet."""
 
     runs_watchdog()
     reward_models_watchdog()
@@ -476,4 +478,5 @@ def runs_tick() -> None:
     deliveries_resend()
     task_set_drafts_sweep()
     stub_checks_resend()
+    jobs_launch_resend()
     tinker_services.sessions_expire()
