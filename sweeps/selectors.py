@@ -23,9 +23,13 @@ def sweeps_of(*, project_id: int) -> QuerySet[Sweep]:
     return Sweep.objects.filter(project_id=project_id).order_by("-created_at", "-pk")
 
 
-def sweep_for(*, user: User, sweep_id: int, permission: str = Permission.VIEW) -> Sweep:
+def sweep_for(
+    *, user: User, sweep_id: int, permission: str = Permission.VIEW, project_id: int | None = None
+) -> Sweep:
+    """The sweep, if the user's role in its project allows `permission` (and, given, it is of
+    `project_id`); 404 for non-members and for another project's sweep."""
     sweep = Sweep.objects.select_related("project", "created_by").filter(pk=sweep_id).first()
-    if sweep is None:
+    if sweep is None or (project_id is not None and sweep.project_id != project_id):
         raise Http404("no such sweep")
     require(user=user, project_id=sweep.project_id, permission=permission)
     return sweep
