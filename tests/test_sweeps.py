@@ -16,6 +16,7 @@ from runs.services import metrics_write
 from sweeps import driver, selectors, services
 from sweeps.models import Sweep, SweepTrial
 from tests import run_fixtures
+from tests.conftest import api_client_for
 from tests.run_fixtures import set_status
 from tiers.models import Tier
 
@@ -302,3 +303,53 @@ def test_a_held_out_figure_of_a_trial_advances_its_sweep_and_a_training_step_doe
     with django_capture_on_commit_callbacks() as held_out:
         metrics_write(run, 1, {"heldout/pass_rate": 0.5})
     assert len(held_out) == len(training) + 1  # the pass, beside what every write sends
+
+
+# --- REST and the page -------------------------------------------------------------------------
+
+
+def test_rest_creates_reads_and_cancels_a_sweep_and_names_a_bad_value_by_its_path(lab):
+    client = api_client_for(lab["owner"])
+    url = f"/api/v1/projects/{lab['project'].pk}/sweeps"
+    body = {
+        "name": "lr",
+        "template": template_of(lab),
+        "parameters": [{"name": LR, "values": [1e-4, 3e-4]}, {"name": GROUP, "values": [2, 1]}],
+        "search": "grid",
+    }
+    refused = client.post(url, body, format="json")
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert [d["param"] for d in error["details"]] == ["parameters.1.values"]
+    assert Sweep.objects.count() == 0
+    body["parameters"][1]["values"] = [2, 4]
+    created = client.post(url, body, format="json")
+    assert created.status_code == 201
+    sweep_id = created.json()["sweep"]["id"]
+    driver.sweep_advance(sweep_id=sweep_id)
+    detail = client.get(f"{url}/{sweep_id}").json()
+    assert (detail["sweep"]["status"], len(detail["trials"]), detail["best"]) == ("running", 2, None)
+    assert client.get(url).json()["results"][0]["id"] == sweep_id
+    assert client.post(f"{url}/{sweep_id}/cancel").json()["sweep"]["status"] == "cancelled"
+    assert client.post(f"{url}/{sweep_id}/cancel").status_code == 409
+
+
+def test_the_sweep_page_shows_trials_best_run_chart_and_base_model_lift(lab, tmp_path, client):
+    other = tmp_path / "other"
+    other.mkdir()
+    sweep = make_sweep(lab, [{"name": "base_model", "values": [lab["tier"].base_model, str(other)]}])
+    driver.sweep_advance(sweep_id=sweep.pk)
+    by_model = {lab["tier"].base_model: (0.1, 0.5), str(other): (0.2, 0.3)}
+    for trial in trials(sweep):
+        start, end = by_model[trial.params["base_model"]]
+        finish(trial, {0: start, 4: end})
+    driver.sweep_advance(sweep_id=sweep.pk)
+    client.force_login(lab["owner"])
+    page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
+    best = next(t for t in trials(sweep) if t.value == 0.5)
+    assert 'id="trial-table"' in page and page.count("data-trial=") == 2
+    assert f'href="/runs/{best.run_id}/">{best.run.name}</a>: heldout/pass_rate <strong>0.500</strong>' in page
+    assert 'id="base-model-table"' in page and "0.400" in page and "0.100" in page
+    assert '"label": "heldout/pass_rate"' in page  # the chart's data
+    project_page = client.get(f"/projects/{lab['project'].pk}/").content.decode()
+    assert f'href="/projects/{lab["project"].pk}/sweeps/"' in project_page
