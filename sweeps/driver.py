@@ -220,6 +220,9 @@ def _launch(sweep: Sweep, study: optuna.Study, trials: list[SweepTrial]) -> list
         except (ValidationError, KeyError) as refused:
             _stop(sweep, Sweep.Status.FAILED, f"trial {proposed.number} could not be made: {refused}")
             break
+        if sweep.created_by is None:  # runs are launched as the sweep's creator
+            _stop(sweep, Sweep.Status.FAILED, "its creator's account was deleted: no one to launch runs as")
+            break
         if (over := _over_budget(sweep, request, trials)) is not None:
             _note(sweep, over)
             break

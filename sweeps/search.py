@@ -102,7 +102,9 @@ class Record:
 
 def study_build(sweep: Sweep, records: Iterable[Record]) -> optuna.Study:
     """A fresh in-memory study holding every recorded trial, numbered as recorded."""
-    study = optuna.create_study(direction=sweep.direction, sampler=sampler(sweep, 0), pruner=pruner(sweep))
+    maximize = sweep.direction == Sweep.Direction.MAXIMIZE
+    direction = optuna.study.StudyDirection.MAXIMIZE if maximize else optuna.study.StudyDirection.MINIMIZE
+    study = optuna.create_study(direction=direction, sampler=sampler(sweep, 0), pruner=pruner(sweep))
     spaces = distributions(sweep.parameters)
     for record in sorted(records, key=lambda r: r.trial.number):
         trial = record.trial

@@ -147,11 +147,12 @@ def _shape_problems(where: str, parameter: dict[str, Any], search_kind: str) -> 
         problems[where] = "a grid search takes a list of values, not a range (low, high)"
         return problems
     low, high = parameter.get("low"), parameter.get("high")
-    for key, value in (("low", low), ("high", high)):
+    for end, value in (("low", low), ("high", high)):
         if not isinstance(value, int | float) or isinstance(value, bool):
-            problems[f"{where}.{key}"] = "must be a number"
+            problems[f"{where}.{end}"] = "must be a number"
     if problems:
         return problems
+    low, high = parameter["low"], parameter["high"]
     if low >= high:
         problems[f"{where}.high"] = f"must be above low ({low:g})"
     if parameter.get("log") and low <= 0:

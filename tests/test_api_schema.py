@@ -288,7 +288,7 @@ def test_sweep_answers_match_their_declared_shapes(lab, schema):  # noqa: F811 -
     sweep_advance(sweep_id=sweep)
     answers = [
         ("post", "/api/v1/projects/{id}/sweeps", created),
-        ("post", "/api/v1/projects/{id}/sweeps", owner.post(sweeps, body | {"parameters": []}, format="json")),
+        ("post", "/api/v1/projects/{id}/sweeps", owner.post(sweeps, body | {"search": "x"}, format="json")),
         ("get", "/api/v1/projects/{id}/sweeps", owner.get(sweeps)),
         ("get", "/api/v1/projects/{id}/sweeps/{sweep_id}", owner.get(f"{sweeps}/{sweep}")),
         ("post", "/api/v1/projects/{id}/sweeps/{sweep_id}/cancel", owner.post(f"{sweeps}/{sweep}/cancel")),

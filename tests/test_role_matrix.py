@@ -2,8 +2,8 @@
 × an anonymous caller. A role allows the same actions in pages and REST (core/roles.py);
 websockets are covered by tests/test_websockets.py.
 
-Every URL of projects, runs, rewards, reviews, traces, webhooks, evaluations, costs, sweeps (pages and api_urls) and
-finetuning (OpenAI's fine-tuning API) must have a row here: a new route without one fails
+Every URL of projects, runs, rewards, reviews, traces, webhooks, evaluations, costs, sweeps (pages and
+api_urls) and finetuning (OpenAI's fine-tuning API) must have a row here: a new route without one fails
 `test_every_route_is_in_the_matrix`.
 """
 
@@ -929,6 +929,7 @@ COST_CASES = [
     Case("api-prices", "get", SELF),
     Case("api-prices", "post", STAFF, body=lambda w: {"unit": "cpu_hour", "amount": "1"}),
 ]
+
 
 def sweep_body(w):
     template = launch_body(w)

@@ -348,7 +348,8 @@ def test_the_sweep_page_shows_trials_best_run_chart_and_base_model_lift(lab, tmp
     page = client.get(f"/sweeps/{sweep.pk}/").content.decode()
     best = next(t for t in trials(sweep) if t.value == 0.5)
     assert 'id="trial-table"' in page and page.count("data-trial=") == 2
-    assert f'href="/runs/{best.run_id}/">{best.run.name}</a>: heldout/pass_rate <strong>0.500</strong>' in page
+    link = f'href="/runs/{best.run_id}/">{best.run.name}</a>'
+    assert f"{link}: heldout/pass_rate <strong>0.500</strong>" in page
     assert 'id="base-model-table"' in page and "0.400" in page and "0.100" in page
     assert '"label": "heldout/pass_rate"' in page  # the chart's data
     project_page = client.get(f"/projects/{lab['project'].pk}/").content.decode()
