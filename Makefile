@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed-$(shell cat requirements.txt requirements-cookbook.txt client/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: up down demo test lint docs docs-serve format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check gpu-wheels bench-tiers bench-api bench-traces bench-agents bench-agent-lift demo-flywheel demo-hack bench-all hosts-deps test-hosts bench-tinker bench-estimate verifiers-venv
+.PHONY: up down demo test lint docs docs-serve format fuzz bench venv browser-deps screenshots sandbox-deps sandbox-image sandbox-image-pytest sandbox-check bench-sandbox bench-rewards bench-runs bench-live bench-learner bench-learner-processes bench-lora gpu-check gpu-wheels bench-tiers bench-api bench-traces bench-agents bench-agent-lift demo-flywheel demo-hack bench-all hosts-deps test-hosts bench-tinker bench-estimate bench-sweep verifiers-venv
 
 venv: $(INSTALLED)
 
@@ -186,6 +186,11 @@ bench-tinker: venv
 # A run's estimate against what it then records: two tiers calibrated by short runs, three settings.
 bench-estimate: venv sandbox-image
 	$(PY) benchmarks/bench_estimate.py
+
+# The issue's sweeps on real workers: lr x group size with ASHA against the default, and one recipe
+# across three base models (their lift and cost).
+bench-sweep: venv sandbox-image
+	$(PY) benchmarks/bench_sweep.py
 
 # MLflow is the baseline only: it lives in a venv of its own, never in the project's.
 MLFLOW_VENV ?= /tmp/mlflow-venv

@@ -6,6 +6,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from core import events
+from runs import listeners
 from runs.models import MetricPoint, Run
 
 IMPORT_BATCH_SIZE = 2000
@@ -37,6 +38,7 @@ def metrics_write(run: Run, step: int, values: dict[str, float]) -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.executemany(_metric_insert(), rows)
         events.run_event(run.pk, "metrics", {"step": step, "values": values})
+        listeners.metrics_written(run=run, step=step, values=values)
 
 
 def _metric_insert() -> str:

@@ -22,6 +22,8 @@ from reviews import api_urls as review_api_urls
 from reward_models import api_urls as reward_model_api_urls
 from rewards import api_urls as reward_api_urls
 from runs import api_urls, services
+from sweeps import api_urls as sweep_api_urls
+from sweeps.driver import sweep_advance
 from tests.conftest import api_client_for
 from tests.run_fixtures import lab, make_run  # noqa: F401
 from tiers import api_urls as tier_api_urls
@@ -54,6 +56,7 @@ API_PATTERNS = (
     + ops_api_urls.urlpatterns
     + cost_api_urls.urlpatterns
     + episode_api_urls.urlpatterns
+    + sweep_api_urls.urlpatterns
 )
 
 
@@ -265,6 +268,33 @@ def test_cost_answers_match_their_declared_shapes(lab, schema):  # noqa: F811 - 
     ]
     statuses = [response.status_code for _, _, response in answers]
     assert statuses == [201, 400, 200, 200, 200, 200, 200, 200]
+    for method, path, response in answers:
+        assert_matches_schema(schema, response, method, path)
+
+
+def test_sweep_answers_match_their_declared_shapes(lab, schema):  # noqa: F811 - the fixture
+    owner = api_client_for(lab["owner"])
+    sweeps = f"/api/v1/projects/{lab['project'].pk}/sweeps"
+    launch = lab["launch"]
+    body = {
+        "name": "lr",
+        "template": {key: launch[key] for key in ("task_set_version", "reward_rule_version", "tier")},
+        "parameters": [{"name": "hyperparameters.learning_rate", "values": [1e-4, 3e-4]}],
+        "search": "grid",
+        "max_money": "5",
+    }
+    created = owner.post(sweeps, body, format="json")
+    sweep = created.json()["sweep"]["id"]
+    sweep_advance(sweep_id=sweep)
+    answers = [
+        ("post", "/api/v1/projects/{id}/sweeps", created),
+        ("post", "/api/v1/projects/{id}/sweeps", owner.post(sweeps, body | {"search": "x"}, format="json")),
+        ("get", "/api/v1/projects/{id}/sweeps", owner.get(sweeps)),
+        ("get", "/api/v1/projects/{id}/sweeps/{sweep_id}", owner.get(f"{sweeps}/{sweep}")),
+        ("post", "/api/v1/projects/{id}/sweeps/{sweep_id}/cancel", owner.post(f"{sweeps}/{sweep}/cancel")),
+        ("post", "/api/v1/projects/{id}/sweeps/{sweep_id}/cancel", owner.post(f"{sweeps}/{sweep}/cancel")),
+    ]
+    assert [response.status_code for _, _, response in answers] == [201, 400, 200, 200, 200, 409]
     for method, path, response in answers:
         assert_matches_schema(schema, response, method, path)
 

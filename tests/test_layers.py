@@ -39,6 +39,7 @@ LAYERS = (
         "costs",
         "episodes",
         "tinker_api",
+        "sweeps",
     ),
     ("workers",),
     ("webapp",),
@@ -62,6 +63,7 @@ DOMAIN = (
     "costs",
     "episodes",
     "tinker_api",
+    "sweeps",
 )
 FRAMEWORKS = ("django", "rest_framework", "drf_spectacular", "channels", "celery")
 
@@ -321,6 +323,7 @@ def test_every_celery_task_module_sits_beside_a_service_or_drives_runs():
         "finetuning.tasks",
         "reward_models.tasks",
         "runs.tasks",
+        "sweeps.tasks",
         "tiers.tasks",
         "tinker_api.tasks",
         "webhooks.tasks",

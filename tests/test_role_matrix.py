@@ -2,8 +2,8 @@
 × an anonymous caller. A role allows the same actions in pages and REST (core/roles.py);
 websockets are covered by tests/test_websockets.py.
 
-Every URL of projects, runs, rewards, reviews, traces, webhooks, evaluations, costs (pages and api_urls) and
-finetuning (OpenAI's fine-tuning API) must have a row here: a new route without one fails
+Every URL of projects, runs, rewards, reviews, traces, webhooks, evaluations, costs, sweeps (pages and
+api_urls) and finetuning (OpenAI's fine-tuning API) must have a row here: a new route without one fails
 `test_every_route_is_in_the_matrix`.
 """
 
@@ -34,6 +34,9 @@ from rewards import api_urls as reward_api_urls
 from rewards import services as reward_services
 from rewards import urls as reward_urls
 from runs import api_urls, urls
+from sweeps import api_urls as sweep_api_urls
+from sweeps import services as sweep_services
+from sweeps import urls as sweep_urls
 from tests.conftest import api_client_for, make_user
 from tiers import services as tier_services
 from traces import api_urls as trace_api_urls
@@ -927,8 +930,46 @@ COST_CASES = [
     Case("api-prices", "post", STAFF, body=lambda w: {"unit": "cpu_hour", "amount": "1"}),
 ]
 
+
+def sweep_body(w):
+    template = launch_body(w)
+    del template["project"], template["name"]
+    return {
+        "name": "lr",
+        "template": template,
+        "parameters": [{"name": "hyperparameters.learning_rate", "values": [1e-4, 3e-4]}],
+        "search": "grid",
+    }
+
+
+def sweep_id(w):
+    """A sweep of the world's project, made through its service (its first pass not run)."""
+    if "sweep" not in w:
+        body = sweep_body(w)
+        w["sweep"] = sweep_services.sweep_create(
+            project=w["project"],
+            by=w[Role.OWNER],
+            name=body["name"],
+            template=body["template"],
+            parameters=body["parameters"],
+            search_kind="grid",
+        )
+    return {"id": w["project"].pk, "sweep_id": w["sweep"].pk}
+
+
+SWEEP_CASES = [
+    Case("api-sweeps", "get", "view", project),
+    Case("api-sweeps", "post", "edit", project, body=sweep_body),
+    Case("api-sweep", "get", "view", sweep_id),
+    Case("api-sweep-cancel", "post", "edit", sweep_id),
+    Case("sweep-list", "get", "view", lambda w: {"project_id": w["project"].pk}),
+    Case("sweep-detail", "get", "view", lambda w: {"sweep_id": sweep_id(w)["sweep_id"]}),
+    Case("sweep-cancel", "post", "edit", lambda w: {"sweep_id": sweep_id(w)["sweep_id"]}),
+]
+
 CASES = (
-    OPS_CASES
+    SWEEP_CASES
+    + OPS_CASES
     + COST_CASES
     + API_CASES
     + PAGE_CASES
@@ -966,6 +1007,8 @@ def test_every_route_is_in_the_matrix():
     assert sorted(route_names(ops_api_urls) - covered) == []
     assert sorted(route_names(ops_urls) - covered) == []
     assert sorted(route_names(cost_api_urls) - covered) == []
+    assert sorted(route_names(sweep_api_urls) - covered) == []
+    assert sorted(route_names(sweep_urls) - covered) == []
 
 
 @pytest.fixture

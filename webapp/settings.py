@@ -110,6 +110,7 @@ INSTALLED_APPS = [
     "costs",
     "episodes",
     "tinker_api",
+    "sweeps",
     "workers",
 ]
 

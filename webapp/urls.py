@@ -35,6 +35,7 @@ urlpatterns = [
     path("api/v1/", include("ops.api_urls")),
     path("api/v1/", include("costs.api_urls")),
     path("api/v1/", include("episodes.api_urls")),
+    path("api/v1/", include("sweeps.api_urls")),
     path("otlp/", include("traces.otlp_urls")),  # OTLP/HTTP: its own contract, not in the schema
     path("tinker/", include("tinker_api.urls")),  # the Tinker SDK's API: its own contract, not in the schema
     path("v1/", include("serving.openai_urls")),  # OpenAI-compatible: its own contract, not in the schema
@@ -44,6 +45,7 @@ urlpatterns = [
     path("", include("traces.urls")),
     path("", include("reward_models.urls")),
     path("", include("evaluations.urls")),
+    path("", include("sweeps.urls")),
     path("", include("ops.urls")),
     path("", include("projects.urls")),
     path("", include("tiers.urls")),

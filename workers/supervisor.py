@@ -44,6 +44,7 @@ from runs.lifecycle import run_event, run_fail, run_transition
 from runs.models import Run
 from runs.run_store import run_dir
 from runs.scheduling import runs_admit
+from sweeps.driver import sweeps_advance
 from tinker_api import services as tinker_services
 from webhooks.services import deliveries_resend
 
@@ -469,11 +470,13 @@ def _stale_before() -> datetime:
 def runs_tick() -> None:
     """The periodic pass: restart what died (runs' learners and reward-model trainings), start what
     the quotas allow, send again the webhook deliveries, stub checks and fine-tuning jobs' launches
-    whose messages were lost, delete the drafts of imports that died, and end the Tinker sessions
-    whose clients went quiet."""
+    whose messages were lost, delete the drafts of imports that died, end the Tinker sessions whose
+    clients went quiet, and advance every sweep (before admission, so a trial it launches starts in
+    the same tick)."""
 
     runs_watchdog()
     reward_models_watchdog()
+    sweeps_advance()
     runs_admit()
     deliveries_resend()
     task_set_drafts_sweep()

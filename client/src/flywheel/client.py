@@ -27,6 +27,7 @@ from flywheel.resources import (
     RewardModels,
     RewardRules,
     Runs,
+    Sweeps,
     Tasks,
     TaskSets,
     Tiers,
@@ -55,6 +56,7 @@ RESOURCES = {
     "eval_suites": EvalSuites,
     "ops": Ops,
     "costs": Costs,
+    "sweeps": Sweeps,
     "episodes": Episodes,
 }
 TRACE_FIELDS = {
@@ -92,6 +94,7 @@ class _Resources:
     eval_suites: EvalSuites
     ops: Ops
     costs: Costs
+    sweeps: Sweeps
     episodes: Episodes
 
     def _attach_resources(self, transport: Transport | AsyncTransport) -> None:

@@ -996,6 +996,48 @@ class Episodes(Resource):
         )
 
 
+class Sweeps(Resource):
+    """Many runs of one template over varied parameters (hyperparameters.<key>, tier, base_model,
+    reward_rule_version), searched (grid, random, tpe), stopped early when losing (median, asha on
+    a held-out figure) and kept within a budget (max_runs, max_device_hours, max_money) and a
+    concurrency limit. Each trial is an ordinary run (`runs.get(trial["run"])`)."""
+
+    @endpoint("POST", "/projects/{id}/sweeps")
+    def create(
+        self,
+        project: int,
+        *,
+        name: str,
+        template: dict[str, Any],
+        parameters: list[dict[str, Any]],
+        search: str = "tpe",
+        idempotency_key: str | None = None,
+        **settings: Any,
+    ) -> Record:
+        """Start a sweep. `template` holds a launch's fields (task_set_version, reward_rule_version,
+        tier, method, hyperparameters, max_steps...); each parameter is {name, values} or {name,
+        low, high, log}. `settings`: seed, metric, direction, early_stopping, min_steps,
+        reduction_factor, max_runs, max_device_hours, max_money, concurrency. Bad input raises
+        ValidationError naming each field (parameters.1.values)."""
+        body = {"name": name, "template": template, "parameters": parameters, "search": search} | settings
+        return self._post(f"/api/v1/projects/{project}/sweeps", body, idempotency_key=idempotency_key)
+
+    @endpoint("GET", "/projects/{id}/sweeps")
+    def list(self, project: int, *, limit: int | None = None) -> Iterator[Record]:
+        return self._list(f"/api/v1/projects/{project}/sweeps", limit=limit)
+
+    @endpoint("GET", "/projects/{id}/sweeps/{sweep_id}")
+    def get(self, project: int, sweep: int) -> Record:
+        """The sweep, its trials (params, state, objective, cost, why stopped), its best trial, its
+        spend and, across base models, each model's lift and cost."""
+        return self._get(f"/api/v1/projects/{project}/sweeps/{sweep}")
+
+    @endpoint("POST", "/projects/{id}/sweeps/{sweep_id}/cancel")
+    def cancel(self, project: int, sweep: int) -> Record:
+        """Stop launching and cancel the active runs; a sweep already ended raises ConflictError."""
+        return self._post(f"/api/v1/projects/{project}/sweeps/{sweep}/cancel")
+
+
 class Costs(Resource):
     """What runs use and cost: units (device-seconds, CPU-seconds, tokens, storage) and money at
     the operator's prices, by kind and by step; budgets that pause a run or refuse a launch."""

@@ -1,0 +1,226 @@
+"""Benchmark: the issue's two sweep demonstrations on real workers. `make bench-sweep`.
+
+1. Learning rate × group size (a grid of 6, ASHA on the held-out pass rate, reduction factor 2,
+   its first rung at the first held-out evaluation) of the demo's GRPO on the tiny base, within a
+   money budget, against the default setting run alone in the same benchmark: does the sweep find
+   a setting whose held-out pass rate beats the default's, stopping at least two runs early?
+2. One recipe across three base models (the tiny base and two more built here, smaller and
+   trained less): each model's lift on the held-out set (its best run's last evaluation minus its
+   step 0) and what its runs cost.
+
+The benchmark plays the periodic tick itself (a pass of every sweep, then admission) every
+TICK_SECONDS, since its learner worker is a solo process busy with the run it supervises. Ends
+with one line of JSON. BENCH_SWEEP_STEPS (default 8) and BENCH_SWEEP_BASE_STEPS (the extra
+models' pretraining steps, default 300) shorten it.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_estimate import workload  # noqa: E402
+from benchmarks.bench_runs import base_model, django_setup  # noqa: E402
+
+STEPS = int(os.environ.get("BENCH_SWEEP_STEPS", "8"))
+BASE_STEPS = int(os.environ.get("BENCH_SWEEP_BASE_STEPS", "300"))
+EVAL_EVERY = max(1, STEPS // 4)
+TICK_SECONDS = 2.0
+WORKERS = (("learner", "learner"), ("rollout", "rollout"), ("eval", "eval"))
+RECIPE = {"batch_size": 16, "eval_items": 0, "seed": 0, "eval_every": EVAL_EVERY}
+DEFAULT = {"learning_rate": 3e-4, "group_size": 4}
+GRID = [
+    {"name": "hyperparameters.learning_rate", "values": [1e-4, 3e-4, 1e-3]},
+    {"name": "hyperparameters.group_size", "values": [4, 8]},
+]
+EXTRA_MODELS = {  # name: (hidden size, layers): smaller than the tiny base, pretrained less
+    "narrow": (96, 3),
+    "shallow": (128, 2),
+}
+
+
+def environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("FLYWHEEL_HOME", tempfile.mkdtemp(prefix="flywheel-bench-sweep-"))
+    env["FLYWHEEL_REDIS_PORT"] = env.get("FLYWHEEL_REDIS_PORT", "6474")
+    env["FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS"] = "1"
+    env["FLYWHEEL_TORCH_THREADS"] = "1"
+    os.environ.update(env)
+    return env
+
+
+def extra_models(home: Path) -> list[Path]:
+    from django.core.management import call_command
+
+    built = []
+    for name, (hidden, layers) in EXTRA_MODELS.items():
+        out = home / "models" / name
+        if not (out / "config.json").exists():
+            call_command(
+                "build_base_model",
+                "--out",
+                str(out),
+                "--hidden-size",
+                str(hidden),
+                "--intermediate-size",
+                str(hidden * 3),
+                "--layers",
+                str(layers),
+                "--steps",
+                str(BASE_STEPS),
+            )
+        built.append(out)
+    return built
+
+
+def template(setup: dict, tier) -> dict:
+    return {
+        "task_set_version": setup["version"].pk,
+        "reward_rule_version": setup["rule"].versions.get().pk,
+        "tier": tier.pk,
+        "hyperparameters": RECIPE | DEFAULT,
+        "max_steps": STEPS,
+    }
+
+
+def tick() -> None:
+    from runs.scheduling import runs_admit
+    from sweeps.driver import sweeps_advance
+
+    sweeps_advance()
+    runs_admit()
+
+
+def follow_sweep(sweep_id: int) -> None:
+    from sweeps.models import Sweep
+
+    while not Sweep.objects.get(pk=sweep_id).is_terminal:
+        tick()
+        time.sleep(TICK_SECONDS)  # the tick's period
+
+
+def follow_run(run) -> None:
+    while not run.is_terminal:
+        tick()
+        time.sleep(TICK_SECONDS)
+        run.refresh_from_db()
+
+
+def heldout(run_id: int, step: int | None = None) -> float | None:
+    from runs.models import MetricPoint
+
+    points = MetricPoint.objects.filter(run_id=run_id, name="heldout/pass_rate").order_by("-step")
+    point = points.filter(step=step).first() if step is not None else points.first()
+    return None if point is None else point.value
+
+
+def default_run(setup: dict, tier) -> dict:
+    from runs.lifecycle import run_create
+    from sweeps.specs import template_request
+
+    request = template_request(setup["project"], template(setup, tier), name="default")
+    run = run_create(request=request, by=setup["owner"])
+    follow_run(run)
+    return {"run": run.pk, "status": run.status, "heldout": heldout(run.pk), "start": heldout(run.pk, 0)}
+
+
+def money(summary: dict) -> str:
+    return str(summary["spent"]["money"].quantize(Decimal("0.0001")))
+
+
+def main() -> None:
+    env = environment()
+    django_setup()
+    from django.core.management import call_command
+
+    from benchmarks.worker_processes import start_workers, stop_all
+    from costs.models import Price
+    from sweeps import selectors, services
+
+    call_command("migrate", verbosity=0)
+    home = Path(env["FLYWHEEL_HOME"])
+    model = base_model(home)
+    others = extra_models(home)
+    Price.objects.get_or_create(unit=Price.Unit.DEVICE_HOUR, scope="", defaults={"amount": Decimal(2)})
+    load_before, started = os.getloadavg(), time.monotonic()
+    workers = start_workers(env, WORKERS, "bench-sweep")
+    try:
+        setup = workload(model)
+        tier = setup["tiers"]["long"]
+        baseline = default_run(setup, tier)
+        grid = services.sweep_create(
+            project=setup["project"],
+            by=setup["owner"],
+            name="lr x group",
+            template=template(setup, tier),
+            parameters=GRID,
+            search_kind="grid",
+            early_stopping="asha",
+            min_steps=EVAL_EVERY,
+            reduction_factor=2,
+            concurrency=2,
+            max_money=Decimal(100),
+        )
+        follow_sweep(grid.pk)
+        grid_summary = selectors.sweep_summary(sweep=grid)
+        across = services.sweep_create(
+            project=setup["project"],
+            by=setup["owner"],
+            name="across base models",
+            template=template(setup, tier),
+            parameters=[{"name": "base_model", "values": [str(model), *map(str, others)]}],
+            search_kind="grid",
+            concurrency=1,
+        )
+        follow_sweep(across.pk)
+        across_summary = selectors.sweep_summary(sweep=across)
+    finally:
+        stop_all(workers)
+    grid.refresh_from_db()
+    best = grid_summary["best"]
+    print(
+        json.dumps(
+            {
+                "benchmark": "sweep",
+                "steps": STEPS,
+                "eval_every": EVAL_EVERY,
+                "default": baseline,
+                "grid": {
+                    "status": grid.status,
+                    "trials": [
+                        {k: t[k] for k in ("number", "params", "state", "value", "step", "stopped_early")}
+                        | {"money": str(t["money"])}
+                        for t in grid_summary["trials"]
+                    ],
+                    "stopped_early": grid_summary["stopped_early"],
+                    "best": None if best is None else {"params": best["params"], "heldout": best["value"]},
+                    "spent": money(grid_summary),
+                    "budget": str(grid.max_money),
+                },
+                "best_beats_default": best is not None
+                and baseline["heldout"] is not None
+                and best["value"] > baseline["heldout"],
+                "across_base_models": [
+                    {k: (str(v) if isinstance(v, Decimal) else v) for k, v in row.items()}
+                    for row in across_summary["base_models"]
+                ],
+                "seconds": round(time.monotonic() - started, 1),
+                "load_average": {
+                    "before": [round(x, 2) for x in load_before],
+                    "after": list(os.getloadavg()),
+                },
+                "cores": os.cpu_count(),
+            },
+            default=str,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
