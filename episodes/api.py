@@ -17,7 +17,7 @@ from episodes import selectors, services
 from episodes import serializers as s
 from episodes.models import Episode
 from runs import selectors as run_selectors
-from runs.learners import algorithm_get
+from runs.learners import plays_external
 from runs.models import Run
 
 RETRY_SECONDS = 2
@@ -25,7 +25,7 @@ RETRY_SECONDS = 2
 
 def _external_run(request: Request, run_id: int, permission: str) -> Run:
     run = run_selectors.run_for(user=caller(request), run_id=run_id, permission=permission)
-    if algorithm_get(run.method).rollouts != "external":
+    if not plays_external(run.method):
         raise StateError(f"run {run.pk} is a {run.method} run; episodes are played by external_rollouts runs")
     return run
 

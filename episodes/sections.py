@@ -6,11 +6,11 @@ from typing import Any
 from django.http import HttpRequest
 
 from episodes import selectors
-from runs.learners import algorithm_get
+from runs.learners import plays_external
 from runs.models import Run
 
 
 def run_episodes_section(request: HttpRequest, run: Run) -> dict[str, Any]:
-    if algorithm_get(run.method).rollouts != "external":
+    if not plays_external(run.method):
         return {}
     return {"run_episodes": {"model": f"run-{run.pk}", "counts": selectors.episode_counts(run=run)}}

@@ -2,7 +2,7 @@
 
 import re
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Count, QuerySet
 
 from core.artifacts import artifact_exists
@@ -10,7 +10,7 @@ from core.roles import Permission
 from episodes.models import Episode
 from projects import selectors as project_selectors
 from runs import selectors as run_selectors
-from runs.learners import algorithm_get, algorithm_names
+from runs.learners import algorithm_names, plays_external
 from runs.models import Run
 from runs.run_store import policy_dir, policy_prefix
 from serving.served_models import ServedModel
@@ -18,7 +18,7 @@ from serving.served_models import ServedModel
 RUN_POLICY_ID = re.compile(r"^run-(\d{1,18})$")
 
 
-def run_policy_model_for(*, user: AbstractBaseUser, model_id: str, fetch: bool = False) -> ServedModel | None:
+def run_policy_model_for(*, user: User, model_id: str, fetch: bool = False) -> ServedModel | None:
     """`run-<id>`: the run's newest published policy version, for a caller who may view the run. An
     agent playing the run's episodes calls this name; each request is answered by the version
     published when it arrives (recorded with the turn)."""
@@ -49,13 +49,13 @@ def _policy_model(run: Run, *, fetch: bool = False) -> ServedModel:
     )
 
 
-def run_policy_models_for(*, user: AbstractBaseUser) -> list[ServedModel]:
+def run_policy_models_for(*, user: User) -> list[ServedModel]:
     """`run-<id>` of every running external_rollouts run the caller may view (listed in /v1/models,
     which some agent frameworks read before they call a model)."""
     runs = Run.objects.filter(
         project_id__in=project_selectors.visible_project_ids(user=user),
         status=Run.Status.RUNNING,
-        method__in=[name for name in algorithm_names() if algorithm_get(name).rollouts == "external"],
+        method__in=[name for name in algorithm_names() if plays_external(name)],
     ).select_related("project")
     return [_policy_model(run) for run in runs.order_by("-created_at", "-pk")]
 
@@ -71,7 +71,7 @@ def episode_counts(*, run: Run) -> dict[str, int]:
     return {status: counted.get(status, 0) for status in Episode.Status.values}
 
 
-def episode_for(*, user: AbstractBaseUser, run: Run, key: str) -> Episode:
+def episode_for(*, user: User, run: Run, key: str) -> Episode:
     """The run's episode by its key (Episode.DoesNotExist otherwise); the caller already holds the
     run through its role."""
     return Episode.objects.select_related("run", "item", "batch").get(run=run, key=key)

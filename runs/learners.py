@@ -93,6 +93,13 @@ def algorithm_get(name: str) -> Algorithm | None:
     return _REGISTRY.get(name)
 
 
+def plays_external(method: str) -> bool:
+    """Whether agents outside Flywheel play a run of `method`'s episodes (episodes/), not rollout
+    workers."""
+    algorithm = algorithm_get(method)
+    return algorithm is not None and algorithm.rollouts == "external"
+
+
 def algorithm_names() -> list[str]:
     return [algorithm.name for algorithm in algorithms()]
 

@@ -49,7 +49,7 @@ from evaluations import tasks as suite_tasks
 from inference.generation import Completion
 from projects.models import TaskItem
 from runs import monitors, outcomes
-from runs.learners import algorithm_get
+from runs.learners import algorithm_get, plays_external
 from runs.lifecycle import run_event, run_fail, run_transition
 from runs.models import Checkpoint, MetricPoint, RolloutBatch, Run, RunEvent, Trajectory, TrajectoryStep
 from runs.run_store import (
@@ -455,8 +455,7 @@ def _cancel_pending(run: Run) -> None:
 
 def external(run: Run) -> bool:
     """Whether agents outside Flywheel play the run's episodes (episodes/), not rollout workers."""
-    algorithm = algorithm_get(run.method)
-    return algorithm is not None and algorithm.rollouts == "external"
+    return plays_external(run.method)
 
 
 def stop_at(run: Run, learner, config: GRPOConfig, step: int, why: str) -> None:
