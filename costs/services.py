@@ -36,10 +36,13 @@ def usage_record(
     worker: str = "",
     device_class: str = "",
     engine: str = "",
+    warm_up: bool = False,
     **units: float | int,
 ) -> Usage:
     """Record a component's units for one step of a run; a second recording of the same
-    (run, step, component) replaces the first's units and counts itself in `recordings`."""
+    (run, step, component) replaces the first's units and counts itself in `recordings`.
+    `warm_up`: the worker's process did this as its first work since it started; once a row is
+    marked it stays marked (a step re-run warm still had a cold attempt in its times)."""
     if unknown := set(units) - set(UNITS):
         raise ValueError(f"unknown usage units: {', '.join(sorted(unknown))}")
     if kind not in Usage.Kind.values:
@@ -47,12 +50,16 @@ def usage_record(
     if negative := [name for name, value in units.items() if value < 0]:
         raise ValueError(f"usage units cannot be negative: {', '.join(sorted(negative))}")
     values: dict[str, Any] = dict.fromkeys(UNITS, 0) | units
-    fields = values | {
-        "kind": kind,
-        "worker": worker[:255],
-        "device_class": device_class[:80],
-        "engine": engine,
-    }
+    fields = (
+        values
+        | {
+            "kind": kind,
+            "worker": worker[:255],
+            "device_class": device_class[:80],
+            "engine": engine,
+        }
+        | ({"warm_up": True} if warm_up else {})
+    )
     key = {"run_id": run_id, "step": step, "component": component}
     now = timezone.now()
     with transaction.atomic():
