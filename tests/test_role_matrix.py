@@ -563,6 +563,7 @@ RUN_CASES = [
     Case("trajectory-list", "get", "view", lambda w: {"run_id": run_of(w).pk}),
     Case("trajectory-group", "get", "view", lambda w: {"trajectory_id": trajectory_id(w)["id"]}),
     Case("run-list", "get", SELF),
+    Case("run-queue", "get", SELF),
     Case("readme", "get", SELF),
     Case("docs-page", "get", SELF),
     Case("docs-page", "get", SELF, lambda w: {"name": "guides/launch-a-run"}),
