@@ -179,12 +179,24 @@ def run_estimate(*, tier: Tier, method: str, resolved: dict[str, Any], steps: in
     time to its first step's end) is counted once, at the median of the earlier runs'."""
     units = work_per_step(resolved)
     past = history(tier=tier, method=method)
-    answer: dict[str, Any] = {"steps": steps, "work_per_step": units, "basis": None}
+    calibration = latest_calibration(tier=tier, method=method)
+    answer: dict[str, Any] = {
+        "steps": steps,
+        "work_per_step": units,
+        "basis": None,
+        "calibration": calibration,
+    }
     if not past.steps:
         answer["why"] = (
             f"no run of tier {tier.name} with method {method} has recorded two steps yet: calibrate "
             "(a short run of a few steps) and its record becomes the basis"
         )
+        if calibration is not None and calibration["status"] in Run.ACTIVE:
+            answer["why"] = (
+                f"calibration run {calibration['run']} of tier {tier.name} ({method}) is "
+                f"{calibration['status']}, at step {calibration['learner_step']} of "
+                f"{calibration['max_steps']}: the estimate rests on it once it has recorded two steps"
+            )
         return answer
     start_device = statistics.median(start.device_seconds for start in past.starts)
     walls_to_first = [start.wall_seconds for start in past.starts if start.wall_seconds is not None]
@@ -216,6 +228,14 @@ def run_estimate(*, tier: Tier, method: str, resolved: dict[str, Any], steps: in
         f"{int(RANGE[1] * 100)}th percentile"
     )
     return answer
+
+
+def latest_calibration(*, tier: Tier, method: str) -> dict[str, Any] | None:
+    """The newest calibration run of the tier and method (launched by an estimate), in brief."""
+    run = Run.objects.filter(tier=tier, method=method, calibration=True).order_by("-pk").first()
+    if run is None:
+        return None
+    return {"run": run.pk, "status": run.status, "learner_step": run.learner_step, "max_steps": run.max_steps}
 
 
 def _range(values: list[float]) -> dict[str, float]:

@@ -6,11 +6,13 @@ step recorded again (a batch retried after its worker died, a learner resumed fr
 that runs a step again) replaces its units instead of adding to them, and counts the recording.
 """
 
+from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -20,7 +22,8 @@ from core.exceptions import StateError
 from costs import selectors
 from costs.models import UNITS, Price, ProjectBudget, Usage
 from projects.models import Project
-from runs.lifecycle import RunRequest, run_event, run_transition
+from runs.learners import hyperparameters_resolve
+from runs.lifecycle import RunRequest, run_create, run_event, run_transition
 from runs.models import Run
 from webhooks.services import budget_deliveries_enqueue
 
@@ -178,3 +181,34 @@ def run_budget_check(*, run: Run, step: int) -> dict[str, Any] | None:
     event = run_event(run, "budget", message, level="warning", data=reached)
     budget_deliveries_enqueue(run=run, event=event, budget=reached)
     return reached
+
+
+# A calibration measures steps, not the model: no held-out evaluation beyond the least the run
+# does anyway (one item, at its start and end), where the method has one.
+CALIBRATION_QUIET = {"eval_every": 100_000, "eval_items": 1}
+
+
+@transaction.atomic
+def run_calibrate(*, request: RunRequest, by: User) -> tuple[Run, bool]:
+    """Launch a calibration for an estimate: a run of FLYWHEEL_CALIBRATION_STEPS steps with the
+    request's tier, method, data and hyperparameters (so the same batch shape), through the same
+    launch checks and queue as any run, marked `calibration`, with no budget of its own. An active
+    calibration of the same tier and method is used instead of a second. Returns (run, launched)."""
+    active = Run.objects.filter(
+        tier=request.tier, method=request.method, calibration=True, status__in=Run.ACTIVE
+    ).order_by("-pk")
+    if (running := active.first()) is not None:
+        return running, False
+    resolved, _ = hyperparameters_resolve(request.method, request.hyperparameters or {})
+    quiet = {name: value for name, value in CALIBRATION_QUIET.items() if name in resolved}
+    calibration = replace(
+        request,
+        name=f"calibration: {request.tier.name} ({request.method})",
+        max_steps=settings.FLYWHEEL_CALIBRATION_STEPS,
+        hyperparameters=(request.hyperparameters or {}) | quiet,
+        max_wall_seconds=None,
+        budget_money=None,
+        budget_device_hours=None,
+        calibration=True,
+    )
+    return run_create(request=calibration, by=by), True

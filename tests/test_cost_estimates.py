@@ -143,3 +143,68 @@ def test_an_estimate_refuses_what_a_launch_would_naming_the_field_and_outsiders_
     assert estimate(lab, who="viewer").status_code == 200  # reading a project is enough
     outsider = api_client_for(team["outsider"]).post("/api/v1/runs/estimate", lab["launch"], format="json")
     assert outsider.status_code == 404
+
+
+def test_calibrate_launches_a_short_run_of_the_same_shape_once_and_the_estimate_then_rests_on_it(
+    lab, settings
+):
+    settings.FLYWHEEL_CALIBRATION_STEPS = 3
+    hyperparameters = {"batch_size": 8, "group_size": 4, "learning_rate": 0.0002}
+    refused = estimate(lab, who="viewer", calibrate=True, hyperparameters=hyperparameters)
+    assert refused.status_code in (403, 404) and not Run.objects.filter(calibration=True).exists()
+
+    answer = estimate(lab, calibrate=True, hyperparameters=hyperparameters, budget_money="1.00")
+    assert answer.status_code == 200, answer.content
+    body = answer.json()
+    run = Run.objects.get(calibration=True)
+    assert (run.tier, run.method, run.max_steps, run.status) == (lab["tier"], "grpo", 3, "queued")
+    assert (run.task_set_version, run.created_by) == (lab["version"], lab["owner"])
+    assert run.hyperparameters == hyperparameters | {"eval_every": 100_000, "eval_items": 1}
+    assert (run.resolved["batch_size"], run.resolved["group_size"], run.resolved["learning_rate"]) == (
+        8,
+        4,
+        0.0002,
+    )
+    assert (run.budget_money, run.budget_device_hours, run.name) == (
+        None,
+        None,
+        f"calibration: {lab['tier'].name} (grpo)",
+    )
+    assert body["basis"] is None
+    assert body["calibration"] == {
+        "run": run.pk,
+        "status": "queued",
+        "learner_step": 0,
+        "max_steps": 3,
+        "launched": True,
+    }
+    assert body["why"] == (
+        f"calibration run {run.pk} of tier {lab['tier'].name} (grpo) is queued, at step 0 of 3: the "
+        "estimate rests on it once it has recorded two steps"
+    )
+    again = estimate(lab, calibrate=True, hyperparameters=hyperparameters).json()
+    assert again["calibration"]["launched"] is False and Run.objects.filter(calibration=True).count() == 1
+    assert api_client_for(lab["owner"]).get(f"/api/v1/runs/{run.pk}").json()["calibration"] is True
+
+    # Its steps recorded (a fresh worker's first batch at step 1; then 30 s a step of 32 units):
+    start = timezone.now() - timedelta(minutes=5)
+    Run.objects.filter(pk=run.pk).update(status="succeeded", learner_step=3, started_at=start)
+    for step in (1, 2, 3):
+        for kind in ("learner", "rollout"):
+            services.usage_record(
+                run_id=run.pk,
+                step=step,
+                component=kind if kind == "learner" else "rollout:0",
+                kind=kind,
+                device_seconds=16.0,
+                device_class="cpu",
+                warm_up=step == 1,
+            )
+        Usage.objects.filter(run=run, step=step).update(
+            first_recorded_at=start + timedelta(seconds=30 * step)
+        )
+    body = estimate(lab, hyperparameters=hyperparameters).json()  # 32 units a step, 10 steps
+    assert body["basis"] == {"runs": [run.pk], "steps": 3, "device_class": "cpu"}
+    assert body["calibration"]["status"] == "succeeded"
+    assert body["device_hours"]["expected"] == pytest.approx(10 * 32 / 3600, abs=1e-6)
+    assert body["wall_seconds"]["expected"] == pytest.approx(10 * 30)

@@ -74,6 +74,9 @@ class Run(models.Model):
     budget_money = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
     budget_device_hours = models.FloatField(null=True, blank=True)
     priority = models.IntegerField(default=0, help_text="Higher runs first")
+    # A short run an estimate launched to measure its tier and method (costs/estimates.py): billed
+    # like any run (its units are real), and marked as a calibration wherever runs are listed.
+    calibration = models.BooleanField(default=False, help_text="Launched by an estimate to calibrate it")
     # Whether the run made the model better: its final held-out results against its start, per
     # item, with a paired bootstrap interval (runs/outcomes.py). Empty until the final evaluation.
     outcome = models.CharField(max_length=12, choices=Outcome.choices, blank=True, default="")
