@@ -33,18 +33,28 @@ class RunEstimateView(ApiView):
         request=s.RunEstimateInputSerializer,
         responses=s.RunEstimateSerializer,
         summary="What a run would use before it is launched (device-hours, sandbox CPU, wall time, money, "
-        "each with its range), scaled from earlier runs of its tier and method; nothing is created",
+        "each with its range), scaled from earlier runs of its tier and method; nothing is created, "
+        "unless `calibrate` launches a short calibration run whose steps become the basis",
     )
     def post(self, request: Request) -> Response:
         data = self.validated(s.RunEstimateInputSerializer)
-        project = project_selectors.project_for(user=caller(request), project_id=data.pop("project"))
+        calibrate = data.pop("calibrate")
+        permission = Permission.EDIT if calibrate else Permission.VIEW  # a calibration is a launch
+        project = project_selectors.project_for(
+            user=caller(request), project_id=data.pop("project"), permission=permission
+        )
         run_request = RunRequest(project=project, **references(project, data))
         resolved, problems = run_problems(run_request)
         if problems:
             raise ValidationError(problems)
+        launched = None
+        if calibrate:
+            _, launched = services.run_calibrate(request=run_request, by=caller(request))
         answer = estimates.run_estimate(
             tier=run_request.tier, method=run_request.method, resolved=resolved, steps=run_request.max_steps
         )
+        if launched is not None:
+            answer["calibration"]["launched"] = launched
         return Response(s.RunEstimateSerializer(answer).data)
 
 

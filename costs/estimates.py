@@ -3,13 +3,23 @@ scaled from what earlier runs of the same tier and method recorded (the Usage ro
 write), with the range those runs spread over.
 
 The unit of work is what a step processes: `batch_size` × `group_size` (a GRPO step's samples; an
-SFT or DPO step's examples). An earlier step's device seconds per unit, times the new run's units
-per step, times its steps, is one estimate of the whole; the median over earlier steps is the
-figure and their 10th and 90th percentiles its range. A run's first step is not steady (its
-learner loads, its caches warm): what it took beyond a steady step, and the time from a run's start
-to the end of its first step, are counted once per run. Wall time is the time between consecutive
-learner steps, per unit the same way. With fewer than two steps of this tier and method recorded
-there is no basis, and the answer says so rather than guess.
+SFT or DPO step's examples). An earlier steady step's device seconds per unit, times the new run's
+units per step, times its steps, is one estimate of the whole; the median over earlier steps is
+the figure and their 10th and 90th percentiles its range. Wall time is the time between
+consecutive learner steps, per unit the same way.
+
+Start-up is kept out of the steady rates. A step is steady when the step before it was recorded
+and none of its rows is a worker's warm-up (`Usage.warm_up`: the first work of a worker process,
+which loaded, compiled and warmed its caches in that time; a learner restarted after a crash or a
+pause starts a new process, so the gap it left is not a step's time either). A run's start is
+counted once per run: every run starts a learner process of its own, so its first step's learner
+time beyond a steady one, and the time from the run's start to its first step's end, are a run's
+cost. But a start whose rollouts were done by a worker's first batch measured that worker's
+start-up, which a run on warm workers does not pay: its rollouts' extra device time is left out,
+and so is its wall time (with only such starts, the first step is counted as a steady step). So a
+calibration that was the first run on fresh workers does not inflate the estimate of the runs
+after it. With no steady step of this tier and method recorded there is no basis, and the answer
+says so rather than guess.
 """
 
 import statistics
@@ -17,7 +27,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Sum
 from django.utils import timezone
 
 from costs.models import Price, Usage
@@ -28,11 +37,12 @@ from tiers.models import Tier
 HISTORY_RUNS = 20  # the newest runs of the tier and method the rates come from
 RANGE = (0.1, 0.9)  # the quantiles of the per-step rates given as the range
 PER_STEP_KINDS = (Usage.Kind.LEARNER, Usage.Kind.ROLLOUT)
+COLD_STARTS = " (their starts were on workers just started, so a start is counted as a steady step)"
 
 
 @dataclass(frozen=True)
 class StepRate:
-    """One steady step of an earlier run (any step but its first), per unit of work."""
+    """One steady step of an earlier run (see the module's docstring), per unit of work."""
 
     device_seconds: float
     cpu_seconds: float
@@ -44,7 +54,7 @@ class StepRate:
 class RunStart:
     """What an earlier run's start cost once, beyond its steady steps: the device-seconds its first
     step took above a steady one (loading, warming), and the seconds from its start to the end of
-    its first step (None when its start was not recorded)."""
+    its first step (None when its start was not recorded, or measured a worker's start-up)."""
 
     device_seconds: float
     wall_seconds: float | None
@@ -58,6 +68,20 @@ class History:
     recorded_steps: int
 
 
+@dataclass
+class StepRecord:
+    """One recorded step of a run, its rows added up: when its learner recorded it, the device
+    time of the learner and of the rollouts, and whether a worker warmed up in it."""
+
+    ended: Any = None
+    device_class: str = ""
+    learner: float = 0.0
+    rollout: float = 0.0
+    cpu: float = 0.0
+    warm_up: bool = False
+    rollout_warm_up: bool = False
+
+
 def work_per_step(resolved: dict[str, Any]) -> int:
     """Units of work a step processes: its items times their samples.
 
@@ -67,9 +91,63 @@ def work_per_step(resolved: dict[str, Any]) -> int:
     return int(resolved.get("batch_size") or 1) * int(resolved.get("group_size") or 1)
 
 
+def run_steps(run: Run) -> list[tuple[int, StepRecord]]:
+    """The run's steps its learner recorded, in order, each with all its rows added up."""
+    records: dict[int, StepRecord] = {}
+    rows = Usage.objects.filter(run=run, kind__in=PER_STEP_KINDS).values_list(
+        "step", "kind", "device_seconds", "cpu_seconds", "warm_up", "first_recorded_at", "device_class"
+    )
+    for step, kind, device, cpu, warm_up, first_recorded_at, device_class in rows:
+        record = records.setdefault(step, StepRecord())
+        record.cpu += cpu
+        record.warm_up |= warm_up
+        if kind == Usage.Kind.LEARNER:
+            record.learner += device
+            record.ended, record.device_class = first_recorded_at, device_class
+        else:
+            record.rollout += device
+            record.rollout_warm_up |= warm_up
+    # A step ends when its learner records it; a rollout of the next step may be recorded before
+    # (pipelining), and one whose learner never recorded it is no step.
+    return sorted((step, record) for step, record in records.items() if record.ended is not None)
+
+
+def steady_pairs(steps: list[tuple[int, StepRecord]]) -> list[tuple[StepRecord, int, StepRecord]]:
+    """(the step before, step, its record) for each steady step of a run's recorded ones: the
+    step before was recorded, and no worker warmed up in it (see the module's docstring)."""
+    pairs = zip(steps, steps[1:], strict=False)
+    return [
+        (earlier, step, record)
+        for (before, earlier), (step, record) in pairs
+        if step == before + 1 and not record.warm_up
+    ]
+
+
+def step_rate(earlier: StepRecord, record: StepRecord, units: int) -> StepRate:
+    return StepRate(
+        device_seconds=(record.learner + record.rollout) / units,
+        cpu_seconds=record.cpu / units,
+        wall_seconds=(record.ended - earlier.ended).total_seconds() / units,
+        device_class=record.device_class,
+    )
+
+
+def run_start(run: Run, steps: list[tuple[int, StepRecord]], steady: set[int]) -> RunStart:
+    """What the run's start cost beyond a steady step: the learner's extra (every run starts a
+    learner of its own), and the rollouts' unless a worker's first batch did them."""
+    first = steps[0][1]
+    learner = [record.learner for step, record in steps if step in steady]
+    rollout = [record.rollout for step, record in steps if step in steady]
+    extra = max(first.learner - statistics.median(learner), 0.0) if learner else 0.0
+    if rollout and not first.rollout_warm_up:
+        extra += max(first.rollout - statistics.median(rollout), 0.0)
+    cold = first.rollout_warm_up or run.started_at is None
+    wall = None if cold else (first.ended - run.started_at).total_seconds()
+    return RunStart(device_seconds=extra, wall_seconds=wall)
+
+
 def history(*, tier: Tier, method: str) -> History:
-    """The steady steps and the starts of the newest runs of this tier and method. A step ends
-    when its learner records it; a rollout of the next step may be recorded before (pipelining)."""
+    """The steady steps and the starts of the newest runs of this tier and method."""
     runs = list(
         Run.objects.filter(tier=tier, method=method, learner_step__gt=0)
         .order_by("-pk")
@@ -77,35 +155,13 @@ def history(*, tier: Tier, method: str) -> History:
     )
     found = History(steps=[], starts=[], runs=[run.pk for run in runs], recorded_steps=0)
     for run in runs:
-        units = work_per_step(run.resolved or {})
-        used = {
-            row["step"]: row
-            for row in Usage.objects.filter(run=run, kind__in=PER_STEP_KINDS)
-            .values("step")
-            .annotate(device=Sum("device_seconds"), cpu=Sum("cpu_seconds"))
-        }
-        learned = list(
-            Usage.objects.filter(run=run, kind=Usage.Kind.LEARNER)
-            .order_by("step")
-            .values_list("step", "first_recorded_at", "device_class")
-        )
-        if not learned:
+        steps = run_steps(run)
+        if not steps:
             continue
-        found.recorded_steps += len(learned)
-        for (_, before, _), (step, ended, device_class) in zip(learned, learned[1:], strict=False):
-            found.steps.append(
-                StepRate(
-                    device_seconds=used[step]["device"] / units,
-                    cpu_seconds=used[step]["cpu"] / units,
-                    wall_seconds=(ended - before).total_seconds() / units,
-                    device_class=device_class,
-                )
-            )
-        first, first_ended = learned[0][0], learned[0][1]
-        steady = [used[step]["device"] for step, _, _ in learned[1:]]
-        excess = used[first]["device"] - statistics.median(steady) if steady else 0.0
-        startup = None if run.started_at is None else (first_ended - run.started_at).total_seconds()
-        found.starts.append(RunStart(device_seconds=max(excess, 0.0), wall_seconds=startup))
+        found.recorded_steps += len(steps)
+        units, pairs = work_per_step(run.resolved or {}), steady_pairs(steps)
+        found.steps += [step_rate(earlier, record, units) for earlier, _, record in pairs]
+        found.starts.append(run_start(run, steps, {step for _, step, _ in pairs}))
     return found
 
 
@@ -123,19 +179,33 @@ def run_estimate(*, tier: Tier, method: str, resolved: dict[str, Any], steps: in
     time to its first step's end) is counted once, at the median of the earlier runs'."""
     units = work_per_step(resolved)
     past = history(tier=tier, method=method)
-    answer: dict[str, Any] = {"steps": steps, "work_per_step": units, "basis": None}
+    calibration = latest_calibration(tier=tier, method=method)
+    answer: dict[str, Any] = {
+        "steps": steps,
+        "work_per_step": units,
+        "basis": None,
+        "calibration": calibration,
+    }
     if not past.steps:
         answer["why"] = (
-            f"no run of tier {tier.name} with method {method} has recorded two steps yet: launch a "
-            "short one (a few steps) and its record becomes the basis"
+            f"no run of tier {tier.name} with method {method} has recorded two steps yet: calibrate "
+            "(a short run of a few steps) and its record becomes the basis"
         )
+        if calibration is not None and calibration["status"] in Run.ACTIVE:
+            answer["why"] = (
+                f"calibration run {calibration['run']} of tier {tier.name} ({method}) is "
+                f"{calibration['status']}, at step {calibration['learner_step']} of "
+                f"{calibration['max_steps']}: the estimate rests on it once it has recorded two steps"
+            )
         return answer
     start_device = statistics.median(start.device_seconds for start in past.starts)
     walls_to_first = [start.wall_seconds for start in past.starts if start.wall_seconds is not None]
     start_wall = statistics.median(walls_to_first) if walls_to_first else None
     device = [(units * steps * r.device_seconds + start_device) / 3600 for r in past.steps]
     cpu = [units * steps * r.cpu_seconds / 3600 for r in past.steps]
-    walls = [units * (steps - 1) * r.wall_seconds + (start_wall or 0.0) for r in past.steps]
+    # Without a start measured on warm workers, the first step is counted as a steady one.
+    steady_steps = steps if start_wall is None else steps - 1
+    walls = [units * steady_steps * r.wall_seconds + (start_wall or 0.0) for r in past.steps]
     device_class = statistics.mode([r.device_class for r in past.steps])
     prices, now = PriceBook.load(), timezone.now()
     per_device_hour = prices.at(Price.Unit.DEVICE_HOUR, device_class, now)
@@ -153,10 +223,19 @@ def run_estimate(*, tier: Tier, method: str, resolved: dict[str, Any], steps: in
     answer["why"] = (
         f"scaled from {past.recorded_steps} recorded steps of {len(past.runs)} earlier run(s) of tier "
         f"{tier.name} ({method}), by {units} units of work a step over {steps} steps, with a run's "
-        f"start counted once; the range is their {int(RANGE[0] * 100)}th to "
+        f"start counted once{'' if start_wall is not None else COLD_STARTS}; the range is their "
+        f"{int(RANGE[0] * 100)}th to "
         f"{int(RANGE[1] * 100)}th percentile"
     )
     return answer
+
+
+def latest_calibration(*, tier: Tier, method: str) -> dict[str, Any] | None:
+    """The newest calibration run of the tier and method (launched by an estimate), in brief."""
+    run = Run.objects.filter(tier=tier, method=method, calibration=True).order_by("-pk").first()
+    if run is None:
+        return None
+    return {"run": run.pk, "status": run.status, "learner_step": run.learner_step, "max_steps": run.max_steps}
 
 
 def _range(values: list[float]) -> dict[str, float]:

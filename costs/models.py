@@ -59,6 +59,10 @@ class Usage(models.Model):
     judge_calls = models.PositiveIntegerField(default=0)
     reward_model_calls = models.PositiveIntegerField(default=0)
     storage_bytes = models.BigIntegerField(default=0)
+    warm_up = models.BooleanField(
+        default=False,
+        help_text="A worker process's first work since it started (its start-up was in this time)",
+    )
     recordings = models.PositiveIntegerField(
         default=1, help_text="Times recorded; above 1 the step was run again and billed once"
     )

@@ -134,6 +134,12 @@ class RunEstimateInputSerializer(RunCreateSerializer):
     """A launch's fields, as POST /runs takes them; the name is optional."""
 
     name = serializers.CharField(max_length=100, required=False, default="estimate")
+    calibrate = serializers.BooleanField(
+        default=False,
+        help_text="Also launch a calibration: a short run (FLYWHEEL_CALIBRATION_STEPS steps) of this tier, "
+        "method and batch shape whose steps become the estimate's basis (launchers; an active one is "
+        "reused)",
+    )
 
 
 class FigureRangeSerializer(serializers.Serializer):
@@ -154,6 +160,14 @@ class EstimateBasisSerializer(serializers.Serializer):
     device_class = serializers.CharField(allow_blank=True)
 
 
+class EstimateCalibrationSerializer(serializers.Serializer):
+    run = serializers.IntegerField(help_text="The calibration run (marked `calibration`)")
+    status = serializers.CharField()
+    learner_step = serializers.IntegerField()
+    max_steps = serializers.IntegerField()
+    launched = serializers.BooleanField(required=False, help_text="True: this request launched it")
+
+
 class RunEstimateSerializer(serializers.Serializer):
     steps = serializers.IntegerField()
     work_per_step = serializers.IntegerField(help_text="batch_size × group_size: the unit rates scale by")
@@ -162,4 +176,7 @@ class RunEstimateSerializer(serializers.Serializer):
     sandbox_cpu_hours = FigureRangeSerializer(required=False)
     wall_seconds = FigureRangeSerializer(required=False, allow_null=True)
     money = MoneyRangeSerializer(required=False, help_text="At today's prices")
+    calibration = EstimateCalibrationSerializer(
+        allow_null=True, help_text="The newest calibration of the tier and method, or null"
+    )
     why = serializers.CharField(help_text="What the figures rest on, or why there are none")

@@ -6,11 +6,13 @@ step recorded again (a batch retried after its worker died, a learner resumed fr
 that runs a step again) replaces its units instead of adding to them, and counts the recording.
 """
 
+from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -20,7 +22,8 @@ from core.exceptions import StateError
 from costs import selectors
 from costs.models import UNITS, Price, ProjectBudget, Usage
 from projects.models import Project
-from runs.lifecycle import RunRequest, run_event, run_transition
+from runs.learners import hyperparameters_resolve
+from runs.lifecycle import RunRequest, run_create, run_event, run_transition
 from runs.models import Run
 from webhooks.services import budget_deliveries_enqueue
 
@@ -36,10 +39,13 @@ def usage_record(
     worker: str = "",
     device_class: str = "",
     engine: str = "",
+    warm_up: bool = False,
     **units: float | int,
 ) -> Usage:
     """Record a component's units for one step of a run; a second recording of the same
-    (run, step, component) replaces the first's units and counts itself in `recordings`."""
+    (run, step, component) replaces the first's units and counts itself in `recordings`.
+    `warm_up`: the worker's process did this as its first work since it started; once a row is
+    marked it stays marked (a step re-run warm still had a cold attempt in its times)."""
     if unknown := set(units) - set(UNITS):
         raise ValueError(f"unknown usage units: {', '.join(sorted(unknown))}")
     if kind not in Usage.Kind.values:
@@ -47,12 +53,16 @@ def usage_record(
     if negative := [name for name, value in units.items() if value < 0]:
         raise ValueError(f"usage units cannot be negative: {', '.join(sorted(negative))}")
     values: dict[str, Any] = dict.fromkeys(UNITS, 0) | units
-    fields = values | {
-        "kind": kind,
-        "worker": worker[:255],
-        "device_class": device_class[:80],
-        "engine": engine,
-    }
+    fields = (
+        values
+        | {
+            "kind": kind,
+            "worker": worker[:255],
+            "device_class": device_class[:80],
+            "engine": engine,
+        }
+        | ({"warm_up": True} if warm_up else {})
+    )
     key = {"run_id": run_id, "step": step, "component": component}
     now = timezone.now()
     with transaction.atomic():
@@ -171,3 +181,34 @@ def run_budget_check(*, run: Run, step: int) -> dict[str, Any] | None:
     event = run_event(run, "budget", message, level="warning", data=reached)
     budget_deliveries_enqueue(run=run, event=event, budget=reached)
     return reached
+
+
+# A calibration measures steps, not the model: no held-out evaluation beyond the least the run
+# does anyway (one item, at its start and end), where the method has one.
+CALIBRATION_QUIET = {"eval_every": 100_000, "eval_items": 1}
+
+
+@transaction.atomic
+def run_calibrate(*, request: RunRequest, by: User) -> tuple[Run, bool]:
+    """Launch a calibration for an estimate: a run of FLYWHEEL_CALIBRATION_STEPS steps with the
+    request's tier, method, data and hyperparameters (so the same batch shape), through the same
+    launch checks and queue as any run, marked `calibration`, with no budget of its own. An active
+    calibration of the same tier and method is used instead of a second. Returns (run, launched)."""
+    active = Run.objects.filter(
+        tier=request.tier, method=request.method, calibration=True, status__in=Run.ACTIVE
+    ).order_by("-pk")
+    if (running := active.first()) is not None:
+        return running, False
+    resolved, _ = hyperparameters_resolve(request.method, request.hyperparameters or {})
+    quiet = {name: value for name, value in CALIBRATION_QUIET.items() if name in resolved}
+    calibration = replace(
+        request,
+        name=f"calibration: {request.tier.name} ({request.method})",
+        max_steps=settings.FLYWHEEL_CALIBRATION_STEPS,
+        hyperparameters=(request.hyperparameters or {}) | quiet,
+        max_wall_seconds=None,
+        budget_money=None,
+        budget_device_hours=None,
+        calibration=True,
+    )
+    return run_create(request=calibration, by=by), True

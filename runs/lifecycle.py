@@ -69,6 +69,7 @@ class RunRequest:
     eval_split: str = "heldout"
     monitors: dict[str, float] | None = None
     monitor_actions: dict[str, str] | None = None
+    calibration: bool = False  # launched by an estimate (costs/services.py: run_calibrate)
 
 
 # Checks that apps above runs add for what a run names of theirs (evaluations: the suite version
@@ -284,6 +285,7 @@ def run_create(
         budget_money=request.budget_money,
         budget_device_hours=request.budget_device_hours,
         priority=request.priority,
+        calibration=request.calibration,
         parent=parent,
         parent_checkpoint=checkpoint,
         created_by=by,

@@ -8,6 +8,7 @@ import json
 import os
 from typing import Any, TypedDict
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
@@ -587,6 +588,26 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "project_filter": chosen if len(project_ids) == 1 else "",
     }
     return render(request, "runs/run_list.html", context)
+
+
+# --- the queue page ------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def run_queue(request: HttpRequest) -> HttpResponse:
+    """The caller's projects with active or queued runs: each project's quotas and what its runs
+    hold, and its queue in the order runs start, each waiting run saying why."""
+    projects = {project.pk: project for project in project_selectors.projects_of(user=caller(request))}
+    overview = scheduling.queue_overview(projects)
+    mine = scheduling.held_now()[1].get(caller(request).pk, scheduling.Held())
+    context = {
+        "queues": [(projects[entry.project_id], entry) for entry in overview],
+        "mine": mine,
+        "user_max_active_runs": settings.FLYWHEEL_USER_MAX_ACTIVE_RUNS,
+        "user_max_gpu_workers": settings.FLYWHEEL_USER_MAX_GPU_WORKERS,
+    }
+    return render(request, "runs/run_queue.html", context)
 
 
 # --- compare runs ---------------------------------------------------------------------------

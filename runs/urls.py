@@ -14,6 +14,7 @@ urlpatterns = [
     path("projects/<int:project_id>/runs/new/", run_views.run_create, name="run-create"),
     path("runs/", run_views.run_list, name="run-list"),
     path("runs/compare/", run_views.run_compare, name="run-compare"),
+    path("runs/queue/", run_views.run_queue, name="run-queue"),
     path("runs/<int:run_id>/", run_views.run_detail, name="run-detail"),
     path("runs/<int:run_id>/monitors/", run_views.run_monitors, name="run-monitors"),
     path("runs/<int:run_id>/trajectories/", run_views.trajectory_list, name="trajectory-list"),

@@ -1,11 +1,17 @@
 // The launch form's estimate: what the run would use (POST /api/v1/runs/estimate, which launches
 // nothing), asked again whenever a field changes. The answer rests on earlier runs of the same
-// tier and method; with none, the server says why and so does this panel.
+// tier and method; with none, the server says why and so does this panel, and "Calibrate" asks the
+// same endpoint to launch a short calibration run ("calibrate": true); while it runs, the panel
+// asks again every few seconds until its steps are the basis.
 (() => {
   "use strict";
   const form = document.getElementById("run-form");
   const out = document.getElementById("estimate-text");
+  const calibrate = document.getElementById("estimate-calibrate");
   if (!form || !out) return;
+  const ACTIVE = ["queued", "starting", "running", "pausing", "paused"];
+  const POLL_MS = 5000;
+  let poll = null;
   const csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
   let timer = null;
   let asked = 0;
@@ -62,27 +68,44 @@
     return `${parts.join(", ")}: ${answer.why}.`;
   }
 
-  async function refresh() {
+  const calibrating = (answer) =>
+    !answer.basis && answer.calibration && ACTIVE.includes(answer.calibration.status);
+
+  async function refresh(extra = {}) {
     const mine = ++asked;
+    clearTimeout(poll);
     const body = request();
     if (!body.task_set_version || !body.reward_rule_version || !body.tier) {
       out.textContent = "Choose a task set version, a reward rule version and a tier to see what the run would use.";
+      if (calibrate) calibrate.hidden = true;
       return;
     }
     let text;
+    let answer = null;
     try {
       const response = await fetch("/api/v1/runs/estimate", {
         method: "POST",
         credentials: "same-origin",
         headers: { "Content-Type": "application/json", "X-CSRFToken": csrf },
-        body: JSON.stringify(body),
+        body: JSON.stringify({ ...body, ...extra }),
       });
-      const answer = await response.json();
-      text = response.ok ? describe(answer) : `No estimate yet: ${answer.error ? answer.error.message : response.status}`;
+      const data = await response.json();
+      answer = response.ok ? data : null;
+      text = response.ok ? describe(data) : `No estimate yet: ${data.error ? data.error.message : response.status}`;
     } catch (error) {
       text = "No estimate: the server did not answer.";
     }
-    if (mine === asked) out.textContent = text; // only the answer to the latest form
+    if (mine !== asked) return; // only the answer to the latest form
+    out.textContent = text;
+    if (calibrate) calibrate.hidden = !answer || Boolean(answer.basis) || calibrating(answer);
+    if (answer && calibrating(answer)) poll = setTimeout(refresh, POLL_MS);
+  }
+
+  if (calibrate) {
+    calibrate.addEventListener("click", () => {
+      calibrate.hidden = true;
+      refresh({ calibrate: true });
+    });
   }
 
   form.addEventListener("change", () => {

@@ -20,12 +20,23 @@ from tests.run_fixtures import lab, make_run  # noqa: F401
 STEP_SECONDS = 30  # between an earlier run's learner steps
 
 
-def recorded_run(lab, *, batch: int, group: int, device: list[float], cpu: float = 0.0) -> Run:
+def recorded_run(
+    lab,
+    *,
+    batch: int,
+    group: int,
+    device: list[float],
+    cpu: float = 0.0,
+    ends: list[float] | None = None,
+    warm_ups: dict[int, tuple[str, ...]] | None = None,
+) -> Run:
     """An earlier run of the lab's tier whose step s used device[s] seconds (learner and rollout
     halves), `cpu` sandbox seconds, and ended STEP_SECONDS after the one before (the first
-    STEP_SECONDS after the run started)."""
+    STEP_SECONDS after the run started), or ends[s] seconds after the run started. `warm_ups`: the
+    kinds (learner, rollout) whose worker recorded a step as its process's first work."""
     run = make_run(lab, hyperparameters={"batch_size": batch, "group_size": group})
     start = timezone.now() - timedelta(hours=1)
+    ends = ends or [STEP_SECONDS * step for step in range(1, len(device) + 1)]
     Run.objects.filter(pk=run.pk).update(learner_step=len(device), started_at=start)
     for step, seconds in enumerate(device, start=1):
         for kind in ("learner", "rollout"):
@@ -37,9 +48,10 @@ def recorded_run(lab, *, batch: int, group: int, device: list[float], cpu: float
                 device_seconds=seconds / 2,
                 cpu_seconds=cpu / 2,
                 device_class="cpu",
+                warm_up=kind in (warm_ups or {}).get(step, ()),
             )
         Usage.objects.filter(run=run, step=step).update(
-            first_recorded_at=start + timedelta(seconds=STEP_SECONDS * step)
+            first_recorded_at=start + timedelta(seconds=ends[step - 1])
         )
     return run
 
@@ -83,6 +95,38 @@ def test_the_range_is_what_the_steady_steps_spread_over_and_the_start_counts_onc
     assert body["basis"]["steps"] == 12
 
 
+def test_a_workers_warm_up_is_left_out_of_the_steady_rates_and_of_the_start(lab):
+    # The first run on fresh workers: its first step's rollouts were a worker's first batch (40 s
+    # of device, 300 s to the step's end), and a learner restarted before step 4 (its first step
+    # in a new process, 900 s after step 3). Steps 2, 3 and 5 are steady: 8 device-seconds and
+    # 30 s each, for 8 units of work.
+    cold = recorded_run(
+        lab,
+        batch=4,
+        group=2,
+        device=[40.0, 8.0, 8.0, 60.0, 8.0],
+        ends=[300, 330, 360, 1260, 1290],
+        warm_ups={1: ("learner", "rollout"), 4: ("learner",)},
+    )
+    body = estimate(lab).json()  # 32 units a step, 10 steps
+    assert body["basis"] == {"runs": [cold.pk], "steps": 5, "device_class": "cpu"}
+    # Device: 1 second a unit over 320 units, and the start's learner extra (20 - 4 s) once; the
+    # rollouts' extra (20 - 4 s) was the worker's warm-up, not the run's.
+    assert body["device_hours"]["expected"] == pytest.approx((320 + 16) / 3600, abs=1e-6)
+    # Wall: no start on warm workers to go by, so 10 steady steps of 32 units at 30 s per 8.
+    assert body["wall_seconds"] == pytest.approx(dict.fromkeys(("low", "expected", "high"), 10 * 32 * 30 / 8))
+    assert "their starts were on workers just started" in body["why"]
+
+    # A later run started on warm workers: 60 s to its first step's end, its start the basis.
+    warm = recorded_run(
+        lab, batch=4, group=2, device=[8.0] * 3, ends=[60, 90, 120], warm_ups={1: ("learner",)}
+    )
+    body = estimate(lab).json()
+    assert body["basis"]["runs"] == [warm.pk, cold.pk]
+    assert body["wall_seconds"]["expected"] == pytest.approx(60 + 9 * 32 * 30 / 8)
+    assert "workers just started" not in body["why"]
+
+
 def test_without_an_earlier_step_of_the_tier_and_method_there_is_no_basis_and_it_says_why(lab):
     make_run(lab)  # queued: it has recorded nothing
     body = estimate(lab).json()
@@ -99,3 +143,68 @@ def test_an_estimate_refuses_what_a_launch_would_naming_the_field_and_outsiders_
     assert estimate(lab, who="viewer").status_code == 200  # reading a project is enough
     outsider = api_client_for(team["outsider"]).post("/api/v1/runs/estimate", lab["launch"], format="json")
     assert outsider.status_code == 404
+
+
+def test_calibrate_launches_a_short_run_of_the_same_shape_once_and_the_estimate_then_rests_on_it(
+    lab, settings
+):
+    settings.FLYWHEEL_CALIBRATION_STEPS = 3
+    hyperparameters = {"batch_size": 8, "group_size": 4, "learning_rate": 0.0002}
+    refused = estimate(lab, who="viewer", calibrate=True, hyperparameters=hyperparameters)
+    assert refused.status_code in (403, 404) and not Run.objects.filter(calibration=True).exists()
+
+    answer = estimate(lab, calibrate=True, hyperparameters=hyperparameters, budget_money="1.00")
+    assert answer.status_code == 200, answer.content
+    body = answer.json()
+    run = Run.objects.get(calibration=True)
+    assert (run.tier, run.method, run.max_steps, run.status) == (lab["tier"], "grpo", 3, "queued")
+    assert (run.task_set_version, run.created_by) == (lab["version"], lab["owner"])
+    assert run.hyperparameters == hyperparameters | {"eval_every": 100_000, "eval_items": 1}
+    assert (run.resolved["batch_size"], run.resolved["group_size"], run.resolved["learning_rate"]) == (
+        8,
+        4,
+        0.0002,
+    )
+    assert (run.budget_money, run.budget_device_hours, run.name) == (
+        None,
+        None,
+        f"calibration: {lab['tier'].name} (grpo)",
+    )
+    assert body["basis"] is None
+    assert body["calibration"] == {
+        "run": run.pk,
+        "status": "queued",
+        "learner_step": 0,
+        "max_steps": 3,
+        "launched": True,
+    }
+    assert body["why"] == (
+        f"calibration run {run.pk} of tier {lab['tier'].name} (grpo) is queued, at step 0 of 3: the "
+        "estimate rests on it once it has recorded two steps"
+    )
+    again = estimate(lab, calibrate=True, hyperparameters=hyperparameters).json()
+    assert again["calibration"]["launched"] is False and Run.objects.filter(calibration=True).count() == 1
+    assert api_client_for(lab["owner"]).get(f"/api/v1/runs/{run.pk}").json()["calibration"] is True
+
+    # Its steps recorded (a fresh worker's first batch at step 1; then 30 s a step of 32 units):
+    start = timezone.now() - timedelta(minutes=5)
+    Run.objects.filter(pk=run.pk).update(status="succeeded", learner_step=3, started_at=start)
+    for step in (1, 2, 3):
+        for kind in ("learner", "rollout"):
+            services.usage_record(
+                run_id=run.pk,
+                step=step,
+                component=kind if kind == "learner" else "rollout:0",
+                kind=kind,
+                device_seconds=16.0,
+                device_class="cpu",
+                warm_up=step == 1,
+            )
+        Usage.objects.filter(run=run, step=step).update(
+            first_recorded_at=start + timedelta(seconds=30 * step)
+        )
+    body = estimate(lab, hyperparameters=hyperparameters).json()  # 32 units a step, 10 steps
+    assert body["basis"] == {"runs": [run.pk], "steps": 3, "device_class": "cpu"}
+    assert body["calibration"]["status"] == "succeeded"
+    assert body["device_hours"]["expected"] == pytest.approx(10 * 32 / 3600, abs=1e-6)
+    assert body["wall_seconds"]["expected"] == pytest.approx(10 * 30)

@@ -9,6 +9,7 @@ import os
 import pytest
 from playwright.sync_api import expect
 
+from runs.models import Run
 from tests.run_fixtures import lab  # noqa: F401
 from tests.test_cost_estimates import recorded_run
 from tests.test_ui_browser import browser, open_as  # noqa: F401
@@ -43,3 +44,19 @@ def test_the_launch_form_says_what_it_needs_and_why_there_is_no_estimate(lab, op
     page.select_option("#id_reward_rule_version", str(lab["rule"].versions.get().pk))
     page.select_option("#id_tier", str(lab["tier"].pk))
     expect(estimate).to_contain_text("has recorded two steps yet")
+
+
+def test_without_a_basis_the_form_offers_calibrate_and_follows_the_calibration(lab, open_as):
+    page = open_as(lab["owner"], f"/projects/{lab['project'].pk}/runs/new/")
+    page.select_option("#id_task_set_version", str(lab["version"].pk))
+    page.select_option("#id_reward_rule_version", str(lab["rule"].versions.get().pk))
+    page.select_option("#id_tier", str(lab["tier"].pk))
+    estimate, button = page.locator("#estimate-text"), page.locator("#estimate-calibrate")
+    expect(estimate).to_contain_text("has recorded two steps yet")
+    expect(button).to_be_visible()
+    button.click()
+    expect(estimate).to_contain_text(f"of tier {lab['tier'].name} (grpo) is queued, at step 0 of 4")
+    run = Run.objects.get(calibration=True)  # launched by the click, and only once
+    expect(estimate).to_contain_text(f"calibration run {run.pk} of tier")
+    expect(button).to_be_hidden()
+    assert (run.max_steps, run.created_by) == (4, lab["owner"])

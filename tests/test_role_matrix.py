@@ -566,6 +566,7 @@ RUN_CASES = [
     Case("trajectory-list", "get", "view", lambda w: {"run_id": run_of(w).pk}),
     Case("trajectory-group", "get", "view", lambda w: {"trajectory_id": trajectory_id(w)["id"]}),
     Case("run-list", "get", SELF),
+    Case("run-queue", "get", SELF),
     Case("readme", "get", SELF),
     Case("docs-page", "get", SELF),
     Case("docs-page", "get", SELF, lambda w: {"name": "guides/launch-a-run"}),
@@ -909,6 +910,7 @@ OPS_CASES = [
 COST_CASES = [
     Case("api-run-cost", "get", "view", run_id),
     Case("api-run-estimate", "post", "view", body=launch_body),
+    Case("api-run-estimate", "post", "edit", body=lambda w: launch_body(w) | {"calibrate": True}),
     Case("api-run-episodes", "get", "view", run_id),
     Case("api-run-episodes", "post", "edit", run_id),
     Case("api-run-episode-counts", "get", "view", run_id),
@@ -926,6 +928,7 @@ COST_CASES = [
     Case("api-project-budget", "patch", "manage", project, body=lambda w: {"monthly": "5"}),
     Case("api-project-quota", "get", "view", project),
     Case("api-project-quota", "patch", "manage", project, body=lambda w: {"max_active_runs": 2}),
+    Case("api-project-quota", "patch", "manage", project, body=lambda w: {"max_gpu_workers": 2}),
     Case("api-prices", "get", SELF),
     Case("api-prices", "post", STAFF, body=lambda w: {"unit": "cpu_hour", "amount": "1"}),
 ]

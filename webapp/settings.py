@@ -332,6 +332,13 @@ FLYWHEEL_TINKER_RECORD_SAMPLES = env_bool("FLYWHEEL_TINKER_RECORD_SAMPLES", True
 FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS = env_int("FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS", 1)
 # Runs one user may have active at once across projects (0: no limit); the others wait, saying why.
 FLYWHEEL_USER_MAX_ACTIVE_RUNS = env_int("FLYWHEEL_USER_MAX_ACTIVE_RUNS", 0)
+# Learner workers (one per learner process; GPUs on a GPU host) the active runs of one project may
+# hold at once, unless its owners set the project's own (0: no limit), and those of one user across
+# projects (0: no limit). Runs over them wait in their project's queue, saying why.
+FLYWHEEL_PROJECT_MAX_GPU_WORKERS = env_int("FLYWHEEL_PROJECT_MAX_GPU_WORKERS", 0)
+FLYWHEEL_USER_MAX_GPU_WORKERS = env_int("FLYWHEEL_USER_MAX_GPU_WORKERS", 0)
+# Steps of the short run an estimate launches to calibrate itself (`"calibrate": true`).
+FLYWHEEL_CALIBRATION_STEPS = max(2, env_int("FLYWHEEL_CALIBRATION_STEPS", 4))
 # The currency of prices, budgets and costs (costs/): one for the whole installation.
 FLYWHEEL_CURRENCY = os.environ.get("FLYWHEEL_CURRENCY", "USD")
 # A learner that crashes is restarted from its last checkpoint at most this many times.

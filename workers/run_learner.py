@@ -82,7 +82,7 @@ from workers.learners.common import (
 from workers.learners.grpo import GRPOConfig, grpo_step, learnable, step_items
 from workers.rollout import Trajectory as Episode
 from workers.run_rollout import item_dicts, lease_lapsed, rollout_batches_expire
-from workers.usage import device_class, worker_name
+from workers.usage import device_class, warm_up_first, worker_name
 
 logger = logging.getLogger(__name__)
 S = Run.Status
@@ -260,6 +260,7 @@ def learner_usage_record(
         component="learner",
         kind="learner",
         worker=worker_name(),
+        warm_up=warm_up_first("learner"),  # the first step of this learner process
         device_class=device_class(accelerator.device),
         device_seconds=seconds * accelerator.num_processes,
         tokens_trained=sum(rows[index].completion_tokens for index in keep),

@@ -39,11 +39,10 @@ from reward_models import tasks as reward_model_tasks
 from reward_models.models import RewardModelVersion
 from reward_models.store import checkpoint_discard, log_path
 from runs import tasks as run_tasks
-from runs.learners import algorithm_get
 from runs.lifecycle import run_event, run_fail, run_transition
 from runs.models import Run
 from runs.run_store import run_dir
-from runs.scheduling import runs_admit
+from runs.scheduling import gpu_workers, runs_admit
 from sweeps.driver import sweeps_advance
 from tinker_api import services as tinker_services
 from webhooks.services import deliveries_resend
@@ -318,12 +317,10 @@ def _starting_too_long(run: Run) -> bool:
 
 
 def learner_processes(run: Run) -> int:
-    """Processes of the run's learner: its `learner_processes` hyperparameter, else this worker's
-    FLYWHEEL_LEARNER_PROCESSES. Only algorithms registered as distributed run on several."""
-    algorithm = algorithm_get(run.method)
-    if algorithm is None or not algorithm.distributed:
-        return 1
-    return int(run.resolved.get("learner_processes") or 0) or settings.FLYWHEEL_LEARNER_PROCESSES
+    """Processes of the run's learner: the GPU workers the scheduler counted it as holding
+    (runs/scheduling.py: its `learner_processes` hyperparameter, else FLYWHEEL_LEARNER_PROCESSES,
+    for a distributed algorithm; one for any other)."""
+    return gpu_workers(run)
 
 
 def learner_env(processes: int) -> dict[str, str]:

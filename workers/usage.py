@@ -25,6 +25,22 @@ def device_class(device) -> str:
     return device.type
 
 
+_FIRST_WORK_DONE: set[str] = set()
+_FIRST_WORK_LOCK = threading.Lock()
+
+
+def warm_up_first(kind: str) -> bool:
+    """True the first time this process records work of `kind` (learner, rollout), else False.
+    A process's first step or batch carries its start-up (the model's first forward, compiled
+    kernels, lazily imported code, the sandbox pool's first forks): recorded as a warm-up, an
+    estimate leaves it out of the steady rates (costs/estimates.py). A forked child starts with
+    its parent's set, and a parent that supervises never records, so each child starts cold."""
+    with _FIRST_WORK_LOCK:
+        first = kind not in _FIRST_WORK_DONE
+        _FIRST_WORK_DONE.add(kind)
+    return first
+
+
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -88,6 +104,7 @@ def rollout_usage_record(
         component=rollout_component(batch.item_ids),
         kind="rollout",
         worker=worker_name(),
+        warm_up=warm_up_first("rollout"),
         device_class="" if engine else device,
         engine=engine,
         device_seconds=0.0 if engine else device_seconds,

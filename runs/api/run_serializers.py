@@ -290,6 +290,7 @@ class RunSerializer(serializers.ModelSerializer):
             "reward_rule_version",
             "tier",
             "priority",
+            "calibration",
             "queue_position",
             "queue_reason",
             "progress",

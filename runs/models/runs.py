@@ -74,6 +74,9 @@ class Run(models.Model):
     budget_money = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
     budget_device_hours = models.FloatField(null=True, blank=True)
     priority = models.IntegerField(default=0, help_text="Higher runs first")
+    # A short run an estimate launched to measure its tier and method (costs/estimates.py): billed
+    # like any run (its units are real), and marked as a calibration wherever runs are listed.
+    calibration = models.BooleanField(default=False, help_text="Launched by an estimate to calibrate it")
     # Whether the run made the model better: its final held-out results against its start, per
     # item, with a paired bootstrap interval (runs/outcomes.py). Empty until the final evaluation.
     outcome = models.CharField(max_length=12, choices=Outcome.choices, blank=True, default="")
@@ -317,12 +320,14 @@ class Checkpoint(models.Model):
 
 
 class ProjectQuota(models.Model):
-    """How many of a project's runs may be active at once, each holding a learner worker (a GPU on
-    a GPU host); a project without one has FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS."""
+    """A project's own quotas (runs/scheduling.py): how many of its runs may be active at once, and
+    how many learner workers (GPUs on a GPU host) they may hold; a blank one is the server's
+    default (FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS, FLYWHEEL_PROJECT_MAX_GPU_WORKERS)."""
 
     project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="run_quota")
-    max_active_runs = models.PositiveIntegerField()
+    max_active_runs = models.PositiveIntegerField(null=True, blank=True)
+    max_gpu_workers = models.PositiveIntegerField(null=True, blank=True, help_text="0: no limit")
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
-        return f"{self.project}: {self.max_active_runs} active runs"
+        return f"{self.project}: {self.max_active_runs} active runs, {self.max_gpu_workers} GPU workers"

@@ -119,14 +119,17 @@ class Projects(Resource):
 
     @endpoint("GET", "/projects/{id}/quota")
     def quota(self, project: int) -> Record:
-        """The project's quota of active runs (`max_active_runs`, `default`), with `active` and `queued`."""
+        """The project's quotas of active runs (`max_active_runs`, `default`) and of GPU workers
+        (`max_gpu_workers`, 0: no limit; `gpu_workers_default`), with their use (`active`,
+        `gpu_workers`) and `queued`."""
         return self._get(f"/api/v1/projects/{project}/quota")
 
     @endpoint("PATCH", "/projects/{id}/quota")
-    def set_quota(self, project: int, max_active_runs: int | None) -> Record:
-        """Owners: how many of the project's runs may be active at once; None returns to the
-        server's default. Queued runs start at once where it leaves room."""
-        return self._patch(f"/api/v1/projects/{project}/quota", {"max_active_runs": max_active_runs})
+    def set_quota(self, project: int, **quotas: int | None) -> Record:
+        """Owners: `max_active_runs` (runs of the project active at once) and/or `max_gpu_workers`
+        (learner workers, GPUs on a GPU host, its active runs may hold; 0: no limit), the ones
+        given; None returns one to the server's default. Queued runs start where they leave room."""
+        return self._patch(f"/api/v1/projects/{project}/quota", quotas)
 
     @endpoint("GET", "/projects/{id}/members")
     def members(self, project: int, *, limit: int | None = None) -> Iterator[Record]:
@@ -1053,11 +1056,14 @@ class Costs(Resource):
         method: str = "grpo",
         hyperparameters: dict[str, Any] | None = None,
         max_steps: int | None = None,
+        calibrate: bool = False,
         **options: Any,
     ) -> Record:
         """What a launch with these fields would use (device-hours, sandbox CPU-hours, wall seconds,
         money: each low, expected, high), from earlier runs of its tier and method; `basis` is None
-        when there are none. Nothing is launched."""
+        when there are none. Nothing is launched, unless `calibrate` (launchers): then a short
+        calibration run of this tier, method and batch shape is launched (or the active one kept),
+        shown in `calibration`, and the estimate rests on its steps once it has recorded two."""
         body = _body(
             project=project,
             task_set_version=task_set_version,
@@ -1067,7 +1073,9 @@ class Costs(Resource):
             hyperparameters=hyperparameters,
             max_steps=max_steps,
         )
-        return self._post("/api/v1/runs/estimate", body | options)
+        return self._post(
+            "/api/v1/runs/estimate", body | ({"calibrate": True} if calibrate else {}) | options
+        )
 
     @endpoint("GET", "/runs/{id}/cost")
     def of_run(self, run: int) -> Record:
