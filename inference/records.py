@@ -20,4 +20,7 @@ def completion_record(prompt: str, completion: "Completion") -> dict:
     }
     if completion.served_by:  # an engine tier's: which model or adapter the engine served
         record["served_by"] = completion.served_by
+    if completion.device_class:  # served on /v1: its share of the decode's device time (costs/)
+        record["device_seconds"] = completion.device_seconds
+        record["device_class"] = completion.device_class
     return record
