@@ -245,7 +245,7 @@ def episodes_usage_record(batch: RolloutBatch) -> None:
         step=batch.step + 1,
         component=rollout_component(batch.item_ids),
         kind="rollout",
-        worker=f"{socket.gethostname()}:{os.getpid()}",  # the web process that served the turns
+        worker=f"{socket.gethostname()}:{os.getpid()}",  # the process that took the last outcome
         device_class=next((turn["device_class"] for turn in turns if turn.get("device_class")), ""),
         device_seconds=sum(float(turn.get("device_seconds", 0.0)) for turn in turns),
         tokens_prefilled=sum(len(turn["prompt_token_ids"]) for turn in turns),

@@ -1,7 +1,7 @@
 """A completion as a trajectory step keeps it. Torch-free (the web process records an external
 agent's turns with it without importing the decoder)."""
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from inference.generation import Completion
@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 def completion_record(prompt: str, completion: "Completion") -> dict:
     """The prompt, the text, the exact prompt and completion token ids and the behaviour log-probs
     the learner trains on."""
-    record = {
+    record: dict[str, Any] = {
         "prompt": prompt,
         "completion": completion.text,
         "prompt_token_ids": completion.prompt_token_ids,
