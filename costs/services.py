@@ -6,6 +6,7 @@ step recorded again (a batch retried after its worker died, a learner resumed fr
 that runs a step again) replaces its units instead of adding to them, and counts the recording.
 """
 
+import hashlib
 from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
@@ -28,6 +29,17 @@ from runs.models import Run
 from webhooks.services import budget_deliveries_enqueue
 
 S = Run.Status
+
+
+def rollout_component(item_ids: list[int]) -> str:
+    """A rollout part's name from its items, which a step's batching makes the same on every
+    attempt and after a rollback (a batch's index and attempt differ), so it is billed once.
+
+    >>> rollout_component([3, 1]) == rollout_component([3, 1]) != rollout_component([1, 3])
+    True
+    """
+    digest = hashlib.sha256(",".join(map(str, item_ids)).encode()).hexdigest()[:16]
+    return f"rollout:{digest}"
 
 
 def usage_record(

@@ -9,6 +9,8 @@ learned) and its slot handed out again; a batch is done when every slot holds a 
 """
 
 import logging
+import os
+import socket
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,7 @@ from django.utils import timezone
 
 from core.exceptions import StateError
 from core.roles import Permission
+from costs.services import rollout_component, usage_record
 from episodes.models import Episode
 from inference.openai_protocol import OpenAIError
 from inference.records import completion_record
@@ -220,9 +223,34 @@ def episode_store(
 def _batch_close_if_full(batch_id: int, group_size: int) -> None:
     batch = RolloutBatch.objects.get(pk=batch_id)
     if Trajectory.objects.filter(batch_id=batch_id).count() >= len(batch.item_ids) * group_size:
-        RolloutBatch.objects.filter(pk=batch_id, status__in=OPEN_BATCHES).update(
+        closed = RolloutBatch.objects.filter(pk=batch_id, status__in=OPEN_BATCHES).update(
             status=RolloutBatch.Status.DONE, finished_at=timezone.now()
         )
+        if closed:
+            episodes_usage_record(batch)
+
+
+def episodes_usage_record(batch: RolloutBatch) -> None:
+    """A closed batch's decoding on /v1, billed as a rollout worker bills its batch (the same
+    component, at learner step batch.step + 1): every turn its episodes took, the reported and the
+    timed-out alike (the device did that work), its prompt prefilled, its tokens sampled, and its
+    share of the device time of the decode that served it."""
+    turns = [
+        turn
+        for episode_turns in Episode.objects.filter(batch=batch).values_list("turns", flat=True)
+        for turn in episode_turns
+    ]
+    usage_record(
+        run_id=batch.run_id,
+        step=batch.step + 1,
+        component=rollout_component(batch.item_ids),
+        kind="rollout",
+        worker=f"{socket.gethostname()}:{os.getpid()}",  # the process that took the last outcome
+        device_class=next((turn["device_class"] for turn in turns if turn.get("device_class")), ""),
+        device_seconds=sum(float(turn.get("device_seconds", 0.0)) for turn in turns),
+        tokens_prefilled=sum(len(turn["prompt_token_ids"]) for turn in turns),
+        tokens_sampled=sum(len(turn["token_ids"]) for turn in turns),
+    )
 
 
 def episodes_expire(*, run: Run) -> int:

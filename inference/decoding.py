@@ -71,6 +71,14 @@ class TierError(ValueError):
     tokenizer differs): the message says which setting and why."""
 
 
+def device_class(device: torch.device | str) -> str:
+    """`cpu`, or the GPU's name (what an operator prices device-hours by)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return device.type
+
+
 @dataclass
 class TierModel:
     """A policy prepared for a tier: the model at the tier's precision, its tokenizer, the draft."""

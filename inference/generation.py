@@ -29,6 +29,10 @@ class Completion:
     finish_reason: str  # "stop" (EOS or a stop sequence) or "length" (the token budget ran out)
     prompt_token_ids: list[int] = field(default_factory=list)
     served_by: str = ""  # an engine's completion: the model (or adapter) the engine says answered
+    # Served on /v1: its share of the batched decode's time on the device (the decode's seconds over
+    # its rows, so a batch's shares add up to the time it held the device), and that device's class.
+    device_seconds: float = 0.0
+    device_class: str = ""
 
 
 def stop_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:

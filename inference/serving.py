@@ -10,6 +10,7 @@ agents playing a run's episodes side by side share its forward passes instead of
 
 import contextlib
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ import torch
 
 from inference.adapters import AdapterError, adapter_activate, adapter_remove, adapters_disabled
 from inference.chat import chat_render
-from inference.decoding import TierError, TierModel, decode, tier_load
+from inference.decoding import TierError, TierModel, decode, device_class, tier_load
 from inference.generation import Completion, decoded_text
 from inference.openai_protocol import OpenAIError, ServeRequest, Token
 from inference.settings import TierSettings
@@ -242,6 +243,7 @@ def _decode_jobs(served: Served, jobs: list[_Job]) -> None:
     if first.request.seed is not None:
         generator = torch.Generator().manual_seed(first.request.seed % (2**63))
     prompts = [prompt for job in jobs for prompt in job.prepared.prompts]
+    started = time.monotonic()
     try:
         _adapter_use(served, first.prepared.adapter)
         plain = first.prepared.adapter is None and served.adapter is not None
@@ -254,6 +256,10 @@ def _decode_jobs(served: Served, jobs: list[_Job]) -> None:
         for job in jobs:
             job.error = job.error or exc
         return
+    # Each row's share of the time the decode held the device: what an episode's turn is billed.
+    share, where = (time.monotonic() - started) / max(1, len(completions)), device_class(served.tier.device)
+    for completion in completions:
+        completion.device_seconds, completion.device_class = share, where
     start = 0
     for job in jobs:
         count = len(job.prepared.prompts)

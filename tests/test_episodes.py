@@ -13,6 +13,9 @@ import torch
 from django.test import Client
 from django.utils import timezone
 
+from costs import selectors as cost_selectors
+from costs.models import Usage
+from costs.services import rollout_component
 from episodes.models import Episode
 from inference import openai_protocol as protocol
 from inference.policy import policy_load
@@ -360,6 +363,58 @@ def test_each_turn_is_kept_token_for_token_and_learned_on_the_sampled_tokens(tin
     ]
     assert [turn.logprobs for turn in learned.turns] == [one["logprobs"], two["logprobs"]]
     assert not math.isnan(sum(one["logprobs"]))
+
+
+@pytest.mark.django_db
+def test_an_episodes_decoding_is_billed_as_a_rollout_workers_batch_is(tiny_model):  # noqa: F811
+    """Every turn decoded on /v1 for a batch's episodes, a timed-out one's included (the device did
+    that work), lands in the batch's rollout usage once it closes: the prompt tokens prefilled and
+    the tokens sampled exactly as each response's `usage` counted them, and the decode's seconds."""
+    lab = external_run(tiny_model, group_size=2, items=1)
+    run, v1, batch = lab["run"], lab["v1"], lab["batch"]
+    chat = {"model": f"run-{run.pk}", "messages": [{"role": "user", "content": "2+3"}], "max_tokens": 4}
+    counted = {"prompt_tokens": 0, "completion_tokens": 0}
+
+    def start() -> str:
+        return lab["client"].post(f"/api/v1/runs/{run.pk}/episodes").json()["id"]
+
+    def turn(episode: str, messages: list[dict]) -> None:
+        body = answer(
+            post(v1, "/v1/chat/completions", chat | {"messages": messages}, **{"X-Flywheel-Episode": episode})
+        )
+        for name in counted:
+            counted[name] += body["usage"][name]
+
+    def report(episode: str) -> None:
+        url = f"/api/v1/runs/{run.pk}/episodes/{episode}/outcome"
+        assert lab["client"].post(url, {"reward": 1.0}, format="json").json()["status"] == "reported"
+
+    first, dropped = start(), start()
+    turn(first, chat["messages"])
+    turn(
+        first,
+        [*chat["messages"], {"role": "assistant", "content": "5"}, {"role": "user", "content": "and 2+4?"}],
+    )
+    turn(dropped, chat["messages"])
+    Episode.objects.filter(key=dropped).update(deadline_at=timezone.now() - timedelta(seconds=1))
+    again = start()  # the dropped episode's slot, handed out again
+    assert Episode.objects.get(key=dropped).status == "timed_out"
+    turn(again, chat["messages"])
+    report(first)
+    assert not Usage.objects.filter(run=run).exists()  # billed when the batch closes
+    report(again)
+    usage = Usage.objects.get(run=run)
+    assert (usage.step, usage.component, usage.kind) == (1, rollout_component(batch.item_ids), "rollout")
+    assert (usage.tokens_prefilled, usage.tokens_sampled) == (
+        counted["prompt_tokens"],
+        counted["completion_tokens"],
+    )
+    assert usage.tokens_prefilled > 0 and usage.tokens_sampled > 0
+    turns = [turn for episode in Episode.objects.filter(run=run) for turn in episode.turns]
+    assert len(turns) == 4 and all(turn["device_seconds"] > 0 for turn in turns)
+    assert usage.device_seconds == pytest.approx(sum(turn["device_seconds"] for turn in turns))
+    assert usage.device_class == "cpu" and usage.recordings == 1
+    assert cost_selectors.run_spent(run=run).units["device_seconds"] == usage.device_seconds
 
 
 @pytest.mark.django_db

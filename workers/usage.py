@@ -4,25 +4,17 @@ Units are measured where the work happens (the rollout worker's generation time 
 the learner's training time on each of its devices), never sampled from outside.
 """
 
-import hashlib
 import os
 import socket
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from costs.services import usage_record
+from costs.services import rollout_component, usage_record
+from inference.decoding import device_class
 from runs.models import RolloutBatch, Trajectory
 
-
-def device_class(device) -> str:
-    """`cpu`, or the GPU's name (what an operator prices device-hours by)."""
-    import torch
-
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return device.type
+__all__ = ["GraderCalls", "device_class", "rollout_component", "rollout_usage_record", "worker_name"]
 
 
 _FIRST_WORK_DONE: set[str] = set()
@@ -43,17 +35,6 @@ def warm_up_first(kind: str) -> bool:
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def rollout_component(item_ids: list[int]) -> str:
-    """A rollout part's name from its items, which a step's batching makes the same on every
-    attempt and after a rollback (a batch's index and attempt differ), so it is billed once.
-
-    >>> rollout_component([3, 1]) == rollout_component([3, 1]) != rollout_component([1, 3])
-    True
-    """
-    digest = hashlib.sha256(",".join(map(str, item_ids)).encode()).hexdigest()[:16]
-    return f"rollout:{digest}"
 
 
 class GraderCalls:
