@@ -11,7 +11,12 @@
 The benchmark plays the periodic tick itself (a pass of every sweep, then admission) every
 TICK_SECONDS, since its learner worker is a solo process busy with the run it supervises. Ends
 with one line of JSON. BENCH_SWEEP_STEPS (default 8) and BENCH_SWEEP_BASE_STEPS (the extra
-models' pretraining steps, default 300) shorten it.
+models' pretraining steps, default 300) shorten it; BENCH_SWEEP_HELDOUT sizes the held-out set
+(default 64); BENCH_SWEEP_BUDGET is the grid sweep's budget in device-hours, as a multiple of what
+the default run recorded (default 8: the full grid, three runs of group 8 at about twice a group-4
+run's cost, would take about 9). BENCH_RUNS_MODEL reuses a built tiny base and
+BENCH_SWEEP_MODELS names a folder that keeps the two extra models between attempts (built there
+when missing).
 """
 
 import json
@@ -30,6 +35,8 @@ from benchmarks.bench_runs import base_model, django_setup  # noqa: E402
 
 STEPS = int(os.environ.get("BENCH_SWEEP_STEPS", "8"))
 BASE_STEPS = int(os.environ.get("BENCH_SWEEP_BASE_STEPS", "300"))
+HELDOUT = int(os.environ.get("BENCH_SWEEP_HELDOUT", "64"))
+BUDGET_RUNS = float(os.environ.get("BENCH_SWEEP_BUDGET", "8"))
 EVAL_EVERY = max(1, STEPS // 4)
 TICK_SECONDS = 2.0
 WORKERS = (("learner", "learner"), ("rollout", "rollout"), ("eval", "eval"))
@@ -58,9 +65,10 @@ def environment() -> dict[str, str]:
 def extra_models(home: Path) -> list[Path]:
     from django.core.management import call_command
 
+    folder = Path(os.environ.get("BENCH_SWEEP_MODELS") or home / "models")
     built = []
     for name, (hidden, layers) in EXTRA_MODELS.items():
-        out = home / "models" / name
+        out = folder / name
         if not (out / "config.json").exists():
             call_command(
                 "build_base_model",
@@ -122,27 +130,47 @@ def heldout(run_id: int, step: int | None = None) -> float | None:
 
 def default_run(setup: dict, tier) -> dict:
     from runs.lifecycle import run_create
+    from sweeps.selectors import trial_costs
     from sweeps.specs import template_request
 
     request = template_request(setup["project"], template(setup, tier), name="default")
     run = run_create(request=request, by=setup["owner"])
     follow_run(run)
-    return {"run": run.pk, "status": run.status, "heldout": heldout(run.pk), "start": heldout(run.pk, 0)}
+    cost, hours = trial_costs([run.pk])[run.pk]
+    return {
+        "run": run.pk,
+        "status": run.status,
+        "heldout": heldout(run.pk),
+        "start": heldout(run.pk, 0),
+        "money": str(cost.quantize(Decimal("0.0001"))),
+        "device_hours": round(hours, 6),
+    }
 
 
 def money(summary: dict) -> str:
     return str(summary["spent"]["money"].quantize(Decimal("0.0001")))
 
 
+def trial_row(trial: dict) -> dict:
+    keys = ("number", "params", "state", "value", "step", "stopped_early")
+    return {k: trial[k] for k in keys} | {
+        "money": str(trial["money"].quantize(Decimal("0.0001"))),
+        "device_hours": round(trial["device_hours"], 6),
+    }
+
+
 def main() -> None:
     env = environment()
     django_setup()
+    import torch
     from django.core.management import call_command
 
     from benchmarks.worker_processes import start_workers, stop_all
     from costs.models import Price
     from sweeps import selectors, services
 
+    # The bases built here share the cores with other jobs: one thread (two thrash on two cores).
+    torch.set_num_threads(1)
     call_command("migrate", verbosity=0)
     home = Path(env["FLYWHEEL_HOME"])
     model = base_model(home)
@@ -151,9 +179,11 @@ def main() -> None:
     load_before, started = os.getloadavg(), time.monotonic()
     workers = start_workers(env, WORKERS, "bench-sweep")
     try:
-        setup = workload(model)
+        setup = workload(model, heldout_size=HELDOUT)
         tier = setup["tiers"]["long"]
         baseline = default_run(setup, tier)
+        # The budget binds: the whole grid run to its end would pass it; stopping losers keeps within.
+        budget_hours = round(BUDGET_RUNS * baseline["device_hours"], 6)
         grid = services.sweep_create(
             project=setup["project"],
             by=setup["owner"],
@@ -165,10 +195,11 @@ def main() -> None:
             min_steps=EVAL_EVERY,
             reduction_factor=2,
             concurrency=2,
-            max_money=Decimal(100),
+            max_device_hours=budget_hours,
         )
         follow_sweep(grid.pk)
         grid_summary = selectors.sweep_summary(sweep=grid)
+        grid_seconds = round(time.monotonic() - started, 1)
         across = services.sweep_create(
             project=setup["project"],
             by=setup["owner"],
@@ -179,6 +210,7 @@ def main() -> None:
             concurrency=1,
         )
         follow_sweep(across.pk)
+        across.refresh_from_db()
         across_summary = selectors.sweep_summary(sweep=across)
     finally:
         stop_all(workers)
@@ -190,30 +222,35 @@ def main() -> None:
                 "benchmark": "sweep",
                 "steps": STEPS,
                 "eval_every": EVAL_EVERY,
+                "heldout_items": HELDOUT,
                 "default": baseline,
                 "grid": {
                     "status": grid.status,
-                    "trials": [
-                        {k: t[k] for k in ("number", "params", "state", "value", "step", "stopped_early")}
-                        | {"money": str(t["money"])}
-                        for t in grid_summary["trials"]
-                    ],
+                    "reason": grid.reason,
+                    "trials": [trial_row(t) for t in grid_summary["trials"]],
                     "stopped_early": grid_summary["stopped_early"],
                     "best": None if best is None else {"params": best["params"], "heldout": best["value"]},
                     "spent": money(grid_summary),
-                    "budget": str(grid.max_money),
+                    "spent_device_hours": round(grid_summary["spent"]["device_hours"], 6),
+                    "budget_device_hours": grid.max_device_hours,
+                    "within_budget": grid_summary["spent"]["device_hours"] <= (grid.max_device_hours or 0.0),
+                    "seconds": grid_seconds,
                 },
                 "best_beats_default": best is not None
                 and baseline["heldout"] is not None
                 and best["value"] > baseline["heldout"],
-                "across_base_models": [
-                    {k: (str(v) if isinstance(v, Decimal) else v) for k, v in row.items()}
-                    for row in across_summary["base_models"]
-                ],
+                "across_base_models": {
+                    "status": across.status,
+                    "models": [
+                        {k: (str(v) if isinstance(v, Decimal) else v) for k, v in row.items()}
+                        | {"base_model": Path(row["base_model"]).name}
+                        for row in across_summary["base_models"]
+                    ],
+                },
                 "seconds": round(time.monotonic() - started, 1),
                 "load_average": {
                     "before": [round(x, 2) for x in load_before],
-                    "after": list(os.getloadavg()),
+                    "after": [round(x, 2) for x in os.getloadavg()],
                 },
                 "cores": os.cpu_count(),
             },
