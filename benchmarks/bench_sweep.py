@@ -157,8 +157,13 @@ def money(summary: dict) -> str:
 
 
 def trial_row(trial: dict) -> dict:
+    """A trial's figures, with the steps its run trained: a run stopped early ends at the next
+    step boundary after the pass that stops it, which may come after its last step."""
+    from runs.models import Run
+
     keys = ("number", "params", "state", "value", "step", "stopped_early")
     return {k: trial[k] for k in keys} | {
+        "run_steps": Run.objects.get(pk=trial["run"]).learner_step,
         "money": str(trial["money"].quantize(Decimal("0.0001"))),
         "device_hours": round(trial["device_hours"], 6),
     }
