@@ -14,9 +14,9 @@ TICK_SECONDS, since its learner worker is a solo process busy with the run it su
 with one line of JSON. BENCH_SWEEP_STEPS (default 8) and BENCH_SWEEP_BASE_STEPS (the extra
 models' pretraining steps, default 300) shorten it; BENCH_SWEEP_HELDOUT sizes the held-out set
 (default 64); BENCH_SWEEP_BUDGET is the grid sweep's budget in device-hours, as a multiple of what
-the default run recorded (default 7: the whole grid run to its end took about 7.7 in the first
-measured sweep, its group-8 runs about 1.5 times a group-4 run; the JSON extrapolates what the
-stopped runs would have cost, to show whether the budget bound); BENCH_SWEEP_SEED is the runs'
+the default run recorded (default 7: about what the whole grid run to its end costs, its group-8
+runs taking about 1.5 times a group-4 run's device time; the JSON extrapolates what the stopped
+runs would have cost, to show whether the budget bound); BENCH_SWEEP_SEED is the runs'
 seed (default 0); BENCH_SWEEP_REDUCTION is ASHA's reduction factor (default 3). BENCH_RUNS_MODEL
 reuses a built tiny base and BENCH_SWEEP_MODELS names a folder that keeps the two extra models
 between attempts (built there when missing).
@@ -171,9 +171,10 @@ def trial_row(trial: dict) -> dict:
 
 def full_grid_hours(trials: list[dict]) -> float:
     """What the grid would have cost had no run been stopped: a stopped run's device-hours scaled
-    from the step it reached to the last (a linear extrapolation; evaluations make it rough)."""
+    from the steps it trained to all of them (linear; its start-up and evaluations make it rough)."""
     return sum(
-        t["device_hours"] * (STEPS / t["step"] if t["stopped_early"] and t["step"] else 1.0) for t in trials
+        t["device_hours"] * (STEPS / t["run_steps"] if t["stopped_early"] and t["run_steps"] else 1.0)
+        for t in trials
     )
 
 
@@ -236,6 +237,7 @@ def main() -> None:
         stop_all(workers)
     grid.refresh_from_db()
     best = grid_summary["best"]
+    rows = [trial_row(t) for t in grid_summary["trials"]]
     print(
         json.dumps(
             {
@@ -249,13 +251,13 @@ def main() -> None:
                 "grid": {
                     "status": grid.status,
                     "reason": grid.reason,
-                    "trials": [trial_row(t) for t in grid_summary["trials"]],
+                    "trials": rows,
                     "stopped_early": grid_summary["stopped_early"],
                     "best": None if best is None else {"params": best["params"], "heldout": best["value"]},
                     "spent": money(grid_summary),
                     "spent_device_hours": round(grid_summary["spent"]["device_hours"], 6),
                     "budget_device_hours": grid.max_device_hours,
-                    "full_grid_device_hours_extrapolated": round(full_grid_hours(grid_summary["trials"]), 6),
+                    "full_grid_device_hours_extrapolated": round(full_grid_hours(rows), 6),
                     "within_budget": grid_summary["spent"]["device_hours"] <= (grid.max_device_hours or 0.0),
                     "seconds": grid_seconds,
                 },
