@@ -45,7 +45,7 @@ def environment() -> dict[str, str]:
     return env
 
 
-def workload(model: Path) -> dict:
+def workload(model: Path, heldout_size: int = 16) -> dict:
     from projects import services as project_services
     from projects.demo_tasks import demo_task_sets
     from rewards import services as reward_services
@@ -54,7 +54,7 @@ def workload(model: Path) -> dict:
 
     owner = services.User.objects.create_user(username=f"bench-{time.time_ns()}")
     project = project_services.project_create(name=f"bench-{time.time_ns()}", by=owner)
-    sets = demo_task_sets(seed=0, train_size=400, heldout_size=16, kinds=("scalar",))
+    sets = demo_task_sets(seed=0, train_size=400, heldout_size=heldout_size, kinds=("scalar",))
     task_set = project_services.task_set_create(project=project, name="functions", by=owner)
     lines = [(json.dumps(item) + "\n").encode() for item in sets["train"] + sets["heldout"]]
     version = project_services.task_set_import(

@@ -9,6 +9,7 @@ whole length, so two passes never interleave; it rebuilds its Optuna study from 
 transaction as the run it creates, so nothing is launched or counted twice.
 """
 
+import copy
 import logging
 import statistics
 from collections.abc import Iterable
@@ -121,7 +122,7 @@ def _settle(sweep: Sweep, study: optuna.Study, trial: SweepTrial, values: dict[i
     if run.status == S.SUCCEEDED and last is not None:
         # The rungs it passed count for the trials after it, as if it had been asked at each.
         if sweep.early_stopping == Sweep.EarlyStopping.ASHA and frozen.intermediate_values:
-            study.pruner.prune(study, frozen)
+            _asha_replay(study, trial.number, _after_start(values))
         search.tell(study, trial.number, last[1])
         trial.state, (trial.step, trial.value) = T.COMPLETE, last
     else:
@@ -152,17 +153,22 @@ def _prune_if_losing(sweep: Sweep, study: optuna.Study, trial: SweepTrial, value
     frozen = search.frozen(study, trial.number)
     if not frozen.intermediate_values:
         return False
-    losing = study.pruner.prune(study, frozen)
+    after = _after_start(values)
+    if sweep.early_stopping == Sweep.EarlyStopping.ASHA:
+        lost_at = _asha_replay(study, trial.number, after)
+    else:
+        lost_at = frozen.last_step if study.pruner.prune(study, frozen) else None
     attrs = dict(search.frozen(study, trial.number).system_attrs)
-    if not losing:
+    if lost_at is None:
         if attrs != trial.system_attrs:
             trial.system_attrs = attrs
             trial.save(update_fields=["system_attrs"])
         return False
-    step, value = _last(_after_start(values)) or (0, 0.0)
-    why = f"stopped early by sweep {sweep.pk}: {sweep.metric} {value:.4g} at step {step} " + _loss(
-        sweep, study, frozen.number, step, value, attrs
+    why = (
+        f"stopped early by sweep {sweep.pk}: {sweep.metric} {after[lost_at]:.4g} at step {lost_at} "
+        + _loss(sweep, study, frozen.number, lost_at, after[lost_at], attrs)
     )
+    step, value = _last(after) or (0, 0.0)
     search.tell(study, trial.number, state=optuna.trial.TrialState.PRUNED)
     trial.state, trial.stopped_early, trial.why = T.PRUNED, True, why
     trial.step, trial.value, trial.system_attrs = step, value, attrs
@@ -182,6 +188,19 @@ def _prune_if_losing(sweep: Sweep, study: optuna.Study, trial: SweepTrial, value
     except StateError:  # it ended meanwhile; the trial stays stopped early, its record says why
         pass
     return True
+
+
+def _asha_replay(study: optuna.Study, number: int, values: dict[int, float]) -> int | None:
+    """Ask ASHA at each evaluated step in turn, as a live study is asked after each report: a pass
+    may come after several evaluations, and each rung must hold the trial's figure at the rung's
+    own step (the first evaluated at or after it), not the newest. The step it lost at, or None.
+    Rungs recorded by earlier passes are kept (ASHA never asks a rung twice)."""
+    for step in sorted(values):
+        view = copy.copy(search.frozen(study, number))  # re-read: each ask may record a rung
+        view.intermediate_values = {s: v for s, v in values.items() if s <= step}
+        if study.pruner.prune(study, view):
+            return step
+    return None
 
 
 def _loss(sweep: Sweep, study: optuna.Study, number: int, step: int, value: float, attrs: dict) -> str:

@@ -152,6 +152,47 @@ def test_asha_stops_the_trials_outside_the_top_of_their_rung_and_keeps_its_rungs
     assert sum(t.stopped_early for t in trials(sweep)) == 2
 
 
+def test_asha_compares_each_rung_at_its_own_step_when_a_pass_comes_after_several_figures(lab):
+    # Found by `make bench-sweep`: a pass that came after two evaluations put the newest figure
+    # in every rung it crossed, so trials were compared at different steps.
+    sweep = make_sweep(
+        lab,
+        [{"name": LR, "values": [1e-4, 2e-4]}],
+        concurrency=2,
+        early_stopping="asha",
+        min_steps=1,
+        reduction_factor=2,
+    )
+    driver.sweep_advance(sweep_id=sweep.pk)
+    first, second = trials(sweep)
+    report(first, {0: 0.0, 1: 0.5, 2: 0.9})
+    report(second, {0: 0.0, 1: 0.6, 2: 0.3})  # first at step 1, behind at step 2
+    assert driver.sweep_advance(sweep_id=sweep.pk).pruned == [second.number]
+    first, second = trials(sweep)
+    assert first.system_attrs["completed_rung_0"] == 0.5  # its step-1 figure, not step 2's 0.9
+    assert first.system_attrs["completed_rung_1"] == 0.9
+    assert (second.system_attrs["completed_rung_0"], second.system_attrs["completed_rung_1"]) == (0.6, 0.3)
+    assert second.why.startswith(
+        f"stopped early by sweep {sweep.pk}: heldout/pass_rate 0.3 at step 2 is below the top 1/2 "
+        "of the 2 trial(s) at ASHA rung 1 (step 2): the cut is 0.9"
+    )
+    assert (second.state, second.step, second.value) == (T.PRUNED, 2, 0.3)
+    # Settling a trial records the rungs no pass saw at their own steps too.
+    third = make_sweep(
+        lab,
+        [{"name": LR, "values": [1e-4]}],
+        concurrency=1,
+        early_stopping="asha",
+        min_steps=1,
+        reduction_factor=2,
+    )
+    driver.sweep_advance(sweep_id=third.pk)
+    finish(trials(third)[0], {0: 0.0, 1: 0.2, 2: 0.4, 4: 0.7})
+    driver.sweep_advance(sweep_id=third.pk)
+    attrs = trials(third)[0].system_attrs
+    assert [attrs[f"completed_rung_{rung}"] for rung in range(3)] == [0.2, 0.4, 0.7]
+
+
 def test_the_budget_stops_launching_and_ends_the_sweep_as_budget_exhausted(lab):
     Price.objects.create(unit=Price.Unit.DEVICE_HOUR, scope="", amount=Decimal(10))
     sweep = make_sweep(
