@@ -5,12 +5,19 @@ server and real learner and rollout workers (one stack for the module).
 The single-turn one (examples/verifiers_envs/function_writer.py, a SingleTurnEnv with a rubric)
 raises the rubric's reward on held-out items, as `flywheel env eval` scores them on the base tier and
 on the run's last checkpoint. On the weak base of the Tinker cookbook's RL test, 16 steps of 4 items
-x 8 with LoRA rank 8 at lr 2e-3 moved the held-out reward (16 items x 4 rollouts) 0.109 -> 0.641 and
-the train reward from 0.13 (first 4 steps) to 0.56 (last 4) with the LoRA of the cookbook's run
-(Flywheel's Tinker API trains alpha 32, the unembedding included); with Flywheel's GRPO defaults
-(alpha 16, attention and MLP only) the same run moved neither (held-out 0.13 -> 0.16 and 0.125 ->
-0.234 in two runs, train reward flat at ~0.1), the unembedding at alpha 16 a little (0.14 -> 0.23,
-train 0.08 -> 0.26), and full weights at lr 1e-3 not at all (train flat, held-out 0.11 -> 0.12).
+x 8 with LoRA rank 8 and the LoRA of the cookbook's run (Flywheel's Tinker API trains alpha 32, the
+unembedding included) moved the held-out reward (16 items x 4 rollouts) and the train reward (the
+mean of the first 4 steps -> of the last 4), measured run by run:
+
+- lr 3e-3 (the test's): held-out 0.094 -> 0.594 and 0.156 -> 0.516; train 0.11 -> 0.35 and
+  0.06 -> 0.55;
+- lr 2e-3: held-out 0.109 -> 0.641 and 0.062 -> 0.344; train 0.13 -> 0.56 and 0.15 -> 0.27;
+- lr 4e-3: held-out 0.109 -> 0.125 (too high: it unlearns before it learns).
+
+With Flywheel's GRPO defaults (alpha 16, attention and MLP only) at lr 2e-3 it moved neither
+(held-out 0.14 -> 0.16 and 0.125 -> 0.234, train flat at ~0.1), with the unembedding at alpha 16 a
+little (0.14 -> 0.23), and full weights at lr 1e-3 not at all (0.11 -> 0.12). The noise of a
+held-out figure is ~0.05 (64 rollouts at ~0.15), so the test asks for +0.2 held-out and +0.15 train.
 
 The tool-use one (examples/verifiers_envs/calculator.py, a ToolEnv) plays multi-turn episodes on
 /v1 with `tools`: the model's calls come back as OpenAI tool_calls, the environment runs them and
@@ -136,7 +143,7 @@ def test_a_verifiers_environment_raises_its_rubric_reward_on_heldout_items(stack
             "group_size": GROUP,
             "batch_size": BATCH,
             "staleness": 0,
-            "learning_rate": 2e-3,
+            "learning_rate": 3e-3,
             "lr_scheduler": "constant",
             "eval_items": 0,
             "eval_every": STEPS,
@@ -164,7 +171,7 @@ def test_a_verifiers_environment_raises_its_rubric_reward_on_heldout_items(stack
         assert set(components) == {"passes_tests", "defines_function", "num_turns"}, components
         assert episode.reward == components["passes_tests"]  # the rubric's weights: 1 and 0
     # The rubric scored every held-out rollout of the base tier and of the run's last checkpoint,
-    # and the checkpoint passes far more of them (0.109 -> 0.641 measured; noise is ~0.06).
+    # and the checkpoint passes far more of them (0.094 -> 0.594 and 0.156 -> 0.516 measured).
     assert before["failed"] == after["failed"] == 0
     assert before["played"] == after["played"] == HELDOUT * REPEATS
     for scored in (before, after):
@@ -172,9 +179,9 @@ def test_a_verifiers_environment_raises_its_rubric_reward_on_heldout_items(stack
     rewards = train_rewards(run_id)
     by_step = [round(reward, 3) for reward in rewards]
     print(f"held-out {before['reward']:.3f} -> {after['reward']:.3f}; train by step {by_step}")
-    assert after["reward"] >= before["reward"] + 0.25, (before, after)
-    # The train reward rose as the episodes were learned (0.13 -> 0.56 measured).
-    assert len(rewards) == STEPS and sum(rewards[-4:]) / 4 >= sum(rewards[:4]) / 4 + 0.2, rewards
+    assert after["reward"] >= before["reward"] + 0.2, (before, after)
+    # The train reward rose as the episodes were learned (0.11 -> 0.35 and 0.06 -> 0.55 measured).
+    assert len(rewards) == STEPS and sum(rewards[-4:]) / 4 >= sum(rewards[:4]) / 4 + 0.15, rewards
     assert Trajectory.objects.filter(run_id=run_id, learned_in_step__isnull=False).exists()
     # Each step's decoding on /v1 (batched across the agents' requests) is billed as its rollout.
     for batch in RolloutBatch.objects.filter(run_id=run_id, status="done"):
