@@ -92,6 +92,7 @@ def request_for(path: str, where: str, name: str, value: str, objects: dict[str,
     url = path.replace("{" + name + "}", value) if where == "path" else path
     url = url.replace("{id}", str(objects.get(resource, 1))).replace("{number}", "1")
     url = url.replace("{delivery_id}", "1").replace("{user_id}", "1").replace("{step}", "1")
+    url = url.replace("{sweep_id}", "1")
     return url + (f"?{name}={value}" if where == "query" else "")
 
 
