@@ -7,6 +7,7 @@ runs of the tier recorded, scaled to the form's settings, asked again when a set
 import os
 
 import pytest
+from django.conf import settings
 from playwright.sync_api import expect
 
 from runs.models import Run
@@ -55,8 +56,9 @@ def test_without_a_basis_the_form_offers_calibrate_and_follows_the_calibration(l
     expect(estimate).to_contain_text("has recorded two steps yet")
     expect(button).to_be_visible()
     button.click()
-    expect(estimate).to_contain_text(f"of tier {lab['tier'].name} (grpo) is queued, at step 0 of 4")
+    steps = settings.FLYWHEEL_CALIBRATION_STEPS
+    expect(estimate).to_contain_text(f"of tier {lab['tier'].name} (grpo) is queued, at step 0 of {steps}")
     run = Run.objects.get(calibration=True)  # launched by the click, and only once
     expect(estimate).to_contain_text(f"calibration run {run.pk} of tier")
     expect(button).to_be_hidden()
-    assert (run.max_steps, run.created_by) == (4, lab["owner"])
+    assert (run.max_steps, run.created_by) == (steps, lab["owner"])
