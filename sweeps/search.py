@@ -58,7 +58,9 @@ def grid_of(parameters: list[dict[str, Any]]) -> dict[str, list[Any]]:
 
 
 def grid_size(parameters: list[dict[str, Any]]) -> int:
-    """>>> grid_size([{"name": "a", "values": [1, 2]}, {"name": "b", "choices": ["x", "y", "z"]}])
+    """How many points a grid of these parameters has.
+
+    >>> grid_size([{"name": "a", "values": [1, 2]}, {"name": "b", "choices": ["x", "y", "z"]}])
     6
     """
     return math.prod(len(values_of(p) or []) for p in parameters)
