@@ -306,6 +306,15 @@ def test_mypy_checks_every_package():
     assert sorted(packages - checked) == []
 
 
+def test_the_suite_runs_the_doctests_of_every_package():
+    """`testpaths` with `--doctest-modules` names every package but the wiring (`webapp`: settings,
+    ASGI and the Celery app, no doctest; importing them in the suite would start their wiring)."""
+    ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    packages = {path.parent.name for path in ROOT.glob("*/__init__.py")} - {"tests", "webapp"}
+    assert "--doctest-modules" in ini["addopts"]
+    assert sorted(packages - set(ini["testpaths"])) == []
+
+
 def test_packages_import_only_their_layer_or_lower_ones():
     graph = project_graph()
     assert layer_violations(graph, LAYERS) == []
