@@ -308,7 +308,8 @@ def test_mypy_checks_every_package():
 
 def test_the_suite_runs_the_doctests_of_every_package():
     """`testpaths` with `--doctest-modules` names every package but the wiring (`webapp`: settings,
-    ASGI and the Celery app, no doctest; importing them in the suite would start their wiring)."""
+    URLs, ASGI and the Celery app, with no doctest). Twelve packages were left out once, and 57
+    doctests never ran."""
     ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     packages = {path.parent.name for path in ROOT.glob("*/__init__.py")} - {"tests", "webapp"}
     assert "--doctest-modules" in ini["addopts"]
