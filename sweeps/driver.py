@@ -66,7 +66,7 @@ def sweep_advance(*, sweep_id: int) -> Pass:
     sweep = (
         Sweep.objects.select_for_update(of=("self",)).select_related("project", "created_by").get(pk=sweep_id)
     )
-    trials = list(sweep.trials.select_related("run").order_by("number"))
+    trials = selectors.trials_of(sweep=sweep)
     values = objective_values(sweep.metric, [trial.run_id for trial in trials])
     study = search.study_build(
         sweep, [search.Record(trial, _after_start(values.get(trial.run_id, {}))) for trial in trials]
