@@ -39,8 +39,10 @@ def sweep_create(
     commit. A base_model parameter gets a tier per model (the template's settings, that model)."""
     values = {"name": name, "max_runs": max_runs, **settings}
     problems = specs.template_problems(project, template)
-    problems |= specs.parameter_problems(project, template, parameters, search_kind)
-    problems |= specs.setting_problems(values, template)
+    # A template that is not an object is named once; the other checks read it as empty.
+    fields = template if isinstance(template, dict) else {}
+    problems |= specs.parameter_problems(project, fields, parameters, search_kind)
+    problems |= specs.setting_problems(values, fields)
     if problems:
         raise ValidationError(problems)
     tiers = _base_model_tiers(project, by, template, parameters)

@@ -333,6 +333,27 @@ def test_a_template_that_would_fail_is_refused_by_its_field(lab):
     assert Sweep.objects.count() == 0
 
 
+@pytest.mark.parametrize("template", ["null", [1], 7])
+def test_a_template_that_is_not_an_object_is_named_with_the_other_problems(lab, template):
+    with pytest.raises(ValidationError) as refused:
+        make_sweep(lab, "null", template=template)
+    assert refused.value.message_dict == {
+        "template": ["must be an object of run fields"],
+        "parameters": ["must be a non-empty list of {name, values} or {name, low, high}"],
+    }
+    assert Sweep.objects.count() == 0
+
+
+def test_a_form_encoded_sweep_with_null_fields_is_refused_by_field(lab):
+    """Schemathesis' case: a form body whose template and parameters are the text "null"."""
+    client = api_client_for(lab["owner"])
+    form = {"name": "0", "template": "null", "parameters": "null", "search": "tpe", "max_money": ""}
+    refused = client.post(f"/api/v1/projects/{lab['project'].pk}/sweeps", form)
+    assert refused.status_code == 400
+    assert {d["param"] for d in refused.json()["error"]["details"]} >= {"template", "parameters"}
+    assert Sweep.objects.count() == 0
+
+
 def test_a_held_out_figure_of_a_trial_advances_its_sweep_and_a_training_step_does_not(
     lab, django_capture_on_commit_callbacks
 ):
