@@ -76,7 +76,13 @@ RULE = {
     "calculate_output": "check - 0.2 * invalid - 0.01 * steps",
 }
 TIER = {"temperature": 1.0, "max_new_tokens": 40, "batch_size": 64}
-WORKERS = (("learner", "learner"), ("rollout", "rollout-1"), ("rollout", "rollout-2"), ("eval", "eval"))
+WORKERS = (
+    ("learner", "learner"),
+    ("control", "control"),
+    ("rollout", "rollout-1"),
+    ("rollout", "rollout-2"),
+    ("eval", "eval"),
+)
 FIGURES = {
     "pass_rate": "heldout/pass_rate",
     "invalid_rate": "heldout/agent/invalid_rate",

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.bench_runs import base_model, django_setup  # noqa: E402
 
 CALIBRATION_STEPS = int(os.environ.get("BENCH_ESTIMATE_CALIBRATION", "8"))
-WORKERS = (("learner", "learner"), ("rollout", "rollout"), ("eval", "eval"))
+WORKERS = (("learner", "learner"), ("control", "control"), ("rollout", "rollout"), ("eval", "eval"))
 CALIBRATION = {"batch_size": 16, "group_size": 4}
 SETTINGS = (  # (name, tier, steps, hyperparameters): each differs from the calibration once
     ("more steps", "long", 10, CALIBRATION),

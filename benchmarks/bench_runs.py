@@ -51,7 +51,13 @@ HEAVY_ITERATIONS = 3_000_000
 HEAVY_LINE = f"_work = sum(i * i % 7 for i in range({HEAVY_ITERATIONS}))  # a slow test suite: real CPU\n"
 CORES = os.cpu_count() or 1
 ROLLOUT_WORKERS = 2
-WORKERS = (("learner", "learner"), ("rollout", "rollout-1"), ("rollout", "rollout-2"), ("eval", "eval"))
+WORKERS = (
+    ("learner", "learner"),
+    ("control", "control"),
+    ("rollout", "rollout-1"),
+    ("rollout", "rollout-2"),
+    ("eval", "eval"),
+)
 
 
 def setup_environment() -> dict[str, str]:

@@ -47,7 +47,7 @@ MAX_TOKENS = int(os.environ.get("BENCH_TINKER_MAX_TOKENS", "32"))
 EPISODES = int(os.environ.get("BENCH_TINKER_EPISODES", "32"))
 RANK = 8
 LEARNING_RATE = 1e-3
-WORKERS = (("learner", "learner"), ("rollout", "rollout"))
+WORKERS = (("learner", "learner"), ("control", "control"), ("rollout", "rollout"))
 
 
 def environment() -> dict[str, str]:

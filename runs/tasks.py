@@ -1,12 +1,12 @@
 """The Celery tasks that runs' services enqueue: thin, idempotent, ids in. Each body imports the
 worker code that does the work late, inside the task, so the web process that enqueues them loads
-none of it. The names keep their `workers.*` prefix: they route to the learner and eval queues, and
+none of it. The names keep their `workers.*` prefix: they route to the control, learner and eval queues, and
 queued messages and running workers know the tasks by them."""
 
 from celery import shared_task
 
 
-@shared_task(name="workers.learner.runs_schedule", acks_late=True, ignore_result=True)
+@shared_task(name="workers.control.runs_schedule", acks_late=True, ignore_result=True)
 def runs_schedule() -> None:
     """Restart learners that died and start the queued runs that their projects' quotas allow."""
     from workers.supervisor import runs_tick

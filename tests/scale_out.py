@@ -166,7 +166,7 @@ def test_the_run_on_one_host(tiny_model, tmp_path, capsys):
     host = Host(worker_env())
     port = free_port()
     with hosts_killed(host):
-        host.worker("learner")
+        host.worker("learner,control")
         host.worker("rollout,eval")
         host.beat(tmp_path)
         host.web(tmp_path, bind="127.0.0.1", port=port)
@@ -187,7 +187,7 @@ def test_a_run_across_three_hosts_survives_a_rollout_host_killed_and_replaced(
     rollout_host = NamespaceHost(env, rollout_ns, tmp_path / "rollout-host")
     url = f"http://{web_ns.address}:{WEB_PORT}"
     with hosts_killed(web_host, learner_host, rollout_host):
-        learner_host.worker("learner")
+        learner_host.worker("learner,control")
         rollout_host.worker("rollout,eval")
         web_host.beat(web_host.home)
         # Healthy once it sees the database, Redis and every queue's worker, over the network.
@@ -252,7 +252,7 @@ def test_a_rollout_worker_grades_in_sandboxes_on_a_remote_docker_engine_over_tls
         learner_host = Host(env)
         rollout_host = NamespaceHost(env | remote, rollout_ns, tmp_path / "rollout-host")
         with hosts_killed(learner_host, rollout_host):
-            learner_host.worker("learner")
+            learner_host.worker("learner,control")
             rollout_host.worker("rollout,eval")
             setup = demo_project(tiny_model)
             since = time.time()

@@ -204,7 +204,7 @@ def hosts():
 
     learner_host, rollout_host = Host(worker_env()), Host(worker_env())
     with hosts_killed(learner_host, rollout_host):
-        learner_host.worker("learner")
+        learner_host.worker("learner,control")
         rollout_host.worker("rollout,eval")
         yield
 

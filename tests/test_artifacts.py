@@ -203,7 +203,7 @@ def two_host_run(tiny_model, hosts: list[Host], rollout_home: Path) -> tuple[Run
     and the rollout host's cache of its policies. Steps 0 and 1 sample with v0 (staleness 1);
     evaluations read v0 and the final v2, which may be fetched after the run has ended."""
     with hosts_killed(*hosts):
-        hosts[0].worker("learner")
+        hosts[0].worker("learner,control")
         hosts[1].worker("rollout,eval")
         setup = demo_project(tiny_model)
         body = run_body(setup, steps=2, checkpoint_every=1, eval_every=100)

@@ -56,7 +56,7 @@ def formats_project(model) -> dict:
 def host():
     host = Host(worker_env())
     with hosts_killed(host):
-        host.worker("learner")
+        host.worker("learner,control")
         host.worker("rollout,eval")
         yield host
 

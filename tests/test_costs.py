@@ -309,7 +309,7 @@ def hosts():
     env = worker_env()
     learner_host, rollout_host = Host(env), Host(env)
     with hosts_killed(learner_host, rollout_host):
-        learner_host.worker("learner")
+        learner_host.worker("learner,control")
         rollout_host.worker("rollout,eval")
         yield learner_host, rollout_host
 

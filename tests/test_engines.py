@@ -373,7 +373,7 @@ def test_a_lora_grpo_run_rolls_out_through_the_engine_swapping_each_versions_ada
     env = worker_env(**{KEY_ENV: engine["token"]})
     learner, rollout = Host(env), Host(env)
     try:
-        learner.worker("learner")
+        learner.worker("learner,control")
         rollout.worker("rollout,eval")
         run = wait_for_terminal(run.pk)
         # Held-out evaluation goes through the engine too, the last version's after the run ends.

@@ -46,7 +46,7 @@ def hosts(django_db_setup, django_db_blocker):
     env = worker_env(FLYWHEEL_PROJECT_MAX_ACTIVE_RUNS="3", FLYWHEEL_LEARNER_CONCURRENCY="3")
     learner_host, rollout_host = Host(env), Host(env)
     with hosts_killed(learner_host, rollout_host):
-        learner_host.worker("learner")
+        learner_host.worker("learner,control")
         rollout_host.worker("rollout,eval")
         yield
 

@@ -52,7 +52,7 @@ def stack(django_db_setup, django_db_blocker, tmp_path_factory):
         env = worker_env()
     learner_host, rollout_host = Host(env), Host(env)
     with hosts_killed(learner_host, rollout_host):
-        learner_host.worker("learner")
+        learner_host.worker("learner,control")
         rollout_host.worker("rollout,eval")
         with WebServer(env, tmp_path_factory.mktemp("web") / "web.log") as server:
             yield server

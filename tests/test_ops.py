@@ -33,10 +33,20 @@ def worker_name():
     """A real Celery worker on every queue, named uniquely so a running `make up` stack
     sharing this Redis cannot be mistaken for it."""
     name = f"test-{uuid.uuid4().hex[:8]}@healthz"
-    argv = solo_worker_argv("rollout,learner,eval", name)
+    argv = solo_worker_argv("rollout,learner,eval,control", name)
     # Earlier tests leave messages on these queues (runs scheduled after commit); this worker is
     # here to be seen, not to work, so it starts on empty queues.
-    purge = [sys.executable, "-m", "celery", "-A", "webapp", "purge", "-f", "-Q", "rollout,learner,eval"]
+    purge = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "webapp",
+        "purge",
+        "-f",
+        "-Q",
+        "rollout,learner,eval,control",
+    ]
     subprocess.run(purge, cwd=settings.BASE_DIR, check=True, capture_output=True)
     process = subprocess.Popen(
         argv,
@@ -68,7 +78,10 @@ def test_healthz_reports_database_redis_and_the_live_worker_of_each_queue(client
     cache.delete("healthz:workers")
     body = client.get("/healthz", **ops()).json()
     assert body["database"]["ok"] is True and body["redis"]["ok"] is True
-    for queue in ("rollout", "learner", "eval"):
+    assert (
+        set(body["queues"]) == set(settings.CELERY_WORKER_QUEUES) == {"rollout", "learner", "eval", "control"}
+    )
+    for queue in settings.CELERY_WORKER_QUEUES:
         assert worker_name in body["queues"][queue]["names"]
 
 

@@ -172,7 +172,7 @@ def test_a_run_whose_groups_never_vary_stops_as_failed_with_its_reason(tiny_mode
     body["monitor_actions"] = {}  # the default: nothing_to_learn stops the run
     learner_host, rollout_host = Host(worker_env()), Host(worker_env())
     with hosts_killed(learner_host, rollout_host):
-        learner_host.worker("learner")
+        learner_host.worker("learner,control")
         rollout_host.worker("rollout,eval")
         response = api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json")
         assert response.status_code == 201, response.json()
@@ -254,7 +254,7 @@ def test_a_fork_is_evaluated_at_every_step_and_its_outcome_is_against_its_checkp
     setup = demo_project(tiny_model)
     learner_host, rollout_host = Host(worker_env()), Host(worker_env())
     with hosts_killed(learner_host, rollout_host):
-        learner_host.worker("learner")
+        learner_host.worker("learner,control")
         rollout_host.worker("rollout,eval")
         client = api_client_for(setup["owner"])
         parent = client.post(

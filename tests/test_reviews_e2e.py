@@ -38,7 +38,7 @@ __all__ = ["tiny_model"]
 def hosts():
     learner_host, rollout_host = Host(worker_env()), Host(worker_env())
     with hosts_killed(learner_host, rollout_host):
-        learner_host.worker("learner")
+        learner_host.worker("learner,control")
         rollout_host.worker("rollout,eval")
         yield
 

@@ -128,7 +128,7 @@ def test_a_version_trains_in_a_learner_process_and_reports_held_out_pair_accurac
     )
     host = Host(worker_env())
     with hosts_killed(host):
-        host.worker("learner")
+        host.worker("learner,control")
         response = client.post(
             f"/api/v1/reward-models/{created.json()['id']}/train",
             {
@@ -214,7 +214,7 @@ def test_grpo_against_a_reward_model_raises_its_score_and_the_run_links_the_vers
     body["reward_rule_version"] = rule.versions.get().pk
     hosts = [Host(worker_env()), Host(worker_env())]
     with hosts_killed(*hosts):
-        hosts[0].worker("learner")
+        hosts[0].worker("learner,control")
         hosts[1].worker("rollout,eval")
         response = api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json")
         assert response.status_code == 201, response.json()

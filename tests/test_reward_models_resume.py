@@ -86,7 +86,7 @@ def assert_resumed_once(version: RewardModelVersion, killed: RewardModelVersion)
 def test_a_learner_killed_mid_training_resumes_at_its_last_checkpoint(tiny_model):
     setup = with_pairs(demo_project(tiny_model, train_size=TRAIN, heldout_size=HELDOUT))
     host = Host(worker_env())
-    host.worker("learner")
+    host.worker("learner,control")
     try:
         version_id = train(setup)
         wait_until(lambda: frozen_past_a_checkpoint(version_id), "the learner past its first checkpoint")
@@ -126,7 +126,7 @@ def test_a_learner_killed_mid_training_resumes_at_its_last_checkpoint(tiny_model
 def test_a_host_lost_mid_training_is_requeued_by_the_watchdog_and_resumes(tiny_model, tmp_path):
     setup = with_pairs(demo_project(tiny_model, train_size=TRAIN, heldout_size=HELDOUT))
     doomed = Host(worker_env())
-    doomed.worker("learner")
+    doomed.worker("learner,control")
     replacement = Host(worker_env())
     try:
         version_id = train(setup)
@@ -137,7 +137,7 @@ def test_a_host_lost_mid_training_is_requeued_by_the_watchdog_and_resumes(tiny_m
         # The local checkpoints go with the host's disk: the next learner fetches from the storage.
         shutil.rmtree(version_dir(killed.pk, killed.key) / "learner")
         replacement.beat(tmp_path)
-        replacement.worker("learner")
+        replacement.worker("learner,control")
         wait_until(lambda: RewardModelVersion.objects.get(pk=version_id).is_terminal, "the training")
     finally:
         doomed.kill()

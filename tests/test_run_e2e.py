@@ -31,7 +31,7 @@ __all__ = ["tiny_model"]
 def hosts():
     learner_host, rollout_host = Host(worker_env()), Host(worker_env())
     with hosts_killed(learner_host, rollout_host):
-        learner_host.worker("learner")
+        learner_host.worker("learner,control")
         rollout_host.worker("rollout,eval")
         yield learner_host, rollout_host
 
@@ -154,7 +154,7 @@ def test_runs_start_on_the_spare_learner_their_worker_keeps_loaded(tiny_model):
     run's learner is that process, which skips the seconds of loading Python, Django and torch."""
     host, rollout_host = Host(worker_env()), Host(worker_env())
     with hosts_killed(host, rollout_host):
-        worker = host.worker("learner")
+        worker = host.worker("learner,control")
         rollout_host.worker("rollout,eval")
         wait_until(lambda: len(spare_learners(worker)) == 1, "a spare learner loaded at start", timeout=60)
         (at_start,) = spare_learners(worker)
@@ -182,7 +182,11 @@ def test_workers_that_sample_import_transformers_before_their_first_batch():
     the time it says it is ready; a worker that only supervises learners has not."""
     host = Host(worker_env(FLYWHEEL_LEARNER_SPARE="false"))
     try:
-        rollout, evaluation, learner = host.worker("rollout"), host.worker("eval"), host.worker("learner")
+        rollout, evaluation, learner = (
+            host.worker("rollout"),
+            host.worker("eval"),
+            host.worker("learner,control"),
+        )
         assert "tokenizers.abi3.so" in mapped_files(rollout)
         assert "tokenizers.abi3.so" in mapped_files(evaluation)
         assert "tokenizers.abi3.so" not in mapped_files(learner)

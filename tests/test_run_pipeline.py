@@ -38,7 +38,7 @@ def hosts():
     env = worker_env(FLYWHEEL_ROLLOUT_BATCH_ITEMS="1")
     learner_host, rollout_host = Host(env), Host(env)
     with hosts_killed(learner_host, rollout_host):
-        learner_host.worker("learner")
+        learner_host.worker("learner,control")
         rollout_host.worker("rollout,eval")
         yield learner_host, rollout_host
 

@@ -4,11 +4,14 @@ no episode lost or duplicated, and the restarts counted."""
 
 import signal
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
+from projects.models import TaskSetVersion
+from projects.services import DRAFT_MAX_AGE
 from runs import lifecycle
 from runs.models import MetricPoint, RolloutBatch, Run, Trajectory
 from tests.conftest import api_client_for
@@ -97,7 +100,7 @@ def at_step(run: Run, step: int) -> bool:
 
 def test_a_learner_killed_mid_run_resumes_from_its_last_checkpoint(tiny_model, hosts):
     learner_host, rollout_host = hosts(), hosts()
-    learner_host.worker("learner")
+    learner_host.worker("learner,control")
     rollout_host.worker("rollout,eval")
     run = submit(demo_project(tiny_model))
     wait_until(lambda: at_step(run, 3), "step 3, past the checkpoint at step 2")
@@ -116,7 +119,7 @@ def test_a_rollout_worker_killed_mid_batch_is_reclaimed_within_the_deadline_and_
     for it, and every episode of every step is generated and learned exactly once."""
     lease = 30
     learner_host, first_rollout_host = hosts(FLYWHEEL_ROLLOUT_LEASE_SECONDS=str(lease)), hosts()
-    learner_host.worker("learner")
+    learner_host.worker("learner,control")
     first_rollout_host.worker("rollout,eval")
     run = submit(demo_project(tiny_model))
     assert run.resolved["episode_deadline_seconds"] == 120.0
@@ -140,19 +143,54 @@ def test_a_whole_worker_host_killed_mid_run_is_restarted_by_the_watchdog(tiny_mo
     scheduler = hosts()
     scheduler.beat(tmp_path)
     doomed = hosts()
-    doomed.worker("learner")
+    doomed.worker("learner,control")
     doomed.worker("rollout,eval")
     run = submit(demo_project(tiny_model))
     wait_until(lambda: at_step(run, 3), "step 3")
     learner_kill(Run.objects.get(pk=run.pk))  # the learner lives on the doomed host too
     doomed.kill()
     replacement = hosts()
-    replacement.worker("learner")
+    replacement.worker("learner,control")
     replacement.worker("rollout,eval")
     run = wait_for_terminal(run.pk)
     assert run.restarts == 1
     assert run.events.filter(kind="restart", message__contains="heartbeats").exists()
     assert_learned_exactly_once(run)
+
+
+def test_the_schedulers_pass_runs_on_its_own_worker_while_the_learner_worker_supervises_a_run(
+    tiny_model, hosts, tmp_path
+):
+    """make up's layout: one solo learner worker, busy for as long as the run it supervises, and a
+    control worker beside beat. The periodic pass (here: deleting a dead import's draft) runs
+    while the run trains; on the learner queue it waited for the run's end."""
+    host = hosts()
+    host.beat(tmp_path)
+    host.worker("learner")
+    host.worker("control")
+    host.worker("rollout,eval")
+    setup = demo_project(tiny_model)
+    body = run_body(setup, steps=200, checkpoint_every=100, eval_every=100)
+    run = Run.objects.get(
+        pk=api_client_for(setup["owner"]).post("/api/v1/runs", body, format="json").json()["id"]
+    )
+    wait_until(lambda: at_step(run, 1), "the run's first step: its learner worker is busy")
+    dead_draft = TaskSetVersion.all_objects.create(
+        task_set=setup["version"].task_set,
+        published=False,
+        draft_owner="another-host:1:0",
+        content_hash="",
+        item_count=0,
+        created_at=timezone.now() - DRAFT_MAX_AGE - timedelta(minutes=1),
+    )
+    wait_until(
+        lambda: not TaskSetVersion.all_objects.filter(pk=dead_draft.pk).exists(),
+        "the pass deleting the draft",
+    )
+    training = Run.objects.get(pk=run.pk)
+    assert (training.status, training.learner_step < 200) == (Run.Status.RUNNING, True)
+    lifecycle.run_cancel(run=training)
+    assert wait_for_terminal(run.pk).status == Run.Status.CANCELLED
 
 
 def test_a_redis_restart_mid_run_loses_nothing(tiny_model, hosts, tmp_path):
@@ -162,7 +200,7 @@ def test_a_redis_restart_mid_run_loses_nothing(tiny_model, hosts, tmp_path):
     try:
         host = hosts(REDIS_URL=url)
         host.beat(tmp_path)
-        host.worker("learner")
+        host.worker("learner,control")
         host.worker("rollout,eval")
         run = submit_without_broker(demo_project(tiny_model))
         wait_until(lambda: at_step(run, 2), "step 2")

@@ -97,7 +97,7 @@ def served_with_workers(log: Path, rollout_queues: str = "rollout") -> Iterator[
     env = worker_env()
     learner_host, rollout_host = Host(env), Host(env)
     with hosts_killed(learner_host, rollout_host):
-        learner_host.worker("learner")
+        learner_host.worker("learner,control")
         rollout_host.worker(rollout_queues)
         with WebServer(env, log) as server:
             yield server

@@ -1,4 +1,4 @@
-"""The Celery app. Workers listen on the rollout, learner and eval queues."""
+"""The Celery app. Workers listen on the rollout, learner, eval and control queues."""
 
 import os
 import time

@@ -297,16 +297,19 @@ CELERY_TASK_DEFAULT_QUEUE = "rollout"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Longer than any task may run, so Redis does not redeliver work that is still in progress.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
-CELERY_WORKER_QUEUES = ("rollout", "learner", "eval")
+# `control` runs the scheduler's periodic pass alone: a learner worker is busy for as long as the
+# run it supervises, so a pass queued behind it would wait for the run to end.
+CELERY_WORKER_QUEUES = ("rollout", "learner", "eval", "control")
 # How often the scheduler restarts learners that died with their host and starts queued runs.
 FLYWHEEL_TICK_SECONDS = env_int("FLYWHEEL_TICK_SECONDS", 10)
 CELERY_BEAT_SCHEDULE = {
-    "runs-tick": {"task": "workers.learner.runs_schedule", "schedule": float(FLYWHEEL_TICK_SECONDS)},
+    "runs-tick": {"task": "workers.control.runs_schedule", "schedule": float(FLYWHEEL_TICK_SECONDS)},
 }
 CELERY_TASK_ROUTES = {
     "workers.rollout.*": {"queue": "rollout"},
     "workers.learner.*": {"queue": "learner"},
     "workers.eval.*": {"queue": "eval"},
+    "workers.control.*": {"queue": "control"},
 }
 # The training methods a run can name (runs/learners.py): modules that register an algorithm when
 # imported. FLYWHEEL_LEARNERS_EXTRA adds a team's own (comma-separated module paths); every process,
@@ -369,6 +372,7 @@ FLYWHEEL_ROLLOUT_CONCURRENCY = env_int("FLYWHEEL_ROLLOUT_CONCURRENCY", 2)
 FLYWHEEL_ROLLOUT_BATCH_ITEMS = env_int("FLYWHEEL_ROLLOUT_BATCH_ITEMS", 0)
 FLYWHEEL_LEARNER_CONCURRENCY = env_int("FLYWHEEL_LEARNER_CONCURRENCY", 1)
 FLYWHEEL_EVAL_CONCURRENCY = env_int("FLYWHEEL_EVAL_CONCURRENCY", 1)
+FLYWHEEL_CONTROL_CONCURRENCY = env_int("FLYWHEEL_CONTROL_CONCURRENCY", 1)
 # Webhooks (sent by the eval workers): how long one POST may take, and how many attempts a
 # delivery gets (backing off from 10 s to hours) before it is marked failed.
 FLYWHEEL_WEBHOOK_TIMEOUT_SECONDS = env_int("FLYWHEEL_WEBHOOK_TIMEOUT_SECONDS", 5)

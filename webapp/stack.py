@@ -164,6 +164,7 @@ def services() -> list[Service]:
         "rollout": settings.FLYWHEEL_ROLLOUT_CONCURRENCY,
         "learner": settings.FLYWHEEL_LEARNER_CONCURRENCY,
         "eval": settings.FLYWHEEL_EVAL_CONCURRENCY,
+        "control": settings.FLYWHEEL_CONTROL_CONCURRENCY,
     }
     workers = [
         Service(f"worker-{queue}", [*celery, "-Q", queue, "-n", f"{queue}@%h", "-c", str(concurrency[queue])])
