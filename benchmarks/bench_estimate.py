@@ -9,12 +9,18 @@ what they recorded: device-seconds of their learner and rollout steps (held-out 
 outside both sides), and wall time from the run's start to its last step's end. Each run also
 becomes part of the basis of the ones after it, as runs do.
 
-Ends with one line of JSON: per setting the estimate (with its range), the record, and their ratio.
-BENCH_ESTIMATE_CALIBRATION changes the calibration's steps.
+The whole sequence is repeated (BENCH_ESTIMATE_REPEATS, default 3), each time in a project of its
+own, so each repeat's estimates rest on its own calibrations only; the first repeat's calibration
+is the first work of fresh workers, the later ones' run on warm workers. Runs last seconds here, so
+one step's noise moves a ratio: the figures are per-setting medians over the repeats.
+
+Ends with one line of JSON: per setting each repeat's estimate (with its range), record and ratios,
+and the median ratios. BENCH_ESTIMATE_CALIBRATION changes the calibration's steps.
 """
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -26,12 +32,13 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.bench_runs import base_model, django_setup  # noqa: E402
 
 CALIBRATION_STEPS = int(os.environ.get("BENCH_ESTIMATE_CALIBRATION", "8"))
+REPEATS = int(os.environ.get("BENCH_ESTIMATE_REPEATS", "3"))
 WORKERS = (("learner", "learner"), ("control", "control"), ("rollout", "rollout"), ("eval", "eval"))
 CALIBRATION = {"batch_size": 16, "group_size": 4}
 SETTINGS = (  # (name, tier, steps, hyperparameters): each differs from the calibration once
-    ("more steps", "long", 10, CALIBRATION),
-    ("larger group", "long", 4, {"batch_size": 16, "group_size": 8}),
-    ("other tier", "short", 6, CALIBRATION),
+    ("more steps", "long", 24, CALIBRATION),
+    ("larger group", "long", 8, {"batch_size": 16, "group_size": 8}),
+    ("other tier", "short", 12, CALIBRATION),
 )
 
 
@@ -113,6 +120,23 @@ def recorded(run) -> dict[str, float]:
     }
 
 
+def compared(name: str, tier: str, steps: int, estimate: dict, actual: dict[str, float]) -> dict:
+    """One setting's estimate beside its record: recorded / expected, device time and wall time."""
+    device_hours = actual["device_seconds"] / 3600
+    wall = actual["wall_seconds"]
+    return {
+        "setting": name,
+        "tier": tier,
+        "steps": steps,
+        "work_per_step": estimate["work_per_step"],
+        "basis_steps": estimate["basis"]["steps"],
+        "device_hours": {"estimate": estimate["device_hours"], "recorded": round(device_hours, 6)},
+        "device_ratio": round(device_hours / estimate["device_hours"]["expected"], 3),
+        "wall_seconds": {"estimate": estimate["wall_seconds"], "recorded": round(wall, 1)},
+        "wall_ratio": round(wall / estimate["wall_seconds"]["expected"], 3),
+    }
+
+
 def main() -> None:
     env = environment()
     django_setup()
@@ -126,46 +150,47 @@ def main() -> None:
     model = base_model(Path(env["FLYWHEEL_HOME"]))
     load_before, started = os.getloadavg(), time.monotonic()
     workers = start_workers(env, WORKERS, "bench-estimate")
-    results = []
+    repeats: list[list[dict]] = []
     try:
-        setup = workload(model)
-        for name, tier in setup["tiers"].items():
-            run(setup, f"calibration {name}", tier, CALIBRATION_STEPS, CALIBRATION)
-        for name, tier_name, steps, hyperparameters in SETTINGS:
-            tier = setup["tiers"][tier_name]
-            resolved, _ = hyperparameters_resolve("grpo", hyperparameters)
-            estimate = run_estimate(tier=tier, method="grpo", resolved=resolved, steps=steps)
-            actual = recorded(run(setup, name, tier, steps, hyperparameters))
-            device_hours = actual["device_seconds"] / 3600
-            wall = actual["wall_seconds"]
-            results.append(
-                {
-                    "setting": name,
-                    "tier": tier_name,
-                    "steps": steps,
-                    "work_per_step": estimate["work_per_step"],
-                    "basis_steps": estimate["basis"]["steps"],
-                    "device_hours": {
-                        "estimate": estimate["device_hours"],
-                        "recorded": round(device_hours, 6),
-                    },
-                    "device_ratio": round(device_hours / estimate["device_hours"]["expected"], 3),
-                    "wall_seconds": {"estimate": estimate["wall_seconds"], "recorded": round(wall, 1)},
-                    "wall_ratio": round(wall / estimate["wall_seconds"]["expected"], 3),
-                }
-            )
-            print(json.dumps(results[-1]), flush=True)
+        for repeat in range(REPEATS):
+            setup = workload(model)
+            for name, tier in setup["tiers"].items():
+                run(setup, f"calibration {name}", tier, CALIBRATION_STEPS, CALIBRATION)
+            repeats.append([])
+            for name, tier_name, steps, hyperparameters in SETTINGS:
+                tier = setup["tiers"][tier_name]
+                resolved, _ = hyperparameters_resolve("grpo", hyperparameters)
+                estimate = run_estimate(tier=tier, method="grpo", resolved=resolved, steps=steps)
+                actual = recorded(run(setup, name, tier, steps, hyperparameters))
+                repeats[-1].append(compared(name, tier_name, steps, estimate, actual))
+                print(json.dumps({"repeat": repeat} | repeats[-1][-1]), flush=True)
     finally:
         stop_all(workers)
-    worst = max(max(abs(r["device_ratio"] - 1), abs(r["wall_ratio"] - 1)) for r in results)
+    settings = [
+        {
+            "setting": name,
+            "tier": tier_name,
+            "steps": steps,
+            "device_ratio": statistics.median(r[index]["device_ratio"] for r in repeats),
+            "wall_ratio": statistics.median(r[index]["wall_ratio"] for r in repeats),
+            "repeats": [r[index] for r in repeats],
+        }
+        for index, (name, tier_name, steps, _) in enumerate(SETTINGS)
+    ]
+    worst = max(max(abs(s["device_ratio"] - 1), abs(s["wall_ratio"] - 1)) for s in settings)
+    worst_single = max(
+        max(abs(r["device_ratio"] - 1), abs(r["wall_ratio"] - 1)) for rs in repeats for r in rs
+    )
     print(
         json.dumps(
             {
                 "benchmark": "estimate",
                 "calibration": {"steps": CALIBRATION_STEPS} | CALIBRATION,
-                "settings": results,
+                "repeats": REPEATS,
+                "settings": settings,
                 "worst_error": round(worst, 3),
                 "within_25_percent": worst <= 0.25,
+                "worst_single_error": round(worst_single, 3),
                 "seconds": round(time.monotonic() - started, 1),
                 "load_average": {
                     "before": [round(x, 2) for x in load_before],

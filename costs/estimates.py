@@ -18,8 +18,11 @@ cost. But a start whose rollouts were done by a worker's first batch measured th
 start-up, which a run on warm workers does not pay: its rollouts' extra device time is left out,
 and so is its wall time (with only such starts, the first step is counted as a steady step). So a
 calibration that was the first run on fresh workers does not inflate the estimate of the runs
-after it. With no steady step of this tier and method recorded there is no basis, and the answer
-says so rather than guess.
+after it. Nor do the steps after its start while its host still warms up (on a fresh host the
+first runs' steps keep speeding up for several steps: caches and allocators fill, a spare learner
+loads beside them): a run's leading steps slower than WARMING times the pace of its later half
+are left out of both the steady rates and the start. With no steady step of this tier and method
+recorded there is no basis, and the answer says so rather than guess.
 """
 
 import statistics
@@ -36,6 +39,7 @@ from tiers.models import Tier
 
 HISTORY_RUNS = 20  # the newest runs of the tier and method the rates come from
 RANGE = (0.1, 0.9)  # the quantiles of the per-step rates given as the range
+WARMING = 1.25  # a run's leading steps this much slower than its later half were still warming up
 PER_STEP_KINDS = (Usage.Kind.LEARNER, Usage.Kind.ROLLOUT)
 COLD_STARTS = " (their starts were on workers just started, so a start is counted as a steady step)"
 
@@ -123,11 +127,41 @@ def steady_pairs(steps: list[tuple[int, StepRecord]]) -> list[tuple[StepRecord, 
     ]
 
 
+def settled_pairs(
+    pairs: list[tuple[StepRecord, int, StepRecord]],
+) -> list[tuple[StepRecord, int, StepRecord]]:
+    """The steady pairs from the first whose device time and wall time are both within WARMING of
+    the medians of the run's later half: what came before was the host still warming up.
+
+    >>> from datetime import datetime, timedelta
+    >>> t0 = datetime(2026, 1, 1)
+    >>> def pair(step, device, wall, ended):
+    ...     at = t0 + timedelta(seconds=ended)
+    ...     return StepRecord(at - timedelta(seconds=wall)), step, StepRecord(at, learner=device)
+    >>> pairs = [pair(2, 3.0, 3.0, 3), pair(3, 1.1, 1.0, 4), pair(4, 1.0, 1.0, 5), pair(5, 0.9, 1.0, 6)]
+    >>> [step for _, step, _ in settled_pairs(pairs)]
+    [3, 4, 5]
+    """
+    later = pairs[len(pairs) // 2 :]
+    if not later:
+        return []
+    device = statistics.median(record.learner + record.rollout for _, _, record in later)
+    wall = statistics.median(_wall(earlier, record) for earlier, _, record in later)
+    for index, (earlier, _, record) in enumerate(pairs):
+        if record.learner + record.rollout <= WARMING * device and _wall(earlier, record) <= WARMING * wall:
+            return pairs[index:]
+    return later
+
+
+def _wall(earlier: StepRecord, record: StepRecord) -> float:
+    return (record.ended - earlier.ended).total_seconds()
+
+
 def step_rate(earlier: StepRecord, record: StepRecord, units: int) -> StepRate:
     return StepRate(
         device_seconds=(record.learner + record.rollout) / units,
         cpu_seconds=record.cpu / units,
-        wall_seconds=(record.ended - earlier.ended).total_seconds() / units,
+        wall_seconds=_wall(earlier, record) / units,
         device_class=record.device_class,
     )
 
@@ -159,7 +193,7 @@ def history(*, tier: Tier, method: str) -> History:
         if not steps:
             continue
         found.recorded_steps += len(steps)
-        units, pairs = work_per_step(run.resolved or {}), steady_pairs(steps)
+        units, pairs = work_per_step(run.resolved or {}), settled_pairs(steady_pairs(steps))
         found.steps += [step_rate(earlier, record, units) for earlier, _, record in pairs]
         found.starts.append(run_start(run, steps, {step for _, step, _ in pairs}))
     return found

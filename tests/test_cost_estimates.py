@@ -127,6 +127,19 @@ def test_a_workers_warm_up_is_left_out_of_the_steady_rates_and_of_the_start(lab)
     assert "workers just started" not in body["why"]
 
 
+def test_the_steps_of_a_host_still_warming_up_are_left_out_and_the_settled_pace_is_the_basis(lab):
+    # The first run on a fresh host: after its start, steps 2-5 keep speeding up (24, 20, 16, 12
+    # device-seconds) before they settle at 8 for 8 units; its later half's median is 8, and a
+    # step more than 1.25 × that (10 s) was still warming up. A median over all would say 14.
+    recorded_run(lab, batch=4, group=2, device=[8.0, 24.0, 20.0, 16.0, 12.0, 8.0, 8.0])
+    body = estimate(lab).json()  # 32 units a step, 10 steps
+    assert body["basis"]["steps"] == 7
+    assert body["device_hours"] == pytest.approx(
+        dict.fromkeys(("low", "expected", "high"), 320 / 3600), abs=1e-6
+    )
+    # Steady steps that merely vary (no slow lead) are all kept: the range test above.
+
+
 def test_without_an_earlier_step_of_the_tier_and_method_there_is_no_basis_and_it_says_why(lab):
     make_run(lab)  # queued: it has recorded nothing
     body = estimate(lab).json()
