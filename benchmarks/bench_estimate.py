@@ -1,18 +1,18 @@
 """Benchmark: how close a run's estimate comes to what the run then records. `make bench-estimate`.
 
 The demo's GRPO on the tiny base (`make up`'s), through real workers (one learner, one rollout, one
-eval process) and sandboxes. Each of two tiers is first calibrated: a short run (CALIBRATION_STEPS
-steps, group 4, batch 16) whose record is the only basis the estimate has. Then three settings that
-differ from the calibration in one way each (more steps; a larger group; the other tier) are
-estimated with `costs.estimates.run_estimate` before they are launched, run, and compared with
-what they recorded: device-seconds of their learner and rollout steps (held-out evaluation is
-outside both sides), and wall time from the run's start to its last step's end. Each run also
-becomes part of the basis of the ones after it, as runs do.
+eval process) and sandboxes. Three settings differ from a calibration in one way each (more steps; a
+larger group; a tier of 24 new tokens instead of 64). Each, as a user would run it, in a project of
+its own: its tier is calibrated (a short run of CALIBRATION_STEPS steps, group 4, batch 16, whose
+record is the only basis the estimate has), then the setting is estimated with
+`costs.estimates.run_estimate`, launched, run, and compared with what it recorded: device-seconds
+of its learner and rollout steps (held-out evaluation is outside both sides), and wall time from
+the run's start to its last step's end.
 
-The whole sequence is repeated (BENCH_ESTIMATE_REPEATS, default 3), each time in a project of its
-own, so each repeat's estimates rest on its own calibrations only; the first repeat's calibration
-is the first work of fresh workers, the later ones' run on warm workers. Runs last seconds here, so
-one step's noise moves a ratio: the figures are per-setting medians over the repeats.
+The three are repeated (BENCH_ESTIMATE_REPEATS, default 3), their order reversed every other time;
+the very first calibration is the first work of fresh workers. This machine's pace for the same
+work drifts by a third between runs minutes apart (shared cores), so each estimate rests on the
+calibration just before it, and the figures are per-setting medians over the repeats.
 
 Ends with one line of JSON: per setting each repeat's estimate (with its range), record and ratios,
 and the median ratios. BENCH_ESTIMATE_CALIBRATION changes the calibration's steps.
@@ -153,17 +153,18 @@ def main() -> None:
     repeats: list[list[dict]] = []
     try:
         for repeat in range(REPEATS):
-            setup = workload(model)
-            for name, tier in setup["tiers"].items():
-                run(setup, f"calibration {name}", tier, CALIBRATION_STEPS, CALIBRATION)
-            repeats.append([])
-            for name, tier_name, steps, hyperparameters in SETTINGS:
+            results: dict[str, dict] = {}
+            order = SETTINGS if repeat % 2 == 0 else SETTINGS[::-1]
+            for name, tier_name, steps, hyperparameters in order:
+                setup = workload(model)
                 tier = setup["tiers"][tier_name]
+                run(setup, f"calibration {tier_name}", tier, CALIBRATION_STEPS, CALIBRATION)
                 resolved, _ = hyperparameters_resolve("grpo", hyperparameters)
                 estimate = run_estimate(tier=tier, method="grpo", resolved=resolved, steps=steps)
                 actual = recorded(run(setup, name, tier, steps, hyperparameters))
-                repeats[-1].append(compared(name, tier_name, steps, estimate, actual))
-                print(json.dumps({"repeat": repeat} | repeats[-1][-1]), flush=True)
+                results[name] = compared(name, tier_name, steps, estimate, actual)
+                print(json.dumps({"repeat": repeat} | results[name]), flush=True)
+            repeats.append([results[name] for name, *_ in SETTINGS])
     finally:
         stop_all(workers)
     settings = [
