@@ -303,7 +303,13 @@ CELERY_WORKER_QUEUES = ("rollout", "learner", "eval", "control")
 # How often the scheduler restarts learners that died with their host and starts queued runs.
 FLYWHEEL_TICK_SECONDS = env_int("FLYWHEEL_TICK_SECONDS", 10)
 CELERY_BEAT_SCHEDULE = {
-    "runs-tick": {"task": "workers.control.runs_schedule", "schedule": float(FLYWHEEL_TICK_SECONDS)},
+    "runs-tick": {
+        "task": "workers.control.runs_schedule",
+        "schedule": float(FLYWHEEL_TICK_SECONDS),
+        # A tick left waiting (its worker down or busy) is dropped, not run in a pile on return:
+        # each pass does all the work the ones before it would have.
+        "options": {"expires": max(3 * FLYWHEEL_TICK_SECONDS, 30)},
+    },
 }
 CELERY_TASK_ROUTES = {
     "workers.rollout.*": {"queue": "rollout"},
