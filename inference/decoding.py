@@ -16,7 +16,8 @@ A tier's settings all change how generation runs:
 `decode` is the one entry point. A batch is prefilled, then each step proposes tokens, verifies
 them with the tier's model and accepts some, until every row has finished. Without speculation
 nothing is proposed: a step verifies each running row's last token and accepts one sampled token,
-in tensors (`_Plain`; a plain Llama through inference/lean_llama.py). With speculation the decoder
+in tensors (`_Plain`; a plain Llama or Qwen2 through inference/lean_llama.py, on CUDA its step
+replayed as a CUDA graph per batch-size bucket: inference/cuda_graphs.py). With speculation the decoder
 keeps one KV cache per model over a batch whose rows advance by different amounts: each cache
 slot is masked in or out per row and position ids count only a row's valid slots, so rejected
 draft tokens are simply masked out. Every emitted token carries its log-prob under the tier's
@@ -40,6 +41,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from inference.adapters import adapter_activate, adapter_base, adapter_merge
 from inference.chat import Prompt
+from inference.cuda_graphs import StepRunner, step_runner
 from inference.engines import EngineError, EngineTier, engine_generate, engine_tier_load
 from inference.generation import (
     Completion,
@@ -587,12 +589,14 @@ def accept_sampled(
 @dataclass
 class _Plain:
     """A batch decoding one token per step, all in tensors: moving each step to Python costs more
-    than a tiny model's forward pass. A plain Llama runs through the lean path
-    (inference/lean_llama.py: the same function, a fraction of the Python per token); any other
-    model through its own forward with a Hugging Face cache.
+    than a tiny model's forward pass. A plain Llama or Qwen2 runs through the lean path
+    (inference/lean_llama.py: the same function, a fraction of the Python per token), on CUDA
+    through the model's CUDA-graph runner (`graphs`: the step replayed, not launched kernel by
+    kernel); any other model through its own forward with a Hugging Face cache.
 
-    Finished rows leave the batch (their cache rows dropped) once a quarter of it has finished,
-    so the stragglers' steps cost what the stragglers need, not what the whole batch did."""
+    Finished rows leave the batch (their cache rows dropped, or compacted in place under graphs)
+    once a quarter of it has finished, so the stragglers' steps cost what the stragglers need,
+    not what the whole batch did."""
 
     tier: TierModel
     params: SamplingParams
@@ -613,6 +617,7 @@ class _Plain:
     record: Record  # all rows: what each has sampled
     alive: torch.Tensor  # the rows still decoding, as indices into the batch
     ended: torch.Tensor  # all rows: the step a stop token or sequence ended the row at, or -1
+    graphs: StepRunner | None = None  # the lean step's CUDA-graph runner (its `lean` is `lean`)
     step: int = 0
     done: dict[int, Completion] = field(default_factory=dict)
     step_seconds: list[float] = field(default_factory=list)  # each step's end, from `started`
@@ -627,8 +632,36 @@ def _plain_decode(
     listener: TokenListener | None,
     on_finished: FinishListener | None,
 ) -> list[Completion]:
-    """Prefill, then per step accept one sampled token per running row and verify (run) it."""
-    batch = _plain_prefill(tier, prompts, settings, generator, stats, listener, on_finished)
+    """Prefill, then per step accept one sampled token per running row and verify (run) it; on
+    CUDA with the model's graph runner, which no other decode may use meanwhile (its lock)."""
+    runner = _graph_runner(tier, settings)
+    if runner is None or not runner.lock.acquire(blocking=False):  # busy: decode without it
+        return _plain_run(tier, prompts, settings, generator, stats, listener, on_finished, None)
+    try:
+        return _plain_run(tier, prompts, settings, generator, stats, listener, on_finished, runner)
+    finally:
+        runner.lock.release()
+
+
+def _graph_runner(tier: TierModel, settings: TierSettings) -> StepRunner | None:
+    """The model's CUDA-graph runner where it applies: the tier on CUDA with `cuda_graphs` on,
+    and a model the lean path computes. Elsewhere (a CPU) decoding is as it was without graphs."""
+    if not settings.cuda_graphs or tier.device.type != "cuda":
+        return None
+    return step_runner(tier.model)
+
+
+def _plain_run(
+    tier: TierModel,
+    prompts: Sequence[PromptInput],
+    settings: TierSettings,
+    generator: torch.Generator | None,
+    stats: GenerationStats,
+    listener: TokenListener | None,
+    on_finished: FinishListener | None,
+    runner: StepRunner | None,
+) -> list[Completion]:
+    batch = _plain_prefill(tier, prompts, settings, generator, stats, listener, on_finished, runner)
     while True:
         tokens, running = _plain_accept(batch)
         if not bool(running.any()):
@@ -646,9 +679,11 @@ def _plain_prefill(
     stats: GenerationStats,
     listener: TokenListener | None,
     on_finished: FinishListener | None,
+    runner: StepRunner | None = None,
 ) -> _Plain:
     """Each distinct prompt through the model once (its cache copied to the rows that repeat it
-    when prefixes are shared); the logits of every row's first token."""
+    when prefixes are shared); the logits of every row's first token. With `runner`, into the
+    cache the runner keeps (its captures read that one)."""
     started = time.perf_counter()
     model, tokenizer, params = tier.model, tier.tokenizer, settings.sampling_params()
     device = tier.device
@@ -659,10 +694,13 @@ def _plain_prefill(
     else:
         unique, rows = list(prompts), torch.arange(len(prompts), device=device)
     encoded = {name: tensor.to(device) for name, tensor in prompts_encode(tokenizer, unique).items()}
-    lean = lean_llama(model)
     cache = DynamicCache()  # the Hugging Face forward's; the lean path keeps its own
     width = encoded["input_ids"].size(1)
-    if lean is not None:
+    if runner is not None:
+        runner.prepare(model, len(prompts), width + params.max_new_tokens)
+        lean: LeanLlama | None = runner.lean
+        logits = runner.prefill(encoded["input_ids"], encoded["attention_mask"])
+    elif (lean := lean_llama(model)) is not None:
         logits = lean.prefill(encoded["input_ids"], encoded["attention_mask"], width + params.max_new_tokens)
     else:
         logits = (
@@ -682,7 +720,9 @@ def _plain_prefill(
     stats.prefill_positions += prefilled
     stats.target_positions += prefilled
     if len(unique) < len(prompts):
-        if lean is not None:
+        if runner is not None:
+            runner.select(rows)
+        elif lean is not None:
             lean.select(rows)
         else:
             cache.batch_select_indices(rows)
@@ -711,6 +751,7 @@ def _plain_prefill(
         record=Record.empty(size, params.max_new_tokens, pad_id, device),
         alive=torch.arange(size, device=device),
         ended=torch.full((size,), -1, dtype=torch.long, device=device),
+        graphs=runner,
     )
 
 
@@ -761,7 +802,9 @@ def _plain_verify(batch: _Plain, tokens: torch.Tensor, running: torch.Tensor) ->
             batch.key_mask[keep],
         )
         tokens, running = tokens[keep], running[keep]
-        if batch.lean is not None:
+        if batch.graphs is not None:
+            batch.graphs.select(keep)
+        elif batch.lean is not None:
             batch.lean.select(keep)
         else:
             batch.cache.batch_select_indices(keep)
@@ -769,7 +812,9 @@ def _plain_verify(batch: _Plain, tokens: torch.Tensor, running: torch.Tensor) ->
     next_input = tokens.masked_fill(~running, batch.pad_id)[:, None]
     batch.stats.target_forwards += 1
     batch.stats.target_positions += int(running.sum())
-    if batch.lean is not None:
+    if batch.graphs is not None:
+        batch.logits = batch.graphs.step(next_input, batch.positions, batch.key_mask)
+    elif batch.lean is not None:
         batch.logits = batch.lean.forward(next_input, batch.positions, batch.key_mask)
     else:
         batch.logits = (

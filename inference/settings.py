@@ -337,6 +337,7 @@ class TierSettings:
     engine_adapters: str = "none"
     engine_adapter_root: str = ""
     prefix_cache: bool = True  # share a prompt's prefill among the rows that repeat it
+    cuda_graphs: bool = True  # on CUDA, replay the lean decode step as CUDA graphs (a benchmark's off switch)
     name: str = ""
 
     @classmethod

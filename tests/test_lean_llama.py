@@ -5,7 +5,7 @@ import collections
 
 import pytest
 import torch
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 import inference.decoding as decoding
 from inference.decoding import decode, policy_tier
@@ -35,6 +35,44 @@ def random_llama(**overrides) -> LlamaForCausalLM:
     return LlamaForCausalLM(LlamaConfig(**(settings | overrides))).eval()
 
 
+def random_qwen2(**overrides) -> Qwen2ForCausalLM:
+    """Random weights, grouped-query attention, and q/k/v biases made non-zero (Qwen2 starts
+    them at zero, which would hide a lean path that forgot them)."""
+    torch.manual_seed(0)
+    settings = dict(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,  # as Qwen2.5-0.5B
+        pad_token_id=0,
+        eos_token_id=1,
+    )
+    model = Qwen2ForCausalLM(Qwen2Config(**(settings | overrides))).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for projection in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                projection.bias.normal_(std=0.5)
+    return model
+
+
+MODELS = {"llama": random_llama, "qwen2": random_qwen2}
+
+
+def left_padded(lengths: list[int], vocab: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random prompts of `lengths`, left-padded as generation lays them out: ids and mask."""
+    width = max(lengths)
+    input_ids = torch.zeros((len(lengths), width), dtype=torch.long)
+    mask = torch.zeros((len(lengths), width), dtype=torch.long)
+    for row, length in enumerate(lengths):
+        input_ids[row, width - length :] = torch.randint(2, vocab, (length,))
+        mask[row, width - length :] = 1
+    return input_ids, mask
+
+
 @pytest.fixture(scope="module")
 def tiny_policy(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny-base")
@@ -50,17 +88,21 @@ def test_the_lean_path_applies_to_plain_llamas_only():
     assert lean_llama(random_llama(rope_parameters=scaled)) is None
 
 
+def test_the_lean_path_applies_to_plain_qwen2_and_refuses_what_it_does_not_compute():
+    assert lean_llama(random_qwen2()) is not None
+    assert lean_llama(random_qwen2(use_sliding_window=True, sliding_window=8, max_window_layers=0)) is None
+    scaled = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    assert lean_llama(random_qwen2(rope_parameters=scaled)) is None
+    assert lean_llama(random_qwen2(hidden_act="gelu")) is None
+
+
+@pytest.mark.parametrize("family", MODELS)
 @torch.no_grad()
-def test_lean_prefill_and_decode_logits_match_the_model_forward():
-    model = random_llama()
+def test_lean_prefill_and_decode_logits_match_the_model_forward(family):
+    model = MODELS[family]()
     # Left-padded prompts of lengths 5, 2 and 7, as generation lays them out.
-    lengths = [5, 2, 7]
-    width = max(lengths)
-    input_ids = torch.zeros((3, width), dtype=torch.long)
-    mask = torch.zeros((3, width), dtype=torch.long)
-    for row, length in enumerate(lengths):
-        input_ids[row, width - length :] = torch.randint(2, 64, (length,))
-        mask[row, width - length :] = 1
+    input_ids, mask = left_padded([5, 2, 7])
+    width = input_ids.size(1)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     lean = lean_llama(model)
     lean_logits = lean.prefill(input_ids, mask, capacity=width + 4)
@@ -84,6 +126,38 @@ def test_lean_prefill_and_decode_logits_match_the_model_forward():
             use_cache=True,
         ).logits[:, -1]
         assert torch.allclose(lean_logits, reference, atol=1e-5), step
+
+
+@pytest.mark.parametrize("family", MODELS)
+@torch.no_grad()
+def test_greedy_tokens_are_the_model_forwards_over_a_whole_generation(family):
+    """Left-padded rows of different lengths, 24 greedy tokens each, the lean path against the
+    model's own forward with a Hugging Face cache: the same tokens, logits within float32 noise."""
+    model = MODELS[family]()
+    input_ids, mask = left_padded([6, 1, 4, 9])
+    width, budget = input_ids.size(1), 24
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    lean = lean_llama(model)
+    lean_logits = lean.prefill(input_ids, mask, capacity=width + budget)
+    cache = DynamicCache()
+    reference = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, cache=cache).logits[
+        :, -1
+    ]
+    key_mask = torch.cat([mask, mask.new_ones(4, budget)], dim=-1)
+    position, lean_tokens, tokens = positions[:, -1:], [], []
+    for step in range(budget):
+        assert torch.allclose(lean_logits, reference, atol=1e-5), step
+        lean_tokens.append(lean_logits.argmax(-1, keepdim=True))
+        tokens.append(reference.argmax(-1, keepdim=True))
+        position = position + 1
+        lean_logits = lean.forward(lean_tokens[-1], position, key_mask.bool())
+        reference = model(
+            input_ids=tokens[-1],
+            attention_mask=key_mask[:, : width + step + 1],
+            position_ids=position,
+            cache=cache,
+        ).logits[:, -1]
+    assert torch.equal(torch.cat(lean_tokens, -1), torch.cat(tokens, -1))
 
 
 def test_generation_is_the_same_through_the_lean_path_and_the_model_forward(tiny_policy, monkeypatch):
