@@ -16,12 +16,15 @@ the weights in place (an optimiser step, a colocated weight sync) keeps the grap
 joined q/k/v and gate/up copies re-read before each decode (`LeanLlama.refresh`); weights that
 are new tensors (a model moved, reloaded or cast) get a new runner and new captures.
 
+A capture that fails (an operation a graph cannot hold, on some GPU or torch version) is warned
+about and the runner goes on running the same step uncaptured, so decoding never fails for it.
 Without CUDA the runner runs the same step on the same buffers without capturing it (`capture`
 False): tests/test_cuda_graphs.py checks the buckets, the compaction and the masking that way on
 a CPU, and the captures themselves where a GPU is at hand.
 """
 
 import threading
+import warnings
 import weakref
 from typing import Any
 
@@ -69,6 +72,7 @@ class StepRunner:
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.pool: Any = None  # the captures' shared memory pool (a handle torch leaves untyped)
         self.captures = 0
+        self.failed: str | None = None  # why a capture failed: the step then runs uncaptured
         self.rows = 0  # the cache's and the buffers' rows
         self.capacity = 0  # the cache's and the buffers' positions per row
         self.span = 0  # the positions this decode attends over (a capacity bucket, ≤ capacity)
@@ -123,13 +127,25 @@ class StepRunner:
         self.tokens[:live] = tokens
         self.positions[:live] = positions
         self.cursor.fill_(self.lean.length)  # a fill kernel: no host synchronisation
-        if self.capture:
-            graph, logits = self._graph(bucket)
-            graph.replay()
+        if self.capture and self.failed is None:
+            try:
+                graph, logits = self._graph(bucket)
+            except RuntimeError as exc:  # decoding still works, only slower: say so and go on
+                self._fail(exc)
+                logits = self.lean.step(*self._inputs(bucket))
+            else:
+                graph.replay()
         else:
             logits = self.lean.step(*self._inputs(bucket))
         self.lean.length += 1
         return logits[:live]
+
+    def _fail(self, exc: RuntimeError) -> None:
+        """Stop capturing for this runner after a capture failed (the step then runs as is, on the
+        same buffers, so the decode under way goes on unchanged)."""
+        self.failed = f"{type(exc).__name__}: {exc}"
+        self.graphs.clear()
+        warnings.warn(f"CUDA graph capture failed, decoding without graphs: {self.failed}", stacklevel=3)
 
     def _inputs(self, bucket: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         return (

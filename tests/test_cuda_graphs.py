@@ -184,6 +184,25 @@ def test_new_weight_tensors_get_a_new_runner():
     assert step_runner(random_qwen2(use_sliding_window=True, max_window_layers=0), capture=False) is None
 
 
+@torch.no_grad()
+def test_a_capture_that_fails_leaves_the_step_running_uncaptured():
+    """On a CPU a capture cannot start: the runner warns, stops capturing and gives the
+    uncaptured step's logits (a GPU whose capture fails decodes on the same way)."""
+    model = random_qwen2()
+    input_ids, mask = left_padded([3, 5])
+    runners = [StepRunner(lean_llama(model), capture=capture, weights=()) for capture in (True, False)]
+    key_mask = torch.cat([mask, mask.new_ones(2, 4)], dim=-1).bool()
+    for runner in runners:
+        runner.prepare(model, 2, 20)
+        runner.prefill(input_ids, mask)
+    tokens, positions = torch.tensor([[2], [3]]), torch.tensor([[3], [5]])
+    with pytest.warns(UserWarning, match="CUDA graph capture failed, decoding without graphs"):
+        outputs = [runners[0].step(tokens, positions, key_mask)]
+    outputs.append(runners[1].step(tokens, positions, key_mask))
+    assert "CUDA" in runners[0].failed and runners[0].captures == 0
+    assert torch.equal(outputs[0], outputs[1])
+
+
 def test_on_a_cpu_decoding_uses_no_runner(tiny_policy):
     tier = policy_tier(tiny_policy, SamplingParams(max_new_tokens=4, temperature=0.0))
     assert decoding._graph_runner(tier, tier.settings) is None
@@ -256,7 +275,7 @@ def test_captured_graphs_decode_what_the_eager_forward_does_and_are_captured_onc
         assert step_runner(policy.model) is not None and step_runner(policy.model).captures == 0, name
         graphed = decode(tier, prompts)
         runner = step_runner(policy.model)
-        assert runner.captures > 0, name
+        assert runner.failed is None and runner.captures > 0, (name, runner.failed)
         captures = runner.captures
         again = decode(policy_tier(policy, greedy), prompts)
         assert runner.captures == captures, name  # the second decode replayed what the first captured
