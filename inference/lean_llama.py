@@ -308,9 +308,11 @@ class LeanLlama:
     def compact(self, rows: torch.Tensor) -> None:
         """Make the cache's first `len(rows)` rows the current rows `rows` (in that order; a row
         may repeat), written in place: the storage keeps its address, which a captured graph
-        holds. The rows after them keep whatever they held; a caller masks them out."""
-        count = rows.numel()
-        if count > (self.keys[0].size(0) if self.keys else 0):
-            raise ValueError(f"{count} rows do not fit a cache of {self.keys[0].size(0) if self.keys else 0}")
+        holds. Only the positions written so far are copied (every row shares its length); the
+        rows after them keep whatever they held, and a caller masks them out."""
+        count, held = rows.numel(), self.keys[0].size(0) if self.keys else 0
+        if count > held:
+            raise ValueError(f"{count} rows do not fit a cache of {held}")
         for cache in self.keys + self.values:
-            cache[:count] = cache.index_select(0, rows)  # gathered first: the copy may overlap its source
+            written = cache[:, :, : self.length]
+            written[:count] = written.index_select(0, rows)  # gathered first: it may overlap its source
