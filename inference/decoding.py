@@ -661,6 +661,7 @@ def _plain_run(
     on_finished: FinishListener | None,
     runner: StepRunner | None,
 ) -> list[Completion]:
+    """The plain decode loop, its steps through `runner` when there is one."""
     batch = _plain_prefill(tier, prompts, settings, generator, stats, listener, on_finished, runner)
     while True:
         tokens, running = _plain_accept(batch)
