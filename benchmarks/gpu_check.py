@@ -89,6 +89,7 @@ DRY_SIZE = {"hidden": 64, "intermediate": 128, "layers": 2, "heads": 2, "kv_head
 REPEATS = 3
 DRAFT_LAYERS = 4  # the speed tier's draft: the model's first layers (its embeddings, norm and head)
 SPECULATIVE_TOKENS = 4
+WARM_UP_TOKENS = 16
 NEVER = "<|gpu-check-never|>"  # an end-of-sequence token past the model's vocabulary
 
 
@@ -182,13 +183,18 @@ def timed(device: str, work: Callable[[], int]) -> tuple[float, int]:
     return time.perf_counter() - started, tokens
 
 
-def flywheel_decode(tier: TierModel, prompts: list, settings: TierSettings, seed: int) -> int:
+def flywheel_decode(
+    tier: TierModel, prompts: list, settings: TierSettings, seed: int, tokens: int | None = None
+) -> int:
     """The decoder rollout workers call: tokens made."""
-    return speed_decode(tier, prompts, settings, seed)
+    return speed_decode(tier, prompts, settings, seed, tokens)
 
 
-def hf_generate(tier: TierModel, prompts: list, settings: TierSettings, seed: int) -> int:
+def hf_generate(
+    tier: TierModel, prompts: list, settings: TierSettings, seed: int, tokens: int | None = None
+) -> int:
     """Hugging Face's `generate`, eager (no compile, its default cache), the tier's sampling."""
+    settings = settings.with_(max_new_tokens=min(tokens, settings.max_new_tokens)) if tokens else settings
     torch.manual_seed(seed)
     input_ids = torch.tensor(prompts, device=tier.device)
     with torch.no_grad():
@@ -207,11 +213,13 @@ def hf_generate(tier: TierModel, prompts: list, settings: TierSettings, seed: in
     return int(out[:, input_ids.size(1) :].numel())
 
 
-def alternated(device: str, sides: dict[str, Callable[[int], int]]) -> dict[str, dict]:
-    """Each side (a call from a seed to the tokens it made) warmed up once, then run REPEATS times
-    in alternating order (so neither always runs first); median seconds and tokens/s per side."""
+def alternated(device: str, sides: dict[str, Callable[..., int]]) -> dict[str, dict]:
+    """Each side (a call from a seed, and a shorter length to warm up with, to the tokens it made)
+    warmed up once, then run REPEATS times in alternating order (so neither always runs first);
+    median seconds (a first run that still pays a warm-up cost is the slowest, not the median) and
+    tokens/s per side."""
     for run in sides.values():  # warm-up: kernels, a CUDA graph bucket, the allocator
-        run(0)
+        run(0, WARM_UP_TOKENS)
     seconds: dict[str, list[float]] = {name: [] for name in sides}
     tokens: dict[str, int] = {}
     for repeat in range(REPEATS):
@@ -255,7 +263,13 @@ def bandwidth_bound(tier: TierModel) -> dict:
     }
 
 
-def decoder_check(path: Path, device: str, precision: str, sizes: Sizes, settings_of=None) -> dict:
+def decoder_check(
+    path: Path,
+    device: str,
+    precision: str,
+    sizes: Sizes,
+    settings_of: Callable[[TierSettings], TierSettings] | None = None,
+) -> dict:
     """The decoder against HF `generate` at each batch size. `settings_of(settings)` changes the
     tier's settings for every row (a lead adding a column: `dataclasses.replace(s, cuda_graphs=False)`)."""
     settings = TierSettings(
@@ -292,9 +306,18 @@ def decoder_check(path: Path, device: str, precision: str, sizes: Sizes, setting
 
 
 def speed_decode(
-    tier: TierModel, prompts: list, settings: TierSettings, seed: int, stats: GenerationStats | None = None
+    tier: TierModel,
+    prompts: list,
+    settings: TierSettings,
+    seed: int,
+    tokens: int | None = None,
+    *,
+    stats: GenerationStats | None = None,
 ) -> int:
-    """A tier's decode (its drafts' acceptance counted in `stats`, warm-up included)."""
+    """A tier's decode, `tokens` new tokens at most when given (its drafts' acceptance counted in
+    `stats` on the timed runs only)."""
+    settings = settings.with_(max_new_tokens=min(tokens, settings.max_new_tokens)) if tokens else settings
+    stats = stats if not tokens else None  # a warm-up's proposals are not counted
     completions = decode(tier, prompts, settings, generator=torch.Generator().manual_seed(seed), stats=stats)
     return sum(len(c.token_ids) for c in completions)
 
@@ -410,7 +433,7 @@ SIMILARITY_RULE = {
     "evaluation_metric": "fuzzy_match",
 }
 RUN_WORKERS = (("learner,control", "learner"), ("rollout,eval", "rollout"))
-RUN_TIMEOUT_SECONDS = 300
+RUN_TIMEOUT_SECONDS = 240
 
 
 def run_through_workers(path: Path, device: str, precision: str, sizes: Sizes) -> dict:
@@ -560,6 +583,8 @@ def part(report: dict, name: str, measure: Callable[[], object]) -> None:
     except Exception as failed:  # noqa: BLE001 - the JSON line says which part failed and why
         report[name] = {"failed": f"{type(failed).__name__}: {failed}"}
     report["part_seconds"][name] = round(time.monotonic() - started, 1)
+    # Each part's figures as it ends, on stderr: a check cut off by a time limit still leaves them.
+    print(f"gpu-check {name} ({report['part_seconds'][name]} s): {json.dumps(report[name])}", file=sys.stderr)
 
 
 def main() -> int:
