@@ -156,7 +156,7 @@ bench-lora: venv sandbox-image
 # On a CUDA machine: a ~0.5B random-init Qwen2 in bf16: the decoder against HF generate, the speed
 # tier, the learner (full and LoRA: samples/s, MFU, peak memory), a GRPO run through real workers
 # (one JSON line). A bare GPU host has no .venv: after `sh .gpu-wheels/install.sh` it runs python3.12.
-GPU_PY := $(if $(wildcard $(PY)),$(PY),python3.12)
+GPU_PY := $(if $(wildcard $(PY)),$(PY),$(shell command -v python3.12 || command -v python3))
 gpu-check:
 	$(GPU_PY) benchmarks/gpu_check.py
 
