@@ -153,9 +153,12 @@ bench-traces: venv
 bench-lora: venv sandbox-image
 	$(PY) benchmarks/bench_lora.py
 
-# On a CUDA machine: a ~0.5B random-init Qwen2, bf16 generation, GRPO steps full and LoRA (one JSON line).
-gpu-check: venv
-	$(PY) benchmarks/gpu_check.py
+# On a CUDA machine: a ~0.5B random-init Qwen2 in bf16: the decoder against HF generate, the speed
+# tier, the learner (full and LoRA: samples/s, MFU, peak memory), a GRPO run through real workers
+# (one JSON line). A bare GPU host has no .venv: after `sh .gpu-wheels/install.sh` it runs python3.12.
+GPU_PY := $(if $(wildcard $(PY)),$(PY),$(shell command -v python3.12 || command -v python3))
+gpu-check:
+	$(GPU_PY) benchmarks/gpu_check.py
 
 # For a GPU host with only Python 3.12 and its ML stack: Flywheel's runtime as CPython 3.12 wheels in
 # .gpu-wheels/ (under 64 MiB, with an offline install.sh), at the versions this venv tested.

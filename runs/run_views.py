@@ -633,6 +633,8 @@ TITLES = {
     "train/pass_rate": "Train pass rate",
     "learner/kl": "KL divergence",
     "learner/loss": "Loss",
+    "learner/mfu": "Model FLOPs utilisation (MFU)",
+    "learner/peak_memory_mb": "Peak memory per step (MiB)",
     "episodes/errored_rate": "Errored-episode rate",
     "throughput/tokens_per_s": "Tokens per second",
     "cost/total": "Cost so far",
@@ -671,7 +673,7 @@ def metric_title(name: str) -> str:
 
 def is_rate(name: str) -> bool:
     """Whether a metric is a fraction of 0 to 1 (drawn on a percent axis)."""
-    return "pass_rate" in name or name.endswith(("_rate", "/accuracy", "clip_fraction"))
+    return "pass_rate" in name or name.endswith(("_rate", "/accuracy", "clip_fraction", "/mfu"))
 
 
 def _compare_ids(request: HttpRequest) -> tuple[list[int], list[str]]:

@@ -125,7 +125,8 @@ INSTALL = """#!/bin/sh
 # Install Flywheel's runtime on a GPU host offline, beside its own torch/transformers/peft/accelerate.
 set -e
 cd "$(dirname "$0")"
-"${PYTHON:-python3.12}" -m pip install --no-index --no-deps --find-links . ./*.whl
+# A host image's system Python may be marked externally managed (PEP 668): these go beside its torch.
+PIP_BREAK_SYSTEM_PACKAGES=1 "${PYTHON:-python3.12}" -m pip install --no-index --no-deps --find-links . ./*.whl
 """
 
 

@@ -25,6 +25,8 @@
     { id: "dropped", title: "Dropped episodes", match: function (n) { return /^dropped\//.test(n); } },
     { id: "time", title: "Time split (s)", match: function (n) { return /^time\//.test(n); }, stacked: true },
     { id: "throughput", title: "Tokens/s", match: function (n) { return n === "throughput/tokens_per_s"; } },
+    { id: "mfu", title: "Learner model FLOPs utilisation (MFU)", percent: true, match: function (n) { return n === "learner/mfu"; } },
+    { id: "learner-memory", title: "Learner peak memory per step (MiB)", match: function (n) { return n === "learner/peak_memory_mb"; } },
   ];
   var OTHER = { id: "other", title: "Other metrics", match: function () { return true; } };
   var BAND = { "reward/min": true, "reward/max": true, "reward/std": true, "heldout/reward": true };

@@ -3,10 +3,12 @@ workers (a learner host and a rollout/eval host, as separate machines would be),
 process, real sandboxes and the tiny model; metrics, trajectories and checkpoints are recorded."""
 
 import json
+import os
 from pathlib import Path
 
 import psutil
 import pytest
+from transformers import AutoModelForCausalLM
 
 from projects import services as project_services
 from runs.models import Checkpoint, HeldOutResult, MetricPoint, Run, Trajectory
@@ -22,9 +24,13 @@ from tests.run_harness import (
     wait_until,
     worker_env,
 )
+from workers.learners.device_figures import model_flops_per_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 __all__ = ["tiny_model"]
+
+
+PEAK_TFLOPS = 0.001  # a made-up device peak, so the CPU learner records its MFU against it
 
 
 @pytest.fixture
@@ -34,6 +40,20 @@ def hosts():
         learner_host.worker("learner,control")
         rollout_host.worker("rollout,eval")
         yield learner_host, rollout_host
+
+
+@pytest.fixture
+def hosts_with_a_peak():
+    env = worker_env(FLYWHEEL_DEVICE_PEAK_TFLOPS=str(PEAK_TFLOPS))
+    learner_host, rollout_host = Host(env), Host(env)
+    with hosts_killed(learner_host, rollout_host):
+        learner_host.worker("learner,control")
+        rollout_host.worker("rollout,eval")
+        yield learner_host, rollout_host
+
+
+def step_points(run: Run, name: str) -> dict[int, float]:
+    return dict(MetricPoint.objects.filter(run=run, name=name).values_list("step", "value"))
 
 
 def test_a_run_submitted_over_rest_trains_through_real_workers_and_succeeds(tiny_model, hosts):
@@ -59,6 +79,22 @@ def test_a_run_submitted_over_rest_trains_through_real_workers_and_succeeds(tiny
         3,
     ]
     assert_finished_with_its_outcome(run, steps, heldout=4)
+    # No device peak on a CPU and none set: no MFU made up; each step's time and memory still.
+    assert not MetricPoint.objects.filter(run=run, name="learner/mfu").exists()
+    assert set(step_points(run, "learner/step_seconds")) == {1, 2, 3}
+    if os.access("/proc/self/clear_refs", os.W_OK):  # Linux, where a step's peak can be reset
+        assert set(step_points(run, "learner/peak_memory_mb")) == {1, 2, 3}
+
+
+def assert_device_figures(run: Run, model: Path, steps: int) -> None:
+    """Each step's MFU is the formula's, from the tokens it trained on and the time it took."""
+    tokens, seconds, mfu = (step_points(run, f"learner/{name}") for name in ("tokens", "step_seconds", "mfu"))
+    assert set(tokens) == set(seconds) == set(range(1, steps + 1)) and all(tokens.values())
+    per_token = model_flops_per_token(AutoModelForCausalLM.from_pretrained(model))
+    assert mfu == {
+        step: pytest.approx(per_token * tokens[step] / seconds[step] / (PEAK_TFLOPS * 1e12))
+        for step in tokens
+    }
 
 
 def assert_finished_with_its_outcome(run: Run, steps: int, *, heldout: int) -> None:
@@ -96,7 +132,9 @@ def with_preference_pairs(setup: dict) -> dict:
 
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("method", ["sft", "dpo"])
-def test_sft_and_dpo_runs_train_on_the_task_set_through_the_learner_and_succeed(tiny_model, hosts, method):
+def test_sft_and_dpo_runs_train_on_the_task_set_through_the_learner_and_succeed(
+    tiny_model, hosts_with_a_peak, method
+):
     setup = demo_project(tiny_model)
     if method == "dpo":
         setup = with_preference_pairs(setup)
@@ -120,6 +158,7 @@ def test_sft_and_dpo_runs_train_on_the_task_set_through_the_learner_and_succeed(
     assert sorted(Checkpoint.objects.filter(run=run).values_list("step", flat=True)) == [2, 3]
     losses = MetricPoint.objects.filter(run=run, name="learner/loss").order_by("step")
     assert list(losses.values_list("step", flat=True)) == [1, 2, 3]
+    assert_device_figures(run, tiny_model, steps)
     assert_finished_with_its_outcome(run, steps, heldout=4)
 
 

@@ -354,6 +354,9 @@ FLYWHEEL_CALIBRATION_STEPS = max(2, env_int("FLYWHEEL_CALIBRATION_STEPS", 8))
 FLYWHEEL_CURRENCY = os.environ.get("FLYWHEEL_CURRENCY", "USD")
 # A learner that crashes is restarted from its last checkpoint at most this many times.
 FLYWHEEL_LEARNER_MAX_RESTARTS = env_int("FLYWHEEL_LEARNER_MAX_RESTARTS", 3)
+# The learner's device's peak FLOP/s, in TFLOPS, for each step's `learner/mfu`: 0 takes a known
+# GPU's dense bf16 peak (workers/learners/device_figures.py) and records no MFU where it is unknown.
+FLYWHEEL_DEVICE_PEAK_TFLOPS = float(env_str("FLYWHEEL_DEVICE_PEAK_TFLOPS", "0") or 0)
 # A live run whose learner has not reported for this long is restarted by the watchdog.
 FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT = env_int("FLYWHEEL_LEARNER_HEARTBEAT_TIMEOUT", 60)
 # Processes of a run's learner on this learner worker (`accelerate launch` with the DDP config

@@ -79,6 +79,7 @@ from workers.learners.common import (
     checkpoint_save,
     learner_create,
 )
+from workers.learners.device_figures import step_figures, step_memory_reset, synchronise
 from workers.learners.grpo import GRPOConfig, grpo_step, learnable, step_items
 from workers.rollout import Trajectory as Episode
 from workers.run_rollout import item_dicts, lease_lapsed, rollout_batches_expire
@@ -212,6 +213,7 @@ def _online_main(run_id: int, log: Log):
             stop_at(run, learner, config, step, str(stop))
             return learner
         learned = time.monotonic()
+        step_memory_reset(learner.accelerator.device)
         chosen, metrics = grpo_step(
             learner,
             episodes,
@@ -222,7 +224,9 @@ def _online_main(run_id: int, log: Log):
             batch_of=partial(group_batch, learner.accelerator),  # every process learns its share
             learn=module.learn_batch,
         )
+        synchronise(learner.accelerator.device)
         learn_seconds = time.monotonic() - learned
+        metrics |= device_figures(learner, metrics, learn_seconds)
         step = learner.state.step
         mark_learned(rows, chosen.keep, chosen.advantages, step - 1)
         learner_usage_record(run, step, learner, rows, chosen.keep, learn_seconds)
@@ -267,6 +271,20 @@ def learner_usage_record(
     )
 
 
+def device_figures(learner, metrics: dict[str, float], seconds: float) -> dict[str, float]:
+    """The step's `step_seconds`, `peak_memory_mb` and `mfu` (workers/learners/device_figures.py):
+    MFU from the step's trained `tokens` and the device's peak (FLYWHEEL_DEVICE_PEAK_TFLOPS, else a
+    known GPU's); none without either. Under several processes, rank 0's share on one device."""
+    model = learner.accelerator.unwrap_model(learner.model)
+    return step_figures(
+        model,
+        learner.accelerator.device,
+        metrics.get("tokens"),
+        seconds,
+        settings.FLYWHEEL_DEVICE_PEAK_TFLOPS,
+    )
+
+
 def cost_metrics_write(run: Run, step: int) -> None:
     """What the run has spent by the end of this step, as metrics: the cost chart's points and
     the evidence of the step at which a budget was crossed."""
@@ -307,7 +325,10 @@ def _offline_main(run_id: int, log: Log) -> None:
             stop_at(run, learner, config, step, S.PAUSING)  # paused at its budget, checkpointed here
             return
         started = time.monotonic()
+        step_memory_reset(learner.accelerator.device)
         metrics = module.learn_examples(learner, reference, config, data, step)
+        synchronise(learner.accelerator.device)
+        metrics |= device_figures(learner, metrics, time.monotonic() - started)
         learner.state.step = step = step + 1
         learner_usage_record(run, step, learner, [], [], time.monotonic() - started)
         publish(run, step, learner)

@@ -335,7 +335,11 @@ def learn_on_batch(
                         first = _rows_mismatch_add(first, metrics, len(rows))
                 optimizer_step(learner, config.max_grad_norm)
     # The mismatch is the decoder's against the learner before this batch changed it: the first pass.
-    return metrics | {name: first[name] / max(1, first["rows"]) for name in MISMATCH_METRICS}
+    mismatch = {name: first[name] / max(1, first["rows"]) for name in MISMATCH_METRICS}
+    # `tokens`: what the step trained on (prompts and completions, padding not counted), every pass
+    # over the batch counted, as the step's MFU wants (workers/learners/device_figures.py).
+    tokens = float(batch.sequences.attention_mask.sum()) * config.num_iterations
+    return metrics | mismatch | {"tokens": tokens}
 
 
 MISMATCH_METRICS = ("logprob_gap", "mismatch_kl", "mismatch_tokens")
