@@ -72,6 +72,7 @@ import torch  # noqa: E402
 from django.conf import settings as django_settings  # noqa: E402
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
+from inference.cuda_graphs import step_runner  # noqa: E402
 from inference.decoding import GenerationStats, TierError, TierModel, decode, resolve_device, tier_load  # noqa: E402
 from inference.settings import TierSettings  # noqa: E402
 from tests.model_families import FAMILIES, tokenizer_build  # noqa: E402
@@ -238,16 +239,24 @@ def alternated(device: str, sides: dict[str, Callable[..., int]]) -> dict[str, d
 
 def decoder_against_hf(tier: TierModel, settings: TierSettings, batch: int, prompt_tokens: int) -> dict:
     """One batch size, the decoder and `generate` alternated. `settings` is the tier's as the
-    caller wants it measured (e.g. with CUDA graphs off)."""
+    caller wants it measured. On CUDA the decoder also runs with its CUDA graphs off, in the same
+    alternation (`flywheel_eager`), so what the graphs bring is measured beside the same runs."""
     settings = settings.with_(batch_size=batch)
     prompts = random_prompts(tier, batch, prompt_tokens)
     sides = {
         "flywheel": partial(flywheel_decode, tier, prompts, settings),
         "hf_generate": partial(hf_generate, tier, prompts, settings),
     }
+    if tier.device.type == "cuda" and settings.cuda_graphs:
+        eager = dataclasses.replace(settings, cuda_graphs=False)
+        sides["flywheel_eager"] = partial(flywheel_decode, tier, prompts, eager)
     measured = alternated(tier.device.type, sides)
     ratio = measured["flywheel"]["tokens_per_second"] / measured["hf_generate"]["tokens_per_second"]
-    return {"batch": batch, **measured, "ratio": round(ratio, 2)}
+    row = {"batch": batch, **measured, "ratio": round(ratio, 2)}
+    if "flywheel_eager" in measured:
+        graphs = measured["flywheel"]["tokens_per_second"] / measured["flywheel_eager"]["tokens_per_second"]
+        row["graphs_ratio"] = round(graphs, 2)
+    return row
 
 
 def bandwidth_bound(tier: TierModel) -> dict:
@@ -270,8 +279,8 @@ def decoder_check(
     sizes: Sizes,
     settings_of: Callable[[TierSettings], TierSettings] | None = None,
 ) -> dict:
-    """The decoder against HF `generate` at each batch size. `settings_of(settings)` changes the
-    tier's settings for every row (a lead adding a column: `dataclasses.replace(s, cuda_graphs=False)`)."""
+    """The decoder against HF `generate` at each batch size (on CUDA with and without its CUDA
+    graphs). `settings_of(settings)` changes the tier's settings for every row."""
     settings = TierSettings(
         base_model=str(path),
         device=device,
@@ -300,6 +309,45 @@ def decoder_check(
         "batches": rows,
         "bandwidth": bound,
     }
+
+
+def graphs_check(path: Path, device: str, precision: str) -> dict:
+    """The CUDA-graph decode against the same decode without graphs: greedy, so both should make
+    the same tokens but where bf16 rounding tips a near-tie; and the captures of a second call
+    reused (none made again). On a CPU there are no graphs: the part says so."""
+    if device != "cuda":
+        return {"skipped": "no CUDA: the decoder runs without graphs"}
+    settings = TierSettings(
+        base_model=str(path),
+        device=device,
+        precision=precision,
+        temperature=0.0,
+        max_new_tokens=64,
+        chat=False,
+    )
+    tier = without_stops(tier_load(settings))
+    prompts = random_prompts(tier, 8, 32, seed=7)
+    graphed = [c.token_ids for c in decode(tier, prompts, settings)]
+    runner = step_runner(tier.model)
+    first_captures = runner.captures if runner is not None else 0
+    again = [c.token_ids for c in decode(tier, prompts, settings)]
+    eager = [c.token_ids for c in decode(tier, prompts, dataclasses.replace(settings, cuda_graphs=False))]
+    agree = [
+        next((i for i, (a, b) in enumerate(zip(g, e, strict=False)) if a != b), len(g))
+        for g, e in zip(graphed, eager, strict=True)
+    ]
+    result = {
+        "captures": first_captures,
+        "captures_after_second_call": runner.captures if runner is not None else 0,
+        "capture_failed": runner.failed if runner is not None else "the lean path does not apply",
+        "second_call_same_tokens": graphed == again,
+        "rows_identical_to_eager": sum(g == e for g, e in zip(graphed, eager, strict=True)),
+        "rows": len(prompts),
+        "tokens_agreeing_before_first_difference": agree,
+    }
+    del tier
+    empty_cache(device)
+    return result
 
 
 # -- (b) the speed tier against the capability tier -------------------------------------------------
@@ -624,6 +672,7 @@ def main() -> int:
         report["parameters"] = model_build(path, size)
         report["model"] = f"Qwen2 (random init) {size}"
         draft_build(path, draft, size, min(DRAFT_LAYERS, size["layers"] - 1))
+        part(report, "cuda_graphs", lambda: graphs_check(path, device, precision))
         part(report, "decoder", lambda: decoder_check(path, device, precision, sizes))
         part(report, "speed_tier", lambda: speed_against_capability(path, draft, device, precision, sizes))
         part(

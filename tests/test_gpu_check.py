@@ -40,7 +40,7 @@ def test_the_dry_run_walks_every_part_decoder_speed_tier_learner_grpo_run_and_pr
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert (report["gpu_check"], report["device"], report["dtype"]) == ("dry-run", "cpu", "fp32")
-    parts = ["decoder", "speed_tier", "learner", "grpo_run", "precision"]
+    parts = ["cuda_graphs", "decoder", "speed_tier", "learner", "grpo_run", "precision"]
     assert list(report["part_seconds"]) == parts
     assert set(report) == {
         "gpu_check",
@@ -53,6 +53,7 @@ def test_the_dry_run_walks_every_part_decoder_speed_tier_learner_grpo_run_and_pr
         *parts,
     }
 
+    assert report["cuda_graphs"] == {"skipped": "no CUDA: the decoder runs without graphs"}
     decoder = report["decoder"]
     assert [row["batch"] for row in decoder["batches"]] == [1, 4, 8]
     for row in decoder["batches"]:
