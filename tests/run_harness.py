@@ -189,7 +189,9 @@ def learner_kill(run: Run) -> None:
     os.kill(run.learner_pid, signal.SIGKILL)
 
 
-def demo_project(model: Path, *, train_size: int = 8, heldout_size: int = 4) -> dict:
+def demo_project(
+    model: Path, *, train_size: int = 8, heldout_size: int = 4, max_new_tokens: int = 12
+) -> dict:
     owner = make_user(f"owner-{uuid.uuid4().hex[:6]}")
     project = make_project(owner, name=f"demo-{uuid.uuid4().hex[:6]}")
     task_set = project_services.task_set_create(project=project, name="demo", by=owner)
@@ -202,7 +204,12 @@ def demo_project(model: Path, *, train_size: int = 8, heldout_size: int = 4) -> 
         project=project, name="tests", spec={"type": "unit_tests", "name": "tests"}, by=owner
     )
     tier = tier_services.tier_create(
-        project=project, by=owner, name="rollout", base_model=str(model), temperature=1.0, max_new_tokens=12
+        project=project,
+        by=owner,
+        name="rollout",
+        base_model=str(model),
+        temperature=1.0,
+        max_new_tokens=max_new_tokens,
     )
     return {"owner": owner, "project": project, "version": version, "rule": rule, "tier": tier}
 

@@ -91,6 +91,8 @@ def frozen_holding_a_batch(host: Host, run: Run) -> bool:
     if RolloutBatch.objects.filter(run=run, step__gte=1, status=RolloutBatch.Status.RUNNING).exists():
         return True
     host.send(signal.SIGCONT)
+    status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).get()
+    assert status not in Run.TERMINAL, f"the run ended ({status}) before a batch was caught in progress"
     return False
 
 
@@ -121,7 +123,9 @@ def test_a_rollout_worker_killed_mid_batch_is_reclaimed_within_the_deadline_and_
     learner_host, first_rollout_host = hosts(FLYWHEEL_ROLLOUT_LEASE_SECONDS=str(lease)), hosts()
     learner_host.worker("learner,control")
     first_rollout_host.worker("rollout,eval")
-    run = submit(demo_project(tiny_model))
+    # Longer completions than the other tests': a batch in progress is there to be caught for a
+    # while, however loaded the machine (with 12 tokens a run once ended between two looks).
+    run = submit(demo_project(tiny_model, max_new_tokens=48))
     assert run.resolved["episode_deadline_seconds"] == 120.0
     wait_until(lambda: frozen_holding_a_batch(first_rollout_host, run), "a batch of step 1+ in progress")
     orphans = list(RolloutBatch.objects.filter(run=run, step__gte=1, status=RolloutBatch.Status.RUNNING))
