@@ -9,6 +9,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from django.conf import settings as django_settings
@@ -474,6 +475,30 @@ def batch_play(run: Run, index: int) -> RolloutBatch:
     batch = RolloutBatch.objects.create(run=run, index=index, step=0, policy_version=0, item_ids=items)
     assert rollout_batch_run(batch.pk) == 4
     return RolloutBatch.objects.get(pk=batch.pk)
+
+
+def test_a_worker_dying_between_finishing_a_batch_and_billing_it_leaves_it_to_be_run_and_billed_again(
+    db, tiny_model, settings, tmp_path
+):
+    """Done and billed are one transaction: a crash in the billing leaves the batch not done (given
+    back for another attempt), never done and unbilled; the next attempt bills it once."""
+    settings.FLYWHEEL_HOME = tmp_path
+    run = judged_run(make_user("crash-owner"), tiny_model)
+    items = list(
+        run.task_set_version.items.filter(split="train").order_by("position").values_list("pk", flat=True)
+    )
+    batch = RolloutBatch.objects.create(run=run, index=0, step=0, policy_version=0, item_ids=items)
+    with mock.patch("workers.run_rollout.rollout_usage_record", side_effect=RuntimeError("killed")):
+        assert rollout_batch_run(batch.pk) == 0
+    assert RolloutBatch.objects.get(pk=batch.pk).status == RolloutBatch.Status.PENDING
+    assert not Usage.objects.filter(run=run).exists()
+    # The episodes the first attempt stored are kept (nothing is stored twice); the batch ends done.
+    assert rollout_batch_run(batch.pk) == 0
+    assert RolloutBatch.objects.get(pk=batch.pk).status == RolloutBatch.Status.DONE
+    assert Trajectory.objects.filter(batch=batch).count() == 4
+    (usage,) = Usage.objects.filter(run=run)
+    assert (usage.recordings, usage.tokens_sampled) == (1, sampled_tokens_of_done_batches(run))
+    assert usage.tokens_sampled > 0
 
 
 def test_a_rollout_batch_records_its_tokens_device_time_and_judge_calls_and_a_rerun_replaces_them(

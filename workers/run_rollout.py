@@ -226,24 +226,27 @@ def _rollout(batch: RolloutBatch) -> int:
         stored += _agents_play(batch, run, policy, agents, generate, group_size, generator, judge=judge)
     elapsed, cpu = time.monotonic() - started, sandbox_cpu_seconds() - cpu_before
     # Only a batch still running ends as done: a rollback may have cancelled it meanwhile, and a
-    # second worker that finished it too (the first was presumed dead) charges nothing twice.
-    finished = RolloutBatch.objects.filter(pk=batch.pk, status=RolloutBatch.Status.RUNNING).update(
-        status=RolloutBatch.Status.DONE,
-        finished_at=timezone.now(),
-        generate_seconds=clock["generate"],
-        score_seconds=max(0.0, elapsed - clock["generate"]),  # scoring, and agents acting in sandboxes
-        sandbox_cpu_seconds=cpu,
-    )
-    if finished:
-        Run.objects.filter(pk=run.pk).update(sandbox_cpu_seconds=F("sandbox_cpu_seconds") + cpu)
-        rollout_usage_record(
-            batch,
-            device="" if isinstance(policy, EngineTier) else device_class(policy.device),
-            device_seconds=clock["generate"],
-            cpu_seconds=cpu,
-            engine=settings.name if settings.remote else "",
-            calls=calls,
+    # second worker that finished it too (the first was presumed dead) charges nothing twice. Done
+    # and billed in one transaction: a worker killed between the two would leave a done batch
+    # nobody bills (its reclaim finds it done), or, rolled back, a running one its reclaim bills.
+    with transaction.atomic():
+        finished = RolloutBatch.objects.filter(pk=batch.pk, status=RolloutBatch.Status.RUNNING).update(
+            status=RolloutBatch.Status.DONE,
+            finished_at=timezone.now(),
+            generate_seconds=clock["generate"],
+            score_seconds=max(0.0, elapsed - clock["generate"]),  # scoring, and agents in sandboxes
+            sandbox_cpu_seconds=cpu,
         )
+        if finished:
+            Run.objects.filter(pk=run.pk).update(sandbox_cpu_seconds=F("sandbox_cpu_seconds") + cpu)
+            rollout_usage_record(
+                batch,
+                device="" if isinstance(policy, EngineTier) else device_class(policy.device),
+                device_seconds=clock["generate"],
+                cpu_seconds=cpu,
+                engine=settings.name if settings.remote else "",
+                calls=calls,
+            )
     events.run_event(run.pk, "rollout", {"batch": batch.index, "step": batch.step, "episodes": stored})
     return stored
 
