@@ -16,18 +16,22 @@ from inference.settings import SamplingParams
 from tests.tiny_base import TINY
 from workers.base_model import base_model_build
 
+# Both families' tiny shape: grouped-query attention (4 query heads share 2 key-value heads).
+SHAPE = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
+
 
 def random_llama(**overrides) -> LlamaForCausalLM:
     """Random weights, grouped-query attention (4 query heads share 2 key-value heads)."""
     torch.manual_seed(0)
-    settings = dict(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
+    settings = SHAPE | dict(
         tie_word_embeddings=False,
         pad_token_id=0,
         eos_token_id=1,
@@ -39,14 +43,7 @@ def random_qwen2(**overrides) -> Qwen2ForCausalLM:
     """Random weights, grouped-query attention, and q/k/v biases made non-zero (Qwen2 starts
     them at zero, which would hide a lean path that forgot them)."""
     torch.manual_seed(0)
-    settings = dict(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
+    settings = SHAPE | dict(
         tie_word_embeddings=True,  # as Qwen2.5-0.5B
         pad_token_id=0,
         eos_token_id=1,
