@@ -34,6 +34,8 @@ def test_without_a_gpu_the_check_refuses_with_its_reason():
     }
 
 
+# The check runs on its own home (SQLite, its own Redis), whatever the suite's backend: once in CI.
+@pytest.mark.ci_embedded_only
 @pytest.mark.timeout(400)
 def test_the_dry_run_walks_every_part_decoder_speed_tier_learner_grpo_run_and_precision():
     done = run("--dry-run", env={"FLYWHEEL_DEVICE_PEAK_TFLOPS": "0.001"})  # a CPU has no known peak
